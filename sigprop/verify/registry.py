@@ -1,0 +1,47 @@
+"""The components that ``sigprop verify`` knows, in display order, loaded lazily from ``specs/``."""
+
+from __future__ import annotations
+
+import importlib
+
+from .spec import ComponentSpec
+
+__all__ = ["COMPONENTS", "load_spec", "available"]
+
+#: name -> module under sigprop.verify.specs holding ``SPEC``.
+COMPONENTS = {
+    "embedding": "embedding",
+    "linear": "linear",
+    "dropout": "dropout",
+    "relu": "relu",
+    "gelu": "gelu",
+    "layernorm": "layernorm",
+    "rmsnorm": "rmsnorm",
+    "dyt": "dyt",
+    "derf": "derf",
+    "softmax": "softmax",
+    "attention": "attention",
+    "mha": "mha",
+    "attention_block": "attention_block",
+    "ffn_block": "ffn_block",
+    "residual": "residual",
+}
+
+
+def available() -> list[str]:
+    """Names whose spec module exists (the rest are listed but not yet importable)."""
+    out = []
+    for name in COMPONENTS:
+        try:
+            load_spec(name)
+        except ModuleNotFoundError:
+            continue
+        out.append(name)
+    return out
+
+
+def load_spec(name: str) -> ComponentSpec:
+    if name not in COMPONENTS:
+        raise ValueError(f"unknown component {name!r}; choose from: {', '.join(COMPONENTS)}")
+    module = importlib.import_module(f"sigprop.verify.specs.{COMPONENTS[name]}")
+    return module.SPEC

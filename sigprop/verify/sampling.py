@@ -1,0 +1,63 @@
+"""Monte Carlo building blocks of the sweeps: Gaussian inputs with an exact token correlation, and estimates
+with standard errors from independent replicates."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..stats import MomentSums, moment_sums
+from .spec import Estimate
+
+__all__ = ["correlated_gaussian", "column", "estimates", "forward_backward_estimates"]
+
+
+def column(values, ndim: int, dtype=torch.float64) -> torch.Tensor:
+    """A per-configuration parameter array of shape (C,) as a tensor broadcastable against (C, *rest[ndim-1])."""
+    t = torch.as_tensor(np.asarray(values, dtype=np.float64), dtype=dtype)
+    return t.reshape(t.shape + (1,) * (ndim - 1))
+
+
+def correlated_gaussian(n_configs: int, replicates: int, batch: int, tokens: int, hidden: int, mean, var, corr,
+                        generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """Gaussian tensor of shape (C, K, batch, tokens, hidden) with the given per-configuration moments.
+
+    x = μ + σ(√r ε + √(1−r) δ), with ε shared by all tokens of one sequence (one draw per batch item and hidden
+    unit) and δ independent: every element is N(μ, σ²), two tokens of one sequence have correlation exactly r, and
+    hidden units are independent. ``mean``, ``var``, ``corr`` are arrays of shape (C,).
+    """
+    shape = (n_configs, replicates, batch, tokens, hidden)
+    eps = torch.randn(shape[:3] + (1, hidden), generator=generator, dtype=dtype)
+    x = torch.randn(shape, generator=generator, dtype=dtype)
+    r = column(corr, 5, dtype)
+    s = column(np.sqrt(var), 5, dtype)
+    x.mul_(torch.sqrt(1.0 - r)).add_(eps * torch.sqrt(r)).mul_(s).add_(column(mean, 5, dtype))
+    return x
+
+
+def estimates(sums: MomentSums, prefix: str = "") -> dict[str, Estimate]:
+    """Pooled mean / var / corr per configuration with standard errors, from sums with leading dims (C, K).
+
+    The value pools all K replicates; the standard error is the spread of the K per-replicate statistics / √K.
+    """
+    k = sums.s1.shape[1]
+    pooled = sums.sum_over(1)
+    out = {}
+    for name, fn in (("mean", MomentSums.mean), ("var", MomentSums.var), ("corr", MomentSums.corr)):
+        value = fn(pooled).numpy()
+        per_rep = fn(sums).numpy()
+        se = per_rep.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 else np.full_like(value, np.nan)
+        out[prefix + name] = Estimate(value, se)
+    return out
+
+
+def forward_backward_estimates(y: torch.Tensor, grad_in: torch.Tensor) -> dict[str, Estimate]:
+    """mean/var/corr of an output ``y`` and var/corr of an input gradient, both shaped (C, K, batch, T, D)."""
+    lead = y.shape[:2]
+    center = y.double().mean(dim=(1, 2, 3, 4))[:, None].expand(lead)
+    out = estimates(moment_sums(y, lead=2, center=center))
+    g = estimates(moment_sums(grad_in, lead=2, center=torch.zeros(grad_in.shape[:2], dtype=torch.float64)),
+                  prefix="grad_")
+    out["grad_var"] = g["grad_var"]
+    out["grad_corr"] = g["grad_corr"]
+    return out

@@ -1,0 +1,36 @@
+"""Verification sweep of dropout (Kedia et al. App. A.3; ranges of Table 22)."""
+
+from __future__ import annotations
+
+from ...components.dropout import Dropout, dropout_backward, dropout_forward
+from ...moments import GradMoments, Moments
+from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
+from ..spec import ComponentSpec, Param
+from .common import FORWARD_BACKWARD, gaussian_input_params
+
+
+def _simulate(params, budget, generator):
+    p = float(params["p"][0])  # p is a shape parameter: one real nn.Dropout per batch of configurations
+    return simulate_elementwise(Dropout(p).train(), params, budget, generator)
+
+
+def _predict(params):
+    fwd = dropout_forward(Moments(params["mean"], params["var"], params["corr"]), params["p"])
+    bwd = dropout_backward(GradMoments(params["grad_var"], params["grad_corr"]), params["p"])
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+SPEC = ComponentSpec(
+    name="dropout",
+    title="Dropout",
+    params=gaussian_input_params(mean=(-10.0, 10.0)) + (
+        Param("p", 0.0, 0.95, levels=20, doc="dropout probability; Table 22: [0, 1), swept to 0.95"),
+    ),
+    quantities=FORWARD_BACKWARD,
+    simulate=_simulate,
+    predict=_predict,
+    shape_params=("p",),
+    paper={"mean": (0.0, 0.1, 0.5), "var": (0.1, 0.5, 1.5), "grad_var": (0.1, 0.7, 1.5), "corr": (0.0, 0.4, 1.3),
+           "grad_corr": (0.1, 0.5, 1.2)},
+    note=ELEMENTWISE_NOTE,
+)

@@ -1,0 +1,25 @@
+"""Shared test helpers: Monte Carlo estimates with standard errors, and tolerances derived from them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+#: Two-sided z for a per-assertion false-alarm rate of ~1e-5 (many assertions run in one session).
+Z = 4.4
+
+
+def mc_mean(samples: torch.Tensor | np.ndarray, groups: int = 32) -> tuple[float, float]:
+    """Mean of i.i.d. ``samples`` (flattened) and its standard error from ``groups`` independent batch means."""
+    x = torch.as_tensor(samples, dtype=torch.float64).reshape(-1)
+    n = (x.numel() // groups) * groups
+    means = x[:n].reshape(groups, -1).mean(dim=1)
+    return float(means.mean()), float(means.std() / math.sqrt(groups))
+
+
+def assert_close_mc(pred: float, est: float, se: float, z: float = Z, model_err: float = 0.0, what: str = ""):
+    """Assert |pred − est| ≤ z·SE + model_err, where model_err is a rule's *documented* approximation bound."""
+    tol = z * se + model_err
+    assert abs(pred - est) <= tol, f"{what}: predicted {pred:.6g}, measured {est:.6g} ± {se:.2g} (tol {tol:.3g})"

@@ -1,0 +1,30 @@
+"""Readable rendering of a verification report (a rich table)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+__all__ = ["render_table"]
+
+
+def _fmt(v: float, limit: float | None = None) -> str:
+    s = f"{v:.2f}" if v < 100 else f"{v:.3g}"
+    return f"[red]{s}[/red]" if limit is not None and v > limit else s
+
+
+def render_table(report, target_p50: float, target_p99: float) -> Table:
+    """One row per component and quantity: error percentiles (red beyond the targets), the paper's Table 21
+    figures, and the Monte Carlo noise (one standard error, percentiles over configurations)."""
+    table = Table(title="Component rules vs Monte Carlo on the real module (errors in %)")
+    for col in ("component", "quantity", "p50", "p90", "p99", "paper p50/p90/p99", "noise p50/p99", "configs"):
+        table.add_column(col, justify="left" if col in ("component", "quantity") else "right")
+    for name, summary in report.to_json()["components"].items():
+        first = True
+        for q, s in summary.items():
+            paper = "/".join(f"{v:g}" for v in s["paper"]) if "paper" in s else "—"
+            table.add_row(name if first else "", q, _fmt(s["p50"], target_p50), _fmt(s["p90"]),
+                          _fmt(s["p99"], target_p99), paper, f"{s['noise_p50']:.2f}/{s['noise_p99']:.2f}",
+                          str(s["n_configs"]))
+            first = False
+        table.add_section()
+    return table

@@ -1,0 +1,94 @@
+"""Verification sweep of the linear layer (Kedia et al. App. A.2; Table 22 row "FFN")."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.func import functional_call, vmap
+
+from ...components.linear import Linear, linear_backward, linear_forward
+from ...moments import GradMoments, Moments
+from ..sampling import column, correlated_gaussian, forward_backward_estimates
+from ..spec import ComponentSpec, Estimate, Param
+from .common import FORWARD_BACKWARD, gaussian_input_params
+
+#: Full-budget targets per configuration: weight columns (draws × d_out; the mean-driven part of σ²_y has one
+#: independent value per column) and token pairs × min(d_in, d_out) (input- and output-side samples).
+COLUMNS = 2**14
+TOKEN_SAMPLES = 2**18
+#: Sampled weights held in memory at once (configurations are simulated in chunks below this).
+CHUNK_WEIGHTS = 2**24
+
+
+def draws_and_rows(d_in: int, d_out: int, scale: float, replicates: int) -> tuple[int, int]:
+    """Independent weight matrices per configuration (a multiple of ``replicates``) and token pairs per matrix."""
+    draws = max(replicates, math.ceil(COLUMNS * scale / d_out))
+    draws = replicates * math.ceil(draws / replicates)
+    rows = max(1, math.ceil(TOKEN_SAMPLES * scale / (2 * min(d_in, d_out) * draws)))
+    return draws, rows
+
+
+def _simulate(params, budget, generator):
+    d_in, d_out = int(params["d_in"][0]), int(params["d_out"][0])
+    n, k = len(params["var"]), budget.replicates
+    draws, rows = draws_and_rows(d_in, d_out, budget.scale, k)
+    chunk = max(1, CHUNK_WEIGHTS // (draws * d_in * d_out))
+    parts = [_simulate_chunk({key: v[i:i + chunk] for key, v in params.items()}, d_in, d_out, draws, rows, k,
+                             generator) for i in range(0, n, chunk)]
+    return {q: Estimate(np.concatenate([p[q].value for p in parts]), np.concatenate([p[q].se for p in parts]))
+            for q in parts[0]}
+
+
+def _simulate_chunk(params, d_in, d_out, draws, rows, k, generator):
+    n = len(params["var"])
+    layer = Linear(d_in, d_out, bias=False)
+    std = column(np.sqrt(_weight_var(params)), 4, torch.float32)
+    weights = torch.randn(n, draws, d_out, d_in, generator=generator).mul_(std)
+    x = correlated_gaussian(n, draws, rows, 2, d_in, params["mean"], params["var"], params["corr"], generator)
+    x.requires_grad_(True)
+
+    def run(w, xi):
+        return functional_call(layer, {"weight": w}, (xi,))
+
+    y = vmap(vmap(run))(weights, x)  # the real nn.Linear forward, one weight draw per (config, draw)
+    g = correlated_gaussian(n, draws, rows, 2, d_out, np.zeros(n), params["grad_var"], params["grad_corr"],
+                            generator)
+    y.backward(g)
+
+    def regroup(t):  # (C, draws, rows, 2, d) -> (C, K, draws/K * rows, 2, d): replicates of whole weight draws
+        return t.reshape(n, k, (draws // k) * rows, 2, t.shape[-1])
+
+    return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))
+
+
+def _weight_var(params):
+    return params["weight_gain"] / params["d_in"]
+
+
+def _predict(params):
+    m = Moments(params["mean"], params["var"], params["corr"])
+    fwd = linear_forward(m, params["d_in"], _weight_var(params))
+    bwd = linear_backward(GradMoments(params["grad_var"], params["grad_corr"]), params["d_out"], _weight_var(params))
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+SPEC = ComponentSpec(
+    name="linear",
+    title="Linear",
+    params=gaussian_input_params(mean=(-10.0, 10.0)) + (
+        Param("d_in", 10, 1000, scale="log", levels=7, integer=True, doc="input width (Table 22: [10, 1000])"),
+        Param("d_out", 10, 1000, scale="log", levels=7, integer=True, doc="output width (Table 22: [10, 1000])"),
+        Param("weight_gain", 1e-2, 1e2, scale="log", doc="σ²_w·d_in (Table 22: σ²_w ∈ [1e-2, 1e2]/d_in)"),
+    ),
+    quantities=FORWARD_BACKWARD,
+    simulate=_simulate,
+    predict=_predict,
+    shape_params=("d_in", "d_out"),
+    paper={"mean": (0.0, 0.4, 1.3), "var": (0.4, 1.4, 2.8), "grad_var": (0.2, 1.0, 2.2), "corr": (0.4, 1.4, 2.8),
+           "grad_corr": (0.2, 1.0, 2.2)},
+    note="A linear map acts on each token separately, so Table 22's sequence length L does not enter its rules; the "
+         "sweep draws token pairs and many independent weight matrices per configuration (the rules are "
+         "expectations over the weight ensemble).",
+)

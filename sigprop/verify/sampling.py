@@ -54,7 +54,7 @@ def estimates(sums: MomentSums, prefix: str = "") -> dict[str, Estimate]:
 def forward_backward_estimates(y: torch.Tensor, grad_in: torch.Tensor) -> dict[str, Estimate]:
     """mean/var/corr of an output ``y`` and var/corr of an input gradient, both shaped (C, K, batch, T, D)."""
     lead = y.shape[:2]
-    center = y.double().mean(dim=(1, 2, 3, 4))[:, None].expand(lead)
+    center = y.mean(dim=(1, 2, 3, 4)).double()[:, None].expand(lead)
     out = estimates(moment_sums(y, lead=2, center=center))
     g = estimates(moment_sums(grad_in, lead=2, center=torch.zeros(grad_in.shape[:2], dtype=torch.float64)),
                   prefix="grad_")

@@ -43,7 +43,7 @@ def expect_1d(f, mean, var, n: int = 96):
     return np.sum(w * f(mean + std * z), axis=-1)
 
 
-def expect_2d(f, mean, var, corr, n: int = 64):
+def expect_2d(f, mean, var, corr, n: int = 96):
     """E[f(X1, X2)] for (X1, X2) bivariate normal with common ``mean`` and ``var`` and correlation ``corr``.
 
     Uses the Cholesky factorisation X1 = μ + σ Z1, X2 = μ + σ (ρ Z1 + √(1-ρ²) Z2) and an n×n tensor Gauss–Hermite

@@ -110,10 +110,12 @@ def _groups(spec: ComponentSpec, params: dict, max_group: int):
 
 
 def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_configs: int | None = None,
-                  progress: Callable[[int], None] | None = None, max_group: int = 64) -> ComponentResult:
-    """Sweep one component. ``progress(k)`` is called after every batch with the number of configurations done."""
+                  progress: Callable[[int], None] | None = None, max_group: int = 64,
+                  replicates: int = 8) -> ComponentResult:
+    """Sweep one component. ``progress(k)`` is called after every batch with the number of configurations done;
+    ``replicates`` independent replicates per configuration give each standard error."""
     n = n_configs or (spec.quick_configs if quick else spec.n_configs)
-    budget = Budget(scale=spec.quick_scale if quick else 1.0)
+    budget = Budget(scale=spec.quick_scale if quick else 1.0, replicates=replicates)
     params = sample_configs(spec, n, seed)
     gen = torch.Generator().manual_seed(seed)
     predicted = {q: np.asarray(v, dtype=np.float64) for q, v in spec.predict(params).items()}

@@ -1,0 +1,73 @@
+"""Verification sweep of the residual add y = λx + β·Linear(x): checks the rules' independence assumption between
+the skip path and a branch that ends in a random zero-mean linear layer (not in Kedia et al. Table 21/22)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.func import functional_call, vmap
+
+from ...components.linear import Linear, linear_backward, linear_forward
+from ...components.residual import Residual, residual_backward, residual_forward
+from ...moments import GradMoments, Moments
+from ..sampling import column, correlated_gaussian, forward_backward_estimates
+from ..spec import ComponentSpec, Param
+from .common import FORWARD_BACKWARD, gaussian_input_params
+from .linear import COLUMNS, TOKEN_SAMPLES
+
+
+def _simulate(params, budget, generator):
+    d = int(params["d"][0])
+    n, k = len(params["var"]), budget.replicates
+    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
+    rows = max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
+    block = Residual(Linear(d, d, bias=False))
+    std = column(np.sqrt(params["weight_gain"] / d), 4, torch.float32)
+    state = {
+        "branch.weight": torch.randn(n, draws, d, d, generator=generator).mul_(std),
+        "lam": column(params["lam"], 2, torch.float32).expand(n, draws),
+        "beta": column(params["beta"], 2, torch.float32).expand(n, draws),
+    }
+    x = correlated_gaussian(n, draws, rows, 2, d, params["mean"], params["var"], params["corr"], generator)
+    x.requires_grad_(True)
+
+    def run(s, xi):
+        return functional_call(block, s, (xi,))
+
+    y = vmap(vmap(run))(state, x)  # the real Residual(Linear) forward, one weight draw per (config, draw)
+    g = correlated_gaussian(n, draws, rows, 2, d, np.zeros(n), params["grad_var"], params["grad_corr"], generator)
+    y.backward(g)
+
+    def regroup(t):
+        return t.reshape(n, k, (draws // k) * rows, 2, d)
+
+    return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))
+
+
+def _predict(params):
+    m = Moments(params["mean"], params["var"], params["corr"])
+    w = params["weight_gain"] / params["d"]
+    g = GradMoments(params["grad_var"], params["grad_corr"])
+    fwd = residual_forward(m, linear_forward(m, params["d"], w), params["lam"], params["beta"])
+    bwd = residual_backward(g, linear_backward(g, params["d"], w), params["lam"], params["beta"])
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+SPEC = ComponentSpec(
+    name="residual",
+    title="Residual add λx + β·Linear(x)",
+    params=gaussian_input_params(mean=(-10.0, 10.0)) + (
+        Param("d", 16, 1024, scale="log", levels=7, integer=True, doc="width"),
+        Param("weight_gain", 0.1, 10.0, scale="log", doc="σ²_w·d of the branch's linear layer"),
+        Param("lam", 0.1, 2.0, doc="skip scale λ"),
+        Param("beta", 0.1, 2.0, doc="branch scale β"),
+    ),
+    quantities=FORWARD_BACKWARD,
+    simulate=_simulate,
+    predict=_predict,
+    shape_params=("d",),
+    note="The branch is a random zero-mean linear layer, as at the end of every transformer block; token pairs "
+         "and many weight draws per configuration.",
+)

@@ -1,0 +1,58 @@
+"""The FFN block: norm → Linear(d, d_ff) → activation → Linear(d_ff, d) → dropout (Kedia et al. App. B.2).
+
+Its moment rules are the composition of its children's rules (:class:`~sigprop.components.sequential.Sequential`);
+the paper's simplified closed form (Table 2) is kept as :func:`ffn_block_table2` for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from ..gaussian import clip_corr
+from ..moments import GradMoments, Moments, check_range
+from .dropout import Dropout
+from .factory import make_activation, make_norm
+from .linear import Linear
+from .sequential import Sequential
+
+__all__ = ["FFNBlock", "ffn_block_table2"]
+
+
+class FFNBlock(Sequential):
+    """norm → fc1 (d → d_ff) → act → fc2 (d_ff → d) → drop. ``norm="none"`` gives the bare block of Table 2.
+
+    Weight standard deviations default to Xavier-normal; the rules read the declared values.
+    """
+
+    def __init__(self, d: int, d_ff: int | None = None, activation: str = "relu", p: float = 0.0,
+                 norm: str = "layernorm", w1_std: float | None = None, w2_std: float | None = None,
+                 norm_kwargs: dict | None = None):
+        d_ff = 4 * d if d_ff is None else d_ff
+        layers = OrderedDict()
+        norm_module = make_norm(norm, d, **(norm_kwargs or {}))
+        if norm_module is not None:
+            layers["norm"] = norm_module
+        layers["fc1"] = Linear(d, d_ff, weight_std=w1_std)
+        layers["act"] = make_activation(activation)
+        layers["fc2"] = Linear(d_ff, d, weight_std=w2_std)
+        layers["drop"] = Dropout(p)
+        super().__init__(layers)
+
+
+def ffn_block_table2(m: Moments, g: GradMoments, d, w1_var, w2_var, p=0.0) -> tuple[Moments, GradMoments]:
+    """Kedia et al. Table 2 (App. B.2), the bare ReLU FFN block with d_ff = 4d and a zero-mean input:
+
+    σ²_out = 2d²σ²_w1σ²_w2σ²_in/(1−p),  r_out = (1−p)(1/π + r/2 + (1/2 − 1/π)r²)  (a quadratic fit of the
+    exact ReLU → Linear composition, exact at r = 0 and r = 1),
+    σ²_gin = 2d²σ²_w1σ²_w2σ²_g/(1−p),  r_gin = (1−p)(1/2 + asin(r)/π) r_g.
+    """
+    p = check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
+    gain = 2.0 * np.asarray(d, dtype=np.float64) ** 2 * w1_var * w2_var / (1.0 - p)
+    r = m.corr
+    fwd = Moments(mean=0.0 * m.var, var=gain * m.var,
+                  corr=clip_corr((1.0 - p) * (1.0 / math.pi + r / 2.0 + (0.5 - 1.0 / math.pi) * r**2)))
+    bwd = GradMoments(var=gain * g.var, corr=clip_corr((1.0 - p) * (0.5 + np.arcsin(r) / math.pi) * g.corr))
+    return fwd, bwd

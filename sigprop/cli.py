@@ -30,6 +30,7 @@ def verify(
     quick: bool = typer.Option(False, "--quick", help="Small sweep (48 configurations per component, fewer "
                                "samples): a smoke test in well under a minute."),
     json_path: Path = typer.Option(None, "--json", help="Write the machine-readable report here."),
+    markdown: Path = typer.Option(None, "--markdown", help="Write the accuracy table as Markdown here."),
     seed: int = typer.Option(0, help="Seed of the configuration design and the Monte Carlo samples."),
     configs: int = typer.Option(None, help="Override the number of configurations per component."),
     strict: bool = typer.Option(False, help=f"Exit with status 1 unless every p50 <= {TARGET_P50}% and "
@@ -45,7 +46,7 @@ def verify(
     "normalisation"), with the Monte Carlo noise (one standard error) beside them.
     """
     from .verify.registry import available, load_spec
-    from .verify.report import render_table
+    from .verify.report import markdown_table, render_table
     from .verify.run import resolve_components, run_verification
 
     if list_:
@@ -77,6 +78,10 @@ def verify(
                   f"{report.seconds:.1f} s ({'quick' if quick else 'full'} sweep, seed {seed}).")
     if json_path:
         console.print(f"JSON report: {report.write_json(json_path)}")
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(markdown_table(report.to_json()) + "\n")
+        console.print(f"Markdown table: {markdown}")
     if strict and not report_meets(report, TARGET_P50, TARGET_P99):
         raise typer.Exit(1)
 

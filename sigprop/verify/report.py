@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-__all__ = ["render_table"]
+__all__ = ["render_table", "markdown_table"]
 
 
 def _fmt(v: float, limit: float | None = None) -> str:
@@ -28,3 +28,16 @@ def render_table(report, target_p50: float, target_p99: float) -> Table:
             first = False
         table.add_section()
     return table
+
+
+def markdown_table(report_json: dict) -> str:
+    """The README's accuracy table from a report's JSON: one row per component and quantity."""
+    lines = ["| component | quantity | p50 | p90 | p99 | paper (Table 21) | noise p50/p99 | > 3 SE | configs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, summary in report_json["components"].items():
+        for q, s in summary.items():
+            paper = " / ".join(f"{v:g}" for v in s["paper"]) if "paper" in s else "—"
+            lines.append(f"| {name} | {q} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | {paper} | "
+                         f"{s['noise_p50']:.2f} / {s['noise_p99']:.2f} | {100 * s['beyond_3se']:.1f}% | "
+                         f"{s['n_configs']} |")
+    return "\n".join(lines)

@@ -61,3 +61,29 @@ def forward_backward_estimates(y: torch.Tensor, grad_in: torch.Tensor) -> dict[s
     out["grad_var"] = g["grad_var"]
     out["grad_corr"] = g["grad_corr"]
     return out
+
+
+def linear_weights(n_configs: int, draws: int, d_out: int, d_in: int, std, generator: torch.Generator,
+                   replicates: int = 1, stratify: bool = True) -> torch.Tensor:
+    """Weight matrices (C, draws, d_out, d_in) of a linear layer initialised N(0, std²), std per configuration.
+
+    With ``stratify`` the sums over the inputs of each output row, c_j = Σ_i W_ji ~ N(0, d_in std²), are drawn by
+    stratified sampling (one normal quantile per stratum, strata randomly permuted) across the rows of each replicate
+    — the draws are split into ``replicates`` contiguous blocks — while the rest of each row stays i.i.d. Gaussian.
+    Every row keeps exactly the N(0, std² I) law and rows are only weakly dependent, so per-row sums of any function
+    keep their expectation (estimates stay unbiased), but the sample second moment of the c_j, which carries an input
+    mean into the output variance as μ²c_j², no longer fluctuates. Stratifying within each replicate keeps the
+    replicates independent, so their spread still measures the estimator's noise.
+    """
+    if draws % replicates:
+        raise ValueError(f"draws ({draws}) must be a multiple of replicates ({replicates})")
+    z = torch.randn(n_configs, draws, d_out, d_in, generator=generator)
+    if stratify:
+        groups, rows = n_configs * replicates, (draws // replicates) * d_out
+        u = (torch.arange(rows, dtype=torch.float64) + torch.rand(groups, rows, generator=generator,
+                                                                    dtype=torch.float64)) / rows
+        order = torch.argsort(torch.rand(groups, rows, generator=generator), dim=1)
+        u = torch.gather(u, 1, order)
+        c = (torch.special.ndtri(u) * np.sqrt(d_in)).to(z.dtype).reshape(n_configs, draws, d_out, 1)
+        z = z - z.mean(dim=-1, keepdim=True) + c / d_in
+    return z.mul_(column(std, 4, z.dtype))

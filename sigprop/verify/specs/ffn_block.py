@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from torch.func import functional_call, vmap
 
 from ...components.ffn import FFNBlock
 from ...moments import GradMoments, Moments
-from ..sampling import column, correlated_gaussian, forward_backward_estimates
+from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
@@ -33,11 +32,9 @@ def _simulate(params, budget, generator):
     draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
     rows = max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
     block = _block(params).train()
-    w1 = column(np.sqrt(params["w1_gain"] / d), 4, torch.float32)
-    w2 = column(np.sqrt(params["w2_gain"] / (4 * d)), 4, torch.float32)
     weights = {
-        "fc1.weight": torch.randn(n, draws, 4 * d, d, generator=generator).mul_(w1),
-        "fc2.weight": torch.randn(n, draws, d, 4 * d, generator=generator).mul_(w2),
+        "fc1.weight": linear_weights(n, draws, 4 * d, d, np.sqrt(params["w1_gain"] / d), generator, k),
+        "fc2.weight": linear_weights(n, draws, d, 4 * d, np.sqrt(params["w2_gain"] / (4 * d)), generator, k),
     }
     x = correlated_gaussian(n, draws, rows, 2, d, params["mean"], params["var"], params["corr"], generator)
     x.requires_grad_(True)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from torch.func import functional_call, vmap
 
 from ...components.linear import Linear, linear_backward, linear_forward
 from ...moments import GradMoments, Moments
-from ..sampling import column, correlated_gaussian, forward_backward_estimates
+from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Estimate, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
@@ -44,8 +43,7 @@ def _simulate(params, budget, generator):
 def _simulate_chunk(params, d_in, d_out, draws, rows, k, generator):
     n = len(params["var"])
     layer = Linear(d_in, d_out, bias=False)
-    std = column(np.sqrt(_weight_var(params)), 4, torch.float32)
-    weights = torch.randn(n, draws, d_out, d_in, generator=generator).mul_(std)
+    weights = linear_weights(n, draws, d_out, d_in, np.sqrt(_weight_var(params)), generator, k)
     x = correlated_gaussian(n, draws, rows, 2, d_in, params["mean"], params["var"], params["corr"], generator)
     x.requires_grad_(True)
 

@@ -12,7 +12,7 @@ from torch.func import functional_call, vmap
 from ...components.linear import Linear, linear_backward, linear_forward
 from ...components.residual import Residual, residual_backward, residual_forward
 from ...moments import GradMoments, Moments
-from ..sampling import column, correlated_gaussian, forward_backward_estimates
+from ..sampling import column, correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
 from .linear import COLUMNS, TOKEN_SAMPLES
@@ -24,9 +24,8 @@ def _simulate(params, budget, generator):
     draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
     rows = max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
     block = Residual(Linear(d, d, bias=False))
-    std = column(np.sqrt(params["weight_gain"] / d), 4, torch.float32)
     state = {
-        "branch.weight": torch.randn(n, draws, d, d, generator=generator).mul_(std),
+        "branch.weight": linear_weights(n, draws, d, d, np.sqrt(params["weight_gain"] / d), generator, k),
         "lam": column(params["lam"], 2, torch.float32).expand(n, draws),
         "beta": column(params["beta"], 2, torch.float32).expand(n, draws),
     }

@@ -1,0 +1,242 @@
+"""LayerNorm: the module and its moment rules (Kedia et al. App. A.6, Tables 15–20), exact at finite width.
+
+Kedia et al. replace the sample standard deviation σ̂ by σ ("σ̂ → σ a.s. for large d", App. A.6), which gives
+r_out = r(1 − 1/d) and σ²_gin = σ²_g/σ²_x. Here the Gaussian case is solved exactly at finite d.
+
+Set-up (all of this module). One token's input x ∈ R^d is Gaussian with exchangeable hidden units and the separable
+covariance of :mod:`sigprop.moments`: Cov(x_ti, x_sj) = σ² R_ts H_ij, H_ij = c (= corr_hidden) for i ≠ j. LayerNorm
+first centres, u = x − x̄1 = Px with P = I − 11ᵀ/d. The mean μ and the shared part c of H are in the 1-direction that
+P removes, so μ drops out exactly and u is an isotropic Gaussian in the n = d − 1 dimensional range of P with
+per-direction variance σ²_eff = σ²(1 − c); |u|² ~ σ²_eff χ²_n. The output is y = u/σ̂ with σ̂² = |u|²/d + eps.
+Two tokens t ≠ s give two such vectors u, v with correlation ρ = r (the input token correlation) in every direction;
+θ is the angle between them. Then cos θ has the law of Pearson's sample correlation of d bivariate normal pairs
+(n = d − 1 degrees of freedom), whose moments are classical (Hotelling 1953; Olkin & Pratt 1958):
+
+    E[cos θ]          = ρ (2/n) (Γ((n+1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2 + 1; ρ²)           ≈ ρ(1 − (1 − ρ²)/(2n)),
+    E[1/(|u||v|)]     = ½ (Γ((n−1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2; ρ²)                      (σ_eff = 1),
+    E[cos²θ/(|u||v|)] = (1/2n)(Γ((n−1)/2)/Γ(n/2))² [(1−z)(G + 2zG') + (n − 4) z G],   z = ρ², (σ_eff = 1)
+                        G = ₂F₁(3/2, 3/2; n/2 + 1; z),  G' = (9/4)/(n/2 + 1) ₂F₁(5/2, 5/2; n/2 + 2; z),
+    E[1/|u|²] = 1/(n − 2),  E[1/|u|⁴] = 1/((n − 2)(n − 4))                             (σ_eff = 1).
+
+All of them follow from the Wishart density of (a, b, cos θ) = (|u|², |v|², cos θ): expanding exp(ρ u·v/(1−ρ²)) in
+powers of ρ separates the integrals into Gamma and Beta functions,
+
+    E[(ab)^s cos^m θ] = (1−ρ²)^(n/2+2s) 4^s/(Γ(n/2)√π)
+                        · Σ_{k ≡ m mod 2} (2ρ)^k/k! Γ(n/2+s+k/2)² Γ((m+k+1)/2)/Γ((n+m+k)/2),
+
+and the resulting ₂F₁ (m = 0, 1) and ₃F₂(…, 3/2; 1/2, …) = (1 + 2z d/dz)₂F₁ (m = 2) series are brought to the forms
+above by Euler's transformation ₂F₁(a, b; c; z) = (1−z)^(c−a−b) ₂F₁(c−a, c−b; c; z) (s = 0, m = 1 gives Olkin–Pratt;
+s = −½, m = 0 and 2 the two inverse-norm moments). tests/components/test_layernorm.py sums this series numerically and
+checks every closed form against it, against Hotelling's density of cos θ, and against product quadrature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import special
+from torch import nn
+
+from ..gaussian import clip_corr
+from ..moments import GradMoments, Moments, check_range
+
+__all__ = ["LayerNorm", "layernorm_forward", "layernorm_backward", "LAYERNORM_APPROX"]
+
+#: The approximations the LayerNorm rules offer (see :func:`layernorm_forward`).
+LAYERNORM_APPROX = ("exact", "kedia", "kedia_table1")
+
+#: Smallest width the exact rules accept: they need E[1/|u|⁴] (n > 4), and G' stays finite at ρ = ±1 for n > 6.
+MIN_WIDTH = 8
+
+
+def _check_d(d):
+    return check_range(d, "layernorm d", lo=MIN_WIDTH, allowed=f"[{MIN_WIDTH}, inf)")
+
+
+def _check_eps(eps):
+    return check_range(eps, "layernorm eps", lo=0.0)
+
+
+def _check_approx(approx):
+    if approx not in LAYERNORM_APPROX:
+        raise ValueError(f"layernorm approx must be one of {LAYERNORM_APPROX} (got {approx!r})")
+    return approx
+
+
+def _check_corr_hidden(c, d):
+    """corr_hidden must describe a valid covariance (c ≥ −1/(d−1)) and leave variance to normalise (c < 1)."""
+    c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
+    bad = (c_arr < -1.0 / (d_arr - 1.0) - 1e-12) | (c_arr >= 1.0)
+    if np.any(bad):
+        got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
+        raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for a LayerNorm input (got {got!r})")
+    return c
+
+
+def _gamma_ratio_sq(a, b):
+    """(Γ(a)/Γ(b))², stable for large arguments."""
+    return np.exp(2.0 * (special.gammaln(a) - special.gammaln(b)))
+
+
+#: Below this c scipy's hyp2f1 is accurate on 0 ≤ z ≤ 1 for a = b ∈ {½, 3/2, 5/2}; above it, it returns NaN for
+#: z > 0.9 (scipy 1.17), where the power series converges fast instead.
+_SERIES_FROM_C = 50.0
+
+
+def hyp2f1_equal(a: float, c, z):
+    """₂F₁(a, a; c; z) for 0 ≤ z ≤ 1 and c − 2a > 0, broadcasting over ``c`` and ``z``.
+
+    scipy for c < 50, and for c ≥ 50 the power series Σ_k (a)_k² z^k/((c)_k k!), whose terms fall like
+    k^(2a−1−c) z^k, summed to a relative 1e-17 (scipy's routine returns NaN there for z > 0.9).
+    """
+    c, z = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(z, dtype=np.float64))
+    out = np.empty(c.shape)
+    small = c < _SERIES_FROM_C
+    out[small] = special.hyp2f1(a, a, c[small], z[small])
+    big = ~small
+    if np.any(big):
+        cb, zb = c[big], z[big]
+        term = np.ones_like(cb)
+        total = np.ones_like(cb)
+        for k in range(100_000):
+            term = term * (a + k) ** 2 * zb / ((cb + k) * (k + 1.0))
+            total += term
+            if np.all(term <= 1e-17 * total):
+                break
+        out[big] = total
+    return out if out.ndim else float(out)
+
+
+def expected_cosine(n, rho):
+    """E[cos θ] for two Gaussian vectors in ``n`` dimensions, i.i.d. components with correlation ``rho`` (any scale).
+
+    Olkin & Pratt (1958): E[cos θ] = ρ (2/n)(Γ((n+1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2 + 1; ρ²) = ρ(1 − (1−ρ²)/(2n)) + O(n⁻²).
+    cos θ is Pearson's sample correlation with n degrees of freedom. Exact; broadcasts over ``n`` and ``rho``.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    rho = np.asarray(rho, dtype=np.float64)
+    return rho * (2.0 / n) * _gamma_ratio_sq((n + 1.0) / 2.0, n / 2.0) * hyp2f1_equal(0.5, n / 2.0 + 1.0, rho**2)
+
+
+def expected_inv_norms(n, rho):
+    """E[1/(|u||v|)] and E[cos²θ/(|u||v|)] for unit-variance Gaussian u, v ∈ R^n with correlation ``rho``.
+
+    E[1/(|u||v|)] = ½ (Γ((n−1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2; ρ²);
+    E[cos²θ/(|u||v|)] = (1/2n)(Γ((n−1)/2)/Γ(n/2))² [(1−z)(G + 2zG') + (n−4) z G], z = ρ²,
+    G = ₂F₁(3/2, 3/2; n/2+1; z), G' = dG/dz = (9/4)/(n/2+1) ₂F₁(5/2, 5/2; n/2+2; z). Both reduce to 1/(n−2) at
+    ρ = ±1. Exact (Wishart series, see the module docstring); needs n > 6.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    z = np.asarray(rho, dtype=np.float64) ** 2
+    k = _gamma_ratio_sq((n - 1.0) / 2.0, n / 2.0)
+    e1 = 0.5 * k * hyp2f1_equal(0.5, n / 2.0, z)
+    c = n / 2.0 + 1.0
+    g = hyp2f1_equal(1.5, c, z)
+    gp = 2.25 / c * hyp2f1_equal(2.5, c + 1.0, z)
+    e2 = k / (2.0 * n) * ((1.0 - z) * (g + 2.0 * z * gp) + (n - 4.0) * z * g)
+    return e1, e2
+
+
+def normalised_grad_corr(n, rho):
+    """r_gin / r_g for a normaliser whose Jacobian is (1/σ̂)(Π − a aᵀ), a = y/√d a unit vector in an n-dimensional
+    subspace Π in which the input is an isotropic Gaussian with token correlation ``rho`` (eps = 0).
+
+    tr(M_t M_s) = n − 2 + cos²θ and tr(M²) = n − 1, so
+    r_gin/r_g = E[(n − 2 + cos²θ)/(|u||v|)] / ((n − 1) E[1/|u|²])
+              = (n − 2)((n − 2) E[1/(|u||v|)] + E[cos²θ/(|u||v|)])/(n − 1).
+    LayerNorm uses n = d − 1; RMSNorm with a zero-mean input n = d. Exact for gradients independent of x.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    e1, e2 = expected_inv_norms(n, rho)
+    return (n - 2.0) * ((n - 2.0) * e1 + e2) / (n - 1.0)
+
+
+def layernorm_forward(m: Moments, d, eps=1e-5, approx: str = "exact") -> Moments:
+    """Moments after LayerNorm over ``d`` hidden units, y = (x − x̄)/√(mean((x − x̄)²) + eps) (App. A.6).
+
+    ``approx="exact"`` (default; Gaussian input, exact at finite d, first order in eps):
+      μ_out = 0 (Σ_i y_i = 0 exactly),
+      σ²_out = 1 − d·eps/(σ²_eff (d − 3)),                σ²_eff = σ²(1 − corr_hidden),
+      r_out = E[cos θ] = r (2/n)(Γ((n+1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2 + 1; r²),   n = d − 1
+            = r(1 − (1 − r²)/(2(d−1))) + O(d⁻²)   (the paper's r(1 − 1/d) is off at O(1/d) unless r = 0),
+      corr_hidden_out = −1/(d − 1) exactly (Table 19).
+    The eps terms are first order: relative error O((d·eps/σ²_eff)²/d²) in σ²_out, and r_out neglects an eps
+    correction of O(eps/(σ²_eff d)). The input mean drops out exactly.
+    ``approx="kedia"``: Tables 15, 16, 18, 19 as printed: μ 0, σ² 1, r(1 − 1/d), corr_hidden −1/(d − 1).
+    ``approx="kedia_table1"``: Table 1: μ 0, σ² 1, r, corr_hidden −1/(d − 1).
+
+    Assumes: Gaussian input with the separable covariance of :mod:`sigprop.moments`, affine parameters at their
+    initial values (γ = 1, β = 0, which Kedia et al. note do not change the derivation). Raises ``ValueError`` for
+    d < 8, eps < 0, an unknown ``approx``, or corr_hidden outside [−1/(d−1), 1) (exact form).
+    """
+    d = _check_d(d)
+    eps = _check_eps(eps)
+    _check_approx(approx)
+    zero = np.zeros(np.broadcast(m.mean, m.var, m.corr, m.corr_hidden, d).shape)
+    corr_hidden = clip_corr(zero - 1.0 / (d - 1.0))
+    if approx == "kedia":
+        return Moments(mean=zero, var=zero + 1.0, corr=clip_corr(zero + m.corr * (1.0 - 1.0 / d)),
+                       corr_hidden=corr_hidden)
+    if approx == "kedia_table1":
+        return Moments(mean=zero, var=zero + 1.0, corr=clip_corr(zero + m.corr), corr_hidden=corr_hidden)
+    _check_corr_hidden(m.corr_hidden, d)
+    var_eff = m.var * (1.0 - m.corr_hidden)
+    var = 1.0 - d * eps / (var_eff * (d - 3.0)) + zero
+    corr = expected_cosine(d - 1.0, m.corr) + zero
+    return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=corr_hidden)
+
+
+def layernorm_backward(g: GradMoments, m_in: Moments, d, eps=1e-5, approx: str = "exact") -> GradMoments:
+    """Gradient moments through LayerNorm: g_in = (1/σ̂)(I − 11ᵀ/d − y yᵀ/d) g_out (Xu et al. 2019 Eq. 17; App. A.6).
+
+    ``approx="exact"`` (default): with n = d − 1, σ²_eff = σ²(1 − corr_hidden) and g_out independent of x,
+      σ²_gin = σ²_g (d − 2)/(σ²_eff (d − 3)) · (1 − d·eps/(σ²_eff (d − 5)))
+        [E|g_in|² = σ²_g E[tr(M²)/σ̂²], tr(M²) = d − 2 (+O(eps²)), E[1/χ²_n] = 1/(n−2), E[1/χ⁴_n] = 1/((n−2)(n−4))],
+      r_gin = r_g (n−2)((n−2) E[1/(|u||v|)] + E[cos²θ/(|u||v|)])/(n − 1)   (:func:`normalised_grad_corr`),
+        exact at eps = 0; the eps corrections of numerator and denominator cancel to O(eps/(σ²_eff d)).
+      At r = 1 this gives r_gin = r_g; at r = 0, r_gin = r_g (n−2)²Γ((n−1)/2)²/(2(n−1)Γ(n/2)²)·(1 + 1/(n(n−2))).
+    ``approx="kedia"`` / ``"kedia_table1"``: Tables 1, 17, 20: σ²_gin = σ²_g/σ², r_gin = r_g.
+
+    Assumes: Gaussian input (moments ``m_in``), zero-mean output gradient independent of x with i.i.d. hidden
+    units. Raises ``ValueError`` as :func:`layernorm_forward`.
+    """
+    d = _check_d(d)
+    eps = _check_eps(eps)
+    _check_approx(approx)
+    zero = np.zeros(np.broadcast(g.var, g.corr, m_in.var, m_in.corr, m_in.corr_hidden, d).shape)
+    if approx in ("kedia", "kedia_table1"):
+        return GradMoments(var=g.var / m_in.var + zero, corr=clip_corr(g.corr + zero))
+    _check_corr_hidden(m_in.corr_hidden, d)
+    var_eff = m_in.var * (1.0 - m_in.corr_hidden)
+    var = g.var * (d - 2.0) / (var_eff * (d - 3.0)) * (1.0 - d * eps / (var_eff * (d - 5.0))) + zero
+    corr = g.corr * normalised_grad_corr(d - 1.0, m_in.corr) + zero
+    return GradMoments(var=var, corr=clip_corr(corr))
+
+
+class LayerNorm(nn.LayerNorm):
+    """``torch.nn.LayerNorm`` over the last dimension that also transforms moments (:func:`layernorm_forward`,
+    :func:`layernorm_backward`). ``d`` is the number of normalised elements (the product of ``normalized_shape``).
+
+    The moment rules assume the affine parameters at their initial values (weight 1, bias 0).
+    """
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None, approx: str = "exact"):
+        _check_eps(eps)
+        _check_approx(approx)
+        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
+                         device=device, dtype=dtype)
+        self.approx = approx
+
+    @property
+    def d(self) -> int:
+        return int(np.prod(self.normalized_shape))
+
+    def forward_moments(self, m: Moments) -> Moments:
+        return layernorm_forward(m, self.d, self.eps, self.approx)
+
+    def backward_moments(self, g: GradMoments, m_in: Moments) -> GradMoments:
+        return layernorm_backward(g, m_in, self.d, self.eps, self.approx)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102 (inherited behaviour)
+        return super().forward(x)

@@ -1,0 +1,40 @@
+"""Verification sweep of RMSNorm (:mod:`sigprop.components.rmsnorm`).
+
+Kedia et al. do not treat RMSNorm; the sweep uses LayerNorm's ranges of Table 22 (μ ∈ [−10, 10] matters here: the
+mean does not drop out of RMSNorm) and has no paper errors to compare with.
+"""
+
+from __future__ import annotations
+
+from ...components.rmsnorm import RMSNorm, rmsnorm_backward, rmsnorm_forward
+from ...moments import GradMoments, Moments
+from ..spec import ComponentSpec
+from .common import FORWARD_BACKWARD, gaussian_input_params
+from .layernorm import NORM_NOTE, _frozen, simulate_norm, width_param
+
+
+def _simulate(params, budget, generator):
+    d = int(params["d"][0])  # d is a shape parameter: one RMSNorm module per batch of configurations
+    return simulate_norm(_frozen(RMSNorm(d)), params, budget, generator)
+
+
+def _predict(params):
+    m = Moments(params["mean"], params["var"], params["corr"])
+    eps = RMSNorm(8).moment_eps  # the module's default eps (torch.finfo(float32).eps), as simulated
+    fwd = rmsnorm_forward(m, params["d"], eps)
+    bwd = rmsnorm_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["d"], eps)
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+SPEC = ComponentSpec(
+    name="rmsnorm",
+    title="RMSNorm",
+    params=gaussian_input_params(mean=(-10.0, 10.0)) + (width_param(),),
+    quantities=FORWARD_BACKWARD,
+    simulate=_simulate,
+    predict=_predict,
+    shape_params=("d",),
+    paper={},
+    note=NORM_NOTE + " Ranges: LayerNorm's row of Table 22 (the paper has no RMSNorm). Module: sigprop's "
+         "RMSNorm(d) (torch.nn.RMSNorm's interface and default eps = finfo(float32).eps, weight 1).",
+)

@@ -2,19 +2,18 @@
 Table 22's ranges agrees with Monte Carlo on the real module within t × standard error.
 
 The standard errors come from 32 independent replicates per configuration; t is Student's quantile for a two-sided
-false-alarm rate of 1e-5 per assertion. A floor of 1e-3 percent covers float32 round-off of the pooled sums.
+false-alarm rate of 1e-5 per assertion. A floor of harness.ROUNDOFF percent covers float32 round-off.
 """
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from sigprop.verify.harness import run_component
+from sigprop.verify.harness import ROUNDOFF, run_component
 from sigprop.verify.registry import load_spec
 
 REPLICATES = 32
 T = stats.t.ppf(1 - 1e-5 / 2, REPLICATES - 1)
-ROUNDOFF = 1e-3
 
 
 @pytest.mark.parametrize("name", ["dropout", "linear", "residual", "embedding"])

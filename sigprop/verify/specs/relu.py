@@ -1,0 +1,42 @@
+"""Verification sweep of ReLU (Kedia et al. App. A.4; ranges of Table 22, paper errors of Table 21)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...components.relu import ReLU, relu_backward, relu_forward
+from ...moments import GradMoments, Moments
+from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
+from ..spec import ComponentSpec
+from .common import FORWARD_BACKWARD, gaussian_input_params
+
+NOTE = (
+    ELEMENTWISE_NOTE + " Ranges as Table 22: μ = 0, σ² ∈ [0.1, 10], σ²_g ∈ [0.1, 10], r, r_g ∈ [0, 0.99]. The "
+    "rules also handle μ ≠ 0 (closed forms); that path is checked by tests/components/test_relu.py against "
+    "quadrature and Monte Carlo on the real module."
+)
+
+
+def _simulate(params, budget, generator):
+    return simulate_elementwise(ReLU(), params, budget, generator)
+
+
+def _predict(params):
+    mean = params.get("mean", np.zeros_like(params["var"]))
+    m = Moments(mean, params["var"], params["corr"])
+    fwd = relu_forward(m)
+    bwd = relu_backward(GradMoments(params["grad_var"], params["grad_corr"]), m)
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+SPEC = ComponentSpec(
+    name="relu",
+    title="ReLU",
+    params=gaussian_input_params(),
+    quantities=FORWARD_BACKWARD,
+    simulate=_simulate,
+    predict=_predict,
+    paper={"mean": (0.3, 1.3, 2.3), "var": (0.5, 1.9, 3.4), "grad_var": (0.6, 1.5, 2.6), "corr": (0.3, 1.6, 3.1),
+           "grad_corr": (0.2, 1.1, 2.3)},
+    note=NOTE,
+)

@@ -87,8 +87,11 @@ def moment_sums(x: torch.Tensor, lead: int = 0, center: torch.Tensor | None = No
     # promoted afterwards; promoting the whole tensor first costs more than the reduction itself.
     s1 = xc.sum(dim=red).double()
     s2 = (xc * xc).sum(dim=red).double()
-    col = xc.sum(dim=-2)  # (..., batch, hidden): Σ_t x_t
-    token_pairs = (col * col).sum(dim=(-2, -1)).double() - s2
+    if t == 2:  # Σ_{t≠s} x_t x_s = 2 Σ x_0 x_1: one product instead of a column sum and its square
+        token_pairs = 2.0 * (xc[..., 0, :] * xc[..., 1, :]).sum(dim=(-2, -1)).double()
+    else:
+        col = xc.sum(dim=-2)  # (..., batch, hidden): Σ_t x_t
+        token_pairs = (col * col).sum(dim=(-2, -1)).double() - s2
     if hidden_pairs:
         row = xc.sum(dim=-1)
         hp = (row * row).sum(dim=(-2, -1)).double() - s2

@@ -119,7 +119,7 @@ def _groups(spec: ComponentSpec, params: dict, max_group: int):
 
 
 def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_configs: int | None = None,
-                  progress: Callable[[int], None] | None = None, max_group: int = 64,
+                  progress: Callable[[int], None] | None = None, max_group: int | None = None,
                   replicates: int = 8) -> ComponentResult:
     """Sweep one component. ``progress(k)`` is called after every batch with the number of configurations done;
     ``replicates`` independent replicates per configuration give each standard error."""
@@ -131,7 +131,7 @@ def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_con
     measured = {q: Estimate(np.full(n, np.nan), np.full(n, np.nan)) for q in spec.quantities}
     meas_var = np.full(n, np.nan)
     t0 = time.perf_counter()
-    for idx in _groups(spec, params, max_group):
+    for idx in _groups(spec, params, max_group or spec.max_group):
         sub = {k: v[idx] for k, v in params.items()}
         with torch.no_grad() if "grad_var" not in spec.quantities else torch.enable_grad():
             est = spec.simulate(sub, budget, gen)

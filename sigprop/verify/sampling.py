@@ -24,15 +24,20 @@ def correlated_gaussian(n_configs: int, replicates: int, batch: int, tokens: int
 
     x = μ + σ(√r ε + √(1−r) δ), with ε shared by all tokens of one sequence (one draw per batch item and hidden
     unit) and δ independent: every element is N(μ, σ²), two tokens of one sequence have correlation exactly r, and
-    hidden units are independent. ``mean``, ``var``, ``corr`` are arrays of shape (C,).
+    hidden units are independent. For token pairs (T = 2) the same law is drawn as x_0 = μ + σa,
+    x_1 = μ + σ(ra + √(1−r²)b). ``mean``, ``var``, ``corr`` are arrays of shape (C,).
     """
     shape = (n_configs, replicates, batch, tokens, hidden)
-    eps = torch.randn(shape[:3] + (1, hidden), generator=generator, dtype=dtype)
     x = torch.randn(shape, generator=generator, dtype=dtype)
-    r = column(corr, 5, dtype)
     s = column(np.sqrt(var), 5, dtype)
-    x.mul_(torch.sqrt(1.0 - r)).add_(eps * torch.sqrt(r)).mul_(s).add_(column(mean, 5, dtype))
-    return x
+    if tokens == 2:  # x_1 = r x_0 + √(1−r²) b: the same law from one normal per element instead of 1.5
+        r = column(corr, 4, dtype)
+        x[:, :, :, 1].mul_(torch.sqrt(1.0 - r * r)).add_(x[:, :, :, 0] * r)
+    else:
+        r = column(corr, 5, dtype)
+        eps = torch.randn(shape[:3] + (1, hidden), generator=generator, dtype=dtype)
+        x.mul_(torch.sqrt(1.0 - r)).add_(eps * torch.sqrt(r))
+    return x.mul_(s).add_(column(mean, 5, dtype))
 
 
 def estimates(sums: MomentSums, prefix: str = "") -> dict[str, Estimate]:

@@ -86,7 +86,8 @@ class ComponentSpec:
     ``simulate(params, budget, generator)`` receives a dict of float64 arrays (one entry per configuration, all
     sharing the values of ``shape_params``) and returns {quantity: Estimate}. ``predict(params)`` returns
     {quantity: array}. ``paper`` holds Table 21's [p50, p90, p99] percent errors for comparison.
-    ``n_configs`` is the full-sweep size and ``quick_configs`` the ``--quick`` one.
+    ``n_configs`` is the full-sweep size and ``quick_configs`` the ``--quick`` one; at most ``max_group``
+    configurations are simulated as one tensor.
     """
 
     name: str
@@ -100,6 +101,7 @@ class ComponentSpec:
     n_configs: int = 1200
     quick_configs: int = 48
     quick_scale: float = 0.25
+    max_group: int = 64
     note: str = ""
 
     def param(self, name: str) -> Param:

@@ -10,9 +10,9 @@ import torch
 
 from ...components.derf import Derf, derf_backward, derf_forward
 from ...moments import GradMoments, Moments
-from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
 from ..sampling import column
 from ..spec import ComponentSpec, Param
+from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 #: Range of the scaled input mean αμ (see NOTE); the shift s adds to it.
@@ -39,7 +39,7 @@ def _input_mean(params):
 def _simulate(params, budget, generator):
     module = Derf(alpha=column(params["alpha"], 5, torch.float32),
                   shift=column(params["shift"], 5, torch.float32)).requires_grad_(False)
-    return simulate_elementwise(module, dict(params, mean=_input_mean(params)), budget, generator)
+    return simulate_tokenwise(module, dict(params, mean=_input_mean(params)), budget, generator, ELEMENTWISE_HIDDEN)
 
 
 def _predict(params):
@@ -61,5 +61,6 @@ SPEC = ComponentSpec(
     quantities=FORWARD_BACKWARD,
     simulate=_simulate,
     predict=_predict,
+    max_group=CHUNK,
     note=NOTE,
 )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ...components.dropout import Dropout, dropout_backward, dropout_forward
 from ...moments import GradMoments, Moments
-from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
 from ..spec import ComponentSpec, Param
+from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 
 def _simulate(params, budget, generator):
     p = float(params["p"][0])  # p is a shape parameter: one real nn.Dropout per batch of configurations
-    return simulate_elementwise(Dropout(p).train(), params, budget, generator)
+    return simulate_tokenwise(Dropout(p).train(), params, budget, generator, ELEMENTWISE_HIDDEN)
 
 
 def _predict(params):
@@ -32,5 +32,6 @@ SPEC = ComponentSpec(
     shape_params=("p",),
     paper={"mean": (0.0, 0.1, 0.5), "var": (0.1, 0.5, 1.5), "grad_var": (0.1, 0.7, 1.5), "corr": (0.0, 0.4, 1.3),
            "grad_corr": (0.1, 0.5, 1.2)},
+    max_group=CHUNK,
     note=ELEMENTWISE_NOTE,
 )

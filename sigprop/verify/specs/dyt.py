@@ -9,9 +9,9 @@ import torch
 
 from ...components.dyt import DyT, dyt_backward, dyt_forward
 from ...moments import GradMoments, Moments
-from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
 from ..sampling import column
 from ..spec import ComponentSpec, Param
+from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 #: Range of the pre-activation mean αμ (see NOTE).
@@ -35,7 +35,7 @@ def _input_mean(params):
 
 def _simulate(params, budget, generator):
     module = DyT(alpha=column(params["alpha"], 5, torch.float32)).requires_grad_(False)
-    return simulate_elementwise(module, dict(params, mean=_input_mean(params)), budget, generator)
+    return simulate_tokenwise(module, dict(params, mean=_input_mean(params)), budget, generator, ELEMENTWISE_HIDDEN)
 
 
 def _predict(params):
@@ -56,6 +56,7 @@ SPEC = ComponentSpec(
     quantities=FORWARD_BACKWARD,
     simulate=_simulate,
     predict=_predict,
+    max_group=CHUNK,
     note=NOTE,
 )
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from ...components.gelu import GELU, gelu_backward, gelu_forward
 from ...moments import GradMoments, Moments
-from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
 from ..spec import ComponentSpec
+from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 NOTE = (
@@ -18,7 +18,7 @@ NOTE = (
 
 
 def _simulate(params, budget, generator):
-    return simulate_elementwise(GELU(), params, budget, generator)
+    return simulate_tokenwise(GELU(), params, budget, generator, ELEMENTWISE_HIDDEN)
 
 
 def _predict(params):
@@ -38,5 +38,6 @@ SPEC = ComponentSpec(
     predict=_predict,
     paper={"mean": (0.1, 1.0, 2.4), "var": (0.2, 0.6, 1.3), "grad_var": (0.2, 0.6, 1.1), "corr": (0.1, 0.5, 1.2),
            "grad_corr": (0.1, 0.4, 0.9)},
+    max_group=CHUNK,
     note=NOTE,
 )

@@ -6,8 +6,8 @@ import numpy as np
 
 from ...components.relu import ReLU, relu_backward, relu_forward
 from ...moments import GradMoments, Moments
-from ..elementwise import ELEMENTWISE_NOTE, simulate_elementwise
 from ..spec import ComponentSpec
+from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 NOTE = (
@@ -18,7 +18,7 @@ NOTE = (
 
 
 def _simulate(params, budget, generator):
-    return simulate_elementwise(ReLU(), params, budget, generator)
+    return simulate_tokenwise(ReLU(), params, budget, generator, ELEMENTWISE_HIDDEN)
 
 
 def _predict(params):
@@ -38,5 +38,6 @@ SPEC = ComponentSpec(
     predict=_predict,
     paper={"mean": (0.3, 1.3, 2.3), "var": (0.5, 1.9, 3.4), "grad_var": (0.6, 1.5, 2.6), "corr": (0.3, 1.6, 3.1),
            "grad_corr": (0.2, 1.1, 2.3)},
+    max_group=CHUNK,
     note=NOTE,
 )

@@ -9,13 +9,14 @@ from __future__ import annotations
 from ...components.rmsnorm import RMSNorm, rmsnorm_backward, rmsnorm_forward
 from ...moments import GradMoments, Moments
 from ..spec import ComponentSpec
+from ..tokenwise import CHUNK, simulate_tokenwise
 from .common import FORWARD_BACKWARD, gaussian_input_params
-from .layernorm import NORM_NOTE, _frozen, simulate_norm, width_param
+from .layernorm import NORM_NOTE, frozen, width_param
 
 
 def _simulate(params, budget, generator):
     d = int(params["d"][0])  # d is a shape parameter: one RMSNorm module per batch of configurations
-    return simulate_norm(_frozen(RMSNorm(d)), params, budget, generator)
+    return simulate_tokenwise(frozen(RMSNorm(d)), params, budget, generator, hidden=d)
 
 
 def _predict(params):
@@ -34,6 +35,7 @@ SPEC = ComponentSpec(
     simulate=_simulate,
     predict=_predict,
     shape_params=("d",),
+    max_group=CHUNK,
     paper={},
     note=NORM_NOTE + " Ranges: LayerNorm's row of Table 22 (the paper has no RMSNorm). Module: sigprop's "
          "RMSNorm(d) (torch.nn.RMSNorm's interface and default eps = finfo(float32).eps, weight 1).",

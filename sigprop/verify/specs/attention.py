@@ -17,6 +17,8 @@ with its own weights, input and gradients):
    Two autograd backward passes through the same forward — G with independent rows, then G = ξ on every query row —
    identify them from the keys outside / inside the query rows, and the full-L moments follow exactly
    (e.g. E|J[Γ]_k|² = (L − 1)α + β). No approximation is involved: the estimator is unbiased for any n_q.
+   Gradient statistics use the n_q query rows and the next 256 rows; the keys/values are passed to the module as two
+   blocks (those rows, the rest), which it projects separately, so autograd skips the unused rows' input gradient.
 2. Control variates with exactly known expectations, computed by the simulator from its own draws (the same
    dropout mask, weights, input and output gradient): the uniform-attention output (Σ_k U_ik x_k + τ a_i) W_V with
    U = mask/((1−p)L), and the uniform-attention input gradient Σ_i U_ik W_V g_i plus the query-path surrogate
@@ -158,24 +160,26 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
     shared = torch.randn(1, k, 1, d, generator=gen)
     x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
     # the query rows enter the module twice (as queries and as keys/values): a separate leaf for the query copy,
-    # whose gradient is added back to those rows (the chain rule of x_q = x[:n_q], without a full-size scatter)
+    # whose gradient is added back to those rows (the chain rule of x_q = x[:n_q])
+    rows = nq + no
     xq = x[..., :nq, :].clone().requires_grad_(True)
-    x.requires_grad_(True)
+    # key/value rows in two blocks: the first ``rows`` (whose gradients enter the statistics) and the rest, which
+    # needs no gradient; the module projects blocks separately, so autograd skips the second
+    x_rows = x[..., :rows, :].clone().requires_grad_(True)
+    blocks = (x_rows, x[..., rows:, :]) if rows < L else (x_rows,)
     keep = torch.rand(c, k, nq, L, generator=gen) >= _col(p, 3)
-    y = mod(xq, x, dropout_mask=keep)
+    y = mod(xq, blocks, dropout_mask=keep)
     g1 = torch.randn(c, k, nq, e, generator=gen)
     xi = torch.randn(c, k, 1, e, generator=gen).expand(c, k, nq, e)
-    rows = nq + no
     grads = []
     for gout, keep_graph in ((g1, True), (xi, False)):
-        gkv, gq = torch.autograd.grad(y, (x, xq), gout, retain_graph=keep_graph)
-        gkv = gkv[..., :rows, :]
+        gkv, gq = torch.autograd.grad(y, (x_rows, xq), gout, retain_graph=keep_graph)
         gkv[..., :nq, :] += gq
         grads.append(gkv)
     gx1, gx2 = grads
     with torch.no_grad():
         y = y.detach()
-        xd = x.detach()
+        xd = x
         e_sur = {key: torch.as_tensor(v[:, None]) for key, v in
                  surrogate_expectations(L, d, e, nq, sq**4, sv**2, p, rho, tau).items()}
         wq, wk, wv = mod.w_q, mod.w_k, mod.w_v

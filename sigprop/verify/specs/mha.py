@@ -30,7 +30,8 @@ from .common import CORR_MAX
 
 __all__ = ["SPEC", "make_spec", "simulate_mha", "sdpa_dropout_mask"]
 
-N_QUERIES = 32
+#: Query rows per sequence: N_QUERIES // n_heads, at least 32 (the heads multiply the samples).
+N_QUERIES = 128
 N_OUT_ROWS = 256
 REPLICATES = 2
 _CHUNK_FLOATS = 2.5e7
@@ -50,7 +51,7 @@ def simulate_mha(params: dict, replicates: int, generator: torch.Generator, nq_m
     L, d, dh, h = (int(params[k][0]) for k in ("L", "d_in", "d_head", "n_heads"))
     p = float(params["p"][0])
     n = len(params["L"])
-    nq = min(nq_max, L // 2)
+    nq = min(max(32, nq_max // h), L // 2)
     no = min(n_out, L - nq)
     k = replicates
     out: dict = {}
@@ -82,27 +83,27 @@ def _chunk(prm, L, d, dh, h, p, nq, no, k, gen):
     mod.requires_grad_(False)
     shared = torch.randn(1, k, 1, d, generator=gen)
     x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
+    rows = nq + no
     xq = x[..., :nq, :].clone().requires_grad_(True)
-    x.requires_grad_(True)
+    x_rows = x[..., :rows, :].clone().requires_grad_(True)
+    blocks = (x_rows, x[..., rows:, :]) if rows < L else (x_rows,)
     seed = int(torch.randint(0, 2**62, (1,), generator=gen))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        y = mod(xq, x)
+        y = mod(xq, blocks)
         torch.manual_seed(seed)
         keep = sdpa_dropout_mask((c, k, h, nq, L), p)
     he = h * dh
     g1 = torch.randn(c, k, nq, he, generator=gen)
     xi = torch.randn(c, k, 1, he, generator=gen).expand(c, k, nq, he)
-    rows = nq + no
     grads = []
     for gout, keep_graph in ((g1, True), (xi, False)):
-        gkv, gq = torch.autograd.grad(y, (x, xq), gout, retain_graph=keep_graph)
-        gkv = gkv[..., :rows, :]
+        gkv, gq = torch.autograd.grad(y, (x_rows, xq), gout, retain_graph=keep_graph)
         gkv[..., :nq, :] += gq
         grads.append(gkv)
     with torch.no_grad():
         y = y.detach()
-        xd = x.detach()
+        xd = x
         wq, wk, wv = (_per_head(w, h, dh) for w in (mod.w_q, mod.w_k, mod.w_v))  # (c, k, H, d, dh)
         u = keep.float() / ((1.0 - p) * L)  # (c, k, H, nq, L)
         tau_t = _col(tau, 4)

@@ -4,13 +4,14 @@ The real module (:class:`sigprop.components.softmax.Softmax` along the token axi
 ~s²/L², which float32 rounding of p ≈ 1/L would swamp). Each softmax row is an independent problem, so a replicate is
 a block of rows; the standard error is the spread of K independent replicates.
 
-Variance reduction (unbiased): the simulator knows the i.i.d. part δ of its own input, x = σ(√r ε + √(1−r) δ), and
-forms the log-normal surrogate q_i = e^{s δ_i − s²/2}/L (s² = σ²(1 − r)); the real p_i = q_i/(1 + ε) with the
-row-level ε = Σ_k q_k − 1. Per softmax row the surrogate statistics are the first two terms of the expansion in ε,
-cv1 = Σ(q_i − 1/L)², cv2 = −2ε(Σq_i² − 1/L) (and for the gradient, with γ the independent part of the output
-gradient, cv1_g = Σ_i q_i²(γ_i − Σ_j q_j γ_j)², cv2_g = −2ε cv1_g), whose expectations are elementary log-normal
-moments (:func:`surrogate_moments`). Each estimate is mean(statistic − cv1 − cv2) + E[cv1 + cv2]: unbiased, and
-the residual is O(ε²), which removes most of the element- and row-level noise.
+Variance reduction (unbiased): the simulator knows the i.i.d. part δ of its own input, x = σ(√r ε + √(1−r) δ), so
+with s² = σ²(1 − r), u_i = e^{s δ_i}, M = (L − 1)e^{s²/2} and S'_i = Σ_{k≠i} u_k the real p_i = u_i/(u_i + S'_i). The
+surrogate q'_i = u_i/(u_i + M) is a bounded function of one score; per softmax row the control variates are
+cv = Σ_i [(q'_i − 1/L)² − 2(q'_i − 1/L) q'_i (S'_i − M)/(u_i + M)] (the expansion of Σ(p_i − 1/L)² to first order in
+S'_i − M) and, with γ the independent part of the output gradient and Γ' = Σ_j q'_j γ_j,
+cv_g = Σ_i q'_i² (γ_i − Γ')² (1 − 2(S'_i − M)/(u_i + M)). Their expectations are one-dimensional Gaussian integrals
+(:func:`surrogate_moments`), so each estimate, mean(statistic − cv) + E[cv], is unbiased; the residual is second
+order in (S' − M)/M and bounded, which removes most of the element- and row-level noise.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from ...components.softmax import Softmax, softmax_backward, softmax_forward
+from ...gaussian import expect_1d
 from ...moments import GradMoments, Moments
 from ...stats import moment_sums
 from ..sampling import column, estimates
@@ -26,30 +28,37 @@ from ..spec import ComponentSpec, Estimate, Param
 from .common import CORR_MAX
 
 #: Softmax elements per replicate at full budget (8 replicates per configuration).
-ELEMENTS_PER_REPLICATE = 2**14
+ELEMENTS_PER_REPLICATE = 2**13
 _COLUMNS = 64
 
 
 def surrogate_moments(s2, L, grad_indep_var) -> dict:
     """Exact expectations (per softmax row) of the surrogate statistics of the module docstring.
 
-    With a = e^{s²} and E[Π q_i^{n_i}] = Π a^{n_i(n_i−1)/2}/L^{n_i} over distinct indices (log-normal moments):
-    cv1 = Σ(q−1/L)², E = (a−1)/L; cv2 = −2(Q1−1)(Q2−1/L), E = −2(a³−a)/L²; and for the gradient
-    cv1_g = Σ_i q_i²(γ_i − Σ_j q_j γ_j)², E = σ²_γ E[Q2 − 2Q3 + Q2²]; cv2_g = −2(Q1−1)·cv1_g,
-    E = −2σ²_γ E[(Q1−1)(Q2 − 2Q3 + Q2²)], where Qn = Σ_i q_iⁿ.
+    With u = e^{sz}, m = e^{s²/2}, M = (L−1)m and q' = u/(u + M) (one function of one score; different positions are
+    independent): E[cv] = L E[(q' − 1/L)²] (the S'-term has mean zero: S'_i is independent of u_i, E S'_i = M) and
+    E[cv_g] = σ²_γ [L(E q'² − 2E q'³ + E q'⁴) + L(L−1)(E q'²)² − 2L(L−1) E[q'²/(u+M)] E[(u − m) q'²]].
+    One-dimensional Gaussian expectations of smooth bounded functions (64-point Gauss–Hermite, exact to rounding).
     """
-    a = np.exp(s2)
-    L = np.asarray(L, dtype=np.float64)
-    eq2, eq3 = a / L, a**3 / L**2
-    eq1q2 = a**3 / L**2 + (L - 1.0) * a / L**2
-    eq1q3 = a**6 / L**3 + (L - 1.0) * a**3 / L**3
-    eq2sq = a**6 / L**3 + (L - 1.0) * a**2 / L**3
-    eq1q2sq = (a**10 + (L - 1.0) * a**6 + 2.0 * (L - 1.0) * a**4 + (L - 1.0) * (L - 2.0) * a**2) / L**4
+    s2, L, gvar = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (s2, L, grad_indep_var)))
+    M = (L - 1.0) * np.exp(s2 / 2.0)
+    z = np.zeros_like(s2)
+    Mx = M[..., None]
+    Lx = L[..., None]
+    mx = np.exp(s2 / 2.0)[..., None]
+
+    def e(f):
+        return expect_1d(f, z, s2, n=64)
+
+    qd = e(lambda y: ((Lx - 1.0) * mx * np.expm1(y - np.log(mx)) / (Lx * (np.exp(y) + Mx))) ** 2)
+    q2 = e(lambda y: (np.exp(y) / (np.exp(y) + Mx)) ** 2)
+    q3 = e(lambda y: (np.exp(y) / (np.exp(y) + Mx)) ** 3)
+    q4 = e(lambda y: (np.exp(y) / (np.exp(y) + Mx)) ** 4)
+    a2 = e(lambda y: (np.exp(y) / (np.exp(y) + Mx)) ** 2 / (np.exp(y) + Mx))
+    c2 = e(lambda y: mx * np.expm1(y - np.log(mx)) * (np.exp(y) / (np.exp(y) + Mx)) ** 2)
     return {
-        "cv1": (a - 1.0) / L,
-        "cv2": -2.0 * (a**3 - a) / L**2,
-        "cv1_g": grad_indep_var * (eq2 - 2.0 * eq3 + eq2sq),
-        "cv2_g": -2.0 * grad_indep_var * (eq1q2 - eq2 - 2.0 * (eq1q3 - eq3) + eq1q2sq - eq2sq),
+        "cv": L * qd,
+        "cv_g": gvar * (L * (q2 - 2.0 * q3 + q4) + L * (L - 1.0) * q2**2 - 2.0 * L * (L - 1.0) * a2 * c2),
     }
 
 
@@ -84,24 +93,28 @@ def _simulate(params, budget, generator, control_variates: bool = True):
     gin = x.grad
     y = y.detach()
     with torch.no_grad():
-        stat = ((y - 1.0 / L) ** 2).sum(dim=-2)  # per row
+        stat = ((y - 1.0 / L) ** 2).sum(dim=-2)  # per softmax row
         stat_g = (gin**2).sum(dim=-2)
         if control_variates:
-            s = column(np.sqrt(s2), 5, dt)
-            q = torch.exp(s * delta - s * s / 2.0) / L
+            sd = column(np.sqrt(s2), 5, dt)
+            m = column(np.exp(s2 / 2.0), 5, dt)
+            big_m = (L - 1.0) * m
+            u = torch.exp(sd * delta)
+            den = u + big_m
+            qp = u / den
+            dev = (L - 1.0) * m * torch.expm1(sd * delta - torch.log(m)) / (L * den)  # q' − 1/L without cancellation
+            srest = u.sum(dim=-2, keepdim=True) - u - big_m  # S'_i − M
+            cv = (dev * dev - 2.0 * dev * qp * srest / den).sum(dim=-2)
             gind = gam * torch.sqrt(1.0 - column(rg, 5, dt)) * sg
-            q1, q2 = q.sum(dim=-2), (q * q).sum(dim=-2)
-            cv1 = ((q - 1.0 / L) ** 2).sum(dim=-2)
-            cv2 = -2.0 * (q1 - 1.0) * (q2 - 1.0 / L)
-            cv1g = ((q * (gind - (q * gind).sum(dim=-2, keepdim=True))) ** 2).sum(dim=-2)
-            cv2g = -2.0 * (q1 - 1.0) * cv1g
-            stat = stat - cv1 - cv2
-            stat_g = stat_g - cv1g - cv2g
+            resid = gind - (qp * gind).sum(dim=-2, keepdim=True)
+            cvg = (qp * qp * resid * resid * (1.0 - 2.0 * srest / den)).sum(dim=-2)
+            stat = stat - cv
+            stat_g = stat_g - cvg
         dvar = stat.mean(dim=(2, 3)) / L
         dgvar = stat_g.mean(dim=(2, 3)) / L
     if control_variates:
         ex = surrogate_moments(s2, L, gvar * (1.0 - rg))
-        fwd_e, bwd_e = (ex["cv1"] + ex["cv2"]) / L, (ex["cv1_g"] + ex["cv2_g"]) / L
+        fwd_e, bwd_e = ex["cv"] / L, ex["cv_g"] / L
     else:
         fwd_e = bwd_e = 0.0
     out = estimates(moment_sums(y, lead=2))  # mean and corr (exact identities; var overwritten below)

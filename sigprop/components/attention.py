@@ -1,0 +1,383 @@
+"""Scaled dot-product attention: single-head (SHA) and multi-head (MHA) modules and their moment rules
+(Kedia et al. App. A.8, Tables 15–20 rows "SHA"; ICML copy App. B.8 for the derivation the arXiv text lost).
+
+Module (per head): y = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k)) X W_V, X ∈ R^{L×d_in}, W_Q, W_K, W_V ∈ R^{d_in×d_k}
+with i.i.d. N(0, σ²_q), N(0, σ²_k), N(0, σ²_v) entries (the init plan's values; the rules never read sampled
+weights), inverted dropout on the attention probabilities. MHA = H independent heads of width d_head, outputs
+concatenated (no output projection; compose with :mod:`sigprop.components.linear` for W_O).
+
+Derivation of the rules ("exact"; notation of :mod:`sigprop.components.attention_theory`). Write x_k = c + δ_k
+(c shared by the sequence, variance ρ = rσ²; δ_k i.i.d., variance τ = (1 − r)σ²), M = W_Q W_Kᵀ/√d_k, a_i = Mᵀx_i.
+The score s_ik = a_i·c + a_i·δ_k; the first part cancels in the softmax, so query i sees i.i.d. N(0, t²_i) scores,
+t²_i = τ|a_i|², mean s² = τσ² d²_in σ²_qk (σ²_qk = σ²_q σ²_k) and a small relative spread. With the softmax
+participation P2 = E Σ_k A_ik² (exact Laplace quadrature, averaged over t²) and κ = τ a_i·a_l (the covariance of the
+scores two queries give one key; E e^κ ≈ exp(Eκ + Var κ/2)):
+
+Forward (o_i = Σ_k Ã_ik x_k; averaging W_V exactly gives per-element moments σ²_v d_in · E|o|²/d_in):
+  Stein's lemma on δ_k gives E[o_i | a_i] = T_i c + τ a_i (1 − Σ_k A_ik²) and E|Σ_k Ã_ik δ_k|² = τ[d_in P2/(1−p)
+  + t²(1 − 5P2 + 4P2/(1−p))], with T_i = Σ_k Ã_ik, E T_i² = 1 + P2 p/(1−p), E T_i T_l = 1:
+    σ²_y = d_in σ²_v [ρ (1 + P2 p/(1−p)) + τ P2/(1−p) + m (1 − P2 + 4 P2 p/(1−p))],   m = τ² d_in σ²_qk σ²,
+    Cov_y = d_in σ²_v [ρ + τ E e^κ / L + τ² d_in σ²_qk ρ (1 − P2)²],     μ_y = 0, r^d_y = 0.
+  The ρ p/(1−p) P2 term (dropout makes Σ_k Ã_ik fluctuate, so the shared part no longer passes exactly) and the
+  1/L corrections are what the paper's closed form lacks.
+
+Backward (g_y with variance σ²_g and token correlation r_g; w_i = W_V g_i, E[w_i·w_j]/d_in = Ω(r_g + (1−r_g)δ_ij),
+Ω = σ²_v d_k σ²_g; the gradient of X has three paths: values Σ_i Ã_ik w_i, keys Σ_i dS_ik a_i and queries
+M Σ_m dS_km δ_m, with dS_ik = A_ik w_i·(D̃_ik x_k − o_i)):
+    VV = Ω r_g E C_k² + Ω(1 − r_g) P2/(1−p),      C_k = Σ_i Ã_ik (column sum),
+         E C_k² = P2/(1−p) + (1 − 1/L) E e^κ (1 − (E e^κ − 1)(2e^{s²} − 1)/L),
+    KK = Ω P2 d²_in σ²_qk σ² (1 + v s²)(σ² − ρ(1−p))/(1−p) + Ω r_g (Eκ + Var κ) E e^κ (1 − 1/L),
+    QQ = Ω σ²_qk τ² d_in [1 + P2 p/(1−p) − 2P2 + (d_in + 1) P2/(1−p)] + Ω σ²_qk d²_in ρ τ P2 p/(1−p),
+    VK = 2Ω s² e^{s²} (1 + p)/((1−p) L d_in) + 2Ω r_g Eκ E e^κ / d_in,
+    σ²_gx = VV + KK + QQ + VK     (v = relative variance of |a_i|², see attention_theory),
+    Cov_gx = Ω r_g E[C_k C_l] + Ω(1 − r_g)(1 − P2)/(L − 1) + Ω r_g σ²_qk τ² d_in (1 − P2)²,
+         E[C_k C_l] = 1 + (P2 p/(1−p) − (E C_k² − 1))/(L − 1)   (exchangeability of the keys).
+  QQ (the query path, τ M w_k) is what makes the paper's gradient rule fail: relative to the value path at r_g = 0 it
+  is ~ s² L/d_in, up to ~13× inside Table 22's ranges. KK (the key path) adds O(s²).
+
+Accuracy (verify sweep "attention", 1024 configurations over Table 22's ranges, p ≤ 0.9; percent / points):
+p50/p90/p99 of |error| var 0.01/0.12/1.4, corr 0.00/0.01/0.38, grad var 0.08/0.85/2.9, grad corr 0.02/0.35/1.3,
+each at the level of the Monte Carlo noise (noise p99: 1.2, 0.38, 2.8, 1.3), i.e. an upper bound on the rule's error;
+the mean signed error is ≤ 0.02% overall and ≈ +0.1% in the gradient variance at the largest scores (σ_q = σ_k ≈
+0.6/√d_in, O(s⁴) terms). The paper's closed form ("kedia") on the same draws: grad var p99 45% (query path missing).
+
+Assumes: Gaussian input with zero hidden correlation (a non-zero ``corr_hidden`` is ignored: it enters only through
+fourth-order terms), token correlation r ∈ [0, 1], Gaussian weights independent of the input (initialisation),
+bidirectional attention (``causal=True`` raises NotImplementedError in the rules), small scores (Table 22's ranges
+give s² ≤ 0.13, where the rules are verified; larger scores are untested), L ≥ 2. A mean μ is absorbed into the shared
+part, σ² → σ² + μ², r → (rσ² + μ²)/(σ² + μ²): the statistics depend on X only through its Gram matrix, whose
+distribution this preserves up to O(1/d_in) (not swept: Table 22 has μ = 0). No "kedia_table1" form is offered:
+Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at r = 0, which a :class:`Moments` cannot hold.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..gaussian import clip_corr
+from ..moments import GradMoments, Moments, check_range
+from .attention_theory import attention_terms
+
+__all__ = [
+    "SingleHeadAttention",
+    "MultiHeadAttention",
+    "attention_forward",
+    "attention_backward",
+    "mha_forward",
+    "mha_backward",
+    "ATTENTION_APPROX",
+]
+
+#: The approximations offered by the attention rules.
+ATTENTION_APPROX = ("exact", "kedia")
+
+
+def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx):
+    if causal:
+        raise NotImplementedError("causal attention moment rules are not implemented yet (bidirectional only)")
+    if approx not in ATTENTION_APPROX:
+        raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+    d_in = check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
+    d_k = check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
+    L = check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)")
+    sq = check_range(sigma_q2, "sigma_q2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    sk = check_range(sigma_k2, "sigma_k2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    sv = check_range(sigma_v2, "sigma_v2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    p = check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
+    return d_in, d_k, L, sq * sk, sv, p
+
+
+def _effective_input(m: Moments):
+    """(σ², r) after absorbing the mean into the shared part: σ² + μ², (rσ² + μ²)/(σ² + μ²)."""
+    check_range(m.corr, "Moments.corr (token correlation)", lo=0.0, hi=1.0,
+                allowed="[0, 1] (the rules decompose the input into a shared and an independent part)")
+    var = m.var + m.mean**2
+    return var, (m.corr * m.var + m.mean**2) / var
+
+
+def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+                      approx: str = "exact") -> Moments:
+    """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
+
+    ``approx``:
+
+    * "exact": ours (module docstring); per-element mean 0, hidden correlation 0.
+    * "kedia": the paper's closed form as printed (App. A.8, Tables 15/17; its code simulations/SHA.py):
+      σ²_y = d_in σ²_v [((1−r)²(L−1) d_in σ⁶ σ²_qk + e^{(1−r) d²_in σ⁴ σ²_qk}(4(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/(1−p))/L
+      + rσ²], Cov_y = d_in σ²_v [rσ² + (2(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/L].
+
+    Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` if causal.
+    """
+    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    var, r = _effective_input(m)
+    if approx == "kedia":
+        a = (1.0 - r)
+        v_o = (((a**2) * (L - 1.0) * d_in * var**3 * sqk2
+                + np.exp(a * d_in**2 * var**2 * sqk2) * (4.0 * a**2 * d_in * var**3 * sqk2 + a * var) / (1.0 - p)) / L
+               + r * var)
+        c_o = r * var + (2.0 * a**2 * d_in * var**3 * sqk2 + a * var) / L
+    else:
+        t = attention_terms(var, r, d_in, d_k, L, sqk2, p)
+        q = p / (1.0 - p)
+        v_o = (t.rho * (1.0 + q * t.P2) + t.tau * t.P2 / (1.0 - p)
+               + t.ms * (1.0 - t.P2 + 4.0 * q * t.P2))
+        c_o = t.rho + t.tau * t.ekappa / L + t.tau**2 * d_in * sqk2 * t.rho * (1.0 - t.P2) ** 2
+    scale = d_in * sv2
+    zero = 0.0 * v_o
+    return Moments(mean=zero, var=scale * v_o, corr=clip_corr(c_o / v_o), corr_hidden=zero)
+
+
+def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+                       causal: bool = False, approx: str = "exact") -> GradMoments:
+    """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
+
+    ``approx``:
+
+    * "exact": ours (module docstring): value, key and query paths and their cross term.
+    * "kedia": the paper's closed form (value path with uniform attention only; its code ignores the gradient
+      through queries and keys): σ²_g d_k σ²_v (1 + (L−1) r_g (1−p))/(L(1−p)), Cov σ²_g d_k σ²_v (1 + (L−1) r_g)/L.
+
+    Assumes: see the module docstring; the output gradient is zero-mean, Gaussian and independent of the input.
+    """
+    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    var, r = _effective_input(m_in)
+    om = sv2 * d_k * g.var
+    rg = g.corr
+    if approx == "kedia":
+        gv = om * (1.0 + (L - 1.0) * rg * (1.0 - p)) / (L * (1.0 - p))
+        gc = om * (1.0 + (L - 1.0) * rg) / L
+        return GradMoments(var=gv, corr=clip_corr(gc / gv))
+    t = attention_terms(var, r, d_in, d_k, L, sqk2, p)
+    q = p / (1.0 - p)
+    wc, wg = om * rg, om * (1.0 - rg)
+    ek = t.ekappa
+    ec2 = t.P2 / (1.0 - p) + (1.0 - 1.0 / L) * ek * (1.0 - (ek - 1.0) * (2.0 * np.exp(t.s2) - 1.0) / L)
+    vv = wc * ec2 + wg * t.P2 / (1.0 - p)
+    kk = (om * t.P2 * d_in**2 * sqk2 * var * (1.0 + t.vrel * t.s2) * (var - t.rho * (1.0 - p)) / (1.0 - p)
+          + wc * (t.kappa + t.vkappa) * ek * (1.0 - 1.0 / L))
+    qq = (om * sqk2 * t.tau**2 * d_in * (1.0 + q * t.P2 - 2.0 * t.P2 + (d_in + 1.0) * t.P2 / (1.0 - p))
+          + om * sqk2 * d_in**2 * t.rho * t.tau * t.P2 * q)
+    vk = 2.0 * om * t.s2 * np.exp(t.s2) * (1.0 + p) / ((1.0 - p) * L * d_in) + 2.0 * wc * t.kappa * ek / d_in
+    gv = vv + kk + qq + vk
+    ecc = 1.0 + (q * t.P2 - (ec2 - 1.0)) / (L - 1.0)
+    gc = wc * ecc + wg * (1.0 - t.P2) / (L - 1.0) + wc * sqk2 * t.tau**2 * d_in * (1.0 - t.P2) ** 2
+    return GradMoments(var=gv, corr=clip_corr(gc / gv))
+
+
+def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+                approx: str = "exact") -> Moments:
+    """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
+    :func:`attention_forward` with d_k = d_head (heads have independent weights; the hidden correlation between
+    units of different heads is zero like within a head)."""
+    check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+    return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+
+
+def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+                 causal: bool = False, approx: str = "exact") -> GradMoments:
+    """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
+    (independent zero-mean W_V per head), so variance and token covariance are ``n_heads`` times
+    :func:`attention_backward` with d_k = d_head, and the correlation is unchanged."""
+    h = check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+    one = attention_backward(g, m_in, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    return GradMoments(var=h * one.var, corr=one.corr)
+
+
+def _as_tensor(v, batch_shape):
+    """A hyper-parameter as a tensor over ``batch_shape``; lower-rank values align with the *leading* dimensions
+    (a per-configuration vector of shape (C,) serves a batch (C, K))."""
+    t = torch.as_tensor(v, dtype=torch.float32)
+    if not t.dim():
+        return t
+    t = t.reshape(t.shape + (1,) * (len(batch_shape) - t.dim()))
+    return torch.broadcast_to(t, tuple(batch_shape)).clone()
+
+
+def _xavier(d_in, d_out):
+    return math.sqrt(2.0 / (d_in + d_out))
+
+
+class SingleHeadAttention(nn.Module):
+    """Single-head attention y = Dropout_p(softmax(X W_Q (X_kv W_K)ᵀ/√d_k)) X_kv W_V (X_kv = X by default).
+
+    ``sigma_q``, ``sigma_k``, ``sigma_v`` are the init standard deviations (default Xavier √(2/(d_in + d_k))) and
+    ``dropout_p`` the attention-dropout probability; each may be a float or a tensor broadcastable to
+    ``batch_shape``, the leading dimensions of independent weight copies (a sweep's configurations × replicates).
+    An input x of shape (*batch_shape, *extra, L, d_in) is processed by its own copy of the weights.
+
+    ``forward(x, x_kv=None, dropout_mask=None, generator=None)``: ``x_kv`` gives keys/values (cross-attention; pass
+    a superset of the query rows to compute a subset of a self-attention's rows exactly), as one tensor or a sequence
+    of blocks along the token axis (projected block by block); ``dropout_mask`` (0/1,
+    broadcastable to the attention matrix) replaces the Bernoulli(1 − p) draw, e.g. to reuse a mask;
+    ``generator`` seeds the draw. The rules read the declared sigmas and p (:meth:`forward_moments`).
+    """
+
+    def __init__(self, d_in: int, d_k: int, sigma_q=None, sigma_k=None, sigma_v=None, dropout_p=0.0,
+                 causal: bool = False, batch_shape=(), approx: str = "exact"):
+        super().__init__()
+        check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
+        check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
+        if approx not in ATTENTION_APPROX:
+            raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+        self.d_in, self.d_k, self.causal, self.approx = int(d_in), int(d_k), bool(causal), approx
+        self.batch_shape = tuple(int(b) for b in batch_shape)
+        x = _xavier(d_in, d_k)
+        for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
+            val = x if val is None else val
+            check_range(np.asarray(torch.as_tensor(val)), name, lo=0.0, lo_open=True, allowed="(0, inf)")
+            self.register_buffer(name, _as_tensor(val, self.batch_shape))
+        check_range(np.asarray(torch.as_tensor(dropout_p)), "dropout p", lo=0.0, hi=1.0, hi_open=True)
+        self.register_buffer("dropout_p", _as_tensor(dropout_p, self.batch_shape))
+        shape = self.batch_shape + (self.d_in, self.d_k)
+        self.w_q = nn.Parameter(torch.empty(shape))
+        self.w_k = nn.Parameter(torch.empty(shape))
+        self.w_v = nn.Parameter(torch.empty(shape))
+        self.reset_parameters()
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        with torch.no_grad():
+            for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
+                w.normal_(0.0, 1.0, generator=generator)
+                w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
+
+    def _p(self, extra: int):
+        p = self.dropout_p
+        return p.reshape(p.shape + (1,) * (extra + 2)) if p.dim() else p
+
+    def _project(self, x: torch.Tensor, x_kv):
+        """(q, k, v); one fused matmul for the projections that share an input. ``x_kv`` may be a sequence of
+        blocks along the token axis, projected block by block (autograd then only visits the blocks that need a
+        gradient)."""
+        extra = x.dim() - 2 - len(self.batch_shape)
+        if extra < 0:
+            raise ValueError(f"input must have shape (*{self.batch_shape}, ..., L, {self.d_in}), got {tuple(x.shape)}")
+        shape = self.batch_shape + (1,) * extra + (self.d_in, self.d_k)
+        wq, wk, wv = (w.reshape(shape) for w in (self.w_q, self.w_k, self.w_v))
+        if x_kv is None:
+            q, k, v = (x @ torch.cat((wq, wk, wv), dim=-1)).split(self.d_k, dim=-1)
+        else:
+            q = x @ wq
+            wkv = torch.cat((wk, wv), dim=-1)
+            blocks = [x_kv] if isinstance(x_kv, torch.Tensor) else list(x_kv)
+            kv = torch.cat([b @ wkv for b in blocks], dim=-2)
+            k, v = kv.split(self.d_k, dim=-1)
+        return q, k, v, extra
+
+    def _probs(self, q, k, self_attention: bool) -> torch.Tensor:
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)
+        if self.causal:
+            if not self_attention:
+                raise NotImplementedError("causal masking is implemented for self-attention (x_kv=None) only")
+            n = s.shape[-1]
+            mask = torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1)
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.softmax(s, dim=-1)
+
+    def attention_probs(self, x: torch.Tensor, x_kv: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(Q Kᵀ/√d_k) before dropout, shape (..., L_q, L_kv)."""
+        q, k, _, _ = self._project(x, x_kv)
+        return self._probs(q, k, x_kv is None)
+
+    def forward(self, x: torch.Tensor, x_kv=None, dropout_mask: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+        q, k, v, extra = self._project(x, x_kv)
+        a = self._probs(q, k, x_kv is None)
+        p = self._p(extra)
+        if self.training and (dropout_mask is not None or bool(torch.any(self.dropout_p > 0))):
+            if dropout_mask is None:
+                keep = torch.rand(a.shape, generator=generator, dtype=a.dtype, device=a.device) >= p
+            else:
+                keep = dropout_mask
+            a = a * keep.to(a.dtype) / (1.0 - p)
+        return a @ v
+
+    def _declared(self):
+        f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
+        return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2, f(self.dropout_p)
+
+    def forward_moments(self, m: Moments, L) -> Moments:
+        sq, sk, sv, p = self._declared()
+        return attention_forward(m, self.d_in, self.d_k, L, sq, sk, sv, p, self.causal, self.approx)
+
+    def backward_moments(self, g: GradMoments, m_in: Moments, L) -> GradMoments:
+        sq, sk, sv, p = self._declared()
+        return attention_backward(g, m_in, self.d_in, self.d_k, L, sq, sk, sv, p, self.causal, self.approx)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with separate bias-free W_Q, W_K, W_V ∈ R^{d_in×(H·d_head)} (H = ``n_heads``), computed
+    by ``torch.nn.functional.scaled_dot_product_attention`` (``dropout_p`` in training, ``is_causal``); the heads'
+    outputs are concatenated to width H·d_head. Sigmas may be tensors broadcastable to ``batch_shape`` (leading
+    dimensions of independent weight copies); ``dropout_p`` is a float (SDPA takes one probability)."""
+
+    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "exact"):
+        super().__init__()
+        for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head")):
+            check_range(v, name, lo=1.0, allowed="integers >= 1")
+        if approx not in ATTENTION_APPROX:
+            raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+        self.d_in, self.n_heads, self.d_head = int(d_in), int(n_heads), int(d_head)
+        self.causal, self.approx = bool(causal), approx
+        self.dropout_p = float(check_range(dropout_p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
+        self.batch_shape = tuple(int(b) for b in batch_shape)
+        x = _xavier(d_in, d_head)
+        for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
+            val = x if val is None else val
+            check_range(np.asarray(torch.as_tensor(val)), name, lo=0.0, lo_open=True, allowed="(0, inf)")
+            self.register_buffer(name, _as_tensor(val, self.batch_shape))
+        shape = self.batch_shape + (self.d_in, self.n_heads * self.d_head)
+        self.w_q = nn.Parameter(torch.empty(shape))
+        self.w_k = nn.Parameter(torch.empty(shape))
+        self.w_v = nn.Parameter(torch.empty(shape))
+        self.reset_parameters()
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        with torch.no_grad():
+            for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
+                w.normal_(0.0, 1.0, generator=generator)
+                w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
+
+    def forward(self, x: torch.Tensor, x_kv=None) -> torch.Tensor:
+        """Self-attention of ``x`` (…, L, d_in) → (…, L, H·d_head); with ``x_kv`` (a tensor or a sequence of blocks
+        along the token axis) the keys/values come from it (pass a superset of the query rows to compute a subset of
+        a self-attention's rows exactly). Dropout is SDPA's (global RNG)."""
+        extra = x.dim() - 2 - len(self.batch_shape)
+        if extra < 0:
+            raise ValueError(f"input must have shape (*{self.batch_shape}, ..., L, {self.d_in}), got {tuple(x.shape)}")
+        if self.causal and x_kv is not None:
+            raise NotImplementedError("causal masking is implemented for self-attention (x_kv=None) only")
+        w = lambda t: t.reshape(self.batch_shape + (1,) * extra + t.shape[-2:])  # noqa: E731
+        hd = self.n_heads * self.d_head
+        if x_kv is None:
+            q, k, v = (self._heads(t) for t in (x @ w(torch.cat((self.w_q, self.w_k, self.w_v), -1))).split(hd, -1))
+        else:
+            q = self._heads(x @ w(self.w_q))
+            wkv = w(torch.cat((self.w_k, self.w_v), -1))
+            blocks = [x_kv] if isinstance(x_kv, torch.Tensor) else list(x_kv)
+            k, v = (self._heads(t) for t in torch.cat([b @ wkv for b in blocks], dim=-2).split(hd, -1))
+        o = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p if self.training else 0.0,
+                                           is_causal=self.causal)
+        return o.transpose(-2, -3).flatten(-2)
+
+    def _declared(self):
+        f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
+        return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2
+
+    def forward_moments(self, m: Moments, L) -> Moments:
+        sq, sk, sv = self._declared()
+        return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
+                           self.approx)
+
+    def backward_moments(self, g: GradMoments, m_in: Moments, L) -> GradMoments:
+        sq, sk, sv = self._declared()
+        return mha_backward(g, m_in, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p,
+                            self.causal, self.approx)

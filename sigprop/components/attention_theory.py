@@ -1,0 +1,94 @@
+"""Helper mathematics of the single-head attention rules (see :mod:`sigprop.components.attention`).
+
+Notation (all per configuration, float64, broadcasting): input x_k = c + δ_k with c shared by the tokens of a
+sequence (variance ρ = rσ² per unit) and δ_k i.i.d. (variance τ = (1 − r)σ²); d = d_in, e = d_k;
+M = W_Q W_Kᵀ/√e; a_i = Mᵀx_i, so that the score of query i on key k is s_ik = a_i·x_k = a_i·c + z_ik with
+z_ik = a_i·δ_k; σ²_qk = σ²_q σ²_k. The shared part a_i·c is constant over keys and cancels in the softmax.
+
+Exact Gaussian-weight moments used below (W entries i.i.d. N(0, σ²), checked by Monte Carlo in the tests):
+
+* E‖M‖²_F = d² σ²_qk,  Var‖M‖²_F = σ⁴_qk d² (4d/e + 2 + 2/e),
+* E tr((MMᵀ)²) = d σ⁴_qk [d² + 2d/e + d(d+1)(d+1+e)/e],
+* E|a_i|² = d² σ²_qk σ² and Var|a_i|²/(E|a_i|²)² = (2 E tr((MMᵀ)²) + Var‖M‖²_F)/(d⁴σ⁴_qk),
+* κ_il = τ a_i·a_l (the covariance of the scores that two queries give one key):
+  E κ = τ ρ d² σ²_qk,  Var κ = τ² [(σ⁴ + ρ²) E tr((MMᵀ)²) + ρ² Var‖M‖²_F].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .softmax import softmax_power_moments
+
+__all__ = ["AttentionTerms", "attention_terms", "mm_moments", "softmax_participation"]
+
+#: 3-point Gauss–Hermite rule (exact for polynomials of degree ≤ 5) over the per-query score variance.
+_GH3_Z = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
+_GH3_W = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
+
+
+def mm_moments(d, e, sqk2):
+    """(E tr((MMᵀ)²), Var‖M‖²_F) for M = W_Q W_Kᵀ/√e with W_Q, W_K ∈ R^{d×e} Gaussian, σ²_q σ²_k = ``sqk2``.
+
+    Derivation: with B = W_KᵀW_K (Wishart), E[B²] = σ⁴_k d(d+1+e) I and E(tr B)² = σ⁴_k (d²e² + 2de); averaging
+    W_Q first gives E[(MMᵀ)²] = σ⁴_q/e² E[(tr B)² + (d+1) tr B²] I. Var‖M‖²_F follows from E(tr AB)² with two
+    independent Wisharts A = W_QᵀW_Q, B. Exact.
+    """
+    trb2 = d * sqk2**2 * (d * d + 2.0 * d / e + d * (d + 1.0) * (d + 1.0 + e) / e)
+    vartrb = sqk2**2 * d * d * (4.0 * d / e + 2.0 + 2.0 / e)
+    return trb2, vartrb
+
+
+def softmax_participation(t2_mean, t2_var, L):
+    """P2 = E Σ_k A_ik² = L E[p²] for a softmax over L keys whose scores are i.i.d. N(0, t²) given the query, with
+    t² random (mean ``t2_mean``, variance ``t2_var``): a 3-point Gauss–Hermite rule over t² (t² fluctuates by a
+    relative ~√(2/e + 4/d) between queries and weight draws; P2 is convex in t², which adds ~½P2''Var t²)."""
+    t2_mean = np.asarray(t2_mean, dtype=np.float64)
+    sd = np.sqrt(np.maximum(np.asarray(t2_var, dtype=np.float64), 0.0))
+    L = np.asarray(L, dtype=np.float64)
+    out = 0.0
+    for z, w in zip(_GH3_Z, _GH3_W, strict=True):
+        t2 = np.maximum(t2_mean + sd * z, 0.0)
+        out = out + w * L * softmax_power_moments(t2, L, orders=(2,), pair=False)["p2"]
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionTerms:
+    """The building blocks of the attention rules (per element; see :func:`attention_terms`)."""
+
+    rho: np.ndarray  # shared input variance r σ²
+    tau: np.ndarray  # independent input variance (1 − r) σ²
+    sig2: np.ndarray  # σ²
+    s2: np.ndarray  # mean score variance of a query over generic keys, τ σ² d² σ²_qk
+    vrel: np.ndarray  # relative variance of |a_i|² (hence of a query's score variance)
+    P2: np.ndarray  # E Σ_k A_ik²
+    kappa: np.ndarray  # E κ (score covariance of two queries on one key)
+    vkappa: np.ndarray  # Var κ
+    ekappa: np.ndarray  # E e^κ ≈ exp(E κ + Var κ / 2)
+    ms: np.ndarray  # mean-shift scale τ² d σ²_qk σ² = τ² E|a|²/d
+    sqk2: np.ndarray
+    d: np.ndarray
+    e: np.ndarray
+    L: np.ndarray
+    p: np.ndarray
+
+
+def attention_terms(var, corr, d, e, L, sqk2, p) -> AttentionTerms:
+    """Evaluate the shared building blocks for input variance ``var``, token correlation ``corr`` (zero mean),
+    widths d = d_in, e = d_k, sequence length L, σ²_q σ²_k = ``sqk2`` and attention dropout ``p``."""
+    var, corr, d, e, L, sqk2, p = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (var, corr, d, e, L, sqk2, p)))
+    rho = corr * var
+    tau = (1.0 - corr) * var
+    s2 = tau * var * d * d * sqk2
+    trb2, vartrb = mm_moments(d, e, sqk2)
+    vrel = (2.0 * trb2 + vartrb) / (d**4 * sqk2**2)
+    kappa = tau * rho * d * d * sqk2
+    vkappa = tau**2 * ((var**2 + rho**2) * trb2 + rho**2 * vartrb)
+    P2 = softmax_participation(s2, vrel * s2**2, L)
+    return AttentionTerms(rho=rho, tau=tau, sig2=var, s2=s2, vrel=vrel, P2=P2, kappa=kappa, vkappa=vkappa,
+                          ekappa=np.exp(kappa + 0.5 * vkappa), ms=tau**2 * d * sqk2 * var, sqk2=sqk2, d=d, e=e,
+                          L=L, p=p)

@@ -105,7 +105,7 @@ class ComponentResult:
         return rows
 
 
-def _groups(spec: ComponentSpec, params: dict, max_group: int):
+def _groups(spec: ComponentSpec, params: dict, max_group, budget: Budget):
     if spec.shape_params:
         keys = np.stack([params[p] for p in spec.shape_params], axis=1)
         _, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -114,8 +114,11 @@ def _groups(spec: ComponentSpec, params: dict, max_group: int):
         inverse = np.zeros(len(next(iter(params.values()))), dtype=int)
     for g in np.unique(inverse):
         idx = np.flatnonzero(inverse == g)
-        for start in range(0, len(idx), max_group):
-            yield idx[start:start + max_group]
+        size = max_group({p: params[p][idx[0]] for p in spec.shape_params}, budget) if callable(max_group) \
+            else max_group
+        size = max(1, int(size))
+        for start in range(0, len(idx), size):
+            yield idx[start:start + size]
 
 
 def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_configs: int | None = None,
@@ -131,7 +134,7 @@ def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_con
     measured = {q: Estimate(np.full(n, np.nan), np.full(n, np.nan)) for q in spec.quantities}
     meas_var = np.full(n, np.nan)
     t0 = time.perf_counter()
-    for idx in _groups(spec, params, max_group or spec.max_group):
+    for idx in _groups(spec, params, max_group or spec.max_group, budget):
         sub = {k: v[idx] for k, v in params.items()}
         with torch.no_grad() if "grad_var" not in spec.quantities else torch.enable_grad():
             est = spec.simulate(sub, budget, gen)

@@ -87,7 +87,8 @@ class ComponentSpec:
     sharing the values of ``shape_params``) and returns {quantity: Estimate}. ``predict(params)`` returns
     {quantity: array}. ``paper`` holds Table 21's [p50, p90, p99] percent errors for comparison.
     ``n_configs`` is the full-sweep size and ``quick_configs`` the ``--quick`` one; at most ``max_group``
-    configurations are simulated as one tensor.
+    configurations are simulated as one tensor (a callable receives the shape parameters of the group and the
+    budget, and returns the bound: specs whose memory grows with a shape bound it there).
     """
 
     name: str
@@ -101,7 +102,7 @@ class ComponentSpec:
     n_configs: int = 1200
     quick_configs: int = 48
     quick_scale: float = 0.25
-    max_group: int = 64
+    max_group: int | Callable[[dict], int] = 64
     note: str = ""
 
     def param(self, name: str) -> Param:

@@ -13,6 +13,7 @@ from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
+from .linear import CHUNK_WEIGHTS
 
 #: Full budget per configuration: output columns (draws × d) and token pairs × d.
 COLUMNS = 2**12
@@ -26,11 +27,21 @@ def _block(params, i: int = 0) -> FFNBlock:
                     w1_std=1.0, w2_std=1.0)
 
 
+def _draws_rows(d, budget):
+    k = budget.replicates
+    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
+    return draws, max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
+
+
+def _max_group(shape, budget):
+    d = int(shape["d"])
+    return CHUNK_WEIGHTS // (_draws_rows(d, budget)[0] * 8 * d * d)
+
+
 def _simulate(params, budget, generator):
     d = int(params["d"][0])
     n, k = len(params["var"]), budget.replicates
-    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
-    rows = max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
+    draws, rows = _draws_rows(d, budget)
     block = _block(params).train()
     weights = {
         "fc1.weight": linear_weights(n, draws, 4 * d, d, np.sqrt(params["w1_gain"] / d), generator, k),
@@ -83,6 +94,7 @@ SPEC = ComponentSpec(
     simulate=_simulate,
     predict=_predict,
     shape_params=("d", "act", "p"),
+    max_group=_max_group,
     n_configs=1200,
     note="Predictions walk the block's children (LayerNorm, Linear, activation, Linear, Dropout) with their rules; "
          "token pairs, many weight draws per configuration.",

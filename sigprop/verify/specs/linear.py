@@ -10,7 +10,7 @@ from torch.func import functional_call, vmap
 from ...components.linear import Linear, linear_backward, linear_forward
 from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
-from ..spec import ComponentSpec, Estimate, Param
+from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
 #: Full-budget targets per configuration: weight columns (draws × d_out; the mean-driven part of σ²_y has one
@@ -29,15 +29,17 @@ def draws_and_rows(d_in: int, d_out: int, scale: float, replicates: int) -> tupl
     return draws, rows
 
 
+def max_group(shape: dict, budget) -> int:
+    """Configurations per tensor such that the sampled weights stay below :data:`CHUNK_WEIGHTS`."""
+    d_in, d_out = int(shape["d_in"]), int(shape["d_out"])
+    draws, _ = draws_and_rows(d_in, d_out, budget.scale, budget.replicates)
+    return CHUNK_WEIGHTS // (draws * d_in * d_out)
+
+
 def _simulate(params, budget, generator):
     d_in, d_out = int(params["d_in"][0]), int(params["d_out"][0])
-    n, k = len(params["var"]), budget.replicates
-    draws, rows = draws_and_rows(d_in, d_out, budget.scale, k)
-    chunk = max(1, CHUNK_WEIGHTS // (draws * d_in * d_out))
-    parts = [_simulate_chunk({key: v[i:i + chunk] for key, v in params.items()}, d_in, d_out, draws, rows, k,
-                             generator) for i in range(0, n, chunk)]
-    return {q: Estimate(np.concatenate([p[q].value for p in parts]), np.concatenate([p[q].se for p in parts]))
-            for q in parts[0]}
+    draws, rows = draws_and_rows(d_in, d_out, budget.scale, budget.replicates)
+    return _simulate_chunk(params, d_in, d_out, draws, rows, budget.replicates, generator)
 
 
 def _simulate_chunk(params, d_in, d_out, draws, rows, k, generator):
@@ -84,6 +86,7 @@ SPEC = ComponentSpec(
     simulate=_simulate,
     predict=_predict,
     shape_params=("d_in", "d_out"),
+    max_group=max_group,
     paper={"mean": (0.0, 0.4, 1.3), "var": (0.4, 1.4, 2.8), "grad_var": (0.2, 1.0, 2.2), "corr": (0.4, 1.4, 2.8),
            "grad_corr": (0.2, 1.0, 2.2)},
     note="A linear map acts on each token separately, so Table 22's sequence length L does not enter its rules; the "

@@ -15,14 +15,24 @@ from ...moments import GradMoments, Moments
 from ..sampling import column, correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
-from .linear import COLUMNS, TOKEN_SAMPLES
+from .linear import CHUNK_WEIGHTS, COLUMNS, TOKEN_SAMPLES
+
+
+def _draws_rows(d, budget):
+    k = budget.replicates
+    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
+    return draws, max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
+
+
+def _max_group(shape, budget):
+    d = int(shape["d"])
+    return CHUNK_WEIGHTS // (_draws_rows(d, budget)[0] * d * d)
 
 
 def _simulate(params, budget, generator):
     d = int(params["d"][0])
     n, k = len(params["var"]), budget.replicates
-    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
-    rows = max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
+    draws, rows = _draws_rows(d, budget)
     block = Residual(Linear(d, d, bias=False))
     state = {
         "branch.weight": linear_weights(n, draws, d, d, np.sqrt(params["weight_gain"] / d), generator, k),
@@ -67,6 +77,7 @@ SPEC = ComponentSpec(
     simulate=_simulate,
     predict=_predict,
     shape_params=("d",),
+    max_group=_max_group,
     note="The branch is a random zero-mean linear layer, as at the end of every transformer block; token pairs "
          "and many weight draws per configuration.",
 )

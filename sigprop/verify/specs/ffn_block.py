@@ -13,10 +13,9 @@ from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
-from .linear import CHUNK_WEIGHTS
+from .linear import CHUNK_WEIGHTS, weight_draws
 
-#: Full budget per configuration: output columns (draws × d) and token pairs × d.
-COLUMNS = 2**12
+#: Token pairs × d per configuration at full budget (weight draws: see linear.weight_draws).
 TOKEN_SAMPLES = 2**17
 ACTIVATION = {0.0: "relu", 1.0: "gelu"}
 
@@ -28,14 +27,14 @@ def _block(params, i: int = 0) -> FFNBlock:
 
 
 def _draws_rows(d, budget):
-    k = budget.replicates
-    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
+    draws = weight_draws(4 * d * d, budget.scale, budget.replicates)
     return draws, max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
 
 
 def _max_group(shape, budget):
     d = int(shape["d"])
-    return CHUNK_WEIGHTS // (_draws_rows(d, budget)[0] * 8 * d * d)
+    draws, rows = _draws_rows(d, budget)
+    return CHUNK_WEIGHTS // (draws * (8 * d * d + 8 * rows * d))  # weights + activations and their gradients
 
 
 def _simulate(params, budget, generator):

@@ -13,27 +13,37 @@ from ..sampling import correlated_gaussian, forward_backward_estimates, linear_w
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
 
-#: Full-budget targets per configuration: weight columns (draws × d_out; the mean-driven part of σ²_y has one
-#: independent value per column) and token pairs × min(d_in, d_out) (input- and output-side samples).
-COLUMNS = 2**14
+#: Full-budget targets per configuration: sampled weights (the squared row norms of W fluctuate with relative
+#: standard error sqrt(2/weights)) and token pairs × min(d_in, d_out) (input- and output-side samples). The per-row
+#: sums that carry an input mean are stratified (:func:`~sigprop.verify.sampling.linear_weights`), so they need no
+#: extra draws.
+WEIGHTS = 2**18
 TOKEN_SAMPLES = 2**18
-#: Sampled weights held in memory at once (configurations are simulated in chunks below this).
+#: Bound on the elements held at once (weights plus activations and gradients) when configurations share a tensor.
 CHUNK_WEIGHTS = 2**24
+
+
+def weight_draws(weights_per_draw: int, scale: float, replicates: int) -> int:
+    """Independent weight draws per configuration: enough for :data:`WEIGHTS` sampled weights, at least one per
+    replicate, a multiple of ``replicates``."""
+    draws = max(replicates, math.ceil(WEIGHTS * scale / weights_per_draw))
+    return replicates * math.ceil(draws / replicates)
 
 
 def draws_and_rows(d_in: int, d_out: int, scale: float, replicates: int) -> tuple[int, int]:
     """Independent weight matrices per configuration (a multiple of ``replicates``) and token pairs per matrix."""
-    draws = max(replicates, math.ceil(COLUMNS * scale / d_out))
-    draws = replicates * math.ceil(draws / replicates)
+    draws = weight_draws(d_in * d_out, scale, replicates)
     rows = max(1, math.ceil(TOKEN_SAMPLES * scale / (2 * min(d_in, d_out) * draws)))
     return draws, rows
 
 
 def max_group(shape: dict, budget) -> int:
-    """Configurations per tensor such that the sampled weights stay below :data:`CHUNK_WEIGHTS`."""
+    """Configurations per tensor such that sampled weights plus activations (input, output and their gradients)
+    stay below :data:`CHUNK_WEIGHTS` elements."""
     d_in, d_out = int(shape["d_in"]), int(shape["d_out"])
-    draws, _ = draws_and_rows(d_in, d_out, budget.scale, budget.replicates)
-    return CHUNK_WEIGHTS // (draws * d_in * d_out)
+    draws, rows = draws_and_rows(d_in, d_out, budget.scale, budget.replicates)
+    per_config = draws * (d_in * d_out + 4 * rows * (d_in + d_out))
+    return CHUNK_WEIGHTS // per_config
 
 
 def _simulate(params, budget, generator):

@@ -15,18 +15,18 @@ from ...moments import GradMoments, Moments
 from ..sampling import column, correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, gaussian_input_params
-from .linear import CHUNK_WEIGHTS, COLUMNS, TOKEN_SAMPLES
+from .linear import CHUNK_WEIGHTS, TOKEN_SAMPLES, weight_draws
 
 
 def _draws_rows(d, budget):
-    k = budget.replicates
-    draws = k * math.ceil(max(k, math.ceil(COLUMNS * budget.scale / d)) / k)
+    draws = weight_draws(d * d, budget.scale, budget.replicates)
     return draws, max(1, math.ceil(TOKEN_SAMPLES * budget.scale / (2 * d * draws)))
 
 
 def _max_group(shape, budget):
     d = int(shape["d"])
-    return CHUNK_WEIGHTS // (_draws_rows(d, budget)[0] * d * d)
+    draws, rows = _draws_rows(d, budget)
+    return CHUNK_WEIGHTS // (draws * (d * d + 8 * rows * d))  # weights + activations and their gradients
 
 
 def _simulate(params, budget, generator):

@@ -73,15 +73,18 @@ def verify(
 
         report = run_verification(names, quick=quick, seed=seed, n_configs=configs, on_start=on_start,
                                   on_progress=on_progress)
-    console.print(render_table(report, TARGET_P50, TARGET_P99))
-    console.print(f"{sum(len(r.params['var']) for r in report.results.values())} configurations in "
-                  f"{report.seconds:.1f} s ({'quick' if quick else 'full'} sweep, seed {seed}).")
-    if json_path:
-        console.print(f"JSON report: {report.write_json(json_path)}")
+    written = []
+    if json_path:  # files first: a long sweep's results survive whatever happens to the terminal
+        written.append(f"JSON report: {report.write_json(json_path)}")
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(markdown_table(report.to_json()) + "\n")
-        console.print(f"Markdown table: {markdown}")
+        written.append(f"Markdown table: {markdown}")
+    console.print(render_table(report, TARGET_P50, TARGET_P99))
+    console.print(f"{sum(r.n_configs for r in report.results.values())} configurations in "
+                  f"{report.seconds:.1f} s ({'quick' if quick else 'full'} sweep, seed {seed}).")
+    for line in written:
+        console.print(line)
     if strict and not report_meets(report, TARGET_P50, TARGET_P99):
         raise typer.Exit(1)
 

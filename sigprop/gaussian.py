@@ -119,8 +119,9 @@ def _owens_t(h, a):
     return res
 
 
-def clip_corr(c, tol: float = 1e-9):
-    """Clip a computed correlation into [-1, 1], tolerating round-off of size ``tol`` (larger excursions raise)."""
+def clip_corr(c, tol: float = 1e-6):
+    """Clip a computed correlation into [-1, 1], tolerating excursions up to ``tol`` (round-off, and the O(1e-9)
+    truncation error of an approximate rule near corr = 1); larger excursions are bugs and raise."""
     c = np.asarray(c, dtype=np.float64)
     if np.any(np.abs(c) > 1.0 + tol):
         raise ValueError(f"computed correlation outside [-1, 1] beyond round-off: {c[np.abs(c) > 1 + tol].flat[0]}")

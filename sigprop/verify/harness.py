@@ -75,6 +75,10 @@ class ComponentResult:
     noise: dict
     seconds: float
 
+    @property
+    def n_configs(self) -> int:
+        return len(next(iter(self.params.values())))
+
     def summary(self) -> dict:
         out = {}
         for q in self.spec.quantities:

@@ -9,7 +9,10 @@ from .spec import ComponentSpec
 
 __all__ = ["COMPONENTS", "load_spec", "available"]
 
-#: name -> module under sigprop.verify.specs holding ``SPEC``.
+#: name -> module under sigprop.verify.specs holding ``SPEC``. The attention block's spec (specs/attention_block.py)
+#: is not in the default sweep: plain Monte Carlo of the whole block needs ~25x this budget to push its noise below
+#: 1% (the shared part of every sequence reaches the output through two random projections); its tests run it on a
+#: few configurations at a larger budget instead.
 COMPONENTS = {
     "embedding": "embedding",
     "linear": "linear",
@@ -23,7 +26,6 @@ COMPONENTS = {
     "softmax": "softmax",
     "attention": "attention",
     "mha": "mha",
-    "attention_block": "attention_block",
     "ffn_block": "ffn_block",
     "residual": "residual",
 }

@@ -1,0 +1,44 @@
+"""The attention block: norm → multi-head attention → output projection → dropout (Kedia et al. App. B.1).
+
+Its moment rules are the composition of its children's rules, with the sequence length ``L`` passed as context to
+the attention rule; the paper's printed attention forms are available through the attention rules' ``approx``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..moments import check_range
+from .attention import MultiHeadAttention
+from .dropout import Dropout
+from .factory import make_norm
+from .linear import Linear
+from .sequential import Sequential
+
+__all__ = ["AttentionBlock"]
+
+
+class AttentionBlock(Sequential):
+    """norm → attn (H heads of width d_head) → proj (H·d_head → d) → drop. ``norm="none"`` gives the bare block.
+
+    ``attn_dropout`` acts on the attention probabilities, ``p`` after the projection. Standard deviations default to
+    Xavier-normal (``sigma_q``, ``sigma_k``, ``sigma_v`` for the projections, ``sigma_o`` for the output projection);
+    the rules read the declared values. ``forward_moments(m, L=...)`` needs the sequence length.
+    """
+
+    def __init__(self, d: int, n_heads: int, d_head: int | None = None, p: float = 0.0, attn_dropout: float = 0.0,
+                 norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
+                 norm_kwargs: dict | None = None):
+        check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+        d_head = d // n_heads if d_head is None else d_head
+        if d_head < 1:
+            raise ValueError(f"d_head must be >= 1 (d={d}, n_heads={n_heads})")
+        layers = OrderedDict()
+        norm_module = make_norm(norm, d, **(norm_kwargs or {}))
+        if norm_module is not None:
+            layers["norm"] = norm_module
+        layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k, sigma_v=sigma_v,
+                                            dropout_p=attn_dropout)
+        layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
+        layers["drop"] = Dropout(p)
+        super().__init__(layers)

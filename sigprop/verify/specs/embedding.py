@@ -15,7 +15,7 @@ from ..spec import ComponentSpec, Param
 #: Full budget per configuration: independent embedding tables ("worlds", grouped into the replicates) and token
 #: positions per world. Few-row tables (segments, the most frequent Zipf tokens) fluctuate as whole rows, so the
 #: noise falls with the number of independent tables rather than with the number of tokens.
-WORLDS = 64
+WORLDS = 32
 TOKENS_PER_WORLD = 2**9
 WIDTH = 64
 
@@ -88,6 +88,6 @@ SPEC = ComponentSpec(
     simulate=_simulate,
     predict=_predict,
     shape_params=("vocab", "seq_len"),
-    note="Token ids drawn i.i.d. from Zipf(1) over V tokens, segment split uniform on {0..L}; width 64; 64 "
+    note="Token ids drawn i.i.d. from Zipf(1) over V tokens, segment split uniform on {0..L}; width 64; 32 "
          "independent table sets per configuration. Not in Kedia et al. Table 21/22.",
 )

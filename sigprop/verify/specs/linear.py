@@ -18,7 +18,7 @@ from .common import FORWARD_BACKWARD, gaussian_input_params
 #: sums that carry an input mean are stratified (:func:`~sigprop.verify.sampling.linear_weights`), so they need no
 #: extra draws.
 WEIGHTS = 2**18
-TOKEN_SAMPLES = 2**18
+TOKEN_SAMPLES = 2**17
 #: Bound on the elements held at once (weights plus activations and gradients) when configurations share a tensor.
 CHUNK_WEIGHTS = 2**24
 

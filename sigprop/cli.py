@@ -31,7 +31,11 @@ def verify(
                                "samples): a smoke test in well under a minute."),
     json_path: Path = typer.Option(None, "--json", help="Write the machine-readable report here."),
     markdown: Path = typer.Option(None, "--markdown", help="Write the accuracy table as Markdown here."),
+    plot: Path = typer.Option(None, "--plot", help="Write a PNG figure of the error percentiles here."),
     seed: int = typer.Option(0, help="Seed of the configuration design and the Monte Carlo samples."),
+    approx: str = typer.Option(None, help="Score the same Monte Carlo draws against another approximation of the "
+                               "rules, e.g. 'kedia' (the paper's printed forms; relu, gelu, layernorm, softmax, "
+                               "attention, mha)."),
     configs: int = typer.Option(None, help="Override the number of configurations per component."),
     strict: bool = typer.Option(False, help=f"Exit with status 1 unless every p50 <= {TARGET_P50}% and "
                                 f"p99 <= {TARGET_P99}%."),
@@ -71,8 +75,13 @@ def verify(
         def on_progress(k):
             bar.advance(task["id"], k)
 
-        report = run_verification(names, quick=quick, seed=seed, n_configs=configs, on_start=on_start,
-                                  on_progress=on_progress)
+        try:
+            report = run_verification(names, quick=quick, seed=seed, n_configs=configs, approx=approx,
+                                      on_start=on_start, on_progress=on_progress)
+        except ValueError as err:
+            bar.stop()
+            console.print(f"[red]error:[/red] {err}")
+            raise typer.Exit(2) from None
     written = []
     if json_path:  # files first: a long sweep's results survive whatever happens to the terminal
         written.append(f"JSON report: {report.write_json(json_path)}")
@@ -80,6 +89,10 @@ def verify(
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(markdown_table(report.to_json()) + "\n")
         written.append(f"Markdown table: {markdown}")
+    if plot:
+        from .verify.plot import plot_report
+
+        written.append(f"Figure: {plot_report(report.to_json(), plot)}")
     console.print(render_table(report, TARGET_P50, TARGET_P99))
     console.print(f"{sum(r.n_configs for r in report.results.values())} configurations in "
                   f"{report.seconds:.1f} s ({'quick' if quick else 'full'} sweep, seed {seed}).")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import importlib.util
 
@@ -37,8 +39,17 @@ def available() -> list[str]:
             if importlib.util.find_spec(f"sigprop.verify.specs.{mod}") is not None]
 
 
-def load_spec(name: str) -> ComponentSpec:
+def load_spec(name: str, approx: str | None = None) -> ComponentSpec:
+    """The spec of ``name``; with ``approx`` (e.g. "kedia"), the same sweep scored against that approximation of the
+    rules, for components that offer one (see :func:`approximations`)."""
     if name not in COMPONENTS:
         raise ValueError(f"unknown component {name!r}; choose from: {', '.join(COMPONENTS)}")
     module = importlib.import_module(f"sigprop.verify.specs.{COMPONENTS[name]}")
-    return module.SPEC
+    if approx in (None, "exact"):
+        return module.SPEC
+    if hasattr(module, "make_spec"):
+        return module.make_spec(approx)
+    if hasattr(module, "predict"):
+        return dataclasses.replace(module.SPEC, name=f"{name}[{approx}]",
+                                   predict=functools.partial(module.predict, approx=approx))
+    raise ValueError(f"component {name!r} offers no alternative approximation to compare (only 'exact')")

@@ -70,17 +70,18 @@ def resolve_components(names: list[str] | None) -> list[str]:
 
 
 def run_verification(names: list[str] | None = None, quick: bool = False, seed: int = 0,
-                     n_configs: int | None = None,
+                     n_configs: int | None = None, approx: str | None = None,
                      on_start: Callable[[str, int], None] | None = None,
                      on_progress: Callable[[int], None] | None = None) -> VerificationReport:
-    """Sweep the named components (all by default). ``on_start(name, n)`` announces each component and its number
-    of configurations; ``on_progress(k)`` reports k more configurations done."""
+    """Sweep the named components (all by default), scored against the rules' ``approx`` approximation when given
+    (the Monte Carlo draws are the same for every approximation). ``on_start(name, n)`` announces each component
+    and its number of configurations; ``on_progress(k)`` reports k more configurations done."""
     t0 = time.perf_counter()
     results = {}
     for name in resolve_components(names):
-        spec = load_spec(name)
+        spec = load_spec(name, approx)
         n = n_configs or (spec.quick_configs if quick else spec.n_configs)
         if on_start:
             on_start(name, n)
-        results[name] = run_component(spec, quick=quick, seed=seed, n_configs=n, progress=on_progress)
+        results[spec.name] = run_component(spec, quick=quick, seed=seed, n_configs=n, progress=on_progress)
     return VerificationReport(results, time.perf_counter() - t0, quick, seed)

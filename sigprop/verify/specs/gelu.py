@@ -21,11 +21,12 @@ def _simulate(params, budget, generator):
     return simulate_tokenwise(GELU(), params, budget, generator, ELEMENTWISE_HIDDEN)
 
 
-def _predict(params):
+def predict(params, approx: str = "exact"):
+    """The rules' prediction with the named approximation (``sigprop verify --approx``)."""
     mean = params.get("mean", np.zeros_like(params["var"]))
     m = Moments(mean, params["var"], params["corr"])
-    fwd = gelu_forward(m)
-    bwd = gelu_backward(GradMoments(params["grad_var"], params["grad_corr"]), m)
+    fwd = gelu_forward(m, approx=approx)
+    bwd = gelu_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, approx=approx)
     return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
 
 
@@ -35,7 +36,7 @@ SPEC = ComponentSpec(
     params=gaussian_input_params(),
     quantities=FORWARD_BACKWARD,
     simulate=_simulate,
-    predict=_predict,
+    predict=predict,
     paper={"mean": (0.1, 1.0, 2.4), "var": (0.2, 0.6, 1.3), "grad_var": (0.2, 0.6, 1.1), "corr": (0.1, 0.5, 1.2),
            "grad_corr": (0.1, 0.4, 0.9)},
     max_group=CHUNK,

@@ -39,10 +39,11 @@ def _simulate(params, budget, generator):
     return simulate_tokenwise(frozen(LayerNorm(d, elementwise_affine=True)), params, budget, generator, hidden=d)
 
 
-def _predict(params):
+def predict(params, approx: str = "exact"):
+    """The rules' prediction with the named approximation (``sigprop verify --approx``)."""
     m = Moments(params["mean"], params["var"], params["corr"])
-    fwd = layernorm_forward(m, params["d"])
-    bwd = layernorm_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["d"])
+    fwd = layernorm_forward(m, params["d"], approx=approx)
+    bwd = layernorm_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["d"], approx=approx)
     return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
 
 
@@ -52,7 +53,7 @@ SPEC = ComponentSpec(
     params=gaussian_input_params(mean=(-10.0, 10.0)) + (width_param(),),
     quantities=FORWARD_BACKWARD,
     simulate=_simulate,
-    predict=_predict,
+    predict=predict,
     shape_params=("d",),
     max_group=CHUNK,
     paper={"mean": (0.0, 0.0, 0.0), "var": (0.0, 0.0, 0.0), "grad_var": (0.4, 1.5, 3.2), "corr": (0.1, 0.5, 1.0),

@@ -10,10 +10,9 @@ import numpy as np
 from torch.func import functional_call, vmap
 
 from ...components.attention_block import AttentionBlock
-from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, gaussian_input_params, predict_each
 
 #: Full budget per configuration: output elements, and independent weight draws (a multiple of the replicates).
 ELEMENTS = 2**19
@@ -76,17 +75,7 @@ def _simulate(params, budget, generator):
 
 
 def _predict(params):
-    out = {q: np.empty(len(params["var"])) for q in FORWARD_BACKWARD}
-    for i in range(len(params["var"])):  # widths, heads and lengths differ: one walk of the block each
-        block = _block(params, i)
-        length = _shape(params, i)[2]
-        m = Moments(params["mean"][i], params["var"][i], params["corr"][i])
-        fwd = block.forward_moments(m, L=length)
-        bwd = block.backward_moments(GradMoments(params["grad_var"][i], params["grad_corr"][i]), m, L=length)
-        for q, v in (("mean", fwd.mean), ("var", fwd.var), ("corr", fwd.corr), ("grad_var", bwd.var),
-                     ("grad_corr", bwd.corr)):
-            out[q][i] = v
-    return out
+    return predict_each(params, lambda prm, i: (_block(prm, i), {"L": _shape(prm, i)[2]}))
 
 
 SPEC = ComponentSpec(

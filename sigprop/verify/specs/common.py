@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ...moments import GradMoments, Moments
 from ..spec import QUANTITIES, Param
 
-__all__ = ["FORWARD_BACKWARD", "CORR_MAX", "gaussian_input_params"]
+__all__ = ["FORWARD_BACKWARD", "CORR_MAX", "gaussian_input_params", "as_quantities", "predict_each"]
 
 FORWARD_BACKWARD = QUANTITIES
 
@@ -27,3 +30,23 @@ def gaussian_input_params(mean=(0.0, 0.0), var=(0.1, 10.0), grad_var=(0.1, 10.0)
         Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g (Table 22: [0, 1))"),
     ]
     return tuple(params)
+
+
+def as_quantities(fwd: Moments, bwd: GradMoments) -> dict:
+    """A forward and a backward prediction as the sweep's {quantity: value} dict."""
+    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+
+
+def predict_each(params: dict, build) -> dict:
+    """Predictions for configurations whose module structure differs (activation, widths, heads): ``build(params,
+    i)`` returns the i-th module and the context its rules need (e.g. {"L": 128}); its rules are walked once each."""
+    n = len(params["var"])
+    out = {q: np.empty(n) for q in FORWARD_BACKWARD}
+    for i in range(n):
+        module, context = build(params, i)
+        m = Moments(params["mean"][i], params["var"][i], params["corr"][i])
+        g = GradMoments(params["grad_var"][i], params["grad_corr"][i])
+        pred = as_quantities(module.forward_moments(m, **context), module.backward_moments(g, m, **context))
+        for q in FORWARD_BACKWARD:
+            out[q][i] = pred[q]
+    return out

@@ -13,7 +13,7 @@ from ...moments import GradMoments, Moments
 from ..sampling import column
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 #: Range of the scaled input mean αμ (see NOTE); the shift s adds to it.
 PRE_MEAN_MAX = 1.0
@@ -46,7 +46,7 @@ def _predict(params):
     m = Moments(_input_mean(params), params["var"], params["corr"])
     fwd = derf_forward(m, params["alpha"], params["shift"])
     bwd = derf_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["alpha"], params["shift"])
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

@@ -6,7 +6,7 @@ from ...components.dropout import Dropout, dropout_backward, dropout_forward
 from ...moments import GradMoments, Moments
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 
 def _simulate(params, budget, generator):
@@ -17,7 +17,7 @@ def _simulate(params, budget, generator):
 def _predict(params):
     fwd = dropout_forward(Moments(params["mean"], params["var"], params["corr"]), params["p"])
     bwd = dropout_backward(GradMoments(params["grad_var"], params["grad_corr"]), params["p"])
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

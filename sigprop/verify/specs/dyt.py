@@ -12,7 +12,7 @@ from ...moments import GradMoments, Moments
 from ..sampling import column
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 #: Range of the pre-activation mean αμ (see NOTE).
 PRE_MEAN_MAX = 2.0
@@ -42,7 +42,7 @@ def _predict(params):
     m = Moments(_input_mean(params), params["var"], params["corr"])
     fwd = dyt_forward(m, params["alpha"])
     bwd = dyt_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["alpha"])
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

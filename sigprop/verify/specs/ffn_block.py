@@ -9,10 +9,9 @@ import numpy as np
 from torch.func import functional_call, vmap
 
 from ...components.ffn import FFNBlock
-from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, gaussian_input_params, predict_each
 from .linear import CHUNK_WEIGHTS, weight_draws
 
 #: Token pairs × d per configuration at full budget (weight draws: see linear.weight_draws).
@@ -63,20 +62,16 @@ def _simulate(params, budget, generator):
     return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))
 
 
+def _build(params, i):
+    block = _block(params, i)
+    d = int(params["d"][i])
+    block.fc1.weight_std = math.sqrt(params["w1_gain"][i] / d)
+    block.fc2.weight_std = math.sqrt(params["w2_gain"][i] / (4 * d))
+    return block, {}
+
+
 def _predict(params):
-    out = {q: np.empty(len(params["var"])) for q in FORWARD_BACKWARD}
-    for i in range(len(params["var"])):  # blocks differ in structure (activation) and widths: one walk each
-        block = _block(params, i)
-        d = int(params["d"][i])
-        block.fc1.weight_std = math.sqrt(params["w1_gain"][i] / d)
-        block.fc2.weight_std = math.sqrt(params["w2_gain"][i] / (4 * d))
-        m = Moments(params["mean"][i], params["var"][i], params["corr"][i])
-        fwd = block.forward_moments(m)
-        bwd = block.backward_moments(GradMoments(params["grad_var"][i], params["grad_corr"][i]), m)
-        for q, v in (("mean", fwd.mean), ("var", fwd.var), ("corr", fwd.corr), ("grad_var", bwd.var),
-                     ("grad_corr", bwd.corr)):
-            out[q][i] = v
-    return out
+    return predict_each(params, _build)
 
 
 SPEC = ComponentSpec(

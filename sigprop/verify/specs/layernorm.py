@@ -8,7 +8,7 @@ from ...components.layernorm import LayerNorm, layernorm_backward, layernorm_for
 from ...moments import GradMoments, Moments
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 __all__ = ["SPEC", "NORM_NOTE", "width_param", "frozen"]
 
@@ -44,7 +44,7 @@ def predict(params, approx: str = "exact"):
     m = Moments(params["mean"], params["var"], params["corr"])
     fwd = layernorm_forward(m, params["d"], approx=approx)
     bwd = layernorm_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["d"], approx=approx)
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

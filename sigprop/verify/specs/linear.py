@@ -11,7 +11,7 @@ from ...components.linear import Linear, linear_backward, linear_forward
 from ...moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 #: Full-budget targets per configuration: sampled weights (the squared row norms of W fluctuate with relative
 #: standard error sqrt(2/weights)) and token pairs × min(d_in, d_out) (input- and output-side samples). The per-row
@@ -81,7 +81,7 @@ def _predict(params):
     m = Moments(params["mean"], params["var"], params["corr"])
     fwd = linear_forward(m, params["d_in"], _weight_var(params))
     bwd = linear_backward(GradMoments(params["grad_var"], params["grad_corr"]), params["d_out"], _weight_var(params))
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

@@ -8,7 +8,7 @@ from ...components.relu import ReLU, relu_backward, relu_forward
 from ...moments import GradMoments, Moments
 from ..spec import ComponentSpec
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
 NOTE = (
     ELEMENTWISE_NOTE + " Ranges as Table 22: μ = 0, σ² ∈ [0.1, 10], σ²_g ∈ [0.1, 10], r, r_g ∈ [0, 0.99]. The "
@@ -27,7 +27,7 @@ def predict(params, approx: str = "exact"):
     m = Moments(mean, params["var"], params["corr"])
     fwd = relu_forward(m, approx=approx)
     bwd = relu_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, approx=approx)
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

@@ -14,7 +14,7 @@ from ...components.residual import Residual, residual_backward, residual_forward
 from ...moments import GradMoments, Moments
 from ..sampling import column, correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 from .linear import CHUNK_WEIGHTS, TOKEN_SAMPLES, weight_draws
 
 
@@ -61,7 +61,7 @@ def _predict(params):
     g = GradMoments(params["grad_var"], params["grad_corr"])
     fwd = residual_forward(m, linear_forward(m, params["d"], w), params["lam"], params["beta"])
     bwd = residual_backward(g, linear_backward(g, params["d"], w), params["lam"], params["beta"])
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

@@ -10,7 +10,7 @@ from ...components.rmsnorm import RMSNorm, rmsnorm_backward, rmsnorm_forward
 from ...moments import GradMoments, Moments
 from ..spec import ComponentSpec
 from ..tokenwise import CHUNK, simulate_tokenwise
-from .common import FORWARD_BACKWARD, gaussian_input_params
+from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 from .layernorm import NORM_NOTE, frozen, width_param
 
 
@@ -24,7 +24,7 @@ def _predict(params):
     eps = RMSNorm(8).moment_eps  # the module's default eps (torch.finfo(float32).eps), as simulated
     fwd = rmsnorm_forward(m, params["d"], eps)
     bwd = rmsnorm_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["d"], eps)
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 SPEC = ComponentSpec(

@@ -25,7 +25,7 @@ from ...moments import GradMoments, Moments
 from ...stats import moment_sums
 from ..sampling import column, estimates
 from ..spec import ComponentSpec, Estimate, Param
-from .common import CORR_MAX
+from .common import CORR_MAX, as_quantities
 
 #: Softmax elements per replicate at full budget (8 replicates per configuration).
 ELEMENTS_PER_REPLICATE = 2**13
@@ -131,7 +131,7 @@ def _predict(params, approx="exact"):
     m = Moments(0.0, params["var"], params["corr"])
     fwd = softmax_forward(m, params["L"], approx)
     bwd = softmax_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["L"], approx)
-    return {"mean": fwd.mean, "var": fwd.var, "corr": fwd.corr, "grad_var": bwd.var, "grad_corr": bwd.corr}
+    return as_quantities(fwd, bwd)
 
 
 def make_spec(approx: str = "exact") -> ComponentSpec:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-__all__ = ["Moments", "GradMoments", "check_range"]
+__all__ = ["Moments", "GradMoments", "check_range", "check_approx", "check_corr_hidden"]
 
 
 def _as_float64(value, name: str):
@@ -64,6 +64,24 @@ def check_range(value, name: str, *, lo=None, hi=None, lo_open=False, hi_open=Fa
         got = arr[bad].flat[0] if arr.ndim else float(arr)
         raise ValueError(f"{name} must be in {allowed} (got {got!r})")
     return v
+
+
+def check_approx(approx: str, allowed: tuple[str, ...], what: str) -> str:
+    """Validate a rule's ``approx`` name against the ones it offers; raise ``ValueError`` listing them."""
+    if approx not in allowed:
+        raise ValueError(f"{what} approx must be one of {allowed} (got {approx!r})")
+    return approx
+
+
+def check_corr_hidden(c, d, what: str):
+    """A normaliser's input must have a valid hidden covariance (corr_hidden ≥ −1/(d−1)) and variance left to
+    normalise (corr_hidden < 1); raise ``ValueError`` naming ``Moments.corr_hidden`` otherwise."""
+    c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
+    bad = (c_arr < -1.0 / (d_arr - 1.0) - 1e-12) | (c_arr >= 1.0)
+    if np.any(bad):
+        got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
+        raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for {what} input (got {got!r})")
+    return c
 
 
 @dataclass(frozen=True)

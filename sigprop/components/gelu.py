@@ -30,8 +30,8 @@ from scipy import special
 from torch import nn
 
 from ..gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
-from ..moments import GradMoments, Moments
-from .relu import check_approx, check_standardized_mean, truncated_bvn_moments
+from ..moments import GradMoments, Moments, check_approx
+from .relu import check_standardized_mean, truncated_bvn_moments
 
 __all__ = [
     "GELU",

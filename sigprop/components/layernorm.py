@@ -38,7 +38,7 @@ from scipy import special
 from torch import nn
 
 from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..moments import GradMoments, Moments, check_approx, check_corr_hidden, check_range
 
 __all__ = ["LayerNorm", "layernorm_forward", "layernorm_backward", "LAYERNORM_APPROX"]
 
@@ -58,19 +58,11 @@ def _check_eps(eps):
 
 
 def _check_approx(approx):
-    if approx not in LAYERNORM_APPROX:
-        raise ValueError(f"layernorm approx must be one of {LAYERNORM_APPROX} (got {approx!r})")
-    return approx
+    return check_approx(approx, LAYERNORM_APPROX, "layernorm")
 
 
 def _check_corr_hidden(c, d):
-    """corr_hidden must describe a valid covariance (c ≥ −1/(d−1)) and leave variance to normalise (c < 1)."""
-    c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
-    bad = (c_arr < -1.0 / (d_arr - 1.0) - 1e-12) | (c_arr >= 1.0)
-    if np.any(bad):
-        got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
-        raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for a LayerNorm input (got {got!r})")
-    return c
+    return check_corr_hidden(c, d, "a LayerNorm")
 
 
 def _gamma_ratio_sq(a, b):

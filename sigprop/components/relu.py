@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
-from ..moments import GradMoments, Moments
+from ..moments import GradMoments, Moments, check_approx
 
 __all__ = [
     "ReLU",
@@ -36,13 +36,6 @@ RELU_APPROX = ("exact", "kedia", "kedia_table1")
 #: correlations lose all precision in float64 (at μ/σ = −8 their absolute error is still ~2e-11,
 #: checked against 40-digit mpmath quadrature).
 MIN_STANDARDIZED_MEAN = -8.0
-
-
-def check_approx(approx: str, allowed: tuple[str, ...], what: str) -> str:
-    """Raise ``ValueError`` naming ``what`` unless ``approx`` is one of ``allowed``."""
-    if approx not in allowed:
-        raise ValueError(f"{what} approx must be one of {', '.join(map(repr, allowed))} (got {approx!r})")
-    return approx
 
 
 def check_standardized_mean(a, what: str, why: str = "the element is positive with probability < 1e-15 and "

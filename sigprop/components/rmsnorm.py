@@ -41,7 +41,7 @@ from scipy import special
 from torch import nn
 
 from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..moments import GradMoments, Moments, check_approx, check_corr_hidden, check_range
 
 __all__ = ["RMSNorm", "rmsnorm_forward", "rmsnorm_backward", "rmsnorm_expectations", "RMSNORM_APPROX",
            "DEFAULT_EPS"]
@@ -67,17 +67,11 @@ def _check_eps(eps):
 
 
 def _check_approx(approx):
-    if approx not in RMSNORM_APPROX:
-        raise ValueError(f"rmsnorm approx must be one of {RMSNORM_APPROX} (got {approx!r})")
-    return approx
+    return check_approx(approx, RMSNORM_APPROX, "rmsnorm")
 
 
 def _check_corr_hidden(c, d):
-    c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
-    bad = (c_arr < -1.0 / (d_arr - 1.0) - 1e-12) | (c_arr >= 1.0)
-    if np.any(bad):
-        got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
-        raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for an RMSNorm input (got {got!r})")
+    return check_corr_hidden(c, d, "an RMSNorm")
 
 
 @lru_cache(maxsize=64)

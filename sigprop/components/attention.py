@@ -188,6 +188,11 @@ def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_
     return GradMoments(var=h * one.var, corr=one.corr)
 
 
+def _host(v) -> np.ndarray:
+    """A hyper-parameter as a host array (also when modules are being built under ``torch.device("meta")``)."""
+    return v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v, dtype=np.float64)
+
+
 def _as_tensor(v, batch_shape):
     """A hyper-parameter as a tensor over ``batch_shape``; lower-rank values align with the *leading* dimensions
     (a per-configuration vector of shape (C,) serves a batch (C, K))."""
@@ -229,7 +234,7 @@ class SingleHeadAttention(nn.Module):
         x = _xavier(d_in, d_k)
         for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
             val = x if val is None else val
-            check_range(np.asarray(torch.as_tensor(val)), name, lo=0.0, lo_open=True, allowed="(0, inf)")
+            check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
             self.register_buffer(name, _as_tensor(val, self.batch_shape))
         check_range(np.asarray(torch.as_tensor(dropout_p)), "dropout p", lo=0.0, hi=1.0, hi_open=True)
         self.register_buffer("dropout_p", _as_tensor(dropout_p, self.batch_shape))
@@ -240,6 +245,8 @@ class SingleHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        if self.w_q.is_meta:  # built on the meta device: the owner initialises after materialising
+            return
         with torch.no_grad():
             for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
                 w.normal_(0.0, 1.0, generator=generator)
@@ -329,7 +336,7 @@ class MultiHeadAttention(nn.Module):
         x = _xavier(d_in, d_head)
         for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
             val = x if val is None else val
-            check_range(np.asarray(torch.as_tensor(val)), name, lo=0.0, lo_open=True, allowed="(0, inf)")
+            check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
             self.register_buffer(name, _as_tensor(val, self.batch_shape))
         shape = self.batch_shape + (self.d_in, self.n_heads * self.d_head)
         self.w_q = nn.Parameter(torch.empty(shape))
@@ -338,6 +345,8 @@ class MultiHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        if self.w_q.is_meta:  # built on the meta device: the owner initialises after materialising
+            return
         with torch.no_grad():
             for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
                 w.normal_(0.0, 1.0, generator=generator)
@@ -346,10 +355,11 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
 
-    def forward(self, x: torch.Tensor, x_kv=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_kv=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention of ``x`` (…, L, d_in) → (…, L, H·d_head); with ``x_kv`` (a tensor or a sequence of blocks
         along the token axis) the keys/values come from it (pass a superset of the query rows to compute a subset of
-        a self-attention's rows exactly). Dropout is SDPA's (global RNG)."""
+        a self-attention's rows exactly). ``key_padding_mask`` (…, L_kv), True at real tokens, keeps padded keys out
+        of every query's softmax. Dropout is SDPA's (global RNG)."""
         extra = x.dim() - 2 - len(self.batch_shape)
         if extra < 0:
             raise ValueError(f"input must have shape (*{self.batch_shape}, ..., L, {self.d_in}), got {tuple(x.shape)}")
@@ -364,8 +374,15 @@ class MultiHeadAttention(nn.Module):
             wkv = w(torch.cat((self.w_k, self.w_v), -1))
             blocks = [x_kv] if isinstance(x_kv, torch.Tensor) else list(x_kv)
             k, v = (self._heads(t) for t in torch.cat([b @ wkv for b in blocks], dim=-2).split(hd, -1))
-        o = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout_p if self.training else 0.0,
-                                           is_causal=self.causal)
+        mask, causal = None, self.causal
+        if key_padding_mask is not None:
+            mask = key_padding_mask.bool()[..., None, None, :]  # (…, 1 head, 1 query, L_kv)
+            if causal:
+                n_q, n_k = q.shape[-2], k.shape[-2]
+                mask = mask & torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+                causal = False
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal)
         return o.transpose(-2, -3).flatten(-2)
 
     def _declared(self):

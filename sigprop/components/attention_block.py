@@ -23,12 +23,13 @@ class AttentionBlock(Sequential):
 
     ``attn_dropout`` acts on the attention probabilities, ``p`` after the projection. Standard deviations default to
     Xavier-normal (``sigma_q``, ``sigma_k``, ``sigma_v`` for the projections, ``sigma_o`` for the output projection);
-    the rules read the declared values. ``forward_moments(m, L=...)`` needs the sequence length.
+    the rules read the declared values. ``forward_moments(m, L=...)`` needs the sequence length. ``causal`` masks
+    future keys (a decoder's self-attention).
     """
 
     def __init__(self, d: int, n_heads: int, d_head: int | None = None, p: float = 0.0, attn_dropout: float = 0.0,
                  norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
-                 norm_kwargs: dict | None = None):
+                 norm_kwargs: dict | None = None, causal: bool = False):
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
         d_head = d // n_heads if d_head is None else d_head
         if d_head < 1:
@@ -38,7 +39,7 @@ class AttentionBlock(Sequential):
         if norm_module is not None:
             layers["norm"] = norm_module
         layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k, sigma_v=sigma_v,
-                                            dropout_p=attn_dropout)
+                                            dropout_p=attn_dropout, causal=causal)
         layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

@@ -175,6 +175,8 @@ class Embedding(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        if self.token.weight.is_meta:  # built on the meta device: the owner initialises after materialising
+            return
         with torch.no_grad():
             self.token.weight.normal_(0.0, self.token_std)
             if self.position is not None:

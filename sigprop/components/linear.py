@@ -67,6 +67,8 @@ class Linear(nn.Linear):
         super().__init__(d_in, d_out, bias=bias)
 
     def reset_parameters(self) -> None:
+        if self.weight.is_meta:  # built on the meta device: the owner initialises after materialising
+            return
         with torch.no_grad():
             self.weight.normal_(0.0, self.weight_std)
             if self.bias is not None:

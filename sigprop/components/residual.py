@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -61,17 +62,30 @@ class Residual(nn.Module):
         else:
             self.register_buffer("beta", beta_t)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lam * x + self.beta * self.branch(x)
+    def forward(self, x: torch.Tensor, **context) -> torch.Tensor:
+        """λ·x + β·branch(x); ``context`` keywords (padding mask, cross-attention memory) go to the branch
+        where its ``forward`` declares them."""
+        return self.lam * x + self.beta * call_rule(self.branch, x, **context)
 
     def _scales(self):
         return self.lam.detach().double().numpy(), self.beta.detach().double().numpy()
 
     def forward_moments(self, m: Moments, **context) -> Moments:
+        return self.forward_moments_and_branch(m, **context)[0]
+
+    def forward_moments_and_branch(self, m: Moments, **context) -> tuple[Moments, Moments]:
+        """(moments of the output, moments of the branch output before scaling)."""
         lam, beta = self._scales()
-        return residual_forward(m, call_rule(self.branch.forward_moments, m, **context), lam, beta)
+        branch = call_rule(self.branch.forward_moments, m, **context)
+        return residual_forward(m, branch, lam, beta), branch
 
     def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
+        return self.backward_moments_and_branch(g, m_in, **context)[0]
+
+    def backward_moments_and_branch(self, g: GradMoments, m_in: Moments, **context) -> tuple[GradMoments, GradMoments]:
+        """(gradient moments at the input, gradient moments at the branch output, i.e. of β·g; None where β = 0,
+        whose gradient there is exactly zero)."""
         lam, beta = self._scales()
         branch_g = call_rule(self.branch.backward_moments, g, m_in, **context)
-        return residual_backward(g, branch_g, lam, beta)
+        at_branch_out = GradMoments(var=beta**2 * g.var, corr=g.corr) if np.all(beta > 0) else None
+        return residual_backward(g, branch_g, lam, beta), at_branch_out

@@ -3,6 +3,7 @@ components' rules, never a restatement of its wiring (DESIGN.md, "theory walks t
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from torch import nn
@@ -13,12 +14,24 @@ __all__ = ["Sequential", "call_rule"]
 
 
 def call_rule(method, *args, **context):
-    """Call a child's moment rule with the positional ``args`` and only those ``context`` keywords (e.g.
-    ``seq_len``) that its signature declares, so that context-free components need not accept them."""
-    params = inspect.signature(method).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    """Call a child's moment rule (or a module, through ``__call__`` so that its hooks run) with the positional
+    ``args`` and only those ``context`` keywords (e.g. ``L``) that its signature (a module's ``forward``)
+    declares, so that context-free components need not accept them."""
+    if not context:
+        return method(*args)
+    declared = method.forward if isinstance(method, nn.Module) else method  # a module is called (hooks run)
+    accepts_all, params = _declared_keywords(getattr(declared, "__func__", declared))
+    if accepts_all:
         return method(*args, **context)
     return method(*args, **{k: v for k, v in context.items() if k in params})
+
+
+@functools.lru_cache(maxsize=1024)
+def _declared_keywords(func) -> tuple[bool, frozenset]:
+    """(accepts **kwargs, declared parameter names) of a function; cached because a deep model calls it for every
+    child on every forward."""
+    params = inspect.signature(func).parameters
+    return (any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params))
 
 
 class Sequential(nn.Sequential):
@@ -28,6 +41,13 @@ class Sequential(nn.Sequential):
     recomputes the forward moments at every child's input (closed forms: cheap) and applies the children's backward
     rules in reverse order, each with the moments of its own input.
     """
+
+    def forward(self, x, **context):
+        """Apply the children in order, passing each only the ``context`` keywords its ``forward`` declares
+        (e.g. ``key_padding_mask`` for attention, ``memory`` for cross-attention)."""
+        for child in self:
+            x = call_rule(child, x, **context)
+        return x
 
     def forward_moments(self, m: Moments, **context) -> Moments:
         for child in self:

@@ -1,0 +1,162 @@
+"""Benchmark: the overhead of sigprop.measure's on-the-fly statistics over a plain forward + backward.
+
+Run: python bench/bench_measure.py [--layers 48] [--width 128] [--batch 8] [--seq 128] [--repeats 7] [--threads 1]
+Builds ``sigprop.Transformer(sigprop.TransformerConfig(...))`` (or, where the model package is absent, a stand-in
+of the same components), then times, interleaved and from the same seed, after a warm-up:
+
+* plain     model.loss(batch).backward()                            (parameter gradients, no statistics)
+* recorder  the same inside ``with Recorder(model, mask=...)``      (statistics at every site, forward + gradient)
+* measure   ``sigprop.measure.measure(model, batch)``               (statistics; backward w.r.t. the sites only)
+
+and prints the median seconds of each and the ratios recorder / plain and measure / plain measured in this run (as
+a ratio of medians, a median of the per-round ratios and a ratio of minima), plus the one-off cost of
+``Recorder.profile()`` (the only host synchronisation). Timings on a shared CPU are noisy: raise --repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from sigprop.measure import Recorder, measure
+
+
+def build_model(layers, width, heads, vocab, seq, dropout):
+    """(model, batch, mask): sigprop's Transformer when available, else a stand-in built from the components."""
+    try:
+        import sigprop
+
+        Transformer = getattr(sigprop, "Transformer", None)
+        TransformerConfig = getattr(sigprop, "TransformerConfig", None)
+        if Transformer is None:
+            from sigprop.model import Transformer, TransformerConfig
+            from sigprop.model import make_batch as mk
+        else:
+            mk = getattr(sigprop, "make_batch", None) or __import__("sigprop.model", fromlist=["make_batch"]).make_batch
+    except ImportError:
+        Transformer = None
+    if Transformer is not None:
+        cfg = TransformerConfig(n_layers=layers, d_model=width, n_heads=heads, vocab_size=vocab, max_len=seq,
+                                seq_len=seq, dropout=dropout)
+        return Transformer(cfg), (lambda ids, mask: mk(cfg, ids, padding_mask=mask)), "sigprop.Transformer"
+    return StandIn(layers, width, heads, vocab, seq, dropout), (lambda ids, mask: (ids, mask)), "stand-in"
+
+
+class StandIn(nn.Module):
+    """Pre-LN encoder from sigprop's components with the site protocol (used until sigprop.Transformer exists)."""
+
+    def __init__(self, layers, width, heads, vocab, seq, dropout):
+        super().__init__()
+        from sigprop.components.attention_block import AttentionBlock
+        from sigprop.components.embedding import Embedding
+        from sigprop.components.ffn import FFNBlock
+        from sigprop.components.residual import Residual
+
+        self.embed = Embedding(vocab, width, max_len=seq)
+        self.layers = nn.ModuleList(nn.Sequential(Residual(AttentionBlock(width, heads, p=dropout)),
+                                                  Residual(FFNBlock(width, p=dropout))) for _ in range(layers))
+        self.head = nn.Linear(width, vocab)
+
+    def sites(self):
+        out = [(-1, "input", self.embed)]
+        for i, layer in enumerate(self.layers):
+            out += [(i, "attn", layer[0].branch), (i, "ffn", layer[1].branch), (i, "layer", layer)]
+        return out
+
+    def loss(self, batch):
+        ids, mask = batch
+        h = self.embed(ids)
+        for layer in self.layers:
+            h = layer(h)
+        per_token = nn.functional.cross_entropy(self.head(h).transpose(1, 2), ids, reduction="none")
+        return (per_token * mask).sum() / mask.sum()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=48)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--padding", type=float, default=0.25,
+                        help="fraction of sequences whose last quarter is padding (0 = no mask)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed passes per mode (median reported)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if args.repeats < 5:
+        parser.error("--repeats must be >= 5")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    dev = torch.device(args.device)
+    model, make, kind = build_model(args.layers, args.width, args.heads, args.vocab, args.seq, args.dropout)
+    model.to(dev).train()
+    ids = torch.randint(2, args.vocab, (args.batch, args.seq), device=dev)
+    mask = None
+    if args.padding > 0:
+        mask = torch.ones(args.batch, args.seq, dtype=torch.bool, device=dev)
+        mask[: max(1, round(args.padding * args.batch)), -(args.seq // 4):] = False
+    batch = make(ids, mask)
+    if kind == "stand-in" and mask is None:
+        batch = (ids, torch.ones_like(ids, dtype=torch.bool))
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def plain():
+        model.loss(batch).backward()
+        model.zero_grad(set_to_none=True)
+
+    recorders = []
+
+    def recorded():
+        with Recorder(model, mask=mask) as rec:
+            model.loss(batch).backward()
+        model.zero_grad(set_to_none=True)
+        recorders.append(rec)
+
+    def measured():
+        measure(model, batch, mask=mask)
+
+    modes = {"plain": plain, "recorder": recorded, "measure": measured}
+    times = {k: [] for k in modes}
+    for fn in modes.values():  # warm-up: allocator growth, lazy inits
+        torch.manual_seed(1)
+        fn()
+    sync()
+    names = list(modes)
+    for r in range(args.repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order: no mode always first
+            torch.manual_seed(1)
+            sync()
+            t0 = time.perf_counter()
+            modes[name]()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    recorders[-1].profile()
+    t_profile = time.perf_counter() - t0
+    med = {k: statistics.median(v) for k, v in times.items()}
+    n_sites = len(model.sites())
+    print(f"model: {kind}, {args.layers} layers, d={args.width}, batch {args.batch}x{args.seq}, {n_sites} sites, "
+          f"device {dev}, {args.threads} thread(s), mask {'yes' if mask is not None else 'no'}, "
+          f"{args.repeats} interleaved repeats")
+    for k in modes:
+        print(f"  {k:9s} median {med[k]:8.4f} s   (min {min(times[k]):.4f}, max {max(times[k]):.4f})")
+    for k, note in (("recorder", ""), ("measure", "   (backward w.r.t. the site tensors only)")):
+        paired = statistics.median(a / b for a, b in zip(times[k], times["plain"], strict=True))
+        print(f"  {k:8s} / plain = {med[k] / med['plain']:.3f} (ratio of medians), {paired:.3f} (median of "
+              f"per-round ratios), {min(times[k]) / min(times['plain']):.3f} (ratio of minima){note}")
+    print(f"  Recorder.profile(): {t_profile:.4f} s once per profile")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""``sigprop.compare``: join a predicted and a measured :class:`~sigprop.profile.Profile` on (layer, site) and
+summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
+
+For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute
+error, and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the layers — computed on log values when the
+measured quantity spans more than a decade (gradient variances of deep models), as the paper's Figures 2–3 are
+read. Correlations are also judged by absolute error (a relative error of a correlation near 0 means little).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .profile import QUANTITIES, Profile, write_json_atomic
+
+__all__ = ["Comparison", "QuantitySummary", "compare", "summarise"]
+
+
+@dataclass(frozen=True)
+class QuantitySummary:
+    """Agreement of one quantity over the compared rows."""
+
+    quantity: str
+    n: int
+    median_rel: float
+    mean_rel: float
+    p90_rel: float
+    max_abs: float
+    median_abs: float
+    r2: float
+    r2_log: bool
+
+    def to_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+
+
+def summarise(quantity: str, pred, meas) -> QuantitySummary:
+    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped)."""
+    p, m = np.asarray(pred, dtype=np.float64), np.asarray(meas, dtype=np.float64)
+    keep = np.isfinite(p) & np.isfinite(m)
+    p, m = p[keep], m[keep]
+    nan = float("nan")
+    if p.size == 0:
+        return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False)
+    abs_err = np.abs(p - m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(m != 0, abs_err / np.abs(m), np.where(abs_err == 0, 0.0, np.inf))
+    positive = bool(np.all(m > 0) and np.all(p > 0))
+    use_log = positive and m.size > 1 and float(m.max() / m.min()) > 10.0
+    a, b = (np.log(p), np.log(m)) if use_log else (p, m)
+    ss_tot = float(np.sum((b - b.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((a - b) ** 2)) / ss_tot if ss_tot > 0 else nan
+    return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
+                           float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
+                           use_log)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The joined rows and per-quantity summaries of one site (default: the layer outputs)."""
+
+    predicted: Profile
+    measured: Profile
+    site: str
+    layers: tuple[int, ...]
+    summaries: dict
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        pred, meas = self.predicted.lookup(), self.measured.lookup()
+        rows = []
+        for layer in self.layers:
+            rp, rm = pred[(layer, self.site)], meas[(layer, self.site)]
+            row = {"layer": layer, "site": self.site}
+            for q in QUANTITIES:
+                row[f"pred_{q}"] = _num(getattr(rp, q))
+                row[f"meas_{q}"] = _num(getattr(rm, q))
+            rows.append(row)
+        return {"kind": "comparison", "site": self.site, "config": self.predicted.config,
+                "predicted_meta": self.predicted.meta, "measured_meta": self.measured.meta, "meta": self.meta,
+                "summary": {q: s.to_dict() for q, s in self.summaries.items()}, "per_layer": rows}
+
+    def write_json(self, path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+def _num(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
+            quantities=QUANTITIES) -> Comparison:
+    """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
+    summarise each quantity (:func:`summarise`)."""
+    if predicted.kind != "predicted" or measured.kind != "measured":
+        raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
+    pred, meas = predicted.lookup(), measured.lookup()
+    common = sorted(layer for (layer, s) in pred if s == site and (layer, site) in meas)
+    if layers is not None:
+        wanted = set(int(x) for x in layers)
+        common = [layer for layer in common if layer in wanted]
+    if not common:
+        raise ValueError(f"the profiles share no rows of site {site!r}")
+    summaries = {q: summarise(q, [getattr(pred[(lyr, site)], q) for lyr in common],
+                              [getattr(meas[(lyr, site)], q) for lyr in common]) for q in quantities}
+    return Comparison(predicted, measured, site, tuple(common), summaries)

@@ -1,0 +1,547 @@
+"""Measurement engine: the forward and gradient statistics of a real model at every site, recorded with hooks.
+
+A *site* (DESIGN.md, "State: Moments") is a tensor x of shape (batch, tokens, hidden) inside the model: the
+embedding output (layer −1, site ``"input"``), a transformer layer's output (``"layer"``) or a branch's output before
+its residual scale and add (``"attn"``, ``"ffn"``, ``"cross"``). A model exposes them through the *site protocol*:
+``model.sites()`` returns an ordered list of ``(layer, site, module)`` and the site's tensor is that module's forward
+output. At every site we record the statistics of :mod:`sigprop.stats`, restricted to the real (non-padding) tokens:
+
+* mean  μ = Σ m_bt x_btj / n,                       n = D Σ_b T_b      (T_b = real tokens of sequence b),
+* var   σ² = Σ m_bt (x_btj − μ)² / n,
+* corr  r = [Σ_{b,j} Σ_{t≠s real} (x_btj − μ)(x_bsj − μ) / n_pairs] / σ²,   n_pairs = D Σ_b T_b (T_b − 1),
+
+and the same var and corr of g = ∂Loss/∂x, exactly as autograd delivers it (no rescaling; the gradient of a
+mean-reduced loss carries the 1/(number of loss terms) factor). Token pairs are formed only among the real tokens
+of one sequence; statistics pool all batch elements, hidden units, forward passes, batches and model seeds, which
+is how Kedia et al. (App. E.1, Tables 3–5) and Noci et al. (Sec. 5) measure them (averages over samples and hidden
+units of one network; our pooled estimator is the ratio of pooled sums, not a mean of per-batch ratios).
+
+Everything is computed on the fly from additive sums (no activation is stored). For a centre c (the batch mean,
+subtracted in the tensor's dtype for accuracy) and y = m·(x − c), the hooks keep, per pass, in float64:
+
+    n, s1 = Σ y, s2 = Σ y², token_pairs = Σ_{b,j} [(Σ_t y_btj)² − Σ_t y_btj²] = Σ_{b,j} Σ_{t≠s} y_bt y_bs,
+    n_pairs, w1 = Σ_b (T_b − 1) Σ_{t,j} y_btj.
+
+``w1`` makes the sums of passes with different centres (and padding) poolable exactly: moving the centre to c'
+(δ = c − c', y' = y + δ on real tokens) gives s1' = s1 + nδ, s2' = s2 + 2δ s1 + nδ², token_pairs' = token_pairs +
+2δ w1 + n_pairs δ² and w1' = w1 + δ n_pairs (because Σ_{t≠s} y_t = (T_b − 1) Σ_t y_t). Pooled sums are centred on
+the pooled mean and handed to :class:`sigprop.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
+
+Cost: per site and direction one mean, one subtraction, one token-sum and one square-sum over the tensor (plus a
+mask multiply when there is padding) and a handful of tiny ops; no host synchronisation inside hooks (sums stay
+device tensors until :meth:`Recorder.profile`), so GPU work stays asynchronous. ``bench/bench_measure.py`` reports
+the overhead as a ratio to a plain forward + backward.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from .profile import Profile, Row
+from .stats import MomentSums
+
+__all__ = [
+    "TokenSums",
+    "SiteSums",
+    "masked_sums",
+    "pool_sums",
+    "merge_sums",
+    "profile_from_sums",
+    "Recorder",
+    "measure",
+]
+
+#: Layout of the packed float64 vector behind a :class:`TokenSums`.
+FIELDS = ("center", "n", "s1", "s2", "token_pairs", "n_token_pairs", "w1")
+_C, _N, _S1, _S2, _TP, _NTP, _W1 = range(len(FIELDS))
+
+
+@dataclass(frozen=True)
+class TokenSums:
+    """Additive sums of one tensor's real tokens about a centre (see the module docstring), packed in ``data``.
+
+    ``data`` is a float64 tensor of shape (7,) in the order of :data:`FIELDS`; it may live on any device. ``+``
+    pools two sums (re-centring both on the pooled mean, exact in float64); :meth:`to_moment_sums` hands them to
+    :class:`sigprop.stats.MomentSums`, which defines mean, var and corr.
+    """
+
+    data: torch.Tensor
+
+    def __post_init__(self):
+        if self.data.shape != (len(FIELDS),):
+            raise ValueError(f"TokenSums.data must have shape ({len(FIELDS)},), got {tuple(self.data.shape)}")
+
+    def __getattr__(self, name):
+        if name in FIELDS:
+            return self.data[FIELDS.index(name)]
+        raise AttributeError(name)
+
+    def __add__(self, other: TokenSums) -> TokenSums:
+        if not isinstance(other, TokenSums):
+            return NotImplemented
+        return pool_sums([self, other])
+
+    def to(self, device) -> TokenSums:
+        return TokenSums(self.data.to(device))
+
+    def to_moment_sums(self) -> MomentSums:
+        """As :class:`~sigprop.stats.MomentSums` (hidden-pair sums are not recorded: NaN count)."""
+        d = self.data.detach().to("cpu", torch.float64)
+        return MomentSums(center=d[_C], n=float(d[_N]), s1=d[_S1], s2=d[_S2], token_pairs=d[_TP],
+                          n_token_pairs=float(d[_NTP]), hidden_pairs=torch.zeros((), dtype=torch.float64),
+                          n_hidden_pairs=math.nan)
+
+    def mean(self) -> float:
+        return float(self.to_moment_sums().mean())
+
+    def var(self) -> float:
+        return float(self.to_moment_sums().var())
+
+    def corr(self) -> float:
+        """Token-to-token correlation (NaN when no sequence has two real tokens)."""
+        ms = self.to_moment_sums()
+        return float(ms.corr()) if ms.n_token_pairs > 0 else math.nan
+
+
+class SiteSums(NamedTuple):
+    """The sums of one site: forward tensor and gradient (``None`` where nothing was recorded)."""
+
+    fwd: TokenSums | None
+    grad: TokenSums | None
+
+
+def _pool_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Pool packed sums (k, 7) into one (7,) centred on the pooled mean (module docstring's re-centring)."""
+    if rows.shape[0] == 1:
+        return rows[0]
+    c, n, s1, s2, tp, ntp, w1 = rows.unbind(-1)
+    n_tot = n.sum()
+    centre = (c * n + s1).sum() / n_tot
+    d = c - centre
+    return torch.stack([centre, n_tot, (s1 + n * d).sum(), (s2 + 2 * d * s1 + n * d * d).sum(),
+                        (tp + 2 * d * w1 + ntp * d * d).sum(), ntp.sum(), (w1 + d * ntp).sum()])
+
+
+def pool_sums(sums: Iterable[TokenSums]) -> TokenSums:
+    """Pool several :class:`TokenSums` (batches, passes, seeds) into one, centred on the pooled mean."""
+    rows = [s.data for s in sums]
+    if not rows:
+        raise ValueError("pool_sums: need at least one TokenSums")
+    dev = rows[0].device
+    return TokenSums(_pool_rows(torch.stack([r.to(dev) for r in rows])))
+
+
+class _Mask:
+    """A padding mask (batch, tokens), True = real token, with the derived tensors cached per (device, dtype, hidden).
+
+    Cached: the float mask (flat and (batch, tokens, 1)), n = D Σ_b T_b (clamped to ≥ 1 in x's dtype for the mean),
+    n and n_pairs = D Σ_b T_b (T_b − 1) in float64, and the (2, batch) matrix [1; T_b − 1] that turns per-sequence
+    sums into (s1, w1) in one product. Computing them costs a few tiny ops once per mask, never a host sync.
+    """
+
+    def __init__(self, mask: torch.Tensor):
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
+            got = f"{mask.dtype} tensor of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask)
+            raise ValueError(f"mask must be a bool tensor of shape (batch, tokens), True = real token (got {got})")
+        self.mask = mask.detach()
+        self.shape = tuple(mask.shape)
+        self._cache: dict = {}
+
+    def get(self, device, dtype, d):
+        key = (device, dtype, d)
+        if key not in self._cache:
+            m = self.mask.to(device)
+            lengths = m.sum(1, dtype=torch.float64)  # T_b
+            mf = m.to(dtype)
+            n = lengths.sum() * d
+            weights = torch.stack([torch.ones_like(lengths), lengths - 1])
+            self._cache[key] = (mf.reshape(-1), mf.unsqueeze(-1), n.clamp(min=1).to(dtype), n,
+                                (lengths * (lengths - 1)).sum() * d, weights)
+        return self._cache[key]
+
+
+def _work_dtype(x: torch.Tensor) -> torch.Tensor:
+    # float32 / float64 are reduced in their own dtype (as stats.moment_sums); half types would lose the sums, so
+    # they are promoted to float32 (one extra pass).
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+_COUNTS: dict = {}
+
+
+def _counts(device, b, t, d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, n_pairs) of an unmasked (b, t, d) tensor as float64 device scalars, cached."""
+    key = (device, b, t, d)
+    if key not in _COUNTS:
+        if len(_COUNTS) > 256:
+            _COUNTS.clear()
+        _COUNTS[key] = tuple(torch.full((), v, dtype=torch.float64, device=device)
+                             for v in (float(b * t * d), float(b * d * t * (t - 1))))
+    return _COUNTS[key]
+
+
+def _packed(x: torch.Tensor, mask: _Mask | None) -> torch.Tensor:
+    """The packed sums (7,) float64 of x (batch, tokens, hidden) over the real tokens; no host synchronisation.
+
+    Elementwise work and the reductions over the tensor stay in x's dtype (torch's reductions are pairwise: ~1e-7
+    relative in float32) and only the reduced sums are promoted to float64; no matmul touches x (TF32 would round
+    the token sums). About 15 tensor ops, 4–5 of them over the whole tensor.
+    """
+    x = _work_dtype(x.detach())
+    b, t, d = x.shape
+    f64 = torch.float64
+    if mask is None:
+        n, ntp = _counts(x.device, b, t, d)
+        c = x.mean()
+        y = x - c
+        col = y.sum(1).to(f64).reshape(-1)  # Σ_t y per (sequence, hidden unit)
+        s2 = (y * y).sum().to(f64)
+        s1 = col.sum()
+        return torch.stack([c.to(f64), n, s1, s2, torch.dot(col, col) - s2, ntp, (t - 1) * s1])
+    if mask.shape != (b, t):
+        raise ValueError(f"mask has shape {mask.shape} but the site tensor has (batch, tokens) = {(b, t)}")
+    mf, m3, n_safe, n, ntp, weights = mask.get(x.device, x.dtype, d)
+    c = torch.dot(x.sum(-1).reshape(-1), mf) / n_safe  # masked mean (0 when no token is real: then n = 0)
+    ym = (x - c) * m3  # m·(x − c)
+    col = ym.sum(1).to(f64)  # (batch, hidden)
+    s2 = (ym * ym).sum().to(f64)
+    s1_w1 = weights @ col.sum(1)  # (Σ y, Σ_b (T_b − 1) Σ_{t,j} y_btj)
+    flat = col.reshape(-1)
+    return torch.stack([c.to(f64), n, s1_w1[0], s2, torch.dot(flat, flat) - s2, ntp, s1_w1[1]])
+
+
+def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> TokenSums:
+    """The sums of x (batch, tokens, hidden) over its real tokens (``mask`` (batch, tokens) bool, True = real).
+
+    The masked counterpart of :func:`sigprop.stats.moment_sums` (module docstring for the definitions): padded
+    tokens enter no sum, and token pairs are formed only among the real tokens of one sequence. Without a mask the
+    mean, var and corr equal those of ``moment_sums(x)`` (up to rounding).
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be a tensor of shape (batch, tokens, hidden), got {getattr(x, 'shape', type(x))}")
+    with torch.no_grad():
+        return TokenSums(_packed(x, None if mask is None else _Mask(mask)))
+
+
+def merge_sums(*dicts: Mapping[tuple[int, str], SiteSums]) -> dict[tuple[int, str], SiteSums]:
+    """Pool several ``Recorder.sums`` dicts (batches, seeds) site by site; the key order of first appearance is kept."""
+    out: dict = {}
+    for dct in dicts:
+        for key, ss in dct.items():
+            if key not in out:
+                out[key] = ss
+                continue
+            prev = out[key]
+            out[key] = SiteSums(*(a if b is None else b if a is None else a + b
+                                  for a, b in zip(prev, ss, strict=True)))
+    return out
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else math.nan
+
+
+def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | None = None,
+                      meta: dict | None = None) -> Profile:
+    """A measured :class:`~sigprop.profile.Profile` from per-site sums: one row per (layer, site), NaN where nothing
+    was recorded (e.g. no gradient reached the site). One device-to-host copy for all sites."""
+    keys = list(sums)
+    packed = []
+    for key in keys:
+        for part in sums[key]:
+            packed.append(torch.full((len(FIELDS),), math.nan, dtype=torch.float64) if part is None
+                          else part.data.detach().to("cpu", torch.float64))
+    table = torch.stack(packed).reshape(len(keys), 2, len(FIELDS)) if keys else None
+    rows = []
+    for i, (layer, site) in enumerate(keys):
+        q = {}
+        for j, prefix in enumerate(("fwd", "grad")):
+            ts = TokenSums(table[i, j])
+            if bool(torch.isnan(ts.data[_N])) or float(ts.data[_N]) <= 0:
+                continue
+            ms = ts.to_moment_sums()
+            if prefix == "fwd":
+                q["fwd_mean"] = _finite(float(ms.mean()))
+            q[f"{prefix}_var"] = _finite(float(ms.var()))
+            q[f"{prefix}_corr"] = _finite(float(ms.corr())) if ms.n_token_pairs > 0 else math.nan
+        rows.append(Row(int(layer), str(site), **q))
+    return Profile("measured", dict(config or {}), tuple(rows), dict(meta or {}))
+
+
+def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module]], nn.Module | None]:
+    if hasattr(model_or_sites, "sites") and callable(model_or_sites.sites):
+        model, sites = model_or_sites, list(model_or_sites.sites())
+    else:
+        model, sites = None, list(model_or_sites)
+    seen_mod, seen_key = set(), set()
+    out = []
+    for entry in sites:
+        if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], nn.Module)):
+            raise ValueError(f"sites must be (layer: int, site: str, module: nn.Module) tuples (got {entry!r})")
+        layer, site, module = entry
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < -1:
+            raise ValueError(f"site layer must be an integer >= -1 (got {layer!r})")
+        if not isinstance(site, str) or not site:
+            raise ValueError(f"site name must be a non-empty string (got {site!r})")
+        if id(module) in seen_mod:
+            raise ValueError(f"site ({layer}, {site!r}): a module may appear at most once in sites()")
+        if (layer, site) in seen_key:
+            raise ValueError(f"site ({layer}, {site!r}) appears twice in sites()")
+        seen_mod.add(id(module))
+        seen_key.add((layer, site))
+        out.append((layer, site, module))
+    return out, model
+
+
+def _model_config(model) -> dict:
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return {}
+    if hasattr(cfg, "to_dict"):
+        return dict(cfg.to_dict())
+    return dict(cfg) if isinstance(cfg, Mapping) else {}
+
+
+_MISSING = object()
+
+
+class Recorder:
+    """Context manager that records the statistics of every site of a model on the fly.
+
+    ``Recorder(model_or_sites, mask=None, grads=True)``: ``model_or_sites`` is a model with ``sites()`` or the list
+    of ``(layer, site, module)`` itself. On ``__enter__`` every site module's ``forward`` is wrapped; each call adds
+    the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output requires grad, registers a
+    tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it.
+
+    Why a wrapped ``forward`` and not ``register_forward_hook``: sigprop's containers (:class:`~sigprop.components.
+    sequential.Sequential`, :class:`~sigprop.components.residual.Residual`) call their children's ``forward``
+    directly (to pass each only the context keywords it declares), which bypasses ``nn.Module.__call__`` and with it
+    every module hook. The wrapper is an instance attribute made with ``functools.wraps`` (so ``inspect.signature``
+    still sees the original signature); it is seen by ``module(x)`` and ``module.forward(x)`` alike, returns the
+    output unchanged, and is removed on exit (also on an exception), the previous attribute (if any) restored.
+
+    ``mask`` (bool (batch, tokens), True = real token) excludes padding at every site, or a mapping
+    ``{(layer, site): mask}`` gives some sites their own (an encoder–decoder's decoder). :meth:`set_mask` changes
+    masks between forwards; the mask in force at a forward also applies to that forward's gradients. Sums accumulate
+    over any number of forward / backward passes; recorders (``+``, :meth:`merge`) and their :attr:`sums` dicts
+    (:func:`merge_sums`) pool. On exit the tensor hooks of outputs whose backward has not run yet are removed too. A
+    recorder may be entered again later (it keeps accumulating); :meth:`reset` clears it.
+
+    Assumes: each site module's output is a (batch, tokens, hidden) tensor that is not modified in place later; a
+    module called several times per forward (weight sharing) pools its calls; under activation checkpointing the
+    recomputed forward would be recorded twice (not supported). Sums stay device tensors until :meth:`profile`.
+    """
+
+    def __init__(self, model_or_sites, mask=None, grads: bool = True):
+        self._sites, self._model = _resolve_sites(model_or_sites)
+        self._grads = bool(grads)
+        self._fwd: dict[tuple[int, str], list[torch.Tensor]] = {(l, s): [] for l, s, _ in self._sites}
+        self._grad: dict[tuple[int, str], list[torch.Tensor]] = {(l, s): [] for l, s, _ in self._sites}
+        self._mask: _Mask | None = None
+        self._site_masks: dict[tuple[int, str], _Mask | None] = {}
+        self._masked_any = False
+        self._patched: list[tuple[nn.Module, object]] = []
+        self._tensor_handles: list = []
+        self._collect: list[torch.Tensor] | None = None
+        self._active = False
+        if isinstance(mask, Mapping):
+            for key, m in mask.items():
+                self.set_mask(m, keys=[key])
+        else:
+            self.set_mask(mask)
+
+    # -- hooks ------------------------------------------------------------------------------------------------
+    def __enter__(self) -> Recorder:
+        if self._active:
+            raise RuntimeError("this Recorder is already active")
+        self._active = True
+        try:
+            for layer, site, module in self._sites:
+                previous = module.__dict__.get("forward", _MISSING)
+                wrapper = self._wrap((layer, site), module.forward)
+                object.__setattr__(module, "forward", wrapper)
+                self._patched.append((module, previous))
+        except BaseException:
+            self._remove_hooks()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._remove_hooks()
+        return False
+
+    def _remove_hooks(self) -> None:
+        for module, previous in reversed(self._patched):
+            if previous is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                object.__setattr__(module, "forward", previous)
+        for h in self._tensor_handles:
+            h.remove()
+        self._patched, self._tensor_handles = [], []
+        self._collect = None
+        self._active = False
+
+    def _wrap(self, key, forward):
+        store_fwd, store_grad = self._fwd[key], self._grad[key]
+
+        @functools.wraps(forward)
+        def recorded_forward(*args, **kwargs):
+            out = forward(*args, **kwargs)
+            self._record(key, out, store_fwd, store_grad)
+            return out
+
+        return recorded_forward
+
+    def _record(self, key, out, store_fwd, store_grad) -> None:
+        if not isinstance(out, torch.Tensor) or out.dim() != 3:
+            raise ValueError(f"site {key}: the module output must be a (batch, tokens, hidden) tensor "
+                             f"(got {getattr(out, 'shape', type(out))})")
+        mask = self._site_masks.get(key, self._mask)
+        if mask is not None and mask.shape != tuple(out.shape[:2]):
+            raise ValueError(f"site {key}: mask has shape {mask.shape} but the site tensor has (batch, tokens) = "
+                             f"{tuple(out.shape[:2])}")
+        with torch.no_grad():
+            store_fwd.append(_packed(out, mask))
+        if self._grads and out.requires_grad:
+
+            def grad_hook(g):
+                with torch.no_grad():
+                    store_grad.append(_packed(g, mask))
+
+            self._tensor_handles.append(out.register_hook(grad_hook))
+            if self._collect is not None:
+                self._collect.append(out)
+
+    def set_mask(self, mask: torch.Tensor | None, keys=None) -> None:
+        """Use ``mask`` (bool (batch, tokens), True = real token; ``None`` = every token real) from the next forward
+        on: at every site (clearing per-site masks) or, with ``keys``, only at those (layer, site) keys."""
+        m = None if mask is None else _Mask(mask)
+        if keys is None:
+            self._mask, self._site_masks = m, {}
+        else:
+            for key in keys:
+                key = tuple(key)
+                if key not in self._fwd:
+                    raise ValueError(f"set_mask: unknown site {key}; the sites are {self.keys}")
+                self._site_masks[key] = m
+        self._masked_any = self._masked_any or m is not None
+
+    def reset(self) -> None:
+        """Forget everything recorded so far."""
+        for lst in (*self._fwd.values(), *self._grad.values()):
+            lst.clear()
+
+    # -- results ----------------------------------------------------------------------------------------------
+    @property
+    def keys(self) -> list[tuple[int, str]]:
+        """The (layer, site) keys in recording order."""
+        return list(self._fwd)
+
+    @property
+    def n_passes(self) -> tuple[int, int]:
+        """(forward, gradient) records of the site recorded most often."""
+        return (max((len(v) for v in self._fwd.values()), default=0),
+                max((len(v) for v in self._grad.values()), default=0))
+
+    @property
+    def sums(self) -> dict[tuple[int, str], SiteSums]:
+        """Pooled sums per (layer, site)."""
+        def pooled(lst):
+            return TokenSums(_pool_rows(torch.stack([r.to(lst[0].device) for r in lst]))) if lst else None
+
+        return {k: SiteSums(pooled(self._fwd[k]), pooled(self._grad[k])) for k in self._fwd}
+
+    def merge(self, other: Recorder | Mapping[tuple[int, str], SiteSums]) -> Recorder:
+        """Add another recorder's records (or a ``sums`` dict) to this one, in place; returns ``self``."""
+        if isinstance(other, Recorder):
+            items = [(k, other._fwd[k], other._grad[k]) for k in other._fwd]
+            self._masked_any = self._masked_any or other._masked_any
+        else:
+            items = [(k, [] if ss.fwd is None else [ss.fwd.data], [] if ss.grad is None else [ss.grad.data])
+                     for k, ss in other.items()]
+        for k, f, g in items:
+            self._fwd.setdefault(k, []).extend(f)
+            self._grad.setdefault(k, []).extend(g)
+        return self
+
+    def __add__(self, other: Recorder) -> Recorder:
+        if not isinstance(other, Recorder):
+            return NotImplemented
+        out = Recorder(self._sites, grads=self._grads)
+        out._model = self._model
+        return out.merge(self).merge(other)
+
+    def profile(self, config: dict | None = None, meta: dict | None = None) -> Profile:
+        """The measured :class:`~sigprop.profile.Profile`: a row per site in ``sites()`` order (rows of merged
+        sites after), NaN where no forward (all quantities) or no gradient (grad quantities) was recorded.
+
+        ``config`` defaults to ``model.config.to_dict()`` when the recorder was given a model with a config;
+        ``meta`` is added to the recorder's own (passes recorded, whether padding was excluded).
+        """
+        n_fwd, n_grad = self.n_passes
+        info = {"engine": "sigprop.measure", "forward_passes": n_fwd, "gradient_passes": n_grad,
+                "padding_excluded": self._masked_any, "grads": self._grads}
+        missing = [list(k) for k, v in self._fwd.items() if not v]
+        if missing:
+            info["sites_not_reached"] = missing
+        info.update(meta or {})
+        cfg = _model_config(self._model) if config is None else config
+        return profile_from_sums(self.sums, cfg, info)
+
+
+def _masks_from_batch(model, batch, keys):
+    """Padding masks read from a batch dict (:func:`sigprop.model.make_batch`): ``padding_mask`` at every site, and
+    for an encoder–decoder ``decoder_padding_mask`` at the decoder's sites (layer >= ``config.n_layers``)."""
+    enc = batch.get("padding_mask")
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "arch", None) != "encoder_decoder":
+        return enc
+    dec = batch.get("decoder_padding_mask")
+    return {k: (dec if k[0] >= cfg.n_layers else enc) for k in keys}
+
+
+def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repeats: int = 1,
+            config: dict | None = None, meta: dict | None = None) -> Profile:
+    """Measured profile of ``model`` on ``batch``: ``n_repeats`` forward + backward passes under a :class:`Recorder`.
+
+    The loss is ``loss_fn(model, batch)`` if given, else ``model.loss(batch)`` (a scalar tensor). ``sites`` defaults
+    to ``model.sites()``. ``mask`` (bool (batch, tokens), True = real token, or ``{(layer, site): mask}``) excludes
+    padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and an encoder–decoder's
+    ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left as the caller set
+    it (in train mode each repeat draws new dropout masks: repeats then average over them).
+
+    The backward pass is ``torch.autograd.grad(loss, site_outputs)``: it delivers ∂Loss/∂x at every site exactly as
+    ``loss.backward()`` would, but computes no parameter gradient, so existing ``.grad`` fields are left untouched
+    (neither populated nor cleared) and the backward pass is cheaper. Sites that the loss does not depend on get NaN
+    gradient statistics, as do all sites when the loss does not require grad.
+    """
+    if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
+        raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")
+    if loss_fn is None and not callable(getattr(model, "loss", None)):
+        raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
+    site_list, _ = _resolve_sites(model if sites is None else sites)
+    if mask is None and isinstance(batch, Mapping):
+        mask = _masks_from_batch(model, batch, [(l, s) for l, s, _ in site_list])
+    rec = Recorder(site_list, mask=mask, grads=True)
+    rec._model = model
+    with rec:
+        for _ in range(n_repeats):
+            rec._collect = []
+            loss = loss_fn(model, batch) if loss_fn is not None else model.loss(batch)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise ValueError(f"the loss must be a scalar tensor (got {getattr(loss, 'shape', type(loss))})")
+            outs, rec._collect = rec._collect, None
+            if loss.requires_grad and outs:
+                torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
+            del loss, outs
+    info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
+    info.update(meta or {})
+    return rec.profile(config, info)

@@ -1,0 +1,248 @@
+"""TransformerConfig: every hyper-parameter of a sigprop model, with its default written once and validated in one
+place (:meth:`TransformerConfig.__post_init__`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, fields
+
+from ..components.factory import ACTIVATIONS, NORMS
+
+__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "config_from_dict", "apply_overrides"]
+
+ARCHS = ("encoder", "decoder", "encoder_decoder")
+INPUTS = ("tokens", "patches")
+NORM_POSITIONS = ("pre", "post", "none")
+V_INITS = ("scheme", "noci")
+_NORM_CHOICES = tuple(n for n in NORMS if n != "none")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A transformer (Kedia et al. Sec. 2, App. B; Vaswani et al.) as sigprop builds it from its components.
+
+    Architecture: ``arch`` = ``"encoder"`` (bidirectional attention, masked-LM head), ``"decoder"`` (causal
+    attention, next-token head) or ``"encoder_decoder"`` (an encoder of ``n_layers`` and a decoder of
+    ``n_decoder_layers`` with cross-attention). ``input`` = ``"tokens"`` (token + learned position + ``n_segments``
+    segment embeddings) or ``"patches"`` (a linear embedding of ``patch_size``² × ``channels`` image patches plus
+    learned positions, App. H).
+
+    Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``), each wrapped in a
+    residual y = λ·x + β·f(x). ``norm_position`` = ``"pre"`` (norm inside the branch), ``"post"`` (norm after the
+    residual add) or ``"none"``; ``norm`` ∈ layernorm / rmsnorm / dyt / derf (``norm_alpha`` is DyT/Derf's initial
+    α). ``dropout`` follows the embeddings and every block; ``attn_dropout`` acts on the attention probabilities
+    (None = ``dropout``). ``final_norm`` (None = True for pre-norm, else False) normalises the last layer's output;
+    the head (tied to the token embedding by default) sees it multiplied by ``head_scale`` (None = the init
+    scheme's choice: 1/√d for DSLM, Sec. 4.1, else 1).
+
+    Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are
+    β² = ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's
+    scales; ``learnable_beta`` makes β a parameter. ``qk_gain`` multiplies the Q and K standard deviations (Sec.
+    3.3's "2× Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of
+    Noci et al. 2022 that App. F blames for rank collapse.
+
+    ``tie_head`` ties the LM head to the token embedding (token input only; a patch model's classifier is its own).
+    ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
+    corruption rate.
+    """
+
+    arch: str = "encoder"
+    input: str = "tokens"
+    vocab_size: int = 8192
+    max_len: int = 512
+    n_segments: int = 0
+    image_size: int = 32
+    patch_size: int = 4
+    channels: int = 1
+    n_classes: int = 10
+    n_layers: int = 12
+    n_decoder_layers: int | None = None
+    d_model: int = 256
+    n_heads: int = 4
+    d_ff: int | None = None
+    activation: str = "relu"
+    dropout: float = 0.1
+    attn_dropout: float | None = None
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    norm_alpha: float = 0.5
+    final_norm: bool | None = None
+    tie_head: bool = True
+    head_scale: float | None = None
+    init: str = "xavier"
+    beta_k: float = 2.0
+    beta_alpha: float = 1.0
+    lam: float | None = None
+    beta: float | None = None
+    learnable_beta: bool = False
+    qk_gain: float = 1.0
+    v_init: str = "scheme"
+    seq_len: int = 128
+    mask_prob: float = 0.15
+
+    def __post_init__(self):
+        from .init import SCHEMES  # the scheme registry lives beside the schemes
+
+        def choice(name, allowed):
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))} (got {v!r})")
+
+        def integer(name, lo, optional=False):
+            v = getattr(self, name)
+            if v is None and optional:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+
+        def number(name, lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
+            v = getattr(self, name)
+            if v is None and optional:
+                return
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number (got {v!r})")
+            bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (
+                hi is not None and (v >= hi if hi_open else v > hi))
+            if bad:
+                lb = "(" if lo_open else "["
+                hb = ")" if hi_open else "]"
+                raise ValueError(f"{name} must be in {lb}{lo if lo is not None else '-inf'}, "
+                                 f"{hi if hi is not None else 'inf'}{hb} (got {v!r})")
+
+        choice("arch", ARCHS)
+        choice("input", INPUTS)
+        choice("activation", ACTIVATIONS)
+        choice("norm", _NORM_CHOICES)
+        choice("norm_position", NORM_POSITIONS)
+        choice("v_init", V_INITS)
+        choice("init", tuple(SCHEMES))
+        for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "seq_len", "image_size",
+                     "patch_size", "channels", "n_classes"):
+            integer(name, 1)
+        integer("n_segments", 0)
+        integer("n_decoder_layers", 1, optional=True)
+        integer("d_ff", 1, optional=True)
+        number("dropout", 0.0, 1.0, hi_open=True)
+        number("attn_dropout", 0.0, 1.0, hi_open=True, optional=True)
+        number("norm_eps", 0.0)
+        number("norm_alpha", 0.0, lo_open=True)
+        number("head_scale", 0.0, lo_open=True, optional=True)
+        number("beta_k", 0.0, lo_open=True)
+        number("beta_alpha", 0.0)
+        number("lam", 0.0, optional=True)
+        number("beta", 0.0, optional=True)
+        number("qk_gain", 0.0, lo_open=True)
+        number("mask_prob", 0.0, 1.0, lo_open=True, hi_open=True)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.input == "tokens" and self.seq_len > self.max_len:
+            raise ValueError(f"seq_len ({self.seq_len}) must not exceed max_len ({self.max_len})")
+        if self.input == "patches":
+            if self.image_size % self.patch_size:
+                raise ValueError(f"image_size ({self.image_size}) must be divisible by patch_size "
+                                 f"({self.patch_size})")
+            if self.arch != "encoder":
+                raise ValueError("patch input is supported for arch='encoder' (a ViT) only")
+            if self.n_segments:
+                raise ValueError("n_segments applies to token input only")
+        if self.input == "patches" and self.seq_len != self.n_patches:
+            raise ValueError(f"for patch input seq_len must equal the number of patches "
+                             f"({self.n_patches} = ({self.image_size}/{self.patch_size})²); got {self.seq_len}")
+        beta2 = self.beta_k / self.total_layers**self.beta_alpha
+        if self.init.startswith("dslm") and beta2 > 1.0 and self.lam is None:
+            raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
+                             f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
+
+    # derived values -------------------------------------------------------------------------------------------
+    @property
+    def ffn_width(self) -> int:
+        return 4 * self.d_model if self.d_ff is None else self.d_ff
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def p_attn(self) -> float:
+        return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    @property
+    def has_final_norm(self) -> bool:
+        if self.norm_position == "none":
+            return False
+        return self.norm_position == "pre" if self.final_norm is None else self.final_norm
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def n_embedding_types(self) -> int:
+        """Number of embedding tables summed at the input (token/patch, position, segment)."""
+        return 2 + (1 if self.n_segments else 0)
+
+    @property
+    def total_layers(self) -> int:
+        """N in the residual scalings: all layers of the model (encoder + decoder)."""
+        return self.n_layers + (self.n_decoder_layers or self.n_layers if self.arch == "encoder_decoder" else 0)
+
+    def replace(self, **changes) -> TransformerConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+
+def config_from_dict(data: dict) -> TransformerConfig:
+    """Build a config from a plain dict (e.g. a JSON file), rejecting unknown keys by name."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a config must be a JSON object of field: value pairs (got {type(data).__name__})")
+    known = {f.name for f in fields(TransformerConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown config field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+    return TransformerConfig(**data)
+
+
+def _parse_value(field_type: str, key: str, text: str):
+    t = text.strip()
+    if t.lower() in ("none", "null"):
+        return None
+    if "bool" in field_type:
+        if t.lower() in ("true", "1", "yes"):
+            return True
+        if t.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"--set {key}: expected true/false (got {text!r})")
+    if "int" in field_type and "float" not in field_type:
+        try:
+            return int(t)
+        except ValueError:
+            raise ValueError(f"--set {key}: expected an integer (got {text!r})") from None
+    if "float" in field_type:
+        try:
+            return float(t)
+        except ValueError:
+            raise ValueError(f"--set {key}: expected a number (got {text!r})") from None
+    return t
+
+
+def apply_overrides(config: TransformerConfig, overrides: list[str] | tuple[str, ...]) -> TransformerConfig:
+    """Apply ``key=value`` strings (the CLI's ``--set``), parsing each value by its field's type."""
+    types = {f.name: str(f.type) for f in fields(TransformerConfig)}
+    changes = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value (got {item!r})")
+        key, value = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in types:
+            raise ValueError(f"--set: unknown config field {key!r}; known fields: {', '.join(sorted(types))}")
+        changes[key] = _parse_value(types[key], key, value)
+    return config.replace(**changes)

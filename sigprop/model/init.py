@@ -1,0 +1,262 @@
+"""Initialisation schemes as plans (DESIGN.md, "Init schemes"): the one place where weights get their distributions.
+
+A scheme is a function ``config -> InitPlan``. The plan gives, for every parameter *role* (``token``, ``position``,
+``segment``, ``patch``, ``q``, ``k``, ``v``, ``o``, ``w1``, ``w2``, ``head``) and layer, the standard deviation of
+its N(0, std²) entries, plus every block's residual scales (λ, β), whether β is learnable, and the head scale.
+:meth:`InitPlan.apply` samples a model's weights from it and sets the declared values that the moment rules read
+(``Linear.weight_std``, the attention's ``sigma_q/k/v``, the embedding stds, the residual buffers), so the theory
+reads the same plan and never the sampled weights. Roles are assigned by module type, and :meth:`InitPlan.apply`
+raises if any parameter of the model was not initialised by the plan.
+
+Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
+
+* ``xavier``: every matrix N(0, 2/(fan_in + fan_out)) on its full shape (Q, K, V, O are d × d).
+* ``bert``: every matrix and table N(0, 0.02²) (Devlin et al.).
+* ``dslm``: App. M, Fig. 15: σ²_e = (1−p)/n_emb for each of the n_emb embedding tables, σ²_q = σ²_k = 1/d,
+  FFN σ² = √(2(1−p)/(d·d_ff)) (= (1/d)√((1−p)/2) at d_ff = 4d: unit FFN output, Table 2), V and O of layer n
+  σ² = (1/d)√((1−p)/r_n) with r_n the token correlation at the layer's input from Fig. 15's recurrence
+  (:func:`sigprop.laws.dslm.dslm_correlation_schedule`), λ² = 1 − β², β² = k/N^α, head input scaled by 1/√d.
+* ``dslm_simple``: Fig. 14: as ``dslm`` but V and O share the FFN's σ².
+* ``deepnorm``: Wang et al. 2022 (encoder form): λ = (2N)^{1/4}, β = 1, V, O, W1, W2 Xavier × (8N)^{−1/4}.
+* ``dsinit``: Zhang et al. 2019: Xavier scaled by 1/√l in layer l = 1..N.
+* ``layerscale``: Touvron et al. 2021: Xavier, learnable β = ε (0.1 for N ≤ 18, 10⁻⁵ for N ≤ 24, 10⁻⁶ beyond).
+* ``skipinit`` / ``rezero``: De & Smith 2020 / Bachlechner et al. 2021: Xavier, learnable β = 0 (ReZero is meant
+  with ``norm_position="none"``).
+
+Config hooks applied to every scheme: ``qk_gain`` multiplies σ_q and σ_k, ``v_init="noci"`` sets σ²_v = 1/d_head,
+``lam`` / ``beta`` override the residual scales, ``learnable_beta`` makes β learnable, ``head_scale`` overrides.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES"]
+
+ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "head")
+_BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
+_SITES = ("attn", "cross", "ffn")
+
+
+def _xavier(fan_in: int, fan_out: int) -> float:
+    return math.sqrt(2.0 / (fan_in + fan_out))
+
+
+@dataclass(frozen=True)
+class InitPlan:
+    """Standard deviations per role (a float, or an array with one value per layer for block roles), residual
+    scales per site ("attn", "cross", "ffn") as arrays over layers, and the head scale."""
+
+    scheme: str
+    stds: dict
+    lam: dict
+    beta: dict
+    learnable_beta: bool
+    head_scale: float
+    notes: dict = field(default_factory=dict)
+
+    def std(self, role: str, layer: int | None = None) -> float:
+        """The std of role ``role`` (in layer ``layer`` for block roles)."""
+        if role not in self.stds:
+            raise KeyError(f"init plan '{self.scheme}' has no std for role {role!r}")
+        v = self.stds[role]
+        if np.ndim(v) == 0:
+            return float(v)
+        if layer is None:
+            raise ValueError(f"role {role!r} has per-layer stds: pass the layer")
+        return float(v[layer])
+
+    def scales(self, site: str, layer: int) -> tuple[float, float]:
+        """(λ, β) of the residual around block ``site`` of layer ``layer``."""
+        return float(self.lam[site][layer]), float(self.beta[site][layer])
+
+    def apply(self, model: nn.Module, generator: torch.Generator | None = None, sample: bool = True) -> nn.Module:
+        """Sample every parameter of ``model`` (a :class:`~sigprop.model.transformer.Transformer`) from the plan
+        and set the declared values its moment rules read. Raises if a parameter is left without a plan.
+        ``sample=False`` skips drawing the random matrices (what :func:`sigprop.predict` needs)."""
+        from .roles import initialise_from_plan  # the role table lives beside the model's structure
+
+        done = initialise_from_plan(model, self, generator, sample)
+        missing = [n for n, p in model.named_parameters() if id(p) not in done]
+        if missing:
+            raise RuntimeError(f"init plan '{self.scheme}' left parameters uninitialised: {', '.join(missing)}")
+        return model
+
+    def to_dict(self) -> dict:
+        """A JSON-friendly summary (per-layer arrays as lists)."""
+        conv = lambda v: v.tolist() if isinstance(v, np.ndarray) else v  # noqa: E731
+        return {"scheme": self.scheme, "stds": {k: conv(v) for k, v in self.stds.items()},
+                "lam": {k: conv(v) for k, v in self.lam.items()}, "beta": {k: conv(v) for k, v in self.beta.items()},
+                "learnable_beta": self.learnable_beta, "head_scale": self.head_scale, "notes": self.notes}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# base values
+# --------------------------------------------------------------------------------------------------------------
+
+def _patch_dim(c) -> int:
+    return c.channels * c.patch_size**2
+
+
+def _xavier_stds(c) -> dict:
+    d, n = c.d_model, c.total_layers
+    per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
+    out_dim = c.vocab_size if c.input == "tokens" else c.n_classes
+    return {
+        "token": _xavier(c.vocab_size, d),
+        "position": _xavier(c.max_len if c.input == "tokens" else c.n_patches, d),
+        "segment": _xavier(max(c.n_segments, 1), d),
+        "patch": _xavier(_patch_dim(c), d),
+        "q": per_layer(_xavier(d, d)), "k": per_layer(_xavier(d, d)), "v": per_layer(_xavier(d, d)),
+        "o": per_layer(_xavier(d, d)),
+        "w1": per_layer(_xavier(d, c.ffn_width)), "w2": per_layer(_xavier(c.ffn_width, d)),
+        "head": _xavier(d, out_dim),
+    }
+
+
+def _unit_scales(c, lam=1.0, beta=1.0):
+    n = c.total_layers
+    return ({s: np.full(n, lam, dtype=np.float64) for s in _SITES},
+            {s: np.full(n, beta, dtype=np.float64) for s in _SITES})
+
+
+def _dslm_beta2(c) -> float:
+    """β² = k/N^α (Sec. 3.5, App. G), N = all layers of the model."""
+    return c.beta_k / c.total_layers**c.beta_alpha
+
+
+def _dslm_common(c) -> tuple[dict, dict, dict, dict]:
+    d, p, n = c.d_model, c.dropout, c.total_layers
+    stds = _xavier_stds(c)
+    emb_std = math.sqrt((1.0 - p) / c.n_embedding_types)
+    stds["token"] = stds["position"] = stds["segment"] = emb_std
+    # a patch embedding sees pixels of unit variance (normalised images): σ²·patch_dim = σ²_e
+    stds["patch"] = emb_std / math.sqrt(_patch_dim(c))
+    ffn_var = math.sqrt(2.0 * (1.0 - p) / (d * c.ffn_width))
+    for role in ("w1", "w2"):
+        stds[role] = np.full(n, math.sqrt(ffn_var))
+    for role in ("q", "k"):
+        stds[role] = np.full(n, math.sqrt(1.0 / d))
+    beta2 = _dslm_beta2(c)
+    lam, beta = _unit_scales(c, math.sqrt(1.0 - beta2), math.sqrt(beta2))
+    notes = {"beta2": beta2, "ffn_var": ffn_var}
+    return stds, lam, beta, notes
+
+
+def _input_correlation(c) -> float:
+    """Token correlation of the embedding output expected under Zipf-distributed tokens (App. A.1); a patch
+    model's input correlation is taken as 0 (unknown without data)."""
+    if c.input != "tokens":
+        return 0.0
+    from ..components.embedding import embedding_forward, zipf_correlation
+
+    var = (1.0 - c.dropout) / c.n_embedding_types
+    m = embedding_forward(var, zipf_correlation(c.vocab_size), position_var=var,
+                          segment_var=var if c.n_segments else 0.0)
+    return float(m.corr)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# schemes
+# --------------------------------------------------------------------------------------------------------------
+
+def _scheme_xavier(c):
+    lam, beta = _unit_scales(c)
+    return InitPlan("xavier", _xavier_stds(c), lam, beta, False, 1.0)
+
+
+def _scheme_bert(c):
+    stds = {k: (np.full(c.total_layers, 0.02) if k in _BLOCK_ROLES else 0.02) for k in ROLES}
+    lam, beta = _unit_scales(c)
+    return InitPlan("bert", stds, lam, beta, False, 1.0)
+
+
+def _scheme_dslm(c):
+    from ..laws.dslm import dslm_correlation_schedule
+
+    stds, lam, beta, notes = _dslm_common(c)
+    beta2 = notes["beta2"]
+    r_in = np.asarray(dslm_correlation_schedule(c.total_layers, c.dropout, _input_correlation(c),
+                                                1.0 - beta2, beta2), dtype=np.float64)
+    vo_var = np.sqrt((1.0 - c.dropout) / np.maximum(r_in, 1e-12)) / c.d_model
+    stds["v"] = stds["o"] = np.sqrt(vo_var)
+    notes["corr_schedule"] = r_in.tolist()
+    return InitPlan("dslm", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)
+
+
+def _scheme_dslm_simple(c):
+    stds, lam, beta, notes = _dslm_common(c)
+    stds["v"] = stds["o"] = stds["w1"].copy()
+    return InitPlan("dslm_simple", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)
+
+
+def _scheme_deepnorm(c):
+    n = c.total_layers
+    stds = _xavier_stds(c)
+    shrink = (8.0 * n) ** -0.25
+    for role in ("v", "o", "w1", "w2"):
+        stds[role] = stds[role] * shrink
+    lam, beta = _unit_scales(c, (2.0 * n) ** 0.25, 1.0)
+    return InitPlan("deepnorm", stds, lam, beta, False, 1.0, {"alpha": (2.0 * n) ** 0.25, "beta_init": shrink})
+
+
+def _scheme_dsinit(c):
+    stds = _xavier_stds(c)
+    depth = 1.0 / np.sqrt(np.arange(1, c.total_layers + 1, dtype=np.float64))
+    for role in _BLOCK_ROLES:
+        stds[role] = stds[role] * depth
+    lam, beta = _unit_scales(c)
+    return InitPlan("dsinit", stds, lam, beta, False, 1.0)
+
+
+def _scheme_layerscale(c):
+    n = c.total_layers
+    eps = 0.1 if n <= 18 else (1e-5 if n <= 24 else 1e-6)
+    lam, beta = _unit_scales(c, 1.0, eps)
+    return InitPlan("layerscale", _xavier_stds(c), lam, beta, True, 1.0, {"epsilon": eps})
+
+
+def _scheme_zero_beta(name):
+    def scheme(c):
+        lam, beta = _unit_scales(c, 1.0, 0.0)
+        return InitPlan(name, _xavier_stds(c), lam, beta, True, 1.0)
+
+    return scheme
+
+
+SCHEMES = {
+    "xavier": _scheme_xavier,
+    "bert": _scheme_bert,
+    "dslm": _scheme_dslm,
+    "dslm_simple": _scheme_dslm_simple,
+    "deepnorm": _scheme_deepnorm,
+    "dsinit": _scheme_dsinit,
+    "layerscale": _scheme_layerscale,
+    "skipinit": _scheme_zero_beta("skipinit"),
+    "rezero": _scheme_zero_beta("rezero"),
+}
+
+
+def make_plan(config) -> InitPlan:
+    """The plan of ``config.init`` with the config's overrides (qk_gain, v_init, lam, beta, learnable_beta,
+    head_scale) applied."""
+    plan = SCHEMES[config.init](config)
+    stds = dict(plan.stds)
+    if config.qk_gain != 1.0:
+        stds["q"] = stds["q"] * config.qk_gain
+        stds["k"] = stds["k"] * config.qk_gain
+    if config.v_init == "noci":
+        stds["v"] = np.full(config.total_layers, math.sqrt(1.0 / config.d_head))
+    lam, beta = dict(plan.lam), dict(plan.beta)
+    if config.lam is not None:
+        lam = {s: np.full(config.total_layers, float(config.lam)) for s in _SITES}
+    if config.beta is not None:
+        beta = {s: np.full(config.total_layers, float(config.beta)) for s in _SITES}
+    head_scale = plan.head_scale if config.head_scale is None else float(config.head_scale)
+    return InitPlan(plan.scheme, stds, lam, beta, plan.learnable_beta or config.learnable_beta, head_scale,
+                    plan.notes)

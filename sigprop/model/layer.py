@@ -1,0 +1,98 @@
+"""One transformer layer, wired once for every norm placement (Kedia et al. App. E; Fig. 14/15's add_skip):
+
+* ``pre``:  x ← λx + β·Attn(Norm(x));  x ← λx + β·FFN(Norm(x))        (norm inside each branch)
+* ``post``: x ← Norm(λx + β·Attn(x));  x ← Norm(λx + β·FFN(x))        (norm after each residual add)
+* ``none``: x ← λx + β·Attn(x);        x ← λx + β·FFN(x)
+
+with, in an encoder–decoder's decoder, a cross-attention sub-layer between the two. The layer is a
+:class:`~sigprop.components.sequential.Sequential` of :class:`~sigprop.components.residual.Residual` s and norms, so
+its moment rules are the composition of theirs: the theory of each wiring exists only here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..components.attention import MultiHeadAttention
+from ..components.attention_block import AttentionBlock
+from ..components.dropout import Dropout
+from ..components.factory import make_norm
+from ..components.ffn import FFNBlock
+from ..components.linear import Linear
+from ..components.residual import Residual
+from ..components.sequential import Sequential
+
+__all__ = ["TransformerLayer", "CrossAttention", "CrossAttentionBlock", "norm_kwargs"]
+
+
+def norm_kwargs(config) -> dict:
+    """Constructor keywords of the configured norm."""
+    if config.norm in ("layernorm", "rmsnorm"):
+        return {"eps": config.norm_eps}
+    return {"alpha": config.norm_alpha}
+
+
+class CrossAttention(MultiHeadAttention):
+    """Multi-head attention whose keys and values come from ``memory`` (the encoder output)."""
+
+    def forward(self, x, memory=None, memory_padding_mask=None):
+        if memory is None:
+            raise ValueError("cross-attention needs the encoder output: pass memory=")
+        return super().forward(x, x_kv=memory, key_padding_mask=memory_padding_mask)
+
+    def forward_moments(self, m, L=None):
+        raise NotImplementedError("cross-attention has no moment rule yet: sigprop.predict supports encoder and "
+                                  "decoder models; measure an encoder-decoder with sigprop.measure")
+
+    def backward_moments(self, g, m_in, L=None):
+        self.forward_moments(m_in)
+
+
+class CrossAttentionBlock(Sequential):
+    """norm → cross-attention (queries from x, keys/values from ``memory``) → projection → dropout."""
+
+    def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
+                 norm_kw: dict | None = None):
+        layers = OrderedDict()
+        norm_module = make_norm(norm, d, **(norm_kw or {}))
+        if norm_module is not None:
+            layers["norm"] = norm_module
+        layers["attn"] = CrossAttention(d, n_heads, d // n_heads, dropout_p=attn_dropout)
+        layers["proj"] = Linear(d, d)
+        layers["drop"] = Dropout(p)
+        super().__init__(layers)
+
+
+class TransformerLayer(Sequential):
+    """Layer ``index`` (0-based, counted over the whole model) of a transformer built from ``config``.
+
+    Children, in order: ``attn`` [``attn_norm``] [``cross`` [``cross_norm``]] ``ffn`` [``ffn_norm``]; the
+    ``*_norm`` children exist for post-norm only. ``forward(x, key_padding_mask=None, memory=None,
+    memory_padding_mask=None)``.
+    """
+
+    def __init__(self, config, index: int, causal: bool = False, cross: bool = False,
+                 learnable_beta: bool = False):
+        self.index = int(index)
+        c = config
+        inner = c.norm if c.norm_position == "pre" else "none"
+        nk = norm_kwargs(c)
+        layers = OrderedDict()
+
+        def add(name, branch):
+            layers[name] = Residual(branch, learnable_beta=learnable_beta)
+            if c.norm_position == "post":
+                layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **nk)
+
+        add("attn", AttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
+                                   norm_kwargs=nk, causal=causal))
+        if cross:
+            add("cross", CrossAttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
+                                             norm_kw=nk))
+        add("ffn", FFNBlock(c.d_model, c.ffn_width, activation=c.activation, p=c.dropout, norm=inner,
+                            norm_kwargs=nk))
+        super().__init__(layers)
+
+    def branches(self) -> list[tuple[str, object]]:
+        """(site name, branch module) of each residual, in order."""
+        return [(name, child.branch) for name, child in self.named_children() if isinstance(child, Residual)]

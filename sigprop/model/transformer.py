@@ -1,0 +1,126 @@
+"""The Transformer: embeddings → layers → final norm → (scaled) head, built only from sigprop's components
+(Kedia et al. Sec. 2, App. B, H), initialised from its config's init plan (:mod:`sigprop.model.init`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..components.dropout import Dropout
+from ..components.embedding import Embedding
+from ..components.factory import make_norm
+from .config import TransformerConfig
+from .init import InitPlan, make_plan
+from .layer import TransformerLayer, norm_kwargs
+from .patch import PatchEmbedding
+
+__all__ = ["Transformer"]
+
+
+class Transformer(nn.Module):
+    """A transformer of ``config`` (a :class:`TransformerConfig`), weights sampled from ``plan`` (default: the
+    config's scheme) with ``generator`` (default: the global RNG).
+
+    * ``forward(inputs, segment_ids=None, padding_mask=None, decoder_inputs=None, decoder_padding_mask=None)``
+      returns logits: (batch, L, vocab) for token models (of the decoder for an encoder–decoder), (batch,
+      n_classes) for a patch model (mean-pooled). ``padding_mask`` (batch, L) is True at real tokens.
+    * ``loss(batch)``: the training objective on a batch dict (:mod:`sigprop.model.objective`).
+    * ``sites()``: the (layer, site, module) triples that :mod:`sigprop.measure` hooks and :func:`sigprop.predict`
+      mirrors.
+    """
+
+    def __init__(self, config: TransformerConfig, plan: InitPlan | None = None,
+                 generator: torch.Generator | None = None, device=None, sample: bool = True):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig (got {type(config).__name__})")
+        self.config = config
+        self.plan = plan if plan is not None else make_plan(config)
+        # Modules are built on the meta device (free), then materialised once and initialised only by the plan:
+        # no weight is sampled twice, and ``sample=False`` gives the theory a model without sampling at all.
+        with torch.device("meta"):
+            self._build(config)
+        self.to_empty(device=device or "cpu")
+        if config.input == "tokens" and config.tie_head:
+            self.head.weight = self.embed.token.weight  # materialising unties shared parameters
+        self.plan.apply(self, generator, sample=sample)
+
+    def _build(self, c: TransformerConfig) -> None:
+        if c.input == "tokens":
+            self.embed = Embedding(c.vocab_size, c.d_model, max_len=c.max_len, n_segments=c.n_segments)
+        else:
+            self.embed = PatchEmbedding(c.image_size, c.patch_size, c.channels, c.d_model)
+        self.embed_drop = Dropout(c.dropout)
+        learn = self.plan.learnable_beta
+        causal = c.arch == "decoder"
+        self.layers = nn.ModuleList(TransformerLayer(c, i, causal=causal, learnable_beta=learn)
+                                    for i in range(c.n_layers))
+        if c.arch == "encoder_decoder":
+            n_dec = c.n_decoder_layers or c.n_layers
+            self.dec_embed_drop = Dropout(c.dropout)
+            self.enc_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c)) if c.has_final_norm else None
+            self.dec_layers = nn.ModuleList(
+                TransformerLayer(c, c.n_layers + j, causal=True, cross=True, learnable_beta=learn)
+                for j in range(n_dec))
+        self.final_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c)) if c.has_final_norm else None
+        out = c.vocab_size if c.input == "tokens" else c.n_classes
+        self.head = nn.Linear(c.d_model, out, bias=False)
+        self.register_buffer("head_scale", torch.tensor(float(self.plan.head_scale)))
+
+    # structure ------------------------------------------------------------------------------------------------
+    def all_layers(self) -> list[TransformerLayer]:
+        return list(self.layers) + list(getattr(self, "dec_layers", []))
+
+    def sites(self) -> list[tuple[int, str, nn.Module]]:
+        """(layer, site, module) for every measured tensor: layer −1 "input" (embedding output after dropout), per
+        layer the branch outputs "attn" ["cross"] "ffn" and the layer output "layer"; an encoder–decoder's decoder
+        input is (n_layers, "dec_input")."""
+        out = [(-1, "input", self.embed_drop)]
+        for layer in self.all_layers():
+            if layer.index == self.config.n_layers and hasattr(self, "dec_embed_drop"):
+                out.append((layer.index, "dec_input", self.dec_embed_drop))
+            out.extend((layer.index, name, branch) for name, branch in layer.branches())
+            out.append((layer.index, "layer", layer))
+        return out
+
+    # forward --------------------------------------------------------------------------------------------------
+    def _embed(self, inputs, segment_ids=None):
+        if self.config.input == "tokens":
+            return self.embed(inputs, segment_ids) if self.config.n_segments else self.embed(inputs)
+        return self.embed(inputs)
+
+    def hidden_states(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
+                      decoder_padding_mask=None) -> torch.Tensor:
+        """The last layer's output (before the final norm)."""
+        x = self.embed_drop(self._embed(inputs, segment_ids))
+        ctx = {} if padding_mask is None else {"key_padding_mask": padding_mask}
+        for layer in self.layers:
+            x = layer(x, **ctx)
+        if self.config.arch != "encoder_decoder":
+            return x
+        if decoder_inputs is None:
+            raise ValueError("an encoder-decoder needs decoder_inputs (the target token ids)")
+        memory = self.enc_norm(x) if self.enc_norm is not None else x
+        y = self.dec_embed_drop(self.embed(decoder_inputs))
+        ctx = {"memory": memory, "memory_padding_mask": padding_mask}
+        if decoder_padding_mask is not None:
+            ctx["key_padding_mask"] = decoder_padding_mask
+        for layer in self.dec_layers:
+            y = layer(y, **ctx)
+        return y
+
+    def forward(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
+                decoder_padding_mask=None) -> torch.Tensor:
+        h = self.hidden_states(inputs, segment_ids, padding_mask, decoder_inputs, decoder_padding_mask)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        h = h * self.head_scale
+        if self.config.input == "patches":
+            h = h.mean(dim=-2)
+        return self.head(h)
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        """Cross-entropy of the model's objective on ``batch`` (see :func:`sigprop.model.objective.make_batch`)."""
+        from .objective import objective_loss
+
+        return objective_loss(self, batch)

@@ -1,0 +1,126 @@
+"""Profile: the per-layer statistics of a model, predicted or measured, in one shape (DESIGN.md, "Profiles").
+
+A row is one *site* of one layer: ``layer`` is the transformer layer's index (``-1`` = the embedding output) and
+``site`` says where inside it: ``"layer"`` is the hidden stream after the layer's last residual add (the rows of
+DESIGN.md's JSON), ``"attn"`` / ``"ffn"`` / ``"cross"`` the output of that block's branch before it is scaled and added
+to the stream. Each row carries the forward mean, variance and token-to-token correlation and the variance and token
+correlation of the gradient of the loss with respect to that tensor. Predicted and measured profiles share rows,
+so :func:`sigprop.compare` is a join on (layer, site).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+__all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
+
+#: The statistics of a row, in DESIGN.md's JSON names.
+QUANTITIES = ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr")
+#: Site names, in the order they occur inside a layer.
+SITES = ("input", "attn", "cross", "ffn", "layer")
+
+
+@dataclass(frozen=True)
+class Row:
+    """The statistics of one site; a quantity that was not computed is NaN."""
+
+    layer: int
+    site: str
+    fwd_mean: float = math.nan
+    fwd_var: float = math.nan
+    fwd_corr: float = math.nan
+    grad_var: float = math.nan
+    grad_corr: float = math.nan
+
+    def to_dict(self) -> dict:
+        out = {"layer": self.layer, "site": self.site}
+        for q in QUANTITIES:
+            v = getattr(self, q)
+            out[q] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Row:
+        return cls(int(d["layer"]), str(d.get("site", "layer")),
+                   **{q: (math.nan if d.get(q) is None else float(d[q])) for q in QUANTITIES})
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Rows of per-site statistics plus where they came from.
+
+    ``kind`` is ``"predicted"`` or ``"measured"``; ``config`` the model configuration as a dict; ``meta`` states the
+    boundaries and settings used (e.g. where the output-gradient moments came from, number of seeds).
+    """
+
+    kind: str
+    config: dict
+    rows: tuple[Row, ...]
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.kind not in ("predicted", "measured"):
+            raise ValueError(f"Profile.kind must be 'predicted' or 'measured' (got {self.kind!r})")
+        keys = [(r.layer, r.site) for r in self.rows]
+        if len(set(keys)) != len(keys):
+            raise ValueError("Profile rows must have unique (layer, site) pairs")
+
+    def site(self, name: str = "layer") -> list[Row]:
+        """The rows of one site, ordered by layer."""
+        return sorted((r for r in self.rows if r.site == name), key=lambda r: r.layer)
+
+    def column(self, quantity: str, site: str = "layer") -> list[float]:
+        """One quantity along the layers of one site."""
+        if quantity not in QUANTITIES:
+            raise ValueError(f"quantity must be one of {', '.join(QUANTITIES)} (got {quantity!r})")
+        return [getattr(r, quantity) for r in self.site(site)]
+
+    def lookup(self) -> dict[tuple[int, str], Row]:
+        return {(r.layer, r.site): r for r in self.rows}
+
+    def to_json(self) -> dict:
+        """DESIGN.md's Profile JSON: ``per_layer`` holds the ``"layer"`` rows (and the input row as layer -1),
+        ``per_site`` every row."""
+        main = [r.to_dict() for r in self.rows if r.site in ("layer", "input")]
+        return {"kind": self.kind, "config": self.config, "meta": self.meta,
+                "per_layer": sorted(main, key=lambda d: d["layer"]),
+                "per_site": [r.to_dict() for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Profile:
+        """Inverse of :meth:`to_json` (plain JSON; nothing is unpickled)."""
+        if not isinstance(data, dict) or "kind" not in data:
+            raise ValueError("not a sigprop profile: expected an object with 'kind' and 'per_site' or 'per_layer'")
+        rows = data.get("per_site") or [dict(r, site=r.get("site", "layer")) for r in data.get("per_layer", [])]
+        return cls(data["kind"], dict(data.get("config", {})), tuple(Row.from_dict(r) for r in rows),
+                   dict(data.get("meta", {})))
+
+    def write_json(self, path) -> None:
+        """Write atomically (temporary file, then rename)."""
+        write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def read_json(cls, path) -> Profile:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(json.load(f))
+
+
+def write_json_atomic(path, data) -> None:
+    """Dump ``data`` as JSON to ``path`` via a temporary file in the same folder and an atomic rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,177 @@
+"""``sigprop.predict``: the whole model's moments, layer by layer, by walking the model's own module tree with
+:class:`~sigprop.moments.Moments` (DESIGN.md, "theory walks the same module tree"; Kedia et al. Sec. 2.3, App. E).
+
+Forward sweep: the input moments (the embedding's, App. A.1) go through every layer's children in order, each
+applying its component rule; a residual records its branch's output. Backward sweep: the gradient moments at the
+last layer's output go back through the children in reverse, each backward rule reading the forward moments at
+its own input. Boundaries:
+
+* input: from theory (tokens i.i.d. Zipf over the vocabulary, App. A.1: r = Σp²), from the token ids of a batch
+  (their exact repetition correlation), or given as measured :class:`Moments` (e.g. a patch embedding's output);
+* output gradient: from theory (:func:`head_gradient_moments`: the cross-entropy gradient of the labelled positions
+  through the head and the final norm) or given (e.g. measured at the top layer). The profile's ``meta`` says which.
+
+The rules read the init plan's declared standard deviations (the model is built without sampling weights).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .components.embedding import repetition_correlation, zipf_correlation
+from .components.residual import Residual
+from .components.sequential import call_rule
+from .model.config import TransformerConfig
+from .model.transformer import Transformer
+from .moments import GradMoments, Moments
+from .profile import Profile, Row
+
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments"]
+
+
+def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None
+                         ) -> tuple[Moments, str]:
+    """Moments of the embedding output after its dropout (App. A.1), and a description of their source.
+
+    With ``token_ids`` the token correlation is the batch's exact repetition correlation; without, the expectation
+    for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
+    """
+    c = model.config
+    if c.input != "tokens":
+        raise ValueError("a patch model's input moments come from data: pass input_moments= (e.g. "
+                         "model.embed.measured_moments(images))")
+    if token_ids is not None:
+        r, source = repetition_correlation(token_ids, pad_id=pad_id), "token ids of the batch (App. A.1)"
+    else:
+        r, source = zipf_correlation(c.vocab_size), f"Zipf(1) tokens over {c.vocab_size} ids (App. A.1)"
+    m = model.embed.forward_moments(r)
+    return model.embed_drop.forward_moments(m), source
+
+
+def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
+                          seq_len: int | None = None, batch_size: int = 1) -> tuple[GradMoments, str]:
+    """Gradient moments at the last layer's output for the mean cross-entropy over the labelled positions
+    (masked-LM or next-token) at initialisation, and a description of their source.
+
+    With logits z = W_head·(s·Norm(h)), ∂L/∂z_t = (softmax(z_t) − e_{y_t})/M at each of the M labelled positions of
+    the batch, zero elsewhere. For a head with i.i.d. N(0, σ²_h) entries the per-element gradient at Norm(h)_t has
+    variance s²σ²_h|p_t − e_{y_t}|²/M², with |p − e_y|² = 1 − 2p_y + Σ_v p_v² ≈ 1 for small logits (the neglected
+    Σp² ≈ e^{Var z}/V is below 1% for every built-in scheme at V ≥ 1000). Averaged over all n tokens of the batch:
+    σ²_g = s²σ²_h/(M·n). Two labelled positions of one sequence with the same target share e_y (covariance
+    s²σ²_h/M²), so pooled over the token pairs of each sequence, r_g = S/((L − 1)·M) with S the number of ordered
+    same-target pairs. The final norm's backward rule maps this to the last layer's output.
+    ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
+    per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
+    Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
+    """
+    c = model.config
+    plan = model.plan
+    head_var = plan.std("token") ** 2 if (c.input == "tokens" and c.tie_head) else plan.std("head") ** 2
+    s2 = float(plan.head_scale) ** 2
+    if labels is not None:
+        lab = torch.as_tensor(labels)
+        lab = lab[None] if lab.dim() == 1 else lab
+        n_seq, L = lab.shape
+        mask = lab != -100
+        M = int(mask.sum())
+        if M == 0:
+            raise ValueError("labels: no labelled position (all -100)")
+        same = 0
+        for row, keep in zip(lab, mask, strict=True):
+            counts = torch.unique(row[keep], return_counts=True)[1].double()
+            same += float((counts * (counts - 1)).sum())
+        n, corr, source = n_seq * L, same / (max(L - 1, 1) * M), "cross-entropy of the batch's labels (theory)"
+    else:
+        L = int(seq_len or c.seq_len)
+        per_seq = c.mask_prob * L if c.arch == "encoder" else L - 1
+        M, n = batch_size * per_seq, batch_size * L
+        corr = zipf_correlation(c.vocab_size) * max(per_seq - 1, 0) / max(L - 1, 1)
+        source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
+    g = GradMoments(var=s2 * head_var / (M * n), corr=corr)
+    if model.final_norm is not None:
+        g = model.final_norm.backward_moments(g, m_top)
+    return g, source
+
+
+def _layer_forward(layer, m: Moments, ctx: dict):
+    """Walk one layer's children: (input moments of each child, branch output moments by site, output)."""
+    inputs, branches = [], {}
+    for name, child in layer.named_children():
+        inputs.append(m)
+        if isinstance(child, Residual):
+            m, branches[name] = child.forward_moments_and_branch(m, **ctx)
+        else:
+            m = call_rule(child.forward_moments, m, **ctx)
+    return inputs, branches, m
+
+
+def _layer_backward(layer, g: GradMoments, inputs: list[Moments], ctx: dict):
+    branch_grads = {}
+    for (name, child), m_in in zip(reversed(list(layer.named_children())), reversed(inputs), strict=True):
+        if isinstance(child, Residual):
+            g, branch_grads[name] = child.backward_moments_and_branch(g, m_in, **ctx)
+        else:
+            g = call_rule(child.backward_moments, g, m_in, **ctx)
+    return g, branch_grads
+
+
+def _f(x) -> float:
+    return float(np.asarray(x))
+
+
+def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None, input_moments: Moments | None = None,
+            grad_top: GradMoments | None = None, labels: torch.Tensor | None = None, seq_len: int | None = None,
+            batch_size: int = 1, pad_id: int | None = None) -> Profile:
+    """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
+
+    ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
+    boundary. ``grad_top`` sets the gradient moments at the last layer's output; otherwise they follow from the
+    loss (:func:`head_gradient_moments`) with ``labels`` (−100 = unlabelled; default: the config's masked-LM rate
+    or every position for a decoder, over ``batch_size`` sequences). ``seq_len`` (default ``config.seq_len``) is
+    the L of the attention rules.
+    Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
+    weights and inputs) and bidirectional self-attention (decoders and cross-attention raise NotImplementedError).
+    """
+    if config.arch != "encoder":
+        raise NotImplementedError("predict supports arch='encoder' (bidirectional attention); the causal and cross "
+                                  "attention rules are not implemented yet — use sigprop.measure for decoders")
+    model = Transformer(config, sample=False)
+    L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
+    ctx = {"L": L}
+    meta = {"seq_len": L, "approx": "exact"}
+    if input_moments is None:
+        input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id)
+    else:
+        meta["input_source"] = "given"
+
+    m = input_moments
+    fwd_rows = {(-1, "input"): m}
+    saved = []
+    for layer in model.layers:
+        inputs, branches, m = _layer_forward(layer, m, ctx)
+        saved.append(inputs)
+        for name, mb in branches.items():
+            fwd_rows[(layer.index, name)] = mb
+        fwd_rows[(layer.index, "layer")] = m
+
+    if grad_top is None:
+        grad_top, meta["grad_source"] = head_gradient_moments(model, m, labels, L, batch_size)
+    else:
+        meta["grad_source"] = "given"
+
+    grad_rows = {}
+    g = grad_top
+    for layer, inputs in zip(reversed(model.layers), reversed(saved), strict=True):
+        grad_rows[(layer.index, "layer")] = g
+        g, branch_grads = _layer_backward(layer, g, inputs, ctx)
+        for name, gb in branch_grads.items():
+            grad_rows[(layer.index, name)] = gb
+    grad_rows[(-1, "input")] = g
+
+    rows = []
+    for key, mf in fwd_rows.items():
+        gr = grad_rows.get(key)
+        rows.append(Row(key[0], key[1], _f(mf.mean), _f(mf.var), _f(mf.corr),
+                        _f(gr.var) if gr is not None else 0.0, _f(gr.corr) if gr is not None else float("nan")))
+    return Profile("predicted", config.to_dict(), tuple(rows), meta)

@@ -10,7 +10,8 @@ of the same components), then times, interleaved and from the same seed, after a
 
 and prints the median seconds of each and the ratios recorder / plain and measure / plain measured in this run (as
 a ratio of medians, a median of the per-round ratios and a ratio of minima), plus the one-off cost of
-``Recorder.profile()`` (the only host synchronisation). Timings on a shared CPU are noisy: raise --repeats.
+``Recorder.profile()`` (the only host synchronisation). On CPU it also prints the ratios of median process CPU
+time, which other processes on a shared machine disturb less. Timings on a shared CPU are noisy: raise --repeats.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def main():
 
     modes = {"plain": plain, "recorder": recorded, "measure": measured}
     times = {k: [] for k in modes}
+    cpu = {k: [] for k in modes}
     for fn in modes.values():  # warm-up: allocator growth, lazy inits
         torch.manual_seed(1)
         fn()
@@ -137,10 +139,11 @@ def main():
         for name in names[r % len(names):] + names[: r % len(names)]:  # rotate the order: no mode always first
             torch.manual_seed(1)
             sync()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             modes[name]()
             sync()
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
     t0 = time.perf_counter()
     recorders[-1].profile()
     t_profile = time.perf_counter() - t0
@@ -155,6 +158,10 @@ def main():
         paired = statistics.median(a / b for a, b in zip(times[k], times["plain"], strict=True))
         print(f"  {k:8s} / plain = {med[k] / med['plain']:.3f} (ratio of medians), {paired:.3f} (median of "
               f"per-round ratios), {min(times[k]) / min(times['plain']):.3f} (ratio of minima){note}")
+    if dev.type == "cpu":
+        print("  process CPU time (less sensitive to other processes on a shared machine): " + ", ".join(
+            f"{k} / plain = {statistics.median(cpu[k]) / statistics.median(cpu['plain']):.3f}"
+            for k in ("recorder", "measure")))
     print(f"  Recorder.profile(): {t_profile:.4f} s once per profile")
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .terminal import console, progress_bar
 
 app = typer.Typer(
     add_completion=False,
@@ -15,8 +14,6 @@ app = typer.Typer(
     help="sigprop: signal propagation in deep transformers — predict, measure and fix the moments of activations "
          "and gradients at initialization.",
 )
-# Without a terminal (CI, pipes) rich would wrap tables at 80 columns; the verify table needs ~110.
-console = Console() if sys.stdout.isatty() else Console(width=120)
 
 #: Acceptance targets for component rules (percent): median and 99th-percentile error.
 TARGET_P50, TARGET_P99 = 1.0, 5.0
@@ -65,8 +62,7 @@ def verify(
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+    with progress_bar() as bar:
         task = {}
 
         def on_start(name, n):
@@ -114,6 +110,13 @@ def doctor():
 
     for key, value in environment_report().items():
         console.print(f"[bold]{key}[/bold]: {value}")
+
+
+from .cli_profiles import compare_command, measure_command, predict_command  # noqa: E402
+
+app.command("predict")(predict_command)
+app.command("measure")(measure_command)
+app.command("compare")(compare_command)
 
 
 def main():  # console-script entry point

@@ -16,8 +16,9 @@ of one sequence; statistics pool all batch elements, hidden units, forward passe
 is how Kedia et al. (App. E.1, Tables 3–5) and Noci et al. (Sec. 5) measure them (averages over samples and hidden
 units of one network; our pooled estimator is the ratio of pooled sums, not a mean of per-batch ratios).
 
-Everything is computed on the fly from additive sums (no activation is stored). For a centre c (the batch mean,
-subtracted in the tensor's dtype for accuracy) and y = m·(x − c), the hooks keep, per pass, in float64:
+Everything is computed on the fly from additive sums (no activation is stored). For a centre c (the mean of one
+sequence, subtracted in the tensor's dtype so that float sums see no cancellation) and y = m·(x − c), m the
+padding mask, the hooks keep, per pass, in float64:
 
     n, s1 = Σ y, s2 = Σ y², token_pairs = Σ_{b,j} [(Σ_t y_btj)² − Σ_t y_btj²] = Σ_{b,j} Σ_{t≠s} y_bt y_bs,
     n_pairs, w1 = Σ_b (T_b − 1) Σ_{t,j} y_btj.
@@ -25,12 +26,13 @@ subtracted in the tensor's dtype for accuracy) and y = m·(x − c), the hooks k
 ``w1`` makes the sums of passes with different centres (and padding) poolable exactly: moving the centre to c'
 (δ = c − c', y' = y + δ on real tokens) gives s1' = s1 + nδ, s2' = s2 + 2δ s1 + nδ², token_pairs' = token_pairs +
 2δ w1 + n_pairs δ² and w1' = w1 + δ n_pairs (because Σ_{t≠s} y_t = (T_b − 1) Σ_t y_t). Pooled sums are centred on
-the pooled mean and handed to :class:`sigprop.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
+the pooled mean (s1 = 0: needed with padding, where Σ_{t≠s} y_t / n_pairs ≠ s1/n) and handed to
+:class:`sigprop.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
 
-Cost: per site and direction one mean, one subtraction, one token-sum and one square-sum over the tensor (plus a
-mask multiply when there is padding) and a handful of tiny ops; no host synchronisation inside hooks (sums stay
-device tensors until :meth:`Recorder.profile`), so GPU work stays asynchronous. ``bench/bench_measure.py`` reports
-the overhead as a ratio to a plain forward + backward.
+Cost: per site and direction one subtraction, one token-sum and one square-sum over the tensor (plus a mask
+multiply when there is padding), the mean of one sequence and about ten tiny ops; no host synchronisation inside
+hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU work stays asynchronous.
+``bench/bench_measure.py`` reports the overhead as a ratio to a plain forward + backward.
 """
 
 from __future__ import annotations
@@ -92,22 +94,26 @@ class TokenSums:
         return TokenSums(self.data.to(device))
 
     def to_moment_sums(self) -> MomentSums:
-        """As :class:`~sigprop.stats.MomentSums` (hidden-pair sums are not recorded: NaN count)."""
-        d = self.data.detach().to("cpu", torch.float64)
+        """As :class:`~sigprop.stats.MomentSums`, centred on the mean first (hidden-pair sums are not recorded)."""
+        d = _pool_rows(self.data.detach().to("cpu", torch.float64)[None])
         return MomentSums(center=d[_C], n=float(d[_N]), s1=d[_S1], s2=d[_S2], token_pairs=d[_TP],
                           n_token_pairs=float(d[_NTP]), hidden_pairs=torch.zeros((), dtype=torch.float64),
                           n_hidden_pairs=math.nan)
 
+    def statistics(self) -> tuple[float, float, float]:
+        """(mean, var, corr) as floats; NaN without real tokens (corr: without two real tokens in a sequence)."""
+        mean, var, corr = _statistics(self.data.detach().to("cpu")).tolist()
+        return mean, var, corr
+
     def mean(self) -> float:
-        return float(self.to_moment_sums().mean())
+        return self.statistics()[0]
 
     def var(self) -> float:
-        return float(self.to_moment_sums().var())
+        return self.statistics()[1]
 
     def corr(self) -> float:
         """Token-to-token correlation (NaN when no sequence has two real tokens)."""
-        ms = self.to_moment_sums()
-        return float(ms.corr()) if ms.n_token_pairs > 0 else math.nan
+        return self.statistics()[2]
 
 
 class SiteSums(NamedTuple):
@@ -117,16 +123,28 @@ class SiteSums(NamedTuple):
     grad: TokenSums | None
 
 
-def _pool_rows(rows: torch.Tensor) -> torch.Tensor:
-    """Pool packed sums (k, 7) into one (7,) centred on the pooled mean (module docstring's re-centring)."""
-    if rows.shape[0] == 1:
-        return rows[0]
+def _pool_groups(rows: torch.Tensor, groups: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Pool packed sums (k, 7) by group (k,) into (n_groups, 7), each centred on its pooled mean (module
+    docstring's re-centring); a group without real tokens comes out NaN. Vectorised: a fixed number of ops.
+
+    Also for single rows: :class:`~sigprop.stats.MomentSums` takes Σ_{t≠s} y_t / n_pairs to be the mean s1/n, true
+    for equal lengths but not with padding, unless the sums are centred (s1 = 0, the mean then sits in the centre).
+    """
     c, n, s1, s2, tp, ntp, w1 = rows.unbind(-1)
-    n_tot = n.sum()
-    centre = (c * n + s1).sum() / n_tot
-    d = c - centre
-    return torch.stack([centre, n_tot, (s1 + n * d).sum(), (s2 + 2 * d * s1 + n * d * d).sum(),
-                        (tp + 2 * d * w1 + ntp * d * d).sum(), ntp.sum(), (w1 + d * ntp).sum()])
+
+    def gsum(v):
+        return torch.zeros(n_groups, dtype=v.dtype, device=v.device).index_add_(0, groups, v)
+
+    n_tot = gsum(n)
+    centre = gsum(c * n + s1) / n_tot
+    d = c - centre[groups]
+    return torch.stack([centre, n_tot, gsum(s1 + n * d), gsum(s2 + 2 * d * s1 + n * d * d),
+                        gsum(tp + 2 * d * w1 + ntp * d * d), gsum(ntp), gsum(w1 + d * ntp)], -1)
+
+
+def _pool_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Pool packed sums (k, 7) into one (7,) centred on the pooled mean."""
+    return _pool_groups(rows, torch.zeros(rows.shape[0], dtype=torch.long, device=rows.device), 1)[0]
 
 
 def pool_sums(sums: Iterable[TokenSums]) -> TokenSums:
@@ -141,9 +159,10 @@ def pool_sums(sums: Iterable[TokenSums]) -> TokenSums:
 class _Mask:
     """A padding mask (batch, tokens), True = real token, with the derived tensors cached per (device, dtype, hidden).
 
-    Cached: the float mask (flat and (batch, tokens, 1)), n = D Σ_b T_b (clamped to ≥ 1 in x's dtype for the mean),
-    n and n_pairs = D Σ_b T_b (T_b − 1) in float64, and the (2, batch) matrix [1; T_b − 1] that turns per-sequence
-    sums into (s1, w1) in one product. Computing them costs a few tiny ops once per mask, never a host sync.
+    Cached: sequence 0's mask divided by its number of real elements (for the centre), the float mask (batch,
+    tokens, 1), n = D Σ_b T_b and n_pairs = D Σ_b T_b (T_b − 1) in float64, and the (2, batch) matrix [1; T_b − 1]
+    that turns per-sequence sums into (s1, w1) in one product. Computing them costs a few tiny ops once per mask,
+    never a host sync.
     """
 
     def __init__(self, mask: torch.Tensor):
@@ -162,8 +181,8 @@ class _Mask:
             mf = m.to(dtype)
             n = lengths.sum() * d
             weights = torch.stack([torch.ones_like(lengths), lengths - 1])
-            self._cache[key] = (mf.reshape(-1), mf.unsqueeze(-1), n.clamp(min=1).to(dtype), n,
-                                (lengths * (lengths - 1)).sum() * d, weights)
+            centre_weights = mf[0] / (lengths[0] * d).clamp(min=1).to(dtype)  # mean of sequence 0's real tokens
+            self._cache[key] = (centre_weights, mf.unsqueeze(-1), n, (lengths * (lengths - 1)).sum() * d, weights)
         return self._cache[key]
 
 
@@ -187,31 +206,43 @@ def _counts(device, b, t, d) -> tuple[torch.Tensor, torch.Tensor]:
     return _COUNTS[key]
 
 
-def _packed(x: torch.Tensor, mask: _Mask | None) -> torch.Tensor:
+def _packed(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) -> torch.Tensor:
     """The packed sums (7,) float64 of x (batch, tokens, hidden) over the real tokens; no host synchronisation.
 
-    Elementwise work and the reductions over the tensor stay in x's dtype (torch's reductions are pairwise: ~1e-7
-    relative in float32) and only the reduced sums are promoted to float64; no matmul touches x (TF32 would round
-    the token sums). About 15 tensor ops, 4–5 of them over the whole tensor.
+    The centre c is the mean of the first sequence's real tokens (0 if it has none), read from 1/B of the tensor:
+    centring only has to bring c within O(σ) of the mean for the float sums to be free of cancellation, and the
+    recorded sums are exact for any c (module docstring). Elementwise work and the reductions over the tensor stay
+    in x's dtype (torch's reductions are pairwise: ~1e-7 relative in float32) and only the reduced sums are promoted
+    to float64; no matmul touches x (TF32 would round the token sums). About 15 tensor ops, 4 (5 with a mask) of
+    them over the whole tensor. ``scratch`` (a dict kept by the caller) holds two reusable tensor-sized buffers per
+    (shape, dtype, device): on CPU this spares the allocator's page faults (GPU callers pass None: the caching
+    allocator is cheap there, and a buffer shared between streams could race).
     """
     x = _work_dtype(x.detach())
     b, t, d = x.shape
     f64 = torch.float64
+    buf1 = buf2 = None
+    if scratch is not None:
+        key = (x.shape, x.dtype, x.device)
+        if key not in scratch:
+            scratch[key] = (torch.empty_like(x, memory_format=torch.contiguous_format),
+                            torch.empty_like(x, memory_format=torch.contiguous_format))
+        buf1, buf2 = scratch[key]
     if mask is None:
         n, ntp = _counts(x.device, b, t, d)
-        c = x.mean()
-        y = x - c
+        c = x[0].mean()
+        y = torch.sub(x, c, out=buf1)
         col = y.sum(1).to(f64).reshape(-1)  # Σ_t y per (sequence, hidden unit)
-        s2 = (y * y).sum().to(f64)
+        s2 = torch.mul(y, y, out=buf2).sum().to(f64)
         s1 = col.sum()
         return torch.stack([c.to(f64), n, s1, s2, torch.dot(col, col) - s2, ntp, (t - 1) * s1])
     if mask.shape != (b, t):
         raise ValueError(f"mask has shape {mask.shape} but the site tensor has (batch, tokens) = {(b, t)}")
-    mf, m3, n_safe, n, ntp, weights = mask.get(x.device, x.dtype, d)
-    c = torch.dot(x.sum(-1).reshape(-1), mf) / n_safe  # masked mean (0 when no token is real: then n = 0)
-    ym = (x - c) * m3  # m·(x − c)
+    centre_weights, m3, n, ntp, weights = mask.get(x.device, x.dtype, d)
+    c = torch.dot(x[0].sum(-1), centre_weights)
+    ym = torch.sub(x, c, out=buf1).mul_(m3)  # m·(x − c)
     col = ym.sum(1).to(f64)  # (batch, hidden)
-    s2 = (ym * ym).sum().to(f64)
+    s2 = torch.mul(ym, ym, out=buf2).sum().to(f64)
     s1_w1 = weights @ col.sum(1)  # (Σ y, Σ_b (T_b − 1) Σ_{t,j} y_btj)
     flat = col.reshape(-1)
     return torch.stack([c.to(f64), n, s1_w1[0], s2, torch.dot(flat, flat) - s2, ntp, s1_w1[1]])
@@ -248,30 +279,34 @@ def _finite(v: float) -> float:
     return v if math.isfinite(v) else math.nan
 
 
+def _statistics(table: torch.Tensor) -> torch.Tensor:
+    """(..., 7) packed sums → (..., 3) mean, var, corr through :class:`~sigprop.stats.MomentSums` (batched: its
+    counts are tensors here), after centring each on its mean; NaN where there are no real tokens / token pairs."""
+    flat = table.reshape(-1, len(FIELDS)).to(torch.float64)
+    k = flat.shape[0]
+    d = _pool_groups(flat, torch.arange(k, device=flat.device), k)
+    ms = MomentSums(center=d[:, _C], n=d[:, _N], s1=d[:, _S1], s2=d[:, _S2], token_pairs=d[:, _TP],
+                    n_token_pairs=d[:, _NTP], hidden_pairs=torch.zeros_like(d[:, _C]), n_hidden_pairs=math.nan)
+    has = d[:, _N] > 0
+    nan = torch.full_like(d[:, _C], math.nan)
+    out = torch.stack([torch.where(has, ms.mean(), nan), torch.where(has, ms.var(), nan),
+                       torch.where(has & (d[:, _NTP] > 0), ms.corr(), nan)], -1)
+    return out.reshape(table.shape[:-1] + (3,))
+
+
 def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | None = None,
                       meta: dict | None = None) -> Profile:
     """A measured :class:`~sigprop.profile.Profile` from per-site sums: one row per (layer, site), NaN where nothing
-    was recorded (e.g. no gradient reached the site). One device-to-host copy for all sites."""
+    was recorded (e.g. no gradient reached the site). Vectorised over sites; one device-to-host copy."""
     keys = list(sums)
-    packed = []
-    for key in keys:
-        for part in sums[key]:
-            packed.append(torch.full((len(FIELDS),), math.nan, dtype=torch.float64) if part is None
-                          else part.data.detach().to("cpu", torch.float64))
-    table = torch.stack(packed).reshape(len(keys), 2, len(FIELDS)) if keys else None
+    nan_row = torch.full((len(FIELDS),), math.nan, dtype=torch.float64)
+    packed = [nan_row if part is None else part.data.detach().to("cpu", torch.float64)
+              for key in keys for part in sums[key]]
+    stats = _statistics(torch.stack(packed).reshape(len(keys), 2, len(FIELDS))).tolist() if keys else []
     rows = []
-    for i, (layer, site) in enumerate(keys):
-        q = {}
-        for j, prefix in enumerate(("fwd", "grad")):
-            ts = TokenSums(table[i, j])
-            if bool(torch.isnan(ts.data[_N])) or float(ts.data[_N]) <= 0:
-                continue
-            ms = ts.to_moment_sums()
-            if prefix == "fwd":
-                q["fwd_mean"] = _finite(float(ms.mean()))
-            q[f"{prefix}_var"] = _finite(float(ms.var()))
-            q[f"{prefix}_corr"] = _finite(float(ms.corr())) if ms.n_token_pairs > 0 else math.nan
-        rows.append(Row(int(layer), str(site), **q))
+    for (layer, site), ((mean, var, corr), (_, gvar, gcorr)) in zip(keys, stats, strict=True):
+        rows.append(Row(int(layer), str(site), fwd_mean=_finite(mean), fwd_var=_finite(var), fwd_corr=_finite(corr),
+                        grad_var=_finite(gvar), grad_corr=_finite(gcorr)))
     return Profile("measured", dict(config or {}), tuple(rows), dict(meta or {}))
 
 
@@ -350,6 +385,7 @@ class Recorder:
         self._patched: list[tuple[nn.Module, object]] = []
         self._tensor_handles: list = []
         self._collect: list[torch.Tensor] | None = None
+        self._scratch: dict = {}  # reusable CPU buffers of _packed, freed on exit
         self._active = False
         if isinstance(mask, Mapping):
             for key, m in mask.items():
@@ -387,6 +423,7 @@ class Recorder:
             h.remove()
         self._patched, self._tensor_handles = [], []
         self._collect = None
+        self._scratch = {}
         self._active = False
 
     def _wrap(self, key, forward):
@@ -408,13 +445,14 @@ class Recorder:
         if mask is not None and mask.shape != tuple(out.shape[:2]):
             raise ValueError(f"site {key}: mask has shape {mask.shape} but the site tensor has (batch, tokens) = "
                              f"{tuple(out.shape[:2])}")
+        scratch = self._scratch if out.device.type == "cpu" else None
         with torch.no_grad():
-            store_fwd.append(_packed(out, mask))
+            store_fwd.append(_packed(out, mask, scratch))
         if self._grads and out.requires_grad:
 
             def grad_hook(g):
                 with torch.no_grad():
-                    store_grad.append(_packed(g, mask))
+                    store_grad.append(_packed(g, mask, scratch))
 
             self._tensor_handles.append(out.register_hook(grad_hook))
             if self._collect is not None:
@@ -453,11 +491,16 @@ class Recorder:
 
     @property
     def sums(self) -> dict[tuple[int, str], SiteSums]:
-        """Pooled sums per (layer, site)."""
-        def pooled(lst):
-            return TokenSums(_pool_rows(torch.stack([r.to(lst[0].device) for r in lst]))) if lst else None
-
-        return {k: SiteSums(pooled(self._fwd[k]), pooled(self._grad[k])) for k in self._fwd}
+        """Pooled sums per (layer, site), all sites pooled in one vectorised step (on the first record's device)."""
+        lists = [lst for k in self._fwd for lst in (self._fwd[k], self._grad[k])]
+        rows = [r for lst in lists for r in lst]
+        if not rows:
+            return {k: SiteSums(None, None) for k in self._fwd}
+        dev = rows[0].device
+        groups = torch.tensor([g for g, lst in enumerate(lists) for _ in lst], dtype=torch.long, device=dev)
+        pooled = _pool_groups(torch.stack([r.to(dev) for r in rows]), groups, len(lists))
+        parts = [TokenSums(pooled[g]) if lst else None for g, lst in enumerate(lists)]
+        return {k: SiteSums(parts[2 * i], parts[2 * i + 1]) for i, k in enumerate(self._fwd)}
 
     def merge(self, other: Recorder | Mapping[tuple[int, str], SiteSums]) -> Recorder:
         """Add another recorder's records (or a ``sums`` dict) to this one, in place; returns ``self``."""

@@ -30,12 +30,13 @@ from .profile import Profile, Row
 __all__ = ["predict", "input_moments_theory", "head_gradient_moments"]
 
 
-def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None
-                         ) -> tuple[Moments, str]:
+def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
+                         segment_ids: torch.Tensor | None = None) -> tuple[Moments, str]:
     """Moments of the embedding output after its dropout (App. A.1), and a description of their source.
 
     With ``token_ids`` the token correlation is the batch's exact repetition correlation; without, the expectation
     for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
+    Segment embeddings: the exact repetition correlation of ``segment_ids``, else the embedding's default.
     """
     c = model.config
     if c.input != "tokens":
@@ -45,7 +46,8 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
         r, source = repetition_correlation(token_ids, pad_id=pad_id), "token ids of the batch (App. A.1)"
     else:
         r, source = zipf_correlation(c.vocab_size), f"Zipf(1) tokens over {c.vocab_size} ids (App. A.1)"
-    m = model.embed.forward_moments(r)
+    seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
+    m = model.embed.forward_moments(r, **seg)
     return model.embed_drop.forward_moments(m), source
 
 
@@ -122,7 +124,7 @@ def _f(x) -> float:
 
 def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None, input_moments: Moments | None = None,
             grad_top: GradMoments | None = None, labels: torch.Tensor | None = None, seq_len: int | None = None,
-            batch_size: int = 1, pad_id: int | None = None) -> Profile:
+            batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
     ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
@@ -141,7 +143,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     ctx = {"L": L}
     meta = {"seq_len": L, "approx": "exact"}
     if input_moments is None:
-        input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id)
+        input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
     else:
         meta["input_source"] = "given"
 

@@ -41,7 +41,9 @@ class TransformerConfig:
     β² = ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's
     scales; ``learnable_beta`` makes β a parameter. ``qk_gain`` multiplies the Q and K standard deviations (Sec.
     3.3's "2× Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of
-    Noci et al. 2022 that App. F blames for rank collapse.
+    Noci et al. 2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first
+    layer's input that DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after
+    the embedding dropout; required for patch input, e.g. 0.46 for ViT on ImageNet, App. H).
 
     ``tie_head`` ties the LM head to the token embedding (token input only; a patch model's classifier is its own).
     ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
@@ -80,6 +82,7 @@ class TransformerConfig:
     learnable_beta: bool = False
     qk_gain: float = 1.0
     v_init: str = "scheme"
+    input_corr: float | None = None
     seq_len: int = 128
     mask_prob: float = 0.15
 
@@ -135,6 +138,7 @@ class TransformerConfig:
         number("lam", 0.0, optional=True)
         number("beta", 0.0, optional=True)
         number("qk_gain", 0.0, lo_open=True)
+        number("input_corr", 0.0, 1.0, lo_open=True, optional=True)
         number("mask_prob", 0.0, 1.0, lo_open=True, hi_open=True)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
@@ -148,6 +152,11 @@ class TransformerConfig:
                 raise ValueError("patch input is supported for arch='encoder' (a ViT) only")
             if self.n_segments:
                 raise ValueError("n_segments applies to token input only")
+            if self.init == "dslm" and self.input_corr is None:
+                raise ValueError("init='dslm' with patch input needs input_corr (the token correlation of the "
+                                 "patch embedding's output, measured on your images; App. H reports 0.46)")
+        if self.arch == "encoder_decoder" and self.n_segments:
+            raise ValueError("n_segments is supported for arch='encoder' and 'decoder' only")
         if self.input == "patches" and self.seq_len != self.n_patches:
             raise ValueError(f"for patch input seq_len must equal the number of patches "
                              f"({self.n_patches} = ({self.image_size}/{self.patch_size})²); got {self.seq_len}")

@@ -149,16 +149,19 @@ def _dslm_common(c) -> tuple[dict, dict, dict, dict]:
 
 
 def _input_correlation(c) -> float:
-    """Token correlation of the embedding output expected under Zipf-distributed tokens (App. A.1); a patch
-    model's input correlation is taken as 0 (unknown without data)."""
+    """Token correlation at the first layer's input that DSLM's schedule starts from: ``config.input_corr``, else
+    the expectation for Zipf(1) tokens over the vocabulary (App. A.1) after the embedding dropout (which scales a
+    correlation by 1 − p), i.e. exactly what :func:`sigprop.predict` feeds the first layer without a batch."""
+    if c.input_corr is not None:
+        return float(c.input_corr)
     if c.input != "tokens":
-        return 0.0
+        raise ValueError("DSLM with patch input needs config.input_corr")
     from ..components.embedding import embedding_forward, zipf_correlation
 
     var = (1.0 - c.dropout) / c.n_embedding_types
     m = embedding_forward(var, zipf_correlation(c.vocab_size), position_var=var,
                           segment_var=var if c.n_segments else 0.0)
-    return float(m.corr)
+    return (1.0 - c.dropout) * float(m.corr)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -183,7 +186,9 @@ def _scheme_dslm(c):
     beta2 = notes["beta2"]
     r_in = np.asarray(dslm_correlation_schedule(c.total_layers, c.dropout, _input_correlation(c),
                                                 1.0 - beta2, beta2), dtype=np.float64)
-    vo_var = np.sqrt((1.0 - c.dropout) / np.maximum(r_in, 1e-12)) / c.d_model
+    if np.any(r_in <= 0.0):
+        raise ValueError("DSLM's V/O variance (1/d)·√((1−p)/r) needs a positive input correlation r at every layer")
+    vo_var = np.sqrt((1.0 - c.dropout) / r_in) / c.d_model
     stds["v"] = stds["o"] = np.sqrt(vo_var)
     notes["corr_schedule"] = r_in.tolist()
     return InitPlan("dslm", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)

@@ -6,10 +6,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["make_batch", "objective_loss", "MASK_ID", "PAD_ID"]
+__all__ = ["make_batch", "objective_loss", "segment_halves", "MASK_ID", "PAD_ID", "N_SPECIAL"]
 
 #: Ids of the special tokens in sigprop's tokenizer (:data:`sigprop.data.tokenizer.SPECIAL_TOKENS` order).
 PAD_ID, MASK_ID = 0, 1
+#: Number of special tokens (ids below it are never drawn as random replacements).
+N_SPECIAL = 5
+
+
+def segment_halves(inputs: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """Segment ids of BERT's sentence-pair input: the first half of every sequence is segment 0, the second
+    segment 1 (or 0 for a single segment type)."""
+    L = inputs.shape[-1]
+    ids = (torch.arange(L, device=inputs.device) >= (L + 1) // 2).long().clamp(max=n_segments - 1)
+    return ids.expand_as(inputs).clone()
 
 
 def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None = None,
@@ -21,22 +31,28 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
     * encoder–decoder: the inputs feed both sides (a denoising/copy objective: the encoder sees the masked
       sequence, the decoder predicts the next token of the original);
     * patches: ``labels`` are class ids (required).
+
+    With segment embeddings the batch carries ``segment_ids`` (:func:`segment_halves`).
     """
     from ..data.mlm import causal_lm_labels, mask_tokens
 
     batch = {"padding_mask": padding_mask} if padding_mask is not None else {}
+    if config.input == "tokens" and config.n_segments:
+        batch["segment_ids"] = segment_halves(inputs, config.n_segments)
     if config.input == "patches":
         if labels is None:
             raise ValueError("a patch model needs class labels")
         return {"inputs": inputs, "labels": labels}
     pad = PAD_ID if padding_mask is not None else None
     if config.arch == "encoder":
-        masked, mlm_labels = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad)
+        masked, mlm_labels = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad,
+                                         vocab_size=config.vocab_size, random_low=N_SPECIAL)
         return {**batch, "inputs": masked, "labels": mlm_labels}
     next_labels = causal_lm_labels(inputs, pad_id=pad)
     if config.arch == "decoder":
         return {**batch, "inputs": inputs, "labels": next_labels}
-    masked, _ = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad)
+    masked, _ = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad,
+                            vocab_size=config.vocab_size, random_low=N_SPECIAL)
     return {**batch, "inputs": masked, "decoder_inputs": inputs, "labels": next_labels,
             **({"decoder_padding_mask": padding_mask} if padding_mask is not None else {})}
 

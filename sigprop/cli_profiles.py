@@ -1,0 +1,238 @@
+"""``sigprop predict`` / ``measure`` / ``compare``: thin wrappers over :func:`sigprop.predict`,
+:func:`sigprop.experiment.measure_seeds` and :func:`sigprop.experiment.compare_config`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from .terminal import console, progress_bar
+
+__all__ = ["predict_command", "measure_command", "compare_command", "resolve_config"]
+
+_PRESET_HELP = "Start from a named preset (see `sigprop compare --list-presets`)."
+_CONFIG_HELP = "A JSON file of TransformerConfig fields (applied over the preset)."
+_SET_HELP = "Override one config field, e.g. --set n_layers=48 --set norm_position=post (repeatable)."
+
+
+def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):
+    """Preset, then the JSON file, then the ``--set`` overrides; returns (config, preset object or None)."""
+    from .model.config import TransformerConfig, apply_overrides, config_from_dict
+    from .presets import PRESETS
+
+    chosen = None
+    fields = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        chosen = PRESETS[preset]
+        fields = chosen.config().to_dict()
+    if config_file is not None:
+        try:
+            data = json.loads(Path(config_file).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"config file not found: {config_file}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{config_file} is not valid JSON: {err}") from None
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = data["config"]  # a profile or comparison JSON: reuse its config
+        if not isinstance(data, dict):
+            raise ValueError(f"{config_file} must hold a JSON object of TransformerConfig fields")
+        fields = {**fields, **data}
+    config = config_from_dict(fields) if fields else TransformerConfig()
+    return apply_overrides(config, overrides or []), chosen
+
+
+def _fail(err: Exception):
+    console.print(f"[red]error:[/red] {err}")
+    raise typer.Exit(2) from None
+
+
+def _layers_to_show(n_layers: int, rows: int = 16) -> set[int]:
+    step = max(1, n_layers // rows)
+    return {-1, 0, n_layers - 1} | set(range(0, n_layers, step))
+
+
+def _profile_table(title: str, predicted=None, measured=None) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("layer", justify="right")
+    quantities = (("fwd_var", "σ²_x"), ("fwd_corr", "r_x"), ("grad_var", "σ²_g"), ("grad_corr", "r_g"))
+    for _, sym in quantities:
+        if predicted is not None:
+            table.add_column(f"{sym} theory", justify="right")
+        if measured is not None:
+            table.add_column(f"{sym} measured", justify="right")
+    base = predicted or measured
+    rows = [r for r in base.rows if r.site in ("input", "layer")]
+    rows.sort(key=lambda r: r.layer)
+    show = _layers_to_show(len(rows) - 1)
+    other = measured.lookup() if (measured is not None and predicted is not None) else None
+    for r in rows:
+        if r.layer not in show:
+            continue
+        cells = [str(r.layer)]
+        for q, _ in quantities:
+            if predicted is not None:
+                cells.append(f"{getattr(r, q):.4g}")
+            if measured is not None:
+                m = other[(r.layer, r.site)] if other is not None else r
+                cells.append(f"{getattr(m, q):.4g}")
+        table.add_row(*cells)
+    return table
+
+
+def _summary_table(comparison) -> Table:
+    table = Table(title="agreement per quantity (layer outputs)", title_justify="left")
+    for col in ("quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²"):
+        table.add_column(col, justify="right" if col != "quantity" else "left")
+    for q, s in comparison.summaries.items():
+        if q == "fwd_mean":
+            continue  # predicted 0: relative errors are meaningless; max abs is in the JSON
+        table.add_row(q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
+                      f"{s.max_abs:.3g}", f"{s.r2:.5f}" + (" (log)" if s.r2_log else ""))
+    return table
+
+
+def _batch(config, batch_size, data, synthetic, seed):
+    from .experiment import token_batch
+
+    with console.status("reading the corpus and tokenising (cached after the first run) ..."):
+        return token_batch(config, batch_size=batch_size, data=data, seed=seed, synthetic=synthetic)
+
+
+def predict_command(
+    preset: str = typer.Option(None, help=_PRESET_HELP),
+    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    data: Path = typer.Option(None, help="Take the input token correlation (and the loss's labels) from a real "
+                              "batch of this text file or folder; default: theory (Zipf tokens, App. A.1)."),
+    real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
+                              "library) for the input boundary."),
+    batch_size: int = typer.Option(8, help="Sequences per batch (the loss's gradient scale depends on it)."),
+    json_path: Path = typer.Option(None, "--json", help="Write the predicted profile (JSON) here."),
+    plot: Path = typer.Option(None, help="Write a PNG of the predicted per-layer moments here."),
+):
+    """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed).
+
+    Walks the model's own module tree with the component rules (Kedia et al. Sec. 2.3, App. E): forward from the
+    embedding's moments, backward from the loss's gradient at the head.
+    """
+    from .experiment import predict_for_batch
+
+    try:
+        config, _ = resolve_config(preset, config_file, overrides)
+        batch = _batch(config, batch_size, data, False, 0) if (data is not None or real) else None
+        with console.status(f"predicting {config.n_layers} layers ..."):
+            profile = predict_for_batch(config, batch, batch_size=batch_size)
+    except (ValueError, NotImplementedError) as err:
+        _fail(err)
+    if json_path:
+        profile.write_json(json_path)
+    if plot:
+        from .plots import plot_profiles
+
+        plot_profiles(plot, predicted=profile, title=preset or "prediction")
+    console.print(_profile_table(f"predicted ({profile.meta.get('input_source')}; gradient: "
+                                 f"{profile.meta.get('grad_source')})", predicted=profile))
+    for label, path in (("profile JSON", json_path), ("figure", plot)):
+        if path:
+            console.print(f"{label}: {path}")
+
+
+def measure_command(
+    preset: str = typer.Option(None, help=_PRESET_HELP),
+    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    seeds: int = typer.Option(None, help="Independently initialised models to average (default: the preset's, "
+                              "else 4)."),
+    batch_size: int = typer.Option(None, help="Sequences per batch (default: the preset's, else 8)."),
+    data: Path = typer.Option(None, help="Text file or folder to read (default: the Python standard library)."),
+    synthetic: bool = typer.Option(False, help="Use i.i.d. Zipf(1) tokens instead of real text."),
+    json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON) here."),
+    plot: Path = typer.Option(None, help="Write a PNG of the measured per-layer moments here."),
+):
+    """Measure every layer's forward and gradient moments of real models on real text, with hooks.
+
+    Each seed initialises a model, runs one forward and backward of the training objective (dropout on), and the
+    hooks record mean, variance and token correlation of each site's activations and gradients on the fly.
+    """
+    from .experiment import measure_seeds
+
+    try:
+        config, chosen = resolve_config(preset, config_file, overrides)
+        seeds = seeds or (chosen.seeds if chosen else 4)
+        batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+        with progress_bar() as bar:
+            task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
+            profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k))
+    except (ValueError, FileNotFoundError) as err:
+        _fail(err)
+    if json_path:
+        profile.write_json(json_path)
+    if plot:
+        from .plots import plot_profiles
+
+        plot_profiles(plot, measured=profile, title=preset or "measurement")
+    console.print(_profile_table(f"measured ({seeds} seeds, {profile.meta['tokens']} tokens)", measured=profile))
+    for label, path in (("profile JSON", json_path), ("figure", plot)):
+        if path:
+            console.print(f"{label}: {path}")
+
+
+def compare_command(
+    preset: str = typer.Option(None, help=_PRESET_HELP),
+    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
+    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    seeds: int = typer.Option(None, help="Independently initialised models to average (default: the preset's, "
+                              "else 4)."),
+    batch_size: int = typer.Option(None, help="Sequences per batch (default: the preset's, else 8)."),
+    data: Path = typer.Option(None, help="Text file or folder to read (default: the Python standard library)."),
+    synthetic: bool = typer.Option(False, help="Use i.i.d. Zipf(1) tokens instead of real text."),
+    grad_boundary: str = typer.Option("measured", help="Gradient moments at the last layer: 'measured' (taken "
+                                      "from the measurement, the paper's practice) or 'theory' (derived from "
+                                      "the loss)."),
+    json_path: Path = typer.Option(None, "--json", help="Write the comparison (JSON: per-layer theory and "
+                                   "measurement, median/mean/p90 relative error and R² per quantity) here."),
+    plot: Path = typer.Option(None, help="Write a PNG: theory lines against measured points per layer."),
+    list_presets: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
+):
+    """Predict and measure the same model and report how well the theory predicts every layer.
+
+    Like Kedia et al. Figs. 1–4: per layer, forward variance, gradient variance and token correlation, theory
+    against measurement averaged over seeds, with median/mean/p90 relative error and R² per quantity.
+    """
+    from .experiment import compare_config
+    from .presets import PRESETS
+
+    if list_presets:
+        for name, p in PRESETS.items():
+            c = p.config()
+            console.print(f"[bold]{name}[/bold]: {p.description} — {c.n_layers} layers, d={c.d_model}, "
+                          f"{p.seeds} seeds × {p.batch_size}×{c.seq_len} tokens")
+        raise typer.Exit()
+    try:
+        config, chosen = resolve_config(preset, config_file, overrides)
+        seeds = seeds or (chosen.seeds if chosen else 4)
+        batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+        with progress_bar() as bar:
+            task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
+            predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
+                                                             progress=lambda k: bar.advance(task, k))
+    except (ValueError, NotImplementedError, FileNotFoundError) as err:
+        _fail(err)
+    if json_path:
+        comparison.write_json(json_path)
+    if plot:
+        from .plots import plot_profiles
+
+        plot_profiles(plot, predicted, measured, title=f"{preset or 'model'}: theory vs measurement",
+                      summary={q: s.to_dict() for q, s in comparison.summaries.items()})
+    console.print(_profile_table(f"theory vs measurement ({seeds} seeds; gradient boundary: "
+                                 f"{predicted.meta.get('grad_source')})", predicted, measured))
+    console.print(_summary_table(comparison))
+    for label, path in (("comparison JSON", json_path), ("figure", plot)):
+        if path:
+            console.print(f"{label}: {path}")

@@ -1,0 +1,106 @@
+"""Theory against measurement for one configuration: a real batch, the model measured over independently
+initialised seeds, the prediction for the same batch, and their comparison. The CLI's ``predict`` / ``measure`` /
+``compare`` are thin wrappers over these functions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .compare import Comparison, compare
+from .model.config import TransformerConfig
+from .model.objective import make_batch
+from .model.transformer import Transformer
+from .moments import GradMoments
+from .profile import QUANTITIES, Profile, Row
+
+__all__ = ["token_batch", "measure_seeds", "predict_for_batch", "compare_config", "GRAD_BOUNDARIES"]
+
+GRAD_BOUNDARIES = ("measured", "theory")
+
+
+def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
+                synthetic: bool = False) -> dict:
+    """A batch for ``config``'s objective: ``batch_size`` windows of ``config.seq_len`` real tokens from the corpus
+    (default: the Python standard library's source; ``data``: a user's file or folder), tokenised with a BPE of
+    ``config.vocab_size`` trained and cached locally, or i.i.d. Zipf(1) tokens with ``synthetic``; then masked-LM
+    corruption (encoder) or next-token labels (decoder)."""
+    if config.input != "tokens":
+        raise ValueError("token_batch: this config takes image patches, not tokens")
+    gen = torch.Generator().manual_seed(seed)
+    if synthetic:
+        from .data.zipf import zipf_tokens
+
+        ids = zipf_tokens(batch_size, config.seq_len, config.vocab_size - 5, generator=gen, first_id=5)
+    else:
+        from .data.batches import load_batch
+
+        ids = load_batch(batch_size, config.seq_len, path=data, vocab_size=config.vocab_size, seed=seed)
+    return make_batch(config, ids, generator=gen)
+
+
+def _average(profiles: list[Profile], config: dict, meta: dict) -> Profile:
+    """Row-wise mean over seeds; the standard error of each mean goes to ``meta["stderr"]``."""
+    keys = [(r.layer, r.site) for r in profiles[0].rows]
+    looks = [p.lookup() for p in profiles]
+    rows, stderr = [], {}
+    for key in keys:
+        vals = np.array([[getattr(lk[key], q) for q in QUANTITIES] for lk in looks], dtype=np.float64)
+        mean = vals.mean(axis=0)
+        rows.append(Row(key[0], key[1], *map(float, mean)))
+        if len(profiles) > 1:
+            se = vals.std(axis=0, ddof=1) / math.sqrt(len(profiles))
+            stderr[f"{key[0]}:{key[1]}"] = {q: float(v) for q, v in zip(QUANTITIES, se, strict=True)}
+    return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr})
+
+
+def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
+                  progress: Callable[[int], None] | None = None) -> Profile:
+    """Measure ``seeds`` independently initialised models of ``config`` on ``batch`` (training mode: dropout on,
+    as the theory assumes) and average their per-site statistics; ``meta`` holds the seeds and standard errors."""
+    from .measure import measure
+
+    profiles = []
+    for s in range(seed0, seed0 + seeds):
+        model = Transformer(config, generator=torch.Generator().manual_seed(s))
+        model.train()
+        torch.manual_seed(10_000 + s)  # dropout masks
+        profiles.append(measure(model, batch))
+        del model
+        if progress is not None:
+            progress(1)
+    n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
+    return _average(profiles, config.to_dict(), {"seeds": list(range(seed0, seed0 + seeds)), "tokens": n_tok})
+
+
+def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
+                      batch_size: int = 1) -> Profile:
+    """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
+    from its labels (theory), unless ``grad_top`` is given."""
+    from .theory import predict
+
+    if batch is None:
+        return predict(config, grad_top=grad_top, batch_size=batch_size)
+    return predict(config, token_ids=batch["inputs"], labels=batch["labels"], grad_top=grad_top,
+                   segment_ids=batch.get("segment_ids"))
+
+
+def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
+                   progress: Callable[[int], None] | None = None) -> tuple[Profile, Profile, Comparison]:
+    """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
+    output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
+    them from the loss (:func:`sigprop.theory.head_gradient_moments`)."""
+    if grad_boundary not in GRAD_BOUNDARIES:
+        raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
+    measured = measure_seeds(config, batch, seeds, progress=progress)
+    grad_top = None
+    if grad_boundary == "measured":
+        top = measured.site("layer")[-1]
+        grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
+    predicted = predict_for_batch(config, batch, grad_top)
+    if grad_top is not None:
+        predicted.meta["grad_source"] = f"measured at the output of layer {measured.site('layer')[-1].layer}"
+    return predicted, measured, compare(predicted, measured)

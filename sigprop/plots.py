@@ -1,0 +1,83 @@
+"""Figures of whole-model profiles: per-layer theory lines against measured points, like Kedia et al. Figs. 1–4,
+7 and 8 (forward variance, gradient variance, token correlations)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .profile import Profile
+
+__all__ = ["plot_profiles"]
+
+
+def _series(profile: Profile | None, q: str, site: str = "layer"):
+    if profile is None:
+        return None, None, None
+    rows = ([r for r in profile.rows if r.site == "input"] if site == "layer" else []) + profile.site(site)
+    x = np.array([r.layer for r in rows], dtype=float)
+    y = np.array([getattr(r, q) for r in rows], dtype=float)
+    se = profile.meta.get("stderr", {})
+    e = np.array([se.get(f"{r.layer}:{r.site}", {}).get(q, np.nan) for r in rows], dtype=float)
+    return x, y, e
+
+
+def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, measured: Profile | None = None,
+                  title: str | None = None, summary: dict | None = None) -> Path:
+    """Write a PNG with three panels over the layers (−1 = embedding output): forward variance, gradient variance
+    (log axis when it spans more than a decade) and the token correlations of activations and gradients. Theory is
+    a line, measurement points with ±1 standard error bars (over seeds) where known. ``summary`` (per quantity,
+    from :func:`sigprop.compare`) is printed in each panel's corner."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if predicted is None and measured is None:
+        raise ValueError("plot_profiles needs a predicted or a measured profile")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = (("fwd_var", "forward variance σ²_x"), ("grad_var", "gradient variance σ²_g"),
+              (("fwd_corr", "grad_corr"), "token correlation r"))
+    for ax, (qs, label) in zip(axes, panels, strict=True):
+        qs = (qs,) if isinstance(qs, str) else qs
+        spans = []
+        for q, colour in zip(qs, ("tab:blue", "tab:red"), strict=False):
+            name = {"fwd_corr": "activations", "grad_corr": "gradients"}.get(q, "")
+            x, y, _ = _series(predicted, q)
+            if x is not None:
+                ax.plot(x, y, "-", color=colour, lw=1.6, label=f"theory {name}".strip())
+                spans.append(y)
+            x, y, e = _series(measured, q)
+            if x is not None:
+                step = max(1, len(x) // 64)
+                sl = slice(None, None, step)
+                ax.errorbar(x[sl], y[sl], yerr=np.where(np.isfinite(e), e, 0.0)[sl], fmt="o", ms=3, color=colour,
+                            alpha=0.75, elinewidth=0.8, label=f"measured {name}".strip())
+                spans.append(y)
+        vals = np.concatenate([s[np.isfinite(s)] for s in spans]) if spans else np.array([])
+        if qs[0] != "fwd_corr" and vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:
+            ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        if summary:
+            lines = []
+            for q in qs:
+                s = summary.get(q)
+                if s and s.get("n"):
+                    lines.append(f"{q}: median {100 * s['median_rel']:.1f}%, R² {s['r2']:.4f}"
+                                 + (" (log)" if s.get("r2_log") else ""))
+            if lines:
+                ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=7, va="bottom",
+                        bbox=dict(facecolor="white", alpha=0.8, lw=0))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

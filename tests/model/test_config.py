@@ -1,0 +1,168 @@
+"""TransformerConfig: validation (one ValueError per bad field, naming it), dict/override parsing, derived values."""
+
+import json
+
+import pytest
+
+from sigprop.model import SCHEMES, TransformerConfig, apply_overrides, config_from_dict
+
+SMALL = dict(vocab_size=64, max_len=16, seq_len=16, n_layers=2, d_model=32, n_heads=4)
+
+
+def cfg(**kw):
+    return TransformerConfig(**{**SMALL, **kw})
+
+
+def test_defaults_and_small_config_are_valid():
+    TransformerConfig()
+    for scheme in SCHEMES:
+        cfg(init=scheme)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("arch", "seq2seq"), ("input", "audio"), ("norm", "batchnorm"), ("norm", "none"), ("activation", "tanh"),
+    ("norm_position", "sandwich"), ("init", "kaiming"), ("v_init", "xavier"),
+])
+def test_bad_choice_names_field_and_allowed_values(field, value):
+    with pytest.raises(ValueError, match=field) as e:
+        cfg(**{field: value})
+    assert repr(value) in str(e.value)  # the message says what was given ...
+    allowed = {"arch": "encoder_decoder", "input": "patches", "norm": "rmsnorm", "activation": "gelu",
+               "norm_position": "post", "init": "dslm", "v_init": "noci"}[field]
+    assert allowed in str(e.value)  # ... and what is allowed
+
+
+INT_FIELDS = ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "seq_len", "image_size", "patch_size",
+              "channels", "n_classes")
+
+
+@pytest.mark.parametrize("field", INT_FIELDS)
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "8", None])
+def test_non_integer_or_small_sizes_rejected(field, value):
+    with pytest.raises(ValueError, match=field):
+        cfg(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [("n_segments", -1), ("n_segments", 1.5), ("n_decoder_layers", 0),
+                                          ("n_decoder_layers", 1.0), ("d_ff", 0), ("d_ff", "64")])
+def test_other_integer_fields(field, value):
+    with pytest.raises(ValueError, match=field):
+        cfg(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [
+    ("dropout", -0.1), ("dropout", 1.0), ("dropout", float("nan")), ("dropout", True), ("dropout", "0.1"),
+    ("attn_dropout", 1.0), ("attn_dropout", -1e-9), ("norm_eps", -1e-6), ("norm_alpha", 0.0),
+    ("head_scale", 0.0), ("head_scale", float("inf")), ("beta_k", 0.0), ("beta_alpha", -0.5), ("lam", -1.0),
+    ("beta", -0.1), ("qk_gain", 0.0), ("mask_prob", 0.0), ("mask_prob", 1.0),
+])
+def test_numbers_out_of_range(field, value):
+    with pytest.raises(ValueError, match=field):
+        cfg(**{field: value})
+
+
+def test_range_edges_accepted():
+    cfg(dropout=0.0, attn_dropout=0.0, norm_eps=0.0, beta_alpha=0.0, lam=0.0, beta=0.0)
+    cfg(dropout=0.999, mask_prob=0.999)
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match="d_model.*n_heads"):
+        cfg(d_model=30, n_heads=4)
+
+
+def test_seq_len_within_max_len():
+    with pytest.raises(ValueError, match="seq_len.*max_len"):
+        cfg(seq_len=17)
+    cfg(seq_len=16)
+
+
+def test_patch_sizes():
+    ok = dict(input="patches", image_size=8, patch_size=2, seq_len=16)
+    cfg(**ok)
+    with pytest.raises(ValueError, match="image_size.*patch_size"):
+        cfg(**{**ok, "patch_size": 3})
+    with pytest.raises(ValueError, match="seq_len"):
+        cfg(**{**ok, "seq_len": 15})  # must equal the number of patches, (8/2)² = 16
+    with pytest.raises(ValueError, match="encoder"):
+        cfg(**ok, arch="decoder")
+    with pytest.raises(ValueError, match="n_segments"):
+        cfg(**ok, n_segments=2)
+    # a patch model's seq_len may exceed max_len (max_len is a token-input field)
+    cfg(input="patches", image_size=16, patch_size=2, seq_len=64, max_len=16)
+
+
+def test_dslm_beta_squared_above_one_rejected():
+    # β² = k/N^α with k = 2, α = 1: N = 1 gives β² = 2 > 1, i.e. λ² = 1 − β² < 0 (Kedia et al. Sec. 3.5)
+    for scheme in ("dslm", "dslm_simple"):
+        with pytest.raises(ValueError, match="beta_k"):
+            cfg(init=scheme, n_layers=1)
+        cfg(init=scheme, n_layers=2)  # β² = 1 exactly is allowed (λ = 0)
+        cfg(init=scheme, n_layers=1, lam=1.0)  # an explicit λ lifts the check
+        cfg(init=scheme, n_layers=1, beta_k=1.0)
+    # N counts the decoder too: an encoder-decoder of 1 + 1 layers has β² = 1
+    cfg(init="dslm", n_layers=1, arch="encoder_decoder")
+    cfg(init="xavier", n_layers=1)  # other schemes do not use β² = k/N^α
+
+
+def test_config_is_frozen():
+    c = cfg()
+    with pytest.raises(AttributeError):
+        c.d_model = 64  # type: ignore[misc]
+
+
+def test_config_from_dict():
+    c = cfg(init="dslm", n_layers=3)
+    assert config_from_dict(json.loads(c.to_json())) == c
+    assert config_from_dict(c.to_dict()) == c
+    with pytest.raises(ValueError, match="d_modle"):
+        config_from_dict({**c.to_dict(), "d_modle": 3})
+    with pytest.raises(ValueError, match="JSON object"):
+        config_from_dict([("d_model", 32)])
+    with pytest.raises(ValueError, match="n_heads"):
+        config_from_dict({**c.to_dict(), "n_heads": 5})  # validation runs on the way in
+
+
+def test_apply_overrides_parses_by_field_type():
+    c = cfg()
+    out = apply_overrides(c, ["n_layers=3", "dropout=0.25", "tie_head=false", "final_norm=none", "lam=0.5",
+                              "norm=rmsnorm", " attn-dropout = 0 ", "head_scale=2", "learnable_beta=yes"])
+    assert out.n_layers == 3 and isinstance(out.n_layers, int)
+    assert out.dropout == 0.25
+    assert out.tie_head is False and out.learnable_beta is True
+    assert out.final_norm is None
+    assert out.lam == 0.5 and out.norm == "rmsnorm"
+    assert out.attn_dropout == 0.0 and isinstance(out.attn_dropout, float)
+    assert out.head_scale == 2.0 and isinstance(out.head_scale, float)
+    assert out.d_ff is None and apply_overrides(c, ["d_ff=null"]).d_ff is None
+    assert apply_overrides(c, ["final_norm=1"]).final_norm is True
+    assert apply_overrides(c, []) == c
+
+
+@pytest.mark.parametrize("item, match", [
+    ("d_modle=3", "d_modle"), ("n_layers", "key=value"), ("n_layers=2.5", "n_layers"), ("n_layers=abc", "n_layers"),
+    ("dropout=high", "dropout"), ("tie_head=maybe", "tie_head"), ("n_heads=5", "n_heads"),
+    ("n_layers=none", "n_layers"), ("dropout=1.5", "dropout"),
+])
+def test_apply_overrides_rejects(item, match):
+    with pytest.raises(ValueError, match=match):
+        apply_overrides(cfg(), [item])
+
+
+def test_derived_properties():
+    c = cfg(dropout=0.2)
+    assert c.ffn_width == 4 * 32 and cfg(d_ff=48).ffn_width == 48
+    assert c.d_head == 8
+    assert c.p_attn == 0.2 and cfg(dropout=0.2, attn_dropout=0.0).p_attn == 0.0
+    assert c.has_final_norm is True  # pre-norm default
+    assert cfg(norm_position="post").has_final_norm is False
+    assert cfg(norm_position="post", final_norm=True).has_final_norm is True
+    assert cfg(final_norm=False).has_final_norm is False
+    assert cfg(norm_position="none", final_norm=True).has_final_norm is False  # no norm anywhere
+    assert c.total_layers == 2 and cfg(arch="decoder").total_layers == 2
+    assert cfg(arch="encoder_decoder").total_layers == 4
+    assert cfg(arch="encoder_decoder", n_decoder_layers=1).total_layers == 3
+    assert cfg(arch="encoder", n_decoder_layers=5).total_layers == 2  # ignored outside encoder_decoder
+    assert c.n_embedding_types == 2 and cfg(n_segments=2).n_embedding_types == 3
+    p = cfg(input="patches", image_size=8, patch_size=2, seq_len=16)
+    assert p.n_patches == 16 and p.n_embedding_types == 2

@@ -1,0 +1,107 @@
+"""Tier 4: the whole model's predicted profile against its measured one (small deep models), and the theory's
+boundaries and bookkeeping."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sigprop.experiment import compare_config, measure_seeds, predict_for_batch, token_batch
+from sigprop.model import TransformerConfig
+from sigprop.moments import GradMoments
+from sigprop.theory import predict
+from tests.helpers import Z
+
+SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max_len=32, dropout=0.1)
+QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
+
+
+def _within_noise(config, seeds=24, batch_size=4):
+    """Every layer's predicted quantity within Z standard errors (over seeds) of the measured mean."""
+    batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
+    pred, meas, _ = compare_config(config, batch, seeds=seeds, grad_boundary="measured")
+    pl, ml = pred.lookup(), meas.lookup()
+    se = meas.meta["stderr"]
+    bad = []
+    for (layer, site), rm in ml.items():
+        if site not in ("layer", "attn", "ffn"):
+            continue
+        rp = pl[(layer, site)]
+        for q in QUANTITIES:
+            err = abs(getattr(rp, q) - getattr(rm, q))
+            tol = Z * se[f"{layer}:{site}"][q]
+            if not err <= tol:
+                bad.append(f"{layer}:{site} {q} pred {getattr(rp, q):.5g} meas {getattr(rm, q):.5g} "
+                           f"({err / tol * Z:.1f} SE)")
+    return bad
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(norm_position="pre", init="xavier"),
+    dict(norm_position="post", init="xavier"),
+    dict(norm_position="pre", init="dslm"),
+])
+def test_small_deep_model_prediction_within_measurement_noise(overrides):
+    bad = _within_noise(TransformerConfig(**{**SMALL, **overrides}))
+    assert not bad, "\n".join(bad)
+
+
+def test_input_boundary_from_token_ids_is_their_repetition_correlation():
+    c = TransformerConfig(**SMALL)
+    ids = torch.tensor([[5, 5, 6, 7] * 8])
+    p = predict(c, token_ids=ids, grad_top=GradMoments(1.0, 0.0))
+    row = p.lookup()[(-1, "input")]
+    # token embedding var σ_t², position σ_p², each through dropout: corr = σ_t² r / (σ_t² + σ_p²)
+    plan = p.meta  # noqa: F841 (the boundary source is recorded)
+    from sigprop.components.embedding import repetition_correlation
+    from sigprop.model import make_plan
+
+    pl = make_plan(c)
+    st, sp = pl.std("token") ** 2, pl.std("position") ** 2
+    r = repetition_correlation(ids)
+    assert row.fwd_corr == pytest.approx((1 - c.dropout) * st * r / (st + sp), rel=1e-9)
+    assert row.fwd_var == pytest.approx((st + sp) / (1 - c.dropout), rel=1e-9)
+    assert p.meta["input_source"].startswith("token ids")
+
+
+def test_given_gradient_boundary_is_the_top_layer_gradient():
+    c = TransformerConfig(**SMALL)
+    g = GradMoments(var=2.5e-3, corr=0.2)
+    p = predict(c, grad_top=g)
+    top = p.site("layer")[-1]
+    assert top.grad_var == pytest.approx(2.5e-3) and top.grad_corr == pytest.approx(0.2)
+    assert p.meta["grad_source"] == "given"
+
+
+def test_theory_gradient_boundary_matches_measurement_at_the_top():
+    """The loss-derived gradient at the last layer's output (head_gradient_moments) against measurement."""
+    c = TransformerConfig(**{**SMALL, "n_layers": 2})
+    batch = token_batch(c, batch_size=8, synthetic=True, seed=2)
+    meas = measure_seeds(c, batch, seeds=16)
+    pred = predict_for_batch(c, batch)
+    top_m, top_p = meas.site("layer")[-1], pred.site("layer")[-1]
+    se = meas.meta["stderr"][f"{top_m.layer}:layer"]
+    # the neglected Σp² of the softmax and the tied head's O(1/d) dependence are below the noise here
+    assert abs(top_p.grad_var - top_m.grad_var) <= Z * se["grad_var"] + 0.01 * top_m.grad_var
+    assert abs(top_p.grad_corr - top_m.grad_corr) <= Z * se["grad_corr"] + 0.01
+
+
+def test_predict_rejects_what_it_cannot_do():
+    with pytest.raises(NotImplementedError, match="encoder"):
+        predict(TransformerConfig(**{**SMALL, "arch": "decoder"}))
+    with pytest.raises(ValueError, match="patch"):
+        predict(TransformerConfig(input="patches", image_size=8, patch_size=2, seq_len=16, n_layers=2,
+                                  d_model=32, n_heads=2))
+
+
+def test_skipinit_zero_beta_predicts_identity_stream():
+    c = TransformerConfig(**{**SMALL, "init": "skipinit"})
+    p = predict(c, grad_top=GradMoments(1.0, 0.1))
+    rows = p.site("layer")
+    first = p.lookup()[(-1, "input")]
+    assert all(math.isclose(r.fwd_var, first.fwd_var, rel_tol=1e-12) for r in rows)
+    assert all(r.grad_var == pytest.approx(1.0) for r in rows)
+    assert np.all([p.lookup()[(r.layer, "attn")].grad_var == 0.0 for r in rows])

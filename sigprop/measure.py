@@ -12,9 +12,9 @@ output. At every site we record the statistics of :mod:`sigprop.stats`, restrict
 
 and the same var and corr of g = ∂Loss/∂x, exactly as autograd delivers it (no rescaling; the gradient of a
 mean-reduced loss carries the 1/(number of loss terms) factor). Token pairs are formed only among the real tokens
-of one sequence; statistics pool all batch elements, hidden units, forward passes, batches and model seeds, which
-is how Kedia et al. (App. E.1, Tables 3–5) and Noci et al. (Sec. 5) measure them (averages over samples and hidden
-units of one network; our pooled estimator is the ratio of pooled sums, not a mean of per-batch ratios).
+of one sequence; statistics pool all batch elements, hidden units, forward passes, batches and model seeds (the
+estimator is a ratio of pooled sums, not a mean of per-batch ratios). These are the per-layer quantities that
+Kedia et al. Sec. 2.3 (Figures 1–3, a 192-layer model) propagate and Sec. 2.4 / App. D verify by simulation.
 
 Everything is computed on the fly from additive sums (no activation is stored). For a centre c (the mean of one
 sequence, subtracted in the tensor's dtype so that float sums see no cancellation) and y = m·(x − c), m the
@@ -564,7 +564,10 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     The backward pass is ``torch.autograd.grad(loss, site_outputs)``: it delivers ∂Loss/∂x at every site exactly as
     ``loss.backward()`` would, but computes no parameter gradient, so existing ``.grad`` fields are left untouched
     (neither populated nor cleared) and the backward pass is cheaper. Sites that the loss does not depend on get NaN
-    gradient statistics, as do all sites when the loss does not require grad.
+    gradient statistics, as do all sites when the loss does not require grad. ``autograd.grad`` returns every site's
+    gradient at the end of the pass, so they are held together briefly (~3 (batch, tokens, hidden) tensors per layer,
+    while the graph's saved activations are being freed); use a :class:`Recorder` around ``loss.backward()`` where
+    that matters.
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")

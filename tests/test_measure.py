@@ -310,3 +310,44 @@ def test_bad_input_raises():
         measure(model, make_batch(2, 5), n_repeats=0)
     with pytest.raises(ValueError, match="shape"):
         TokenSums(torch.zeros(3))
+
+
+def test_per_site_masks_and_batch_dict_masks():
+    """A mapping {(layer, site): mask} masks only those sites; measure() reads ``padding_mask`` from a batch dict."""
+    model = StandIn().double()
+    ids, targets, mask = make_batch(3, 8, pad_lengths=[8, 6, 3])
+    cap = Capture(model)
+    try:
+        with Recorder(model, mask={(-1, "input"): mask}, grads=False) as rec:
+            model(ids)
+    finally:
+        cap.remove()
+    tol = summation_tol((3, 8, 16), torch.float64)
+    for row in rec.profile().rows:
+        (x,) = cap.out[(row.layer, row.site)]
+        assert_row_matches(row, reference(x, mask if row.layer == -1 else None), None, tol)
+
+    def loss_fn(m, b):
+        return m.loss((b["ids"], b["targets"], b["padding_mask"]))
+
+    auto = measure(model, {"ids": ids, "targets": targets, "padding_mask": mask}, loss_fn=loss_fn)
+    explicit = measure(model, (ids, targets, mask), mask=mask)
+    for a, e in zip(auto.rows, explicit.rows, strict=True):
+        for q in QUANTITIES:
+            assert abs(getattr(a, q) - getattr(e, q)) <= tol * (abs(getattr(e, q)) + math.sqrt(e.fwd_var)), q
+
+
+def test_sigprop_transformer_every_site_reached():
+    """Integration with sigprop's Transformer (site protocol, batch dicts, encoder–decoder masks): every site gets
+    finite forward and gradient statistics."""
+    model_mod = pytest.importorskip("sigprop.model")
+    cfg = model_mod.TransformerConfig(arch="encoder_decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=40,
+                                      max_len=8, seq_len=8, dropout=0.0)
+    model = model_mod.Transformer(cfg)
+    mask = torch.arange(8)[None, :] < torch.tensor([8, 5])[:, None]
+    batch = model_mod.make_batch(cfg, torch.randint(2, 40, (2, 8)), padding_mask=mask)
+    prof = measure(model, batch)
+    assert "sites_not_reached" not in prof.meta and prof.meta["padding_excluded"]
+    assert [(r.layer, r.site) for r in prof.rows] == [(layer, site) for layer, site, _ in model.sites()]
+    for row in prof.rows:
+        assert all(math.isfinite(getattr(row, q)) for q in QUANTITIES), row

@@ -112,11 +112,12 @@ def doctor():
         console.print(f"[bold]{key}[/bold]: {value}")
 
 
-from .cli_profiles import compare_command, measure_command, predict_command  # noqa: E402
+from .cli_profiles import compare_command, demo_command, measure_command, predict_command  # noqa: E402
 
 app.command("predict")(predict_command)
 app.command("measure")(measure_command)
 app.command("compare")(compare_command)
+app.command("demo")(demo_command)
 
 
 def main():  # console-script entry point

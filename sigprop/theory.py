@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .components.embedding import repetition_correlation, zipf_correlation
+from .components.layernorm import LayerNorm
 from .components.residual import Residual
 from .components.sequential import call_rule
 from .model.config import TransformerConfig
@@ -96,23 +97,42 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     return g, source
 
 
-def _layer_forward(layer, m: Moments, ctx: dict):
-    """Walk one layer's children: (input moments of each child, branch output moments by site, output)."""
-    inputs, branches = [], {}
+def _layer_forward(layer, m: Moments, ctx: dict, normalised: bool):
+    """Walk one layer's children: (input moments of each child, the Post-LN context of each child, branch output
+    moments by site, output, whether the output is a LayerNorm output). A norm that follows a residual whose skip
+    input is itself a LayerNorm output (the Post-LN wiring) uses the norm's ``forward_moments_postnorm`` /
+    ``backward_moments_postnorm`` rules where it has them: its input is then far from Gaussian in norm, and the
+    gradient reaching it has already been projected by the next norm (see
+    :func:`~sigprop.components.layernorm.layernorm_forward_postnorm`)."""
+    inputs, post, branches = [], [], {}
+    pending = None
     for name, child in layer.named_children():
         inputs.append(m)
         if isinstance(child, Residual):
-            m, branches[name] = child.forward_moments_and_branch(m, **ctx)
+            post.append(None)
+            out, branches[name] = child.forward_moments_and_branch(m, **ctx)
+            pending = (m, branches[name], *child._scales()) if normalised else None
+            m, normalised = out, False
+            continue
+        if pending is not None and hasattr(child, "forward_moments_postnorm"):
+            post.append(pending)
+            m = child.forward_moments_postnorm(*pending)
         else:
+            post.append(None)
             m = call_rule(child.forward_moments, m, **ctx)
-    return inputs, branches, m
+        pending, normalised = None, isinstance(child, LayerNorm)
+    return (inputs, post), branches, m, normalised
 
 
-def _layer_backward(layer, g: GradMoments, inputs: list[Moments], ctx: dict):
+def _layer_backward(layer, g: GradMoments, saved, ctx: dict):
+    inputs, post = saved
     branch_grads = {}
-    for (name, child), m_in in zip(reversed(list(layer.named_children())), reversed(inputs), strict=True):
+    children = list(layer.named_children())
+    for (name, child), m_in, pending in zip(reversed(children), reversed(inputs), reversed(post), strict=True):
         if isinstance(child, Residual):
             g, branch_grads[name] = child.backward_moments_and_branch(g, m_in, **ctx)
+        elif pending is not None and hasattr(child, "backward_moments_postnorm"):
+            g = child.backward_moments_postnorm(g, *pending)
         else:
             g = call_rule(child.backward_moments, g, m_in, **ctx)
     return g, branch_grads
@@ -150,8 +170,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     m = input_moments
     fwd_rows = {(-1, "input"): m}
     saved = []
+    normalised = False
     for layer in model.layers:
-        inputs, branches, m = _layer_forward(layer, m, ctx)
+        inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
         saved.append(inputs)
         for name, mb in branches.items():
             fwd_rows[(layer.index, name)] = mb

@@ -1,0 +1,76 @@
+"""The predict / measure / compare commands: JSON in DESIGN.md's shapes, figures, presets, overrides and errors."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sigprop.cli import app
+from sigprop.cli_profiles import resolve_config
+from sigprop.profile import Profile
+
+runner = CliRunner()
+SMALL = ["--set", "n_layers=3", "--set", "d_model=32", "--set", "n_heads=2", "--set", "vocab_size=300",
+         "--set", "seq_len=16", "--set", "max_len=16"]
+
+
+def test_predict_writes_a_profile(tmp_path):
+    out, fig = tmp_path / "p.json", tmp_path / "p.png"
+    result = runner.invoke(app, ["predict", *SMALL, "--json", str(out), "--plot", str(fig)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["kind"] == "predicted" and data["config"]["n_layers"] == 3
+    assert [r["layer"] for r in data["per_layer"]] == [-1, 0, 1, 2]
+    assert set(data["per_layer"][0]) >= {"layer", "fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"}
+    assert Profile.from_json(data).kind == "predicted"
+    assert fig.stat().st_size > 10_000
+
+
+def test_measure_and_compare_on_synthetic_tokens(tmp_path):
+    out = tmp_path / "m.json"
+    result = runner.invoke(app, ["measure", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["kind"] == "measured"
+    comp = tmp_path / "c.json"
+    result = runner.invoke(app, ["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+                                 "--json", str(comp), "--plot", str(tmp_path / "c.png")])
+    assert result.exit_code == 0, result.output
+    data = json.loads(comp.read_text())
+    for q in ("fwd_var", "grad_var", "fwd_corr", "grad_corr"):
+        assert {"median_rel", "mean_rel", "p90_rel", "r2"} <= set(data["summary"][q])
+    assert len(data["per_layer"]) == 3 and "grad_source" in data["predicted_meta"]
+
+
+def test_presets_resolve_and_list():
+    config, preset = resolve_config("fig3-postln", None, ["n_layers=4"])
+    assert config.norm_position == "post" and config.n_layers == 4 and preset.seeds >= 1
+    result = runner.invoke(app, ["compare", "--list-presets"])
+    assert result.exit_code == 0
+    for name in ("fig1-preln", "fig3-postln", "fig4-dslm-pre", "fig4-dslm-post"):
+        assert name in result.output
+
+
+def test_config_file_and_overrides(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"n_layers": 5, "norm": "rmsnorm"}))
+    config, _ = resolve_config(None, f, ["dropout=0"])
+    assert (config.n_layers, config.norm, config.dropout) == (5, "rmsnorm", 0.0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--preset", "nope"], "unknown preset"),
+    (["--set", "n_layers"], "key=value"),
+    (["--set", "colour=blue"], "unknown config field"),
+    (["--set", "d_model=30", "--set", "n_heads=4"], "divisible"),
+    (["--set", "arch=decoder"], "encoder"),
+])
+def test_bad_input_is_a_clear_error(args, message):
+    result = runner.invoke(app, ["predict", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["predict", "--config", str(tmp_path / "none.json")])
+    assert result.exit_code == 2 and "not found" in result.output

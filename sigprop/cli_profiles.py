@@ -91,8 +91,9 @@ def _summary_table(comparison, title: str = "agreement per quantity (layer outpu
     for q, s in comparison.summaries.items():
         if q == "fwd_mean":
             continue  # predicted 0: relative errors are meaningless; max abs is in the JSON
+        r2 = "n/a (constant)" if s.r2 != s.r2 else f"{s.r2:.5f}" + (" (log)" if s.r2_log else "")
         table.add_row(q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
-                      f"{s.max_abs:.3g}", f"{s.r2:.5f}" + (" (log)" if s.r2_log else ""))
+                      f"{s.max_abs:.3g}", r2)
     return table
 
 
@@ -151,6 +152,7 @@ def measure_command(
     batch_size: int = typer.Option(None, help="Sequences per batch (default: the preset's, else 8)."),
     data: Path = typer.Option(None, help="Text file or folder to read (default: the Python standard library)."),
     synthetic: bool = typer.Option(False, help="Use i.i.d. Zipf(1) tokens instead of real text."),
+    device: str = typer.Option(None, help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu)."),
     json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON) here."),
     plot: Path = typer.Option(None, help="Write a PNG of the measured per-layer moments here."),
 ):
@@ -167,8 +169,8 @@ def measure_command(
         batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
         with progress_bar() as bar:
             task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
-            profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k))
-    except (ValueError, FileNotFoundError) as err:
+            profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k), device=device)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
     if json_path:
         profile.write_json(json_path)
@@ -194,6 +196,7 @@ def compare_command(
     grad_boundary: str = typer.Option("measured", help="Gradient moments at the last layer: 'measured' (taken "
                                       "from the measurement, the paper's practice) or 'theory' (derived from "
                                       "the loss)."),
+    device: str = typer.Option(None, help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu)."),
     json_path: Path = typer.Option(None, "--json", help="Write the comparison (JSON: per-layer theory and "
                                    "measurement, median/mean/p90 relative error and R² per quantity) here."),
     plot: Path = typer.Option(None, help="Write a PNG: theory lines against measured points per layer."),
@@ -220,7 +223,7 @@ def compare_command(
         with progress_bar() as bar:
             task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
-                                                             progress=lambda k: bar.advance(task, k))
+                                                             progress=lambda k: bar.advance(task, k), device=device)
     except (ValueError, NotImplementedError, FileNotFoundError) as err:
         _fail(err)
     if json_path:

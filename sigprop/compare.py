@@ -4,7 +4,8 @@ summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
 For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute
 error, and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the layers — computed on log values when the
 measured quantity spans more than a decade (gradient variances of deep models), as the paper's Figures 2–3 are
-read. Correlations are also judged by absolute error (a relative error of a correlation near 0 means little).
+read; it is NaN for a quantity that does not vary across layers. Correlations are also judged by absolute error
+(a relative error of a correlation near 0 means little).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def summarise(quantity: str, pred, meas) -> QuantitySummary:
     use_log = positive and m.size > 1 and float(m.max() / m.min()) > 10.0
     a, b = (np.log(p), np.log(m)) if use_log else (p, m)
     ss_tot = float(np.sum((b - b.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((a - b) ** 2)) / ss_tot if ss_tot > 0 else nan
+    # R² is undefined for a quantity that does not vary (a Post-LN forward variance is 1 by construction)
+    flat = float(np.ptp(m)) <= 1e-6 * max(float(np.max(np.abs(m))), 1e-300)
+    r2 = 1.0 - float(np.sum((a - b) ** 2)) / ss_tot if ss_tot > 0 and not flat else nan
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
                            use_log)

@@ -57,18 +57,26 @@ def _average(profiles: list[Profile], config: dict, meta: dict) -> Profile:
     return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr})
 
 
+def _to(batch: dict, device) -> dict:
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
 def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
-                  progress: Callable[[int], None] | None = None) -> Profile:
+                  progress: Callable[[int], None] | None = None, device=None) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` on ``batch`` (training mode: dropout on,
-    as the theory assumes) and average their per-site statistics; ``meta`` holds the seeds and standard errors."""
+    as the theory assumes) and average their per-site statistics; ``meta`` holds the seeds and standard errors.
+    Weights are drawn on the CPU from the seed (identical on every device), then moved to ``device``."""
     from .measure import measure
 
     profiles = []
+    on_device = _to(batch, device) if device is not None else batch
     for s in range(seed0, seed0 + seeds):
         model = Transformer(config, generator=torch.Generator().manual_seed(s))
+        if device is not None:
+            model = model.to(device)
         model.train()
         torch.manual_seed(10_000 + s)  # dropout masks
-        profiles.append(measure(model, batch))
+        profiles.append(measure(model, on_device))
         del model
         if progress is not None:
             progress(1)
@@ -89,13 +97,14 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
 
 
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
-                   progress: Callable[[int], None] | None = None) -> tuple[Profile, Profile, Comparison]:
+                   progress: Callable[[int], None] | None = None, device=None
+                   ) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.head_gradient_moments`)."""
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
-    measured = measure_seeds(config, batch, seeds, progress=progress)
+    measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
     grad_top = None
     if grad_boundary == "measured":
         top = measured.site("layer")[-1]

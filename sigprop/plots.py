@@ -68,8 +68,8 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
             for q in qs:
                 s = summary.get(q)
                 if s and s.get("n"):
-                    lines.append(f"{q}: median {100 * s['median_rel']:.1f}%, R² {s['r2']:.4f}"
-                                 + (" (log)" if s.get("r2_log") else ""))
+                    r2 = "n/a" if s.get("r2") is None else f"{s['r2']:.4f}" + (" (log)" if s.get("r2_log") else "")
+                    lines.append(f"{q}: median {100 * s['median_rel']:.1f}%, R² {r2}")
             if lines:
                 ax.text(0.02, 0.02, "\n".join(lines), transform=ax.transAxes, fontsize=7, va="bottom",
                         bbox=dict(facecolor="white", alpha=0.8, lw=0))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import QUANTITIES, Profile, write_json_atomic
+from .jsonio import write_json_atomic
+from .profile import QUANTITIES, Profile
 
 __all__ = ["Comparison", "QuantitySummary", "compare", "summarise"]
 

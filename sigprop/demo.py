@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from .jsonio import write_json_atomic
 from .model.config import TransformerConfig
-from .profile import write_json_atomic
 
 __all__ = ["DEMO_CONFIGS", "run_demo"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
+
+from .jsonio import write_json_atomic
 
 __all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
 
@@ -107,20 +107,3 @@ class Profile:
     def read_json(cls, path) -> Profile:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(json.load(f))
-
-
-def write_json_atomic(path, data) -> None:
-    """Dump ``data`` as JSON to ``path`` via a temporary file in the same folder and an atomic rename."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise

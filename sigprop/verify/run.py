@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..jsonio import write_json_atomic
 from .harness import NORMALISATION, ComponentResult, run_component
 from .registry import COMPONENTS, available, load_spec
 
@@ -50,13 +49,7 @@ class VerificationReport:
 
     def write_json(self, path: str | os.PathLike) -> Path:
         """Write the JSON atomically (temporary file in the same folder, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(self.to_json(), fh, indent=2)
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(path, self.to_json(), indent=2)
 
 
 def resolve_components(names: list[str] | None) -> list[str]:

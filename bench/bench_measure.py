@@ -6,7 +6,7 @@ of the same components), then times, interleaved and from the same seed, after a
 
 * plain     model.loss(batch).backward()                            (parameter gradients, no statistics)
 * recorder  the same inside ``with Recorder(model, mask=...)``      (statistics at every site, forward + gradient)
-* measure   ``sigprop.measure.measure(model, batch)``               (statistics; backward w.r.t. the sites only)
+* measure   ``sigprop.measure(model, batch)``               (statistics; backward w.r.t. the sites only)
 
 and prints the median seconds of each and the ratios recorder / plain and measure / plain measured in this run (as
 a ratio of medians, a median of the per-round ratios and a ratio of minima), plus the one-off cost of
@@ -23,7 +23,7 @@ import time
 import torch
 from torch import nn
 
-from sigprop.measure import Recorder, measure
+from sigprop.measurement import Recorder, measure
 
 
 def build_model(layers, width, heads, vocab, seq, dropout):

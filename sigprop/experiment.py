@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .compare import Comparison, compare
+from .comparison import Comparison, compare
 from .model.config import TransformerConfig
 from .model.objective import make_batch
 from .model.transformer import Transformer
@@ -66,7 +66,7 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     """Measure ``seeds`` independently initialised models of ``config`` on ``batch`` (training mode: dropout on,
     as the theory assumes) and average their per-site statistics; ``meta`` holds the seeds and standard errors.
     Weights are drawn on the CPU from the seed (identical on every device), then moved to ``device``."""
-    from .measure import measure
+    from .measurement import measure
 
     profiles = []
     on_device = _to(batch, device) if device is not None else batch

@@ -25,7 +25,7 @@ class Transformer(nn.Module):
       returns logits: (batch, L, vocab) for token models (of the decoder for an encoder–decoder), (batch,
       n_classes) for a patch model (mean-pooled). ``padding_mask`` (batch, L) is True at real tokens.
     * ``loss(batch)``: the training objective on a batch dict (:mod:`sigprop.model.objective`).
-    * ``sites()``: the (layer, site, module) triples that :mod:`sigprop.measure` hooks and :func:`sigprop.predict`
+    * ``sites()``: the (layer, site, module) triples that :mod:`sigprop.measurement` hooks and :func:`sigprop.predict`
       mirrors.
     """
 

@@ -530,7 +530,7 @@ class Recorder:
         ``meta`` is added to the recorder's own (passes recorded, whether padding was excluded).
         """
         n_fwd, n_grad = self.n_passes
-        info = {"engine": "sigprop.measure", "forward_passes": n_fwd, "gradient_passes": n_grad,
+        info = {"engine": "sigprop.measurement", "forward_passes": n_fwd, "gradient_passes": n_grad,
                 "padding_excluded": self._masked_any, "grads": self._grads}
         missing = [list(k) for k, v in self._fwd.items() if not v]
         if missing:

@@ -1,4 +1,4 @@
-"""Tests of sigprop.measure: the recorder's on-the-fly statistics equal those computed from the stored tensors.
+"""Tests of sigprop.measurement: the recorder's on-the-fly statistics equal those computed from the stored tensors.
 
 The model is a stand-in built from the components (embedding → [Residual(AttentionBlock), Residual(FFNBlock)] × N →
 linear head) exposing the site protocol (``sites()``) and ``loss(batch)``. References are computed in float64 from
@@ -22,7 +22,7 @@ from sigprop.components.attention_block import AttentionBlock
 from sigprop.components.embedding import Embedding
 from sigprop.components.ffn import FFNBlock
 from sigprop.components.residual import Residual
-from sigprop.measure import Recorder, TokenSums, masked_sums, measure, merge_sums, pool_sums
+from sigprop.measurement import Recorder, TokenSums, masked_sums, measure, merge_sums, pool_sums
 from sigprop.profile import QUANTITIES
 from sigprop.stats import moment_sums
 

@@ -1,4 +1,5 @@
-"""``sigprop.compare``: join a predicted and a measured :class:`~sigprop.profile.Profile` on (layer, site) and
+"""``sigprop.compare`` (this module): join a predicted and a measured :class:`~sigprop.profile.Profile` on
+(layer, site) and
 summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
 
 For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute

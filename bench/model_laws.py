@@ -100,7 +100,7 @@ def main():
         out.append(f"| Q/K at 2× Xavier (Sec. 3.3): first/last gradient variance; vs Xavier | {cells[0]} | "
                    f"{cells[1]} | explodes |")
 
-    for name, label in (("rank-dropout", "Xavier, p = 0.1"), ("rank-collapse-noci", "no dropout, V at 1/fan_out")):
+    for name, label in (("fig3-postln", "Xavier, p = 0.1"), ("rank-collapse-noci", "no dropout, V at 1/fan_out")):
         d = load(folder, name)
         if d:
             data, get = d

@@ -88,6 +88,12 @@ def main():
                        "[0.8, 1.25] |")
             out.append(f"| {name}: first-to-last gradient variance ratio | {gp[0] / gp[-1]:.3f} | "
                        f"{gm[0] / gm[-1]:.3f} | [0.5, 2] |")
+            if name.endswith("pre"):
+                c = d[0]["config"]
+                c6 = float(np.mean(get("meas_grad_corr") / get("meas_fwd_corr")))
+                law = float(np.exp(-c["beta_k"] * (1.0 - c6)))
+                out.append(f"| {name}: App. E.3's gradient change e^(−k(1−C6)) with the measured mean C6 = r_g/r_x "
+                           f"= {c6:.3f} (the paper assumes C6 ≈ 1) | {law:.3f} | {gm[0] / gm[-1]:.3f} | — |")
 
     qk, base = load(folder, "qk-2x-xavier"), pre
     if qk and base:

@@ -104,6 +104,7 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     them from the loss (:func:`sigprop.theory.head_gradient_moments`)."""
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
+    predict_for_batch(config, batch)  # fails fast (before the measurement) outside the rules' domain
     measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
     grad_top = None
     if grad_boundary == "measured":

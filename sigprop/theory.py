@@ -138,6 +138,11 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict):
     return g, branch_grads
 
 
+_DOMAIN = ("The attention rules are small-score expansions: verified for a score variance s² = τσ²d²σ²_qσ²_k "
+           "up to ~1 (Table 22's ranges and the Xavier presets); Q/K initialised far above Xavier (e.g. qk_gain=2, "
+           "s² ≈ 16) is outside their domain, so this configuration can be measured but not predicted")
+
+
 def _f(x) -> float:
     return float(np.asarray(x))
 
@@ -172,7 +177,10 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     saved = []
     normalised = False
     for layer in model.layers:
-        inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
+        try:
+            inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
+        except ValueError as err:
+            raise ValueError(f"layer {layer.index}: {err}. {_DOMAIN}") from None
         saved.append(inputs)
         for name, mb in branches.items():
             fwd_rows[(layer.index, name)] = mb

@@ -1,8 +1,8 @@
 """Benchmark: the overhead of sigprop.measure's on-the-fly statistics over a plain forward + backward.
 
 Run: python bench/bench_measure.py [--layers 48] [--width 128] [--batch 8] [--seq 128] [--repeats 7] [--threads 1]
-Builds ``sigprop.Transformer(sigprop.TransformerConfig(...))`` (or, where the model package is absent, a stand-in
-of the same components), then times, interleaved and from the same seed, after a warm-up:
+Builds ``sigprop.Transformer(sigprop.TransformerConfig(...))``, then times, interleaved and from the same seed,
+after a warm-up:
 
 * plain     model.loss(batch).backward()                            (parameter gradients, no statistics)
 * recorder  the same inside ``with Recorder(model, mask=...)``      (statistics at every site, forward + gradient)
@@ -21,60 +21,16 @@ import statistics
 import time
 
 import torch
-from torch import nn
 
 from sigprop.measurement import Recorder, measure
+from sigprop.model import Transformer, TransformerConfig, make_batch
 
 
 def build_model(layers, width, heads, vocab, seq, dropout):
-    """(model, batch, mask): sigprop's Transformer when available, else a stand-in built from the components."""
-    try:
-        import sigprop
-
-        Transformer = getattr(sigprop, "Transformer", None)
-        TransformerConfig = getattr(sigprop, "TransformerConfig", None)
-        if Transformer is None:
-            from sigprop.model import Transformer, TransformerConfig
-            from sigprop.model import make_batch as mk
-        else:
-            mk = getattr(sigprop, "make_batch", None) or __import__("sigprop.model", fromlist=["make_batch"]).make_batch
-    except ImportError:
-        Transformer = None
-    if Transformer is not None:
-        cfg = TransformerConfig(n_layers=layers, d_model=width, n_heads=heads, vocab_size=vocab, max_len=seq,
-                                seq_len=seq, dropout=dropout)
-        return Transformer(cfg), (lambda ids, mask: mk(cfg, ids, padding_mask=mask)), "sigprop.Transformer"
-    return StandIn(layers, width, heads, vocab, seq, dropout), (lambda ids, mask: (ids, mask)), "stand-in"
-
-
-class StandIn(nn.Module):
-    """Pre-LN encoder from sigprop's components with the site protocol (used until sigprop.Transformer exists)."""
-
-    def __init__(self, layers, width, heads, vocab, seq, dropout):
-        super().__init__()
-        from sigprop.components.attention_block import AttentionBlock
-        from sigprop.components.embedding import Embedding
-        from sigprop.components.ffn import FFNBlock
-        from sigprop.components.residual import Residual
-
-        self.embed = Embedding(vocab, width, max_len=seq)
-        self.layers = nn.ModuleList(nn.Sequential(Residual(AttentionBlock(width, heads, p=dropout)),
-                                                  Residual(FFNBlock(width, p=dropout))) for _ in range(layers))
-        self.head = nn.Linear(width, vocab)
-
-    def sites(self):
-        out = [(-1, "input", self.embed)]
-        for i, layer in enumerate(self.layers):
-            out += [(i, "attn", layer[0].branch), (i, "ffn", layer[1].branch), (i, "layer", layer)]
-        return out
-
-    def loss(self, batch):
-        ids, mask = batch
-        h = self.embed(ids)
-        for layer in self.layers:
-            h = layer(h)
-        per_token = nn.functional.cross_entropy(self.head(h).transpose(1, 2), ids, reduction="none")
-        return (per_token * mask).sum() / mask.sum()
+    """(model, batch builder, description): a sigprop.Transformer encoder of this size."""
+    cfg = TransformerConfig(n_layers=layers, d_model=width, n_heads=heads, vocab_size=vocab, max_len=seq,
+                            seq_len=seq, dropout=dropout)
+    return Transformer(cfg), (lambda ids, mask: make_batch(cfg, ids, padding_mask=mask)), "sigprop.Transformer"
 
 
 def main():

@@ -33,7 +33,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depths", type=int, nargs="+", default=[1, 12, 48, 192, 768])
     ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    ap.add_argument("--narrow", type=int, default=64, help="width of the depth sweep")
+    ap.add_argument("--narrow", type=int, default=128, help="width of the depth sweep")
     ap.add_argument("--shallow", type=int, default=2, help="depth of the width sweep")
     ap.add_argument("--positions", nargs="+", default=["pre", "post"])
     ap.add_argument("--seeds-depth", type=int, default=16,

@@ -124,18 +124,26 @@ def _layer_forward(layer, m: Moments, ctx: dict, normalised: bool):
     return (inputs, post), branches, m, normalised
 
 
-def _layer_backward(layer, g: GradMoments, saved, ctx: dict):
+def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: float):
+    """Walk one layer's children in reverse. ``skip_fraction`` is the share of the incoming gradient's variance
+    that came through the next residual's skip path (what a Post-LN norm needs, see
+    :func:`~sigprop.components.layernorm.layernorm_backward_postnorm`); returns it for the layer below."""
     inputs, post = saved
     branch_grads = {}
     children = list(layer.named_children())
     for (name, child), m_in, pending in zip(reversed(children), reversed(inputs), reversed(post), strict=True):
         if isinstance(child, Residual):
+            g_out = g
             g, branch_grads[name] = child.backward_moments_and_branch(g, m_in, **ctx)
-        elif pending is not None and hasattr(child, "backward_moments_postnorm"):
-            g = child.backward_moments_postnorm(g, *pending)
+            lam = float(np.asarray(child._scales()[0]))
+            skip_fraction = float(np.clip(lam**2 * np.asarray(g_out.var) / np.asarray(g.var), 0.0, 1.0))
+            continue
+        if pending is not None and hasattr(child, "backward_moments_postnorm"):
+            g = child.backward_moments_postnorm(g, *pending, skip_fraction=skip_fraction)
         else:
             g = call_rule(child.backward_moments, g, m_in, **ctx)
-    return g, branch_grads
+        skip_fraction = 0.0
+    return g, branch_grads, skip_fraction
 
 
 _DOMAIN = ("The attention rules are small-score expansions: verified for a score variance s² = τσ²d²σ²_qσ²_k "
@@ -193,9 +201,10 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
 
     grad_rows = {}
     g = grad_top
+    skip_fraction = 0.0  # the gradient at the top comes from the head, not from a residual's skip path
     for layer, inputs in zip(reversed(model.layers), reversed(saved), strict=True):
         grad_rows[(layer.index, "layer")] = g
-        g, branch_grads = _layer_backward(layer, g, inputs, ctx)
+        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction)
         for name, gb in branch_grads.items():
             grad_rows[(layer.index, name)] = gb
     grad_rows[(-1, "input")] = g

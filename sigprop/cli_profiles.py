@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -13,9 +14,18 @@ from .terminal import console, progress_bar
 
 __all__ = ["predict_command", "measure_command", "compare_command", "demo_command", "resolve_config"]
 
-_PRESET_HELP = "Start from a named preset (see `sigprop compare --list-presets`)."
-_CONFIG_HELP = "A JSON file of TransformerConfig fields (applied over the preset)."
-_SET_HELP = "Override one config field, e.g. --set n_layers=48 --set norm_position=post (repeatable)."
+# Options shared by the commands, declared once.
+Preset = Annotated[str, typer.Option(help="Start from a named preset (see `sigprop compare --list-presets`).")]
+ConfigFile = Annotated[Path, typer.Option("--config", help="A JSON file of TransformerConfig fields (applied over "
+                                          "the preset).")]
+Overrides = Annotated[list[str], typer.Option("--set", help="Override one config field, e.g. --set n_layers=48 "
+                                              "--set norm_position=post (repeatable).")]
+Seeds = Annotated[int, typer.Option(help="Independently initialised models to average (default: the preset's, "
+                                    "else 4).")]
+BatchSize = Annotated[int, typer.Option(help="Sequences per batch (default: the preset's, else 8).")]
+Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library).")]
+Synthetic = Annotated[bool, typer.Option(help="Use i.i.d. Zipf(1) tokens instead of real text.")]
+Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu).")]
 
 
 def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):
@@ -104,10 +114,24 @@ def _batch(config, batch_size, data, synthetic, seed):
         return token_batch(config, batch_size=batch_size, data=data, seed=seed, synthetic=synthetic)
 
 
+def _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic):
+    """(config, seeds, batch) for measure / compare: the preset's seeds and batch size unless given."""
+    config, chosen = resolve_config(preset, config_file, overrides)
+    seeds = seeds or (chosen.seeds if chosen else 4)
+    batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+    return config, seeds, batch
+
+
+def _print_written(*labelled):
+    for label, path in labelled:
+        if path:
+            console.print(f"{label}: {path}")
+
+
 def predict_command(
-    preset: str = typer.Option(None, help=_PRESET_HELP),
-    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
-    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    preset: Preset = None,
+    config_file: ConfigFile = None,
+    overrides: Overrides = None,
     data: Path = typer.Option(None, help="Take the input token correlation (and the loss's labels) from a real "
                               "batch of this text file or folder; default: theory (Zipf tokens, App. A.1)."),
     real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
@@ -138,21 +162,18 @@ def predict_command(
         plot_profiles(plot, predicted=profile, title=preset or "prediction")
     console.print(_profile_table(f"predicted ({profile.meta.get('input_source')}; gradient: "
                                  f"{profile.meta.get('grad_source')})", predicted=profile))
-    for label, path in (("profile JSON", json_path), ("figure", plot)):
-        if path:
-            console.print(f"{label}: {path}")
+    _print_written(("profile JSON", json_path), ("figure", plot))
 
 
 def measure_command(
-    preset: str = typer.Option(None, help=_PRESET_HELP),
-    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
-    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
-    seeds: int = typer.Option(None, help="Independently initialised models to average (default: the preset's, "
-                              "else 4)."),
-    batch_size: int = typer.Option(None, help="Sequences per batch (default: the preset's, else 8)."),
-    data: Path = typer.Option(None, help="Text file or folder to read (default: the Python standard library)."),
-    synthetic: bool = typer.Option(False, help="Use i.i.d. Zipf(1) tokens instead of real text."),
-    device: str = typer.Option(None, help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu)."),
+    preset: Preset = None,
+    config_file: ConfigFile = None,
+    overrides: Overrides = None,
+    seeds: Seeds = None,
+    batch_size: BatchSize = None,
+    data: Data = None,
+    synthetic: Synthetic = False,
+    device: Device = None,
     json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON) here."),
     plot: Path = typer.Option(None, help="Write a PNG of the measured per-layer moments here."),
 ):
@@ -164,9 +185,7 @@ def measure_command(
     from .experiment import measure_seeds
 
     try:
-        config, chosen = resolve_config(preset, config_file, overrides)
-        seeds = seeds or (chosen.seeds if chosen else 4)
-        batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+        config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
             task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
             profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k), device=device)
@@ -179,24 +198,21 @@ def measure_command(
 
         plot_profiles(plot, measured=profile, title=preset or "measurement")
     console.print(_profile_table(f"measured ({seeds} seeds, {profile.meta['tokens']} tokens)", measured=profile))
-    for label, path in (("profile JSON", json_path), ("figure", plot)):
-        if path:
-            console.print(f"{label}: {path}")
+    _print_written(("profile JSON", json_path), ("figure", plot))
 
 
 def compare_command(
-    preset: str = typer.Option(None, help=_PRESET_HELP),
-    config_file: Path = typer.Option(None, "--config", help=_CONFIG_HELP),
-    overrides: list[str] = typer.Option(None, "--set", help=_SET_HELP),
-    seeds: int = typer.Option(None, help="Independently initialised models to average (default: the preset's, "
-                              "else 4)."),
-    batch_size: int = typer.Option(None, help="Sequences per batch (default: the preset's, else 8)."),
-    data: Path = typer.Option(None, help="Text file or folder to read (default: the Python standard library)."),
-    synthetic: bool = typer.Option(False, help="Use i.i.d. Zipf(1) tokens instead of real text."),
+    preset: Preset = None,
+    config_file: ConfigFile = None,
+    overrides: Overrides = None,
+    seeds: Seeds = None,
+    batch_size: BatchSize = None,
+    data: Data = None,
+    synthetic: Synthetic = False,
     grad_boundary: str = typer.Option("measured", help="Gradient moments at the last layer: 'measured' (taken "
                                       "from the measurement, the paper's practice) or 'theory' (derived from "
                                       "the loss)."),
-    device: str = typer.Option(None, help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu)."),
+    device: Device = None,
     json_path: Path = typer.Option(None, "--json", help="Write the comparison (JSON: per-layer theory and "
                                    "measurement, median/mean/p90 relative error and R² per quantity) here."),
     plot: Path = typer.Option(None, help="Write a PNG: theory lines against measured points per layer."),
@@ -217,9 +233,7 @@ def compare_command(
                           f"{p.seeds} seeds × {p.batch_size}×{c.seq_len} tokens")
         raise typer.Exit()
     try:
-        config, chosen = resolve_config(preset, config_file, overrides)
-        seeds = seeds or (chosen.seeds if chosen else 4)
-        batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+        config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
             task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
@@ -236,9 +250,7 @@ def compare_command(
     console.print(_profile_table(f"theory vs measurement ({seeds} seeds; gradient boundary: "
                                  f"{predicted.meta.get('grad_source')})", predicted, measured))
     console.print(_summary_table(comparison))
-    for label, path in (("comparison JSON", json_path), ("figure", plot)):
-        if path:
-            console.print(f"{label}: {path}")
+    _print_written(("comparison JSON", json_path), ("figure", plot))
 
 
 def demo_command(

@@ -104,13 +104,12 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     them from the loss (:func:`sigprop.theory.head_gradient_moments`)."""
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
-    predict_for_batch(config, batch)  # fails fast (before the measurement) outside the rules' domain
+    # theory boundaries first: the prediction fails fast (before the measurement) outside the rules' domain
+    predicted = predict_for_batch(config, batch)
     measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-    grad_top = None
     if grad_boundary == "measured":
         top = measured.site("layer")[-1]
         grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
-    predicted = predict_for_batch(config, batch, grad_top)
-    if grad_top is not None:
-        predicted.meta["grad_source"] = f"measured at the output of layer {measured.site('layer')[-1].layer}"
+        predicted = predict_for_batch(config, batch, grad_top)
+        predicted.meta["grad_source"] = f"measured at the output of layer {top.layer}"
     return predicted, measured, compare(predicted, measured)

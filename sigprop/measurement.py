@@ -37,7 +37,6 @@ hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU work sta
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -344,23 +343,15 @@ def _model_config(model) -> dict:
     return dict(cfg) if isinstance(cfg, Mapping) else {}
 
 
-_MISSING = object()
-
-
 class Recorder:
     """Context manager that records the statistics of every site of a model on the fly.
 
     ``Recorder(model_or_sites, mask=None, grads=True)``: ``model_or_sites`` is a model with ``sites()`` or the list
-    of ``(layer, site, module)`` itself. On ``__enter__`` every site module's ``forward`` is wrapped; each call adds
+    of ``(layer, site, module)`` itself. On ``__enter__`` every site module gets a forward hook; each call adds
     the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output requires grad, registers a
-    tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it.
-
-    Why a wrapped ``forward`` and not ``register_forward_hook``: sigprop's containers (:class:`~sigprop.components.
-    sequential.Sequential`, :class:`~sigprop.components.residual.Residual`) call their children's ``forward``
-    directly (to pass each only the context keywords it declares), which bypasses ``nn.Module.__call__`` and with it
-    every module hook. The wrapper is an instance attribute made with ``functools.wraps`` (so ``inspect.signature``
-    still sees the original signature); it is seen by ``module(x)`` and ``module.forward(x)`` alike, returns the
-    output unchanged, and is removed on exit (also on an exception), the previous attribute (if any) restored.
+    tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it. The hooks
+    leave the output unchanged and are removed on exit (also on an exception). sigprop's containers call their
+    children through ``nn.Module.__call__`` (:func:`~sigprop.components.sequential.call_rule`), so module hooks fire.
 
     ``mask`` (bool (batch, tokens), True = real token) excludes padding at every site, or a mapping
     ``{(layer, site): mask}`` gives some sites their own (an encoder–decoder's decoder). :meth:`set_mask` changes
@@ -382,7 +373,7 @@ class Recorder:
         self._mask: _Mask | None = None
         self._site_masks: dict[tuple[int, str], _Mask | None] = {}
         self._masked_any = False
-        self._patched: list[tuple[nn.Module, object]] = []
+        self._module_handles: list = []
         self._tensor_handles: list = []
         self._collect: list[torch.Tensor] | None = None
         self._scratch: dict = {}  # reusable CPU buffers of _packed, freed on exit
@@ -400,10 +391,7 @@ class Recorder:
         self._active = True
         try:
             for layer, site, module in self._sites:
-                previous = module.__dict__.get("forward", _MISSING)
-                wrapper = self._wrap((layer, site), module.forward)
-                object.__setattr__(module, "forward", wrapper)
-                self._patched.append((module, previous))
+                self._module_handles.append(module.register_forward_hook(self._hook((layer, site))))
         except BaseException:
             self._remove_hooks()
             raise
@@ -414,28 +402,20 @@ class Recorder:
         return False
 
     def _remove_hooks(self) -> None:
-        for module, previous in reversed(self._patched):
-            if previous is _MISSING:
-                module.__dict__.pop("forward", None)
-            else:
-                object.__setattr__(module, "forward", previous)
-        for h in self._tensor_handles:
+        for h in (*self._module_handles, *self._tensor_handles):
             h.remove()
-        self._patched, self._tensor_handles = [], []
+        self._module_handles, self._tensor_handles = [], []
         self._collect = None
         self._scratch = {}
         self._active = False
 
-    def _wrap(self, key, forward):
+    def _hook(self, key):
         store_fwd, store_grad = self._fwd[key], self._grad[key]
 
-        @functools.wraps(forward)
-        def recorded_forward(*args, **kwargs):
-            out = forward(*args, **kwargs)
+        def record(module, args, out):
             self._record(key, out, store_fwd, store_grad)
-            return out
 
-        return recorded_forward
+        return record
 
     def _record(self, key, out, store_fwd, store_grad) -> None:
         if not isinstance(out, torch.Tensor) or out.dim() != 3:

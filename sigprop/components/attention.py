@@ -188,6 +188,17 @@ def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_
     return GradMoments(var=h * one.var, corr=one.corr)
 
 
+def _sample_qkv(module: nn.Module, generator: torch.Generator | None) -> None:
+    """Draw W_Q, W_K, W_V of ``module`` from N(0, σ²) with its declared (possibly per-configuration) σs; nothing on
+    the meta device, where the owner initialises after materialising."""
+    if module.w_q.is_meta:
+        return
+    with torch.no_grad():
+        for w, s in ((module.w_q, module.sigma_q), (module.w_k, module.sigma_k), (module.w_v, module.sigma_v)):
+            w.normal_(0.0, 1.0, generator=generator)
+            w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
+
+
 def _host(v) -> np.ndarray:
     """A hyper-parameter as a host array (also when modules are being built under ``torch.device("meta")``)."""
     return v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v, dtype=np.float64)
@@ -245,12 +256,7 @@ class SingleHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        if self.w_q.is_meta:  # built on the meta device: the owner initialises after materialising
-            return
-        with torch.no_grad():
-            for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
-                w.normal_(0.0, 1.0, generator=generator)
-                w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
+        _sample_qkv(self, generator)
 
     def _p(self, extra: int):
         p = self.dropout_p
@@ -345,12 +351,7 @@ class MultiHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        if self.w_q.is_meta:  # built on the meta device: the owner initialises after materialising
-            return
-        with torch.no_grad():
-            for w, s in ((self.w_q, self.sigma_q), (self.w_k, self.sigma_k), (self.w_v, self.sigma_v)):
-                w.normal_(0.0, 1.0, generator=generator)
-                w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
+        _sample_qkv(self, generator)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..moments import check_range
-from .rank_collapse import _check_n_layers, _check_p, _out, ffn_corr_exact, ffn_corr_kedia
+from .rank_collapse import _check_n_layers, _check_p, _out, _per_layer, ffn_corr_exact, ffn_corr_kedia
 
 __all__ = [
     "dslm_scales",
@@ -49,15 +49,6 @@ def _check_scales(lam2, beta2):
     lam2 = check_range(lam2, "lam2 (λ²)", lo=0.0, hi=1.0)
     beta2 = check_range(beta2, "beta2 (β²)", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]")
     return lam2, beta2
-
-
-def _per_layer(value, n_layers: int, name: str, lo=0.0, hi=None):
-    v = np.asarray(check_range(value, name, lo=lo, hi=hi), dtype=np.float64)
-    if v.ndim == 0:
-        return np.full(n_layers, float(v))
-    if v.shape != (n_layers,):
-        raise ValueError(f"{name} must be a scalar or have shape ({n_layers},) = (n_layers,) (got shape {v.shape})")
-    return v
 
 
 def dslm_scales(n_layers, k=2.0, alpha=1.0):

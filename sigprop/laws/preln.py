@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..moments import check_range
-from .rank_collapse import _check_gains, _check_n_layers, _out
+from .rank_collapse import _check_gains, _check_n_layers, _out, _per_layer
 
 __all__ = [
     "preln_forward_variance",
@@ -26,16 +26,6 @@ __all__ = [
     "preln_gradient_bounds",
     "hyperbolic_gradient",
 ]
-
-
-def _per_layer(value, n_layers: int, name: str, lo=0.0, hi=1.0):
-    """Broadcast a scalar or a length-N array of per-layer values to shape (N,), validating the range."""
-    v = np.asarray(check_range(value, name, lo=lo, hi=hi), dtype=np.float64)
-    if v.ndim == 0:
-        return np.full(n_layers, float(v))
-    if v.shape != (n_layers,):
-        raise ValueError(f"{name} must be a scalar or have shape ({n_layers},) = (n_layers,) (got shape {v.shape})")
-    return v
 
 
 def _check_var_in(var_in, allow_zero=True):
@@ -57,7 +47,7 @@ def preln_forward_variance(n_layers, C1, C2, r, var_in=1.0):
     """
     n = _check_n_layers(n_layers)
     C1, C2 = _check_gains(C1, C2)
-    r = _per_layer(r, n, "r")
+    r = _per_layer(r, n, "r", hi=1.0)
     var_in = _check_var_in(var_in)
     return var_in + np.cumsum(C1 * r + C2)
 
@@ -114,8 +104,8 @@ def preln_gradient_growth(n_layers, C1, C2, r_x, r_g, var_in=1.0, denominator="e
     """
     n = _check_n_layers(n_layers)
     C1, C2 = _check_gains(C1, C2)
-    rx = _per_layer(r_x, n, "r_x")
-    rg = _per_layer(r_g, n, "r_g")
+    rx = _per_layer(r_x, n, "r_x", hi=1.0)
+    rg = _per_layer(r_g, n, "r_g", hi=1.0)
     if denominator not in ("exact", "paper"):
         raise ValueError(f"denominator must be one of ('exact', 'paper') (got {denominator!r})")
     layers = np.arange(1, n + 1, dtype=np.float64)  # layer index n of each factor (maps g_n to g_{n-1})

@@ -198,3 +198,13 @@ def r_g_max(C1, C2, p, r_x=None):
     if np.any(den <= 0.0):
         raise ValueError("r_g_max is undetermined for C1 = 0 with p = 0 and r_x = 1 (every r_g is a fixed point)")
     return _out(np.clip(C1 * q / den, 0.0, 1.0))
+
+
+def _per_layer(value, n_layers: int, name: str, lo=0.0, hi=None):
+    """Broadcast a scalar or a length-N array of per-layer values to shape (N,), validating the range."""
+    v = np.asarray(check_range(value, name, lo=lo, hi=hi), dtype=np.float64)
+    if v.ndim == 0:
+        return np.full(n_layers, float(v))
+    if v.shape != (n_layers,):
+        raise ValueError(f"{name} must be a scalar or have shape ({n_layers},) = (n_layers,) (got shape {v.shape})")
+    return v

@@ -12,7 +12,14 @@ import torch
 from sigprop.components.layernorm import layernorm_forward, layernorm_forward_postnorm
 from sigprop.components.residual import residual_forward
 from sigprop.moments import Moments
+from sigprop.verify.sampling import correlated_gaussian
 from tests.helpers import Z
+
+
+def _tokens(generator, batch, length, d, r, var, dtype=torch.float64):
+    """Gaussian tokens (batch, length, d) with variance ``var`` and token correlation ``r`` within a sequence."""
+    return correlated_gaussian(1, 1, batch, length, d, np.zeros(1), np.array([var]), np.array([r]), generator,
+                               dtype)[0, 0]
 
 
 def _skip(d, r):
@@ -50,9 +57,7 @@ def test_monte_carlo_on_the_real_modules(d, lam2, beta2, rx, rf, n_seq):
     g = torch.Generator().manual_seed(1)
 
     def tokens(r, var, b):
-        c = torch.randn(b, 1, d, generator=g, dtype=torch.float32)
-        e = torch.randn(b, 2, d, generator=g, dtype=torch.float32)
-        return math.sqrt(var) * (math.sqrt(r) * c + math.sqrt(1 - r) * e)
+        return _tokens(g, b, 2, d, r, var, torch.float32)
 
     cos = []
     for _ in range(n_seq // chunk):
@@ -110,9 +115,7 @@ def test_post_ln_chain_on_real_modules_keeps_gradient_correlation():
     g = torch.Generator().manual_seed(3)
 
     def tokens(r, var):
-        c = torch.randn(b, 1, d, generator=g, dtype=torch.float64)
-        e = torch.randn(b, L, d, generator=g, dtype=torch.float64)
-        return math.sqrt(var) * (math.sqrt(r) * c + math.sqrt(1 - r) * e)
+        return _tokens(g, b, L, d, r, var)
 
     measured = []
     for _ in range(12):
@@ -148,12 +151,10 @@ def test_post_ln_chain_on_real_modules_gradient_variance():
     g = torch.Generator().manual_seed(4)
 
     def tokens(r, var):
-        c = torch.randn(b, 1, d, generator=g, dtype=torch.float64)
-        e = torch.randn(b, L, d, generator=g, dtype=torch.float64)
-        return math.sqrt(var) * (math.sqrt(r) * c + math.sqrt(1 - r) * e)
+        return _tokens(g, b, L, d, r, var)
 
     measured = []
-    for _ in range(8):
+    for _ in range(48):
         x = torch.nn.functional.layer_norm(tokens(0.3, 1.0), (d,)).requires_grad_(True)
         y = x
         for _ in range(n_steps):

@@ -43,6 +43,19 @@ def make_corpus(root: Path, n_files: int = 6, n_words: int = 1500, seed: int = 0
     return sorted(files)
 
 
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Wrap ``module.name`` so that every call appends to the returned list (to prove a cache was hit)."""
+    calls = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte → printable character table (Radford et al. 2019, encoder.py), the byte-level BPE alphabet."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))

@@ -12,38 +12,10 @@ import sigprop.data.batches as batchmod
 from sigprop.data.batches import TokenStream, load_batch, token_batches
 from sigprop.data.corpus import corpus_files, read_texts
 from sigprop.data.tokenizer import SPECIAL_TOKENS
-from tests.data import make_corpus, token_bytes
+from tests.data import count_calls, token_bytes
 from tests.helpers import Z
 
 VOCAB = 300
-
-
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path, monkeypatch):
-    """Every test caches under its own temporary folder, never the user's home."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("SIGPROP_CACHE_DIR", str(cache))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return cache
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    root = tmp_path / "corpus"
-    make_corpus(root)
-    return root
-
-
-def _count_encoding(monkeypatch):
-    calls = []
-    real = batchmod.encode_texts
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(batchmod, "encode_texts", counting)
-    return calls
 
 
 def test_stream_is_the_corpus_joined_by_sep(corpus):
@@ -115,7 +87,7 @@ def test_endless_when_n_batches_is_none(corpus):
 
 
 def test_token_cache(corpus, cache_env, monkeypatch, caplog):
-    calls = _count_encoding(monkeypatch)
+    calls = count_calls(monkeypatch, batchmod, "encode_texts")
     first = TokenStream.from_corpus(corpus, vocab_size=VOCAB)
     (npy,) = cache_env.glob("tokens-*.npy")
     second = TokenStream.from_corpus(corpus, vocab_size=VOCAB)

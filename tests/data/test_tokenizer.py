@@ -18,37 +18,9 @@ from sigprop.data.tokenizer import (
     special_id,
     tokenizer_cache_path,
 )
-from tests.data import make_corpus
+from tests.data import count_calls
 
 VOCAB = 300
-
-
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path, monkeypatch):
-    """Every test caches under its own temporary folder, never the user's home."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("SIGPROP_CACHE_DIR", str(cache))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return cache
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    root = tmp_path / "corpus"
-    make_corpus(root)
-    return root
-
-
-def _count_training(monkeypatch):
-    calls = []
-    real = tokmod.train_tokenizer
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tokmod, "train_tokenizer", counting)
-    return calls
 
 
 def test_special_tokens_and_vocab(corpus):
@@ -72,7 +44,7 @@ def test_byte_level_round_trip_is_lossless(corpus):
 
 
 def test_cache_is_used(corpus, cache_env, monkeypatch):
-    calls = _count_training(monkeypatch)
+    calls = count_calls(monkeypatch, tokmod, "train_tokenizer")
     first = load_or_train_tokenizer(corpus, vocab_size=VOCAB)
     assert len(calls) == 1
     cached = list(cache_env.glob("tokenizer-*.json"))
@@ -99,7 +71,7 @@ def test_cache_key_tracks_corpus_and_recipe(corpus, monkeypatch):
     os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert corpus_key(files, VOCAB) != key
 
-    calls = _count_training(monkeypatch)
+    calls = count_calls(monkeypatch, tokmod, "train_tokenizer")
     load_or_train_tokenizer(corpus, vocab_size=VOCAB)
     with files[1].open("a") as fh:
         fh.write("A new sentence.\n")
@@ -113,7 +85,7 @@ def test_corrupt_cache_is_retrained(corpus, garbage, monkeypatch, caplog):
     path = tokenizer_cache_path(key)
     path.parent.mkdir(parents=True)
     path.write_bytes(garbage)
-    calls = _count_training(monkeypatch)
+    calls = count_calls(monkeypatch, tokmod, "train_tokenizer")
     with caplog.at_level(logging.WARNING, logger="sigprop.data"):
         tok = load_or_train_tokenizer(corpus, vocab_size=VOCAB)
     assert len(calls) == 1 and "retraining" in caplog.text
@@ -126,7 +98,7 @@ def test_cache_of_a_foreign_tokenizer_is_retrained(corpus, monkeypatch):
     big = load_or_train_tokenizer(corpus, vocab_size=VOCAB + 100)
     path = tokenizer_cache_path(corpus_key(corpus_files(corpus), VOCAB))
     path.write_text(big.to_str())
-    calls = _count_training(monkeypatch)
+    calls = count_calls(monkeypatch, tokmod, "train_tokenizer")
     tok = load_or_train_tokenizer(corpus, vocab_size=VOCAB)
     assert len(calls) == 1 and tok.get_vocab_size() <= VOCAB
 

@@ -32,10 +32,13 @@ class TransformerConfig:
     Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``), each wrapped in a
     residual y = λ·x + β·f(x). ``norm_position`` = ``"pre"`` (norm inside the branch), ``"post"`` (norm after the
     residual add) or ``"none"``; ``norm`` ∈ layernorm / rmsnorm / dyt / derf (``norm_alpha`` is DyT/Derf's initial
-    α). ``dropout`` follows the embeddings and every block; ``attn_dropout`` acts on the attention probabilities
-    (None = ``dropout``). ``final_norm`` (None = True for pre-norm, else False) normalises the last layer's output;
-    the head (tied to the token embedding by default) sees it multiplied by ``head_scale`` (None = the init
-    scheme's choice: 1/√d for DSLM, Sec. 4.1, else 1).
+    α; ``norm_alpha_attn`` / ``norm_alpha_ffn`` / ``norm_alpha_final``, None = ``norm_alpha``, set it separately for
+    the norms of the attention sub-layers (cross-attention included), of the FFN sub-layers and for the final norm(s),
+    as Alekseev App. F distinguishes the final normalisation; see :meth:`alpha_at`). ``dropout`` follows the
+    embeddings and every block; ``attn_dropout`` acts on the attention probabilities (None = ``dropout``).
+    ``final_norm`` (None = True for pre-norm, else False) normalises the last layer's output; the head (tied to the
+    token embedding by default) sees it multiplied by ``head_scale`` (None = the init scheme's choice: 1/√d for
+    DSLM, Sec. 4.1, else 1).
 
     Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are
     β² = ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's
@@ -44,6 +47,13 @@ class TransformerConfig:
     Noci et al. 2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first
     layer's input that DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after
     the embedding dropout; required for patch input, e.g. 0.46 for ViT on ImageNet, App. H).
+
+    ``init="alekseev"`` is the parametrisation of Alekseev 2026 (Sec. 2.1, App. A): W_O, W_V with std
+    √(``sigma_ov``/d) each (σ_O = σ_V = √σ_OV), W_1 with std √(``sigma_21``/d) and W_2 with std √(``sigma_21``/d_ff)
+    (σ_1 = σ_2 = √σ_21), Q/K std 0.02, embeddings and head std 0.02. The defaults σ_OV = 0.31 and σ_21 = 0.61 are the
+    paper's stated values for its ViT (App. A: timm's std 0.02 at d = 768 gives σ_OV = 0.02²·d ≈ 0.31 and
+    σ_21 = 2·0.02²·d ≈ 0.61); they are fixed numbers, not recomputed from ``d_model`` (timm's std-0.02 values at
+    another width are :func:`sigprop.model.vit.timm_sigmas`). The two fields are read by ``init="alekseev"`` only.
 
     ``tie_head`` ties the LM head to the token embedding (token input only; a patch model's classifier is its own).
     ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
@@ -71,6 +81,9 @@ class TransformerConfig:
     norm_position: str = "pre"
     norm_eps: float = 1e-5
     norm_alpha: float = 0.5
+    norm_alpha_attn: float | None = None
+    norm_alpha_ffn: float | None = None
+    norm_alpha_final: float | None = None
     final_norm: bool | None = None
     tie_head: bool = True
     head_scale: float | None = None
@@ -81,6 +94,8 @@ class TransformerConfig:
     beta: float | None = None
     learnable_beta: bool = False
     qk_gain: float = 1.0
+    sigma_ov: float = 0.31
+    sigma_21: float = 0.61
     v_init: str = "scheme"
     input_corr: float | None = None
     seq_len: int = 128
@@ -132,12 +147,16 @@ class TransformerConfig:
         number("attn_dropout", 0.0, 1.0, hi_open=True, optional=True)
         number("norm_eps", 0.0)
         number("norm_alpha", 0.0, lo_open=True)
+        for name in ("norm_alpha_attn", "norm_alpha_ffn", "norm_alpha_final"):
+            number(name, 0.0, lo_open=True, optional=True)
         number("head_scale", 0.0, lo_open=True, optional=True)
         number("beta_k", 0.0, lo_open=True)
         number("beta_alpha", 0.0)
         number("lam", 0.0, optional=True)
         number("beta", 0.0, optional=True)
         number("qk_gain", 0.0, lo_open=True)
+        number("sigma_ov", 0.0, lo_open=True)
+        number("sigma_21", 0.0, lo_open=True)
         number("input_corr", 0.0, 1.0, lo_open=True, optional=True)
         number("mask_prob", 0.0, 1.0, lo_open=True, hi_open=True)
         if self.d_model % self.n_heads:
@@ -177,6 +196,16 @@ class TransformerConfig:
     @property
     def p_attn(self) -> float:
         return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    def alpha_at(self, position: str) -> float:
+        """DyT/Derf's initial α at ``position`` ("attn", "cross", "ffn" or "final"): the position's own field, or
+        ``norm_alpha`` where that is None (cross-attention norms use ``norm_alpha_attn``)."""
+        key = {"attn": "norm_alpha_attn", "cross": "norm_alpha_attn", "ffn": "norm_alpha_ffn",
+               "final": "norm_alpha_final"}.get(position)
+        if key is None:
+            raise ValueError(f"position must be one of attn, cross, ffn, final (got {position!r})")
+        v = getattr(self, key)
+        return float(self.norm_alpha if v is None else v)
 
     @property
     def has_final_norm(self) -> bool:

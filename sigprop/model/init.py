@@ -22,6 +22,17 @@ Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
 * ``layerscale``: Touvron et al. 2021: Xavier, learnable β = ε (0.1 for N ≤ 18, 10⁻⁵ for N ≤ 24, 10⁻⁶ beyond).
 * ``skipinit`` / ``rezero``: De & Smith 2020 / Bachlechner et al. 2021: Xavier, learnable β = 0 (ReZero is meant
   with ``norm_position="none"``).
+* ``alekseev``: Alekseev 2026, Sec. 2.1 and App. A (the ViT of its experiments, timm's std-0.02 initialisation in
+  the paper's σ parametrisation): W_V, W_O ∈ R^{d×d} with variance σ²_V/d, σ²_O/d and σ_O = σ_V = √σ_OV
+  (``config.sigma_ov``); W_1 (d → d_ff) with variance σ²_1/d and W_2 (d_ff → d) with variance σ²_2/d_ff
+  (σ²_2/(4d) at the paper's d_ff = 4d) and σ_1 = σ_2 = √σ_21 (``config.sigma_21``); Q and K std 0.02 (σ_Q = σ_K =
+  0.02·√d); token, position, segment and patch embeddings and the head std 0.02; λ = β = 1, head scale 1. Only the
+  products σ_OV = σ_Oσ_V and σ_21 = σ_2σ_1 enter the paper's recurrences (Eqs. 8, 9, 12), so splitting them evenly
+  loses nothing. (timm's patch embedding is a convolution with PyTorch's default init, std 1/√(3·fan_in); the
+  0.02 used here matches the paper's "weights initialized with standard deviation 0.02".)
+
+DyT/Derf α: :meth:`InitPlan.apply` sets every DyT/Derf norm's α to the config's value at its position
+(:meth:`TransformerConfig.alpha_at`: attention, FFN or final norm).
 
 Config hooks applied to every scheme: ``qk_gain`` multiplies σ_q and σ_k, ``v_init="noci"`` sets σ²_v = 1/d_head,
 ``lam`` / ``beta`` override the residual scales, ``learnable_beta`` makes β learnable, ``head_scale`` overrides.
@@ -234,6 +245,20 @@ def _scheme_zero_beta(name):
     return scheme
 
 
+def _scheme_alekseev(c):
+    """Alekseev 2026 Sec. 2.1 / App. A (module docstring)."""
+    n = c.total_layers
+    per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
+    vit = 0.02
+    ov, ff = math.sqrt(c.sigma_ov), math.sqrt(c.sigma_21)  # σ_O = σ_V = √σ_OV, σ_1 = σ_2 = √σ_21
+    stds = {role: vit for role in ("token", "position", "segment", "patch", "head")}
+    stds.update(q=per_layer(vit), k=per_layer(vit), v=per_layer(ov / math.sqrt(c.d_model)),
+                o=per_layer(ov / math.sqrt(c.d_model)), w1=per_layer(ff / math.sqrt(c.d_model)),
+                w2=per_layer(ff / math.sqrt(c.ffn_width)))
+    lam, beta = _unit_scales(c)
+    return InitPlan("alekseev", stds, lam, beta, False, 1.0, {"sigma_ov": c.sigma_ov, "sigma_21": c.sigma_21})
+
+
 SCHEMES = {
     "xavier": _scheme_xavier,
     "bert": _scheme_bert,
@@ -244,6 +269,7 @@ SCHEMES = {
     "layerscale": _scheme_layerscale,
     "skipinit": _scheme_zero_beta("skipinit"),
     "rezero": _scheme_zero_beta("rezero"),
+    "alekseev": _scheme_alekseev,
 }
 
 

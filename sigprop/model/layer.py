@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from torch import nn
+
 from ..components.attention import MultiHeadAttention
 from ..components.attention_block import AttentionBlock
 from ..components.dropout import Dropout
@@ -25,11 +27,12 @@ from ..components.sequential import Sequential
 __all__ = ["TransformerLayer", "CrossAttention", "CrossAttentionBlock", "norm_kwargs"]
 
 
-def norm_kwargs(config) -> dict:
-    """Constructor keywords of the configured norm."""
+def norm_kwargs(config, position: str = "attn") -> dict:
+    """Constructor keywords of the configured norm at ``position`` ("attn", "cross", "ffn", "final"; DyT/Derf's
+    α is :meth:`TransformerConfig.alpha_at`)."""
     if config.norm in ("layernorm", "rmsnorm"):
         return {"eps": config.norm_eps}
-    return {"alpha": config.norm_alpha}
+    return {"alpha": config.alpha_at(position)}
 
 
 class CrossAttention(MultiHeadAttention):
@@ -76,23 +79,36 @@ class TransformerLayer(Sequential):
         self.index = int(index)
         c = config
         inner = c.norm if c.norm_position == "pre" else "none"
-        nk = norm_kwargs(c)
         layers = OrderedDict()
 
         def add(name, branch):
             layers[name] = Residual(branch, learnable_beta=learnable_beta)
             if c.norm_position == "post":
-                layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **nk)
+                layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))
 
         add("attn", AttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
-                                   norm_kwargs=nk, causal=causal))
+                                   norm_kwargs=norm_kwargs(c, "attn"), causal=causal))
         if cross:
             add("cross", CrossAttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
-                                             norm_kw=nk))
+                                             norm_kw=norm_kwargs(c, "cross")))
         add("ffn", FFNBlock(c.d_model, c.ffn_width, activation=c.activation, p=c.dropout, norm=inner,
-                            norm_kwargs=nk))
+                            norm_kwargs=norm_kwargs(c, "ffn")))
         super().__init__(layers)
 
     def branches(self) -> list[tuple[str, object]]:
         """(site name, branch module) of each residual, in order."""
         return [(name, child.branch) for name, child in self.named_children() if isinstance(child, Residual)]
+
+    def norms(self) -> list[tuple[str, nn.Module, str, nn.Module]]:
+        """(position, parent, attribute name, module) of every norm of this layer, in order: a pre-norm is the
+        ``norm`` child of its branch, a post-norm the ``<site>_norm`` child of the layer; the position is the site
+        ("attn", "cross", "ffn"). ``setattr(parent, name, new)`` replaces one (:mod:`sigprop.model.convert`)."""
+        out = []
+        for name, child in self.named_children():
+            if isinstance(child, Residual):
+                norm = getattr(child.branch, "norm", None)
+                if norm is not None:
+                    out.append((name, child.branch, "norm", norm))
+            elif name.endswith("_norm") and child is not None:
+                out.append((name[: -len("_norm")], self, name, child))
+        return out

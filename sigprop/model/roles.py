@@ -37,7 +37,8 @@ class _Sampler:
         self.done.add(id(p))
 
 
-def _init_norm(m: nn.Module | None, s: _Sampler, config) -> None:
+def _init_norm(m: nn.Module | None, s: _Sampler, config, position: str) -> None:
+    """Norm affine at 1/0; DyT/Derf α at the config's value for the norm's ``position`` (attn/cross/ffn/final)."""
     if m is None:
         return
     if isinstance(m, (LayerNorm, RMSNorm)):
@@ -46,7 +47,7 @@ def _init_norm(m: nn.Module | None, s: _Sampler, config) -> None:
         if getattr(m, "bias", None) is not None:
             s.fill(m.bias, 0.0)
     elif isinstance(m, (DyT, Derf)):
-        s.fill(m.alpha, config.norm_alpha)
+        s.fill(m.alpha, config.alpha_at(position))
         s.fill(m.gamma, 1.0)
         s.fill(m.beta, 0.0)
         if isinstance(m, Derf):
@@ -74,7 +75,7 @@ def _init_embedding(emb: nn.Module, plan, s: _Sampler) -> None:
         raise TypeError(f"no initialisation rule for embedding {type(emb).__name__}")
 
 
-def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config) -> None:
+def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config, position: str) -> None:
     for name, m in branch.named_children():
         if isinstance(m, MultiHeadAttention):
             for role, w, sigma in (("q", m.w_q, m.sigma_q), ("k", m.w_k, m.sigma_k), ("v", m.w_v, m.sigma_v)):
@@ -90,7 +91,7 @@ def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config) -> No
                 m.bias_std = 0.0
                 s.fill(m.bias, 0.0)
         elif any(True for _ in m.parameters()):
-            _init_norm(m, s, config)
+            _init_norm(m, s, config, position)
 
 
 def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | None = None,
@@ -108,11 +109,11 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
                     lam, beta = plan.scales(name, layer.index)
                     child.lam.fill_(lam)
                     s.fill(child.beta, beta)
-                    _init_branch(child.branch, layer.index, plan, s, c)
-                else:
-                    _init_norm(child, s, c)
-        _init_norm(model.final_norm, s, c)
-        _init_norm(getattr(model, "enc_norm", None), s, c)
+                    _init_branch(child.branch, layer.index, plan, s, c, name)
+                else:  # a post-norm "<site>_norm"
+                    _init_norm(child, s, c, name.removesuffix("_norm"))
+        _init_norm(model.final_norm, s, c, "final")
+        _init_norm(getattr(model, "enc_norm", None), s, c, "final")
         if id(model.head.weight) not in s.done:
             s.normal(model.head.weight, plan.std("head"))
         model.head_scale.fill_(plan.head_scale)

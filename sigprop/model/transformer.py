@@ -58,11 +58,11 @@ class Transformer(nn.Module):
         if c.arch == "encoder_decoder":
             n_dec = c.n_decoder_layers or c.n_layers
             self.dec_embed_drop = Dropout(c.dropout)
-            self.enc_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c)) if c.has_final_norm else None
+            self.enc_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c, "final")) if c.has_final_norm else None
             self.dec_layers = nn.ModuleList(
                 TransformerLayer(c, c.n_layers + j, causal=True, cross=True, learnable_beta=learn)
                 for j in range(n_dec))
-        self.final_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c)) if c.has_final_norm else None
+        self.final_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c, "final")) if c.has_final_norm else None
         out = c.vocab_size if c.input == "tokens" else c.n_classes
         self.head = nn.Linear(c.d_model, out, bias=False)
         self.register_buffer("head_scale", torch.tensor(float(self.plan.head_scale)))
@@ -70,6 +70,19 @@ class Transformer(nn.Module):
     # structure ------------------------------------------------------------------------------------------------
     def all_layers(self) -> list[TransformerLayer]:
         return list(self.layers) + list(getattr(self, "dec_layers", []))
+
+    def norms(self) -> list[tuple[int | None, str, nn.Module, str, nn.Module]]:
+        """(layer index, position, parent, attribute name, module) of every norm: the layers'
+        norms (:meth:`TransformerLayer.norms`, position "attn" / "cross" / "ffn"), then an encoder–decoder's
+        encoder-output norm and the final norm (layer None, position "final"; Alekseev App. F's final
+        normalisation). ``setattr(parent, name, new)`` replaces one."""
+        out = [(layer.index, pos, parent, name, m) for layer in self.all_layers()
+               for pos, parent, name, m in layer.norms()]
+        for name in ("enc_norm", "final_norm"):
+            m = getattr(self, name, None)
+            if m is not None:
+                out.append((None, "final", self, name, m))
+        return out
 
     def sites(self) -> list[tuple[int, str, nn.Module]]:
         """(layer, site, module) for every measured tensor: layer −1 "input" (embedding output after dropout), per

@@ -55,6 +55,8 @@ def test_other_integer_fields(field, value):
     ("attn_dropout", 1.0), ("attn_dropout", -1e-9), ("norm_eps", -1e-6), ("norm_alpha", 0.0),
     ("head_scale", 0.0), ("head_scale", float("inf")), ("beta_k", 0.0), ("beta_alpha", -0.5), ("lam", -1.0),
     ("beta", -0.1), ("qk_gain", 0.0), ("mask_prob", 0.0), ("mask_prob", 1.0),
+    ("norm_alpha_attn", 0.0), ("norm_alpha_ffn", -1.0), ("norm_alpha_final", float("nan")), ("norm_alpha_final", "1"),
+    ("sigma_ov", 0.0), ("sigma_ov", None), ("sigma_21", -0.5), ("sigma_21", float("inf")),
 ])
 def test_numbers_out_of_range(field, value):
     with pytest.raises(ValueError, match=field):
@@ -64,6 +66,14 @@ def test_numbers_out_of_range(field, value):
 def test_range_edges_accepted():
     cfg(dropout=0.0, attn_dropout=0.0, norm_eps=0.0, beta_alpha=0.0, lam=0.0, beta=0.0)
     cfg(dropout=0.999, mask_prob=0.999)
+
+
+def test_alpha_at_positions():
+    c = cfg(norm="derf", norm_alpha=0.5, norm_alpha_attn=0.2, norm_alpha_final=3.0)
+    assert (c.alpha_at("attn"), c.alpha_at("cross"), c.alpha_at("ffn"), c.alpha_at("final")) == (0.2, 0.2, 0.5, 3.0)
+    assert cfg().alpha_at("final") == cfg().norm_alpha  # None falls back to norm_alpha
+    with pytest.raises(ValueError, match="position"):
+        c.alpha_at("head")
 
 
 def test_heads_must_divide_width():

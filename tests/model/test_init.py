@@ -42,6 +42,11 @@ CONFIGS = {
     "overrides": dict(lam=0.8, beta=0.6, head_scale=0.5),
     "learnable_beta": dict(learnable_beta=True),
     "no_dropout_k_alpha": dict(dropout=0.0, attn_dropout=0.3, beta_k=1.5, beta_alpha=0.5),
+    # DyT/Derf α set per position (attention, FFN, final), pre and post (with cross-attention norms)
+    "pre_dyt_positions": dict(norm="dyt", norm_alpha=0.7, norm_alpha_attn=0.4, norm_alpha_final=1.9),
+    "post_derf_positions": dict(arch="encoder_decoder", n_layers=2, n_decoder_layers=1, norm="derf",
+                                norm_position="post", final_norm=True, norm_alpha_ffn=0.2, norm_alpha_final=2.5),
+    "alekseev_sigmas": dict(sigma_ov=1.2, sigma_21=0.15, d_ff=48, dropout=0.0),
     # wide matrices (n = 65 536 entries: a sampled std within 1.2 % of its plan) for the sampler's accuracy
     "wide": dict(d_model=128, vocab_size=512, n_layers=2, beta_k=1.0),
 }
@@ -76,6 +81,17 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
     d_ff = c.d_ff if c.d_ff is not None else 4 * d
     if c.init == "bert":
         std = 0.02
+    elif c.init == "alekseev":
+        # Alekseev Sec. 2.1 / App. A: W_V, W_O variance σ²/d with σ_O = σ_V = √σ_OV; W_1 variance σ_1²/d and W_2
+        # σ_2²/d_ff with σ_1 = σ_2 = √σ_21; Q, K, embeddings and head N(0, 0.02²) (timm's ViT)
+        if role in ("v", "o"):
+            std = math.sqrt(c.sigma_ov / d)
+        elif role == "w1":
+            std = math.sqrt(c.sigma_21 / d)
+        elif role == "w2":
+            std = math.sqrt(c.sigma_21 / d_ff)
+        else:
+            std = 0.02
     elif c.init in ("dslm", "dslm_simple"):
         n_emb = 3 if c.n_segments else 2
         emb = math.sqrt((1.0 - p) / n_emb)  # σ²_e = (1−p)/n_emb (Fig. 15: (1−p)/3 for token+position+segment)
@@ -131,7 +147,8 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
 
 
 def test_every_scheme_has_an_expectation():
-    covered = {"xavier", "bert", "dslm", "dslm_simple", "deepnorm", "dsinit", "layerscale", "skipinit", "rezero"}
+    covered = {"xavier", "bert", "dslm", "dslm_simple", "deepnorm", "dsinit", "layerscale", "skipinit", "rezero",
+               "alekseev"}
     assert set(SCHEMES) == covered, "a new scheme needs its expectation in this file"
 
 
@@ -155,10 +172,26 @@ _PATTERNS = [
     (re.compile(r"(?:^|\.)(?:norm|attn_norm|cross_norm|ffn_norm|final_norm|enc_norm)\.(?P<p>\w+)$"), "norm"),
 ]
 
-#: Initial value of every parameter of each norm (weight/gain 1, bias/shift 0, DyT/Derf α = config.norm_alpha).
+#: Initial value of every parameter of each norm (weight/gain 1, bias/shift 0, DyT/Derf α = the config's α at the
+#: norm's position, see norm_position_alpha).
 NORM_INIT = {"layernorm": {"weight": 1.0, "bias": 0.0}, "rmsnorm": {"weight": 1.0},
              "dyt": {"alpha": "alpha", "gamma": 1.0, "beta": 0.0},
              "derf": {"alpha": "alpha", "shift": 0.0, "gamma": 1.0, "beta": 0.0}}
+
+
+def norm_position_alpha(name: str, c) -> float:
+    """DyT/Derf α of the norm at path ``name``: the final / encoder-output norm reads norm_alpha_final, a norm of an
+    attention or cross-attention sub-layer (pre: ``<site>.branch.norm``, post: ``<site>_norm``) norm_alpha_attn,
+    of an FFN sub-layer norm_alpha_ffn; None falls back to norm_alpha."""
+    if re.search(r"(?:^|\.)(?:final_norm|enc_norm)\.", name):
+        v = c.norm_alpha_final
+    elif re.search(r"\.(?:attn|cross)(?:_norm|\.branch\.norm)\.", name):
+        v = c.norm_alpha_attn
+    elif re.search(r"\.ffn(?:_norm|\.branch\.norm)\.", name):
+        v = c.norm_alpha_ffn
+    else:
+        raise AssertionError(f"norm parameter {name} at no known position")
+    return c.norm_alpha if v is None else v
 
 
 def classify(name: str, c) -> tuple:
@@ -180,7 +213,7 @@ def classify(name: str, c) -> tuple:
             table = NORM_INIT[c.norm]
             assert m.group("p") in table, f"{name}: unexpected parameter of a {c.norm}"
             v = table[m.group("p")]
-            return ("const", c.norm_alpha if v == "alpha" else v)
+            return ("const", norm_position_alpha(name, c) if v == "alpha" else v)
         return ("normal", kind, layer)
     raise AssertionError(f"parameter {name} has no role in the documented structure")
 
@@ -442,6 +475,41 @@ def test_overrides_apply_to_every_scheme():
             assert plan.std("o", layer) == base.std("o", layer)
             assert plan.scales("ffn", layer) == (0.9, 0.3)
         assert plan.learnable_beta and plan.head_scale == 3.0
+
+
+def test_alekseev_products_are_the_papers_sigmas():
+    """σ_OV = σ_Oσ_V and σ_21 = σ_2σ_1 with σ_O = std_O·√d, σ_V = std_V·√d, σ_1 = std_1·√d, σ_2 = std_2·√d_ff
+    (Alekseev Sec. 2.1: variances σ²_O/d, σ²_V/d, σ²_1/d, σ²_2/(4d)); Q/K std 0.02 (σ_Q = 0.02√d, App. A)."""
+    from sigprop.model.vit import timm_sigmas
+
+    for kw in (dict(), dict(sigma_ov=1.2, sigma_21=0.6, d_ff=48), dict(n_heads=8, qk_gain=2.0)):
+        c = TransformerConfig(**{**BASE, "init": "alekseev", **kw})
+        plan, d = make_plan(c), c.d_model
+        for layer in range(c.n_layers):
+            s_o, s_v = plan.std("o", layer) * math.sqrt(d), plan.std("v", layer) * math.sqrt(d)
+            s_1, s_2 = plan.std("w1", layer) * math.sqrt(d), plan.std("w2", layer) * math.sqrt(c.ffn_width)
+            assert s_o * s_v == pytest.approx(c.sigma_ov, rel=1e-12) and s_o == pytest.approx(s_v, rel=1e-12)
+            assert s_2 * s_1 == pytest.approx(c.sigma_21, rel=1e-12) and s_1 == pytest.approx(s_2, rel=1e-12)
+            assert plan.std("q", layer) == pytest.approx(0.02 * c.qk_gain, rel=1e-12) == plan.std("k", layer)
+            assert plan.scales("attn", layer) == (1.0, 1.0) and plan.scales("ffn", layer) == (1.0, 1.0)
+        assert plan.head_scale == 1.0 and not plan.learnable_beta
+    # the defaults are the paper's stated ViT values (App. A: "σ_OV ≈ 0.31 and σ_21 ≈ 0.61"), which timm's std 0.02
+    # gives at the paper's d = 768
+    c = TransformerConfig(init="alekseev")
+    assert (c.sigma_ov, c.sigma_21) == (0.31, 0.61)
+    ov, ff = timm_sigmas(768)
+    assert round(ov, 2) == 0.31 and round(ff, 2) == 0.61
+
+
+def test_position_alphas_survive_resampling():
+    c = TransformerConfig(**{**BASE, "norm": "derf", "norm_alpha": 0.3, "norm_alpha_ffn": 1.1,
+                             "norm_alpha_final": 2.0})
+    model = Transformer(c)
+    model.plan.apply(model, generator=torch.Generator().manual_seed(5))
+    got = {(index, pos): m.alpha.detach().item() for index, pos, _, _, m in model.norms()}
+    expected = {**{(i, "attn"): 0.3 for i in range(c.n_layers)}, **{(i, "ffn"): 1.1 for i in range(c.n_layers)},
+                (None, "final"): 2.0}
+    assert got == pytest.approx(expected, rel=1e-7)  # float32 parameters
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The averaged partial Jacobian norm (APJN) of normalization-free and pre-LN transformers (Alekseev 2026)."""

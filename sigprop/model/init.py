@@ -26,10 +26,9 @@ Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
   the paper's σ parametrisation): W_V, W_O ∈ R^{d×d} with variance σ²_V/d, σ²_O/d and σ_O = σ_V = √σ_OV
   (``config.sigma_ov``); W_1 (d → d_ff) with variance σ²_1/d and W_2 (d_ff → d) with variance σ²_2/d_ff
   (σ²_2/(4d) at the paper's d_ff = 4d) and σ_1 = σ_2 = √σ_21 (``config.sigma_21``); Q and K std 0.02 (σ_Q = σ_K =
-  0.02·√d); token, position, segment and patch embeddings and the head std 0.02; λ = β = 1, head scale 1. Only the
-  products σ_OV = σ_Oσ_V and σ_21 = σ_2σ_1 enter the paper's recurrences (Eqs. 8, 9, 12), so splitting them evenly
-  loses nothing. (timm's patch embedding is a convolution with PyTorch's default init, std 1/√(3·fan_in); the
-  0.02 used here matches the paper's "weights initialized with standard deviation 0.02".)
+  0.02·√d); token, position and segment embeddings and the head std 0.02; the patch embedding std 1/√(3·fan_in),
+  PyTorch's default for timm's patch convolution; λ = β = 1, head scale 1. Only the products σ_OV = σ_Oσ_V and
+  σ_21 = σ_2σ_1 enter the paper's recurrences (Eqs. 8, 9, 12), so splitting them evenly loses nothing.
 
 DyT/Derf α: :meth:`InitPlan.apply` sets every DyT/Derf norm's α to the config's value at its position
 (:meth:`TransformerConfig.alpha_at`: attention, FFN or final norm).
@@ -251,7 +250,10 @@ def _scheme_alekseev(c):
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
     vit = 0.02
     ov, ff = math.sqrt(c.sigma_ov), math.sqrt(c.sigma_21)  # σ_O = σ_V = √σ_OV, σ_1 = σ_2 = √σ_21
-    stds = {role: vit for role in ("token", "position", "segment", "patch", "head")}
+    stds = {role: vit for role in ("token", "position", "segment", "head")}
+    # timm's patch embedding is a Conv2d left at PyTorch's default init, kaiming_uniform(a=√5): std 1/√(3·fan_in);
+    # it puts standardised pixels at q⁰ ≈ 1/3, the order of the paper's CIFAR-100 inputs (q⁰, p⁰) ≈ (0.5, 0.25)
+    stds["patch"] = 1.0 / math.sqrt(3.0 * _patch_dim(c))
     stds.update(q=per_layer(vit), k=per_layer(vit), v=per_layer(ov / math.sqrt(c.d_model)),
                 o=per_layer(ov / math.sqrt(c.d_model)), w1=per_layer(ff / math.sqrt(c.d_model)),
                 w2=per_layer(ff / math.sqrt(c.ffn_width)))

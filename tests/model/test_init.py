@@ -90,6 +90,8 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std = math.sqrt(c.sigma_21 / d)
         elif role == "w2":
             std = math.sqrt(c.sigma_21 / d_ff)
+        elif role == "patch":  # PyTorch's Conv2d default (timm's patch embedding): 1/√(3·fan_in)
+            std = 1.0 / math.sqrt(3.0 * c.channels * c.patch_size**2)
         else:
             std = 0.02
     elif c.init in ("dslm", "dslm_simple"):

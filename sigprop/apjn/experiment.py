@@ -1,0 +1,306 @@
+"""APJN theory against measurement on the ViT form (Alekseev Sec. 3, Figs. 1, 2, 9, 10): what ``sigprop apjn`` runs.
+
+One :class:`ApjnSetup` (a frozen dataclass, validated in one place) names a model (norm, α, blocks, σ_21, σ_OV,
+width, heads, tokens), an input (an equiangular configuration with given (q⁰, p⁰), or images of scikit-learn's
+digits through the model's own patch embedding) and a measurement (probes, weight seeds). :func:`compare_apjn`
+returns one :class:`ApjnCurve` per input: the recurrences of :mod:`sigprop.apjn.recurrence` (simplified, Result 3.2;
+full, Results C.1–C.2), the large-depth law of :mod:`sigprop.apjn.asymptotics` (Eq. 16 or 18), the Hutchinson
+measurement of :mod:`sigprop.apjn.hutchinson` averaged over weight seeds, and the GMFE of Eq. 20 per third of the depth.
+
+Conventions (as in the paper): block b is the hidden state h^b at the input of block b (b = 0…B; h^B is the last
+block's output, before the final norm); backward APJN 𝒥^{B,b}, forward 𝒥^{b,0}. The theory's α is one value for
+every norm (Result 3.1), so the measured model uses it at every position as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..model.vit import vit_config
+from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
+from .gmfe import gmfe_by_third
+from .hutchinson import measure_apjn
+from .inputs import digits_hidden_states, equiangular_tokens, estimate_q0_p0
+from .recurrence import apjn_profile
+
+__all__ = ["ApjnSetup", "ApjnCurve", "NORMS", "INPUTS", "KINDS", "compare_apjn", "theory_curves", "loglog_slope",
+           "sqrt_slope", "curve_checks", "growth_order"]
+
+NORMS = ("layernorm", "dyt", "derf")
+INPUTS = ("equiangular", "digits")
+KINDS = ("backward", "forward")
+#: the elementwise φ of each norm in the recurrences (sigprop.apjn.elementwise)
+_THEORY_NORM = {"layernorm": "layernorm", "dyt": "tanh", "derf": "erf"}
+#: the patch side of the digits images; tokens = (image side / patch side)²
+_PATCH = 4
+
+
+@dataclass(frozen=True)
+class ApjnSetup:
+    """One APJN experiment (Alekseev Sec. 3.1, App. A). Defaults: the paper's ViT initialisation (σ_21 = 0.61,
+    σ_OV = 0.31, App. A) at a width this CPU runs in about a minute per curve, equiangular inputs (q⁰, p⁰) = (1, 0.2)
+    as in Fig. 1(a), 10 Hutchinson probes per model, 4 weight seeds.
+
+    ``norm``: "layernorm" (pre-LN) or "dyt" / "derf" (φ_α replacing every norm, the final one included) with α =
+    ``alpha``; ``blocks`` B; ``tokens`` n, a square number (the ViT's patch grid: digits' 8×8 images are upsampled
+    to 4·√n pixels a side and cut into 4×4 patches); ``inputs``: "equiangular" (a fresh exact configuration per
+    weight seed) or "digits" (``samples`` images, each its own curve with (q⁰, p⁰) from Eq. 21); ``kind``: "backward"
+    𝒥^{B,b} or "forward" 𝒥^{b,0}; ``stride``: measure every ``stride``-th block (the last one always).
+    """
+
+    norm: str = "layernorm"
+    alpha: float = 1.0
+    blocks: int = 64
+    sigma_21: float = 0.61
+    sigma_ov: float = 0.31
+    d_model: int = 256
+    n_heads: int = 4
+    tokens: int = 64
+    activation: str = "relu"
+    inputs: str = "equiangular"
+    q0: float = 1.0
+    p0: float = 0.2
+    samples: int = 4
+    probes: int = 10
+    seeds: int = 4
+    seed0: int = 0
+    stride: int = 1
+    kind: str = "backward"
+
+    def __post_init__(self):
+        def choice(name, allowed):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})")
+
+        def integer(name, lo):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+
+        def number(name, lo, lo_open=False):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
+                    v <= lo if lo_open else v < lo):
+                raise ValueError(f"{name} must be a finite number {'>' if lo_open else '>='} {lo} (got {v!r})")
+
+        choice("norm", NORMS)
+        choice("inputs", INPUTS)
+        choice("kind", KINDS)
+        choice("activation", ("relu", "gelu"))
+        for name, lo in (("blocks", 1), ("d_model", 1), ("n_heads", 1), ("tokens", 2), ("samples", 1),
+                         ("probes", 2), ("seeds", 1), ("seed0", 0), ("stride", 1)):
+            integer(name, lo)
+        number("alpha", 0.0, lo_open=True)
+        number("sigma_21", 0.0)
+        number("sigma_ov", 0.0)
+        number("q0", 0.0, lo_open=True)
+        number("p0", 0.0)
+        if self.p0 > self.q0:
+            raise ValueError(f"p0 must be <= q0 (a covariance cannot exceed the variance; got q0={self.q0}, "
+                             f"p0={self.p0})")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.inputs == "equiangular" and self.tokens > self.d_model and self.p0 < self.q0:
+            raise ValueError(f"an equiangular configuration with p0 < q0 needs tokens <= d_model "
+                             f"(got tokens={self.tokens}, d_model={self.d_model})")
+        if math.isqrt(self.tokens) ** 2 != self.tokens:
+            raise ValueError(f"the ViT's tokens are a square grid of image patches: tokens must be a square number "
+                             f"(got {self.tokens})")
+        if self.inputs == "digits" and self.kind == "forward":
+            raise ValueError("inputs='digits' measures the backward APJN (kind='backward')")
+
+    @property
+    def label(self) -> str:
+        return "pre-LN" if self.norm == "layernorm" else f"{'Derf' if self.norm == 'derf' else 'DyT'} α={self.alpha:g}"
+
+    def model_config(self):
+        """The ViT-form :class:`~sigprop.model.config.TransformerConfig` of this setup (:func:`vit_config`)."""
+        side = _PATCH * math.isqrt(self.tokens)
+        alpha = None if self.norm == "layernorm" else self.alpha
+        return vit_config(self.blocks, self.d_model, self.n_heads, norm=self.norm, alpha=alpha,
+                          sigma_ov=self.sigma_ov, sigma_21=self.sigma_21, activation=self.activation,
+                          image_size=side, patch_size=_PATCH, channels=1, seq_len=self.tokens)
+
+    def measured_blocks(self) -> list[int]:
+        """The blocks measured: every ``stride``-th of 0…B−1 plus B−1 (𝒥^{B,B} = 1 needs no measurement)."""
+        top = self.blocks if self.kind == "forward" else self.blocks - 1
+        low = 1 if self.kind == "forward" else 0
+        return sorted(set(range(low, top + 1, self.stride)) | {top})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ApjnCurve:
+    """Theory and measurement of one setup on one input. Theory arrays run over b = 0…B: ``simplified`` (Result
+    3.2), ``full`` (Results C.1–C.2 with the context size n = tokens and its (n−1)/n factors kept), ``asymptotic``
+    (Eq. 16 for pre-LN, Eq. 18 for DyT/Derf; backward only, NaN at b = 0 for pre-LN). ``measured`` / ``se`` /
+    ``per_seed`` at ``blocks``; ``q0``, ``p0`` the input's covariance (given, or Eq. 21 averaged over the seeds'
+    embeddings); ``gmfe`` = {"full"|"simplified": {"early"|"middle"|"deep": GMFE (Eq. 20)}}."""
+
+    setup: ApjnSetup
+    label: str
+    sample: int | None
+    q0: float
+    p0: float
+    simplified: np.ndarray
+    full: np.ndarray
+    asymptotic: np.ndarray
+    blocks: np.ndarray
+    measured: np.ndarray
+    se: np.ndarray
+    per_seed: np.ndarray
+    gmfe: dict
+    seconds: float
+    extras: dict = field(default_factory=dict)
+
+    def theory(self, kind: str = "full") -> np.ndarray:
+        """The theory at the measured blocks."""
+        return (self.full if kind == "full" else self.simplified)[self.blocks]
+
+    def to_dict(self) -> dict:
+        nan_none = lambda a: [None if not np.isfinite(v) else float(v) for v in np.asarray(a)]  # noqa: E731
+        return {"label": self.label, "setup": self.setup.to_dict(), "sample": self.sample, "q0": self.q0,
+                "p0": self.p0, "theory": {"simplified": nan_none(self.simplified), "full": nan_none(self.full),
+                                          "asymptotic": nan_none(self.asymptotic)},
+                "blocks": self.blocks.tolist(), "measured": self.measured.tolist(), "se": self.se.tolist(),
+                "per_seed": self.per_seed.tolist(), "gmfe": self.gmfe, "seconds": self.seconds, **self.extras}
+
+
+def theory_curves(setup: ApjnSetup, q0: float, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(simplified, full, asymptotic) APJN over b = 0…B for ``setup`` from the input covariance (q0, p0)."""
+    norm = _THEORY_NORM[setup.norm]
+    prof = apjn_profile(setup.sigma_21, setup.sigma_ov, setup.blocks, norm=norm, alpha=setup.alpha, q0=q0, p0=p0,
+                        n=setup.tokens, covariance="finite_n", exact_n=True)
+    if setup.kind == "backward":
+        simplified, full = prof.backward("simplified"), prof.backward("full")
+        b = np.arange(setup.blocks + 1, dtype=np.float64)
+        asym = np.full(b.shape, np.nan)
+        if setup.norm == "layernorm":
+            asym[1:] = preln_backward_asymptotic(setup.blocks, b[1:], zeta(setup.sigma_21, setup.sigma_ov))
+        else:
+            lam = lambda_inv(setup.sigma_21, setup.sigma_ov, norm, setup.alpha)
+            asym[1:] = stretched_backward_asymptotic(setup.blocks, b[1:], lam)
+            asym[0] = math.exp(math.sqrt(setup.blocks * float(lam)))
+    else:
+        simplified, full = prof.forward("simplified"), prof.forward("full")
+        asym = np.full(setup.blocks + 1, np.nan)
+    return np.asarray(simplified, dtype=np.float64), np.asarray(full, dtype=np.float64), asym
+
+
+def _equiangular_source(setup: ApjnSetup, seen: list) -> Callable[[torch.nn.Module], torch.Tensor]:
+    gen = torch.Generator().manual_seed(setup.seed0 + 7919)
+
+    def source(model):
+        h = equiangular_tokens(setup.tokens, setup.d_model, setup.q0, setup.p0, generator=gen)
+        seen.append(estimate_q0_p0(h))
+        return h.to(next(model.parameters()).dtype)
+    return source
+
+
+def _digits_source(index: int, seen: list) -> Callable[[torch.nn.Module], torch.Tensor]:
+    def source(model):
+        h = digits_hidden_states(model, indices=[index])[0]
+        seen.append(estimate_q0_p0(h))
+        return h
+    return source
+
+
+def _one_curve(setup: ApjnSetup, source, seen: list, sample: int | None, progress, device) -> ApjnCurve:
+    t0 = time.perf_counter()
+    blocks = setup.measured_blocks()
+    seeds = list(range(setup.seed0, setup.seed0 + setup.seeds))
+    per_seed = []
+
+    def counting(model):  # one call per seed: advance the progress bar there
+        h = source(model)
+        if progress is not None and per_seed:
+            progress(1)
+        per_seed.append(True)
+        return h
+
+    meas = measure_apjn(setup.model_config(), counting, seeds=seeds, probes=setup.probes, kind=setup.kind,
+                        blocks=blocks, device=device)
+    if progress is not None:
+        progress(1)
+    q0, p0 = (float(np.mean([float(v) for v, _ in seen])), float(np.mean([float(v) for _, v in seen])))
+    if setup.inputs == "equiangular":  # exact by construction; keep the stated values
+        q0, p0 = setup.q0, setup.p0
+    p0_theory = min(max(p0, 0.0), q0)  # Assumption 2.1 analyses p⁰ >= 0 (Sec. 3.1)
+    simplified, full, asym = theory_curves(setup, q0, p0_theory)
+    b = np.asarray(meas.blocks)
+    gm = {kind: gmfe_by_third(arr[b], meas.mean, b, setup.blocks) for kind, arr in
+          (("full", full), ("simplified", simplified))}
+    extras = {"p0_used_by_theory": p0_theory} if p0_theory != p0 else {}
+    return ApjnCurve(setup=setup, label=setup.label if sample is None else f"{setup.label}, digit #{sample}",
+                     sample=sample, q0=q0, p0=p0, simplified=simplified, full=full, asymptotic=asym, blocks=b,
+                     measured=np.asarray(meas.mean), se=np.asarray(meas.se),
+                     per_seed=np.asarray(meas.per_seed_mean), gmfe=gm, seconds=time.perf_counter() - t0,
+                     extras=extras)
+
+
+def compare_apjn(setup: ApjnSetup, progress: Callable[[int], None] | None = None, device=None) -> list[ApjnCurve]:
+    """Theory vs Hutchinson measurement for ``setup``: one :class:`ApjnCurve` for equiangular inputs, one per
+    digits image (the first ``samples`` images of the data set) otherwise. ``progress`` is called with 1 after each
+    measured model (``setup.seeds`` per curve); ``device`` runs the models there (weights are drawn on the CPU from
+    the seed, so every device measures the same models)."""
+    if setup.inputs == "equiangular":
+        seen: list = []
+        return [_one_curve(setup, _equiangular_source(setup, seen), seen, None, progress, device)]
+    curves = []
+    for index in range(setup.samples):
+        seen = []
+        curves.append(_one_curve(setup, _digits_source(index, seen), seen, index, progress, device))
+    return curves
+
+
+def curve_checks(curve: ApjnCurve) -> dict:
+    """Large-depth shape checks of one backward curve (Results 3.4, 3.5): for pre-LN the least-squares slope of
+    log 𝒥^{B,b} against log b over the measured blocks b >= 1, measured and full theory, beside −ζ (Eq. 17); for
+    DyT/Derf the slope against √b beside −√(λ⁻¹) (Eq. 19). Empty for forward curves."""
+    s = curve.setup
+    if s.kind != "backward":
+        return {}
+    b, m, t = curve.blocks, curve.measured, curve.theory("full")
+    if s.norm == "layernorm":
+        z = float(zeta(s.sigma_21, s.sigma_ov))
+        return {"zeta": z, "slope_measured": -loglog_slope(b, m), "slope_theory": -loglog_slope(b, t),
+                "slope_fit": "−d log J^{B,b} / d log b over the measured blocks b >= 1"}
+    lam = float(lambda_inv(s.sigma_21, s.sigma_ov, _THEORY_NORM[s.norm], s.alpha))
+    return {"lambda_inv": lam, "sqrt_lambda_inv": math.sqrt(lam), "slope_measured": -sqrt_slope(b, m),
+            "slope_theory": -sqrt_slope(b, t), "slope_fit": "−d log J^{B,b} / d √b over the measured blocks"}
+
+
+def growth_order(curves: list[ApjnCurve]) -> dict:
+    """Whether the measured APJN at the first measured block orders the curves as the full theory does (the
+    acceptance "measured ordering of APJN growth across α matches theory")."""
+    theory = [float(c.theory("full")[0]) for c in curves]
+    measured = [float(c.measured[0]) for c in curves]
+    labels = [c.label for c in curves]
+    t_order = [labels[i] for i in np.argsort(theory)]
+    m_order = [labels[i] for i in np.argsort(measured)]
+    return {"block": int(curves[0].blocks[0]), "theory_order": t_order, "measured_order": m_order,
+            "match": t_order == m_order}
+
+
+def loglog_slope(blocks, apjn) -> float:
+    """Least-squares slope of log 𝒥 against log b over the given blocks (b >= 1): −ζ for pre-LN's backward APJN
+    (Eq. 16), +ζ for its forward APJN."""
+    b = np.asarray(blocks, dtype=np.float64)
+    keep = b >= 1
+    return float(np.polyfit(np.log(b[keep]), np.log(np.asarray(apjn, dtype=np.float64)[keep]), 1)[0])
+
+
+def sqrt_slope(blocks, apjn) -> float:
+    """Least-squares slope of log 𝒥 against √b: −√(λ⁻¹) for a tanh-like norm's backward APJN at large depth
+    (Eq. 18), +√(λ⁻¹) forward."""
+    b = np.asarray(blocks, dtype=np.float64)
+    return float(np.polyfit(np.sqrt(b), np.log(np.asarray(apjn, dtype=np.float64)), 1)[0])

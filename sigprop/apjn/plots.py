@@ -1,0 +1,105 @@
+"""Figures of ``sigprop apjn``: APJN per block, theory lines against measured points (Alekseev Figs. 1(a), 2, 9, 10),
+the GMFE per third of the depth (Fig. 1(b)), and the ζ / λ⁻¹ maps over (σ_21, σ_OV) (Fig. 3)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .asymptotics import PhaseMap
+from .experiment import ApjnCurve
+
+__all__ = ["plot_apjn", "plot_phase"]
+
+_THIRDS = ("early", "middle", "deep")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_apjn(path: str | os.PathLike, curves: Sequence[ApjnCurve], title: str | None = None) -> Path:
+    """Two panels: (left) the APJN against the block b on a log axis, per curve the full theory (solid), the
+    simplified theory (dashed), the large-depth law (dotted, backward only) and the measurement (points, ±1 SE over
+    weight seeds); (right) the GMFE of the full theory per third of the depth, with the 1.10 line of the
+    acceptance target."""
+    if not curves:
+        raise ValueError("plot_apjn needs at least one curve")
+    plt = _pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.6, 1]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    kind = curves[0].setup.kind
+    for i, c in enumerate(curves):
+        col = colors[i % len(colors)]
+        b = np.arange(c.full.size)
+        ax.plot(b, c.full, color=col, lw=1.6, label=f"{c.label}")
+        ax.plot(b, c.simplified, color=col, lw=1.0, ls="--")
+        if np.isfinite(c.asymptotic).any():
+            ax.plot(b, c.asymptotic, color=col, lw=1.0, ls=":")
+        ax.errorbar(c.blocks, c.measured, yerr=c.se, fmt="o", ms=3, color=col, ecolor=col, elinewidth=0.8,
+                    capsize=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("block b")
+    sym = "𝒥^{B,b}" if kind == "backward" else "𝒥^{b,0}"
+    ax.set_ylabel(f"{kind} APJN  ${sym}$".replace("𝒥", r"\mathcal{J}"))
+    ax.set_title("theory (solid: full, dashed: simplified, dotted: large-depth law) vs measured (points ±1 SE)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    width = 0.8 / len(curves)
+    for i, c in enumerate(curves):
+        vals = [c.gmfe["full"].get(t, np.nan) for t in _THIRDS]
+        bx.bar(np.arange(3) + (i - (len(curves) - 1) / 2) * width, vals, width, color=colors[i % len(colors)],
+               label=c.label)
+    bx.axhline(1.10, color="k", lw=0.8, ls="--")
+    bx.axhline(1.0, color="k", lw=0.5)
+    bx.set_xticks(np.arange(3), _THIRDS)
+    top = max([1.2] + [v for c in curves for v in c.gmfe["full"].values() if np.isfinite(v)])
+    bx.set_ylim(0.98, top * 1.03)
+    bx.set_ylabel("GMFE (Eq. 20), full theory")
+    bx.set_title("typical fold error per third of the depth (dashed: 1.10)", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_phase(path: str | os.PathLike, maps: Sequence[tuple[str, PhaseMap]],
+               mark: tuple[float, float] | None = None) -> Path:
+    """Fig. 3: λ⁻¹ of each tanh-like norm in ``maps`` ((label, map) pairs, e.g. Derf at several α) and the pre-LN
+    exponent ζ (last panel) over the (σ_21, σ_OV) grid, with contours; ``mark`` = (σ_21, σ_OV) of a configuration
+    to show (e.g. the ViT's (0.61, 0.31))."""
+    if not maps:
+        raise ValueError("plot_phase needs at least one map")
+    plt = _pyplot()
+    panels = [(m.lambda_inv, f"scale λ⁻¹ (Eq. 19), {label}", m) for label, m in maps]
+    panels.append((maps[0][1].zeta, "critical exponent ζ (Eq. 17), pre-LN", maps[0][1]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    for ax, (z, name, m) in zip(axes[0], panels, strict=True):
+        im = ax.pcolormesh(m.sigma_ov, m.sigma_21, z, shading="auto", cmap="viridis")
+        cs = ax.contour(m.sigma_ov, m.sigma_21, z, colors="w", linewidths=0.6, levels=8)
+        ax.clabel(cs, fontsize=7, fmt="%.2g")
+        fig.colorbar(im, ax=ax)
+        if mark is not None:
+            ax.plot(mark[1], mark[0], "r*", ms=10)
+        ax.set_xlabel("σ_OV")
+        ax.set_ylabel("σ_21")
+        ax.set_title(name, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

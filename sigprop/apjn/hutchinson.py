@@ -1,4 +1,5 @@
-"""Measured averaged partial Jacobian norms (APJN) of a sigprop Transformer: Hutchinson estimates and the exact
+"""Measured averaged partial Jacobian norms (APJN) of a sigprop Transformer, or of any model's stack of blocks
+(:func:`as_block_stack`): Hutchinson estimates and the exact
 reference (Alekseev 2026, Eqs. 5–7, App. A "Hutchinson's method"; Hoffman et al. 2019; Doshi et al. 2023).
 
 Blocks. Block b is the b-th :class:`~sigprop.model.layer.TransformerLayer` (an attention residual followed by an MLP
@@ -43,9 +44,9 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["OUTPUTS", "DISTRIBUTIONS", "APJNEstimate", "APJNMeasurement", "run_blocks", "vjp_norms", "jvp_norms",
-           "backward_apjn", "forward_apjn", "apjn_pair", "exact_apjn", "exact_backward_apjn", "exact_forward_apjn",
-           "measure_apjn"]
+__all__ = ["as_block_stack", "OUTPUTS", "DISTRIBUTIONS", "APJNEstimate", "APJNMeasurement", "run_blocks", "vjp_norms",
+           "jvp_norms", "backward_apjn", "forward_apjn", "apjn_pair", "exact_apjn", "exact_backward_apjn",
+           "exact_forward_apjn", "measure_apjn"]
 
 #: Where the output of the network is taken: h^B (the last block's output, Eq. 6) or the final norm's output (App. F).
 OUTPUTS = ("block", "final_norm")
@@ -118,10 +119,40 @@ class APJNMeasurement:
 # running blocks
 # ----------------------------------------------------------------------------------------------------------------
 
+class _FirstOutput(nn.Module):
+    """A block whose forward returns a tuple (e.g. a Hugging Face layer: (hidden_states, ...)) reduced to its first
+    element, the hidden states."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        out = self.block(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def as_block_stack(blocks) -> nn.ModuleList:
+    """Any model's blocks as a stack the APJN functions accept: ``blocks`` is a sequence of modules, each mapping
+    hidden states (..., n, d) to (..., n, d) (e.g. ``my_model.encoder.layer`` of a Hugging Face BERT, or a list of
+    your own blocks); a block returning a tuple contributes its first element. Use the result in place of a sigprop
+    Transformer: ``backward_apjn(as_block_stack(model.blocks), h0)``. The blocks' own train/eval mode is set by
+    the measurement (eval: no dropout)."""
+    mods = list(blocks)
+    if not mods or not all(isinstance(m, nn.Module) for m in mods):
+        raise TypeError("blocks must be a non-empty sequence of torch.nn.Module")
+    return nn.ModuleList(_FirstOutput(m) for m in mods)
+
+
 def _blocks(model: nn.Module) -> list[nn.Module]:
+    if isinstance(model, nn.ModuleList):  # a user's stack of blocks (as_block_stack)
+        if len(model) == 0:
+            raise ValueError("the block stack is empty")
+        return list(model)
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "layers"):
-        raise TypeError(f"model must be a sigprop Transformer (got {type(model).__name__})")
+        raise TypeError(f"model must be a sigprop Transformer or a block stack from as_block_stack(...) "
+                        f"(got {type(model).__name__})")
     if config.arch == "encoder_decoder":
         raise ValueError("APJN measurement supports arch='encoder' or 'decoder' (one stack of blocks); got "
                          "'encoder_decoder'")
@@ -193,14 +224,18 @@ def _trajectory(model, x: torch.Tensor, start: int, stop: int, output: str) -> l
 
 
 def _model_tensor(model) -> torch.Tensor:
-    return next(iter(model.parameters()))
+    p = next(iter(model.parameters()), None)
+    if p is None:
+        raise ValueError("the model has no parameters to take the device and dtype from")
+    return p
 
 
 def _tokens(model, h: torch.Tensor) -> torch.Tensor:
     if not isinstance(h, torch.Tensor) or h.dim() != 2:
         raise ValueError(f"h must be one token configuration, a tensor of shape (n, d); got "
                          f"{tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__}")
-    d = model.config.d_model
+    config = getattr(model, "config", None)
+    d = config.d_model if config is not None else h.shape[-1]
     if h.shape[-1] != d:
         raise ValueError(f"h has width {h.shape[-1]}, the model has d_model = {d}")
     if h.shape[0] < 1:

@@ -50,7 +50,8 @@ def _reference(m: nn.Module) -> torch.Tensor | None:
 
 def _eps_of(m: nn.Module, default: float) -> float:
     eps = getattr(m, "eps", None)
-    return float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) else default
+    ok = isinstance(eps, (int, float)) and not isinstance(eps, bool) and math.isfinite(eps)  # DyT/Derf carry NaN
+    return float(eps) if ok else default
 
 
 def _check_alpha(name: str, v) -> None:
@@ -63,6 +64,10 @@ def _check_alpha(name: str, v) -> None:
 def _build(norm: str, d: int, old: nn.Module, alpha: float | None, eps: float | None) -> nn.Module:
     kw = {"alpha": alpha} if norm in _ELEMENTWISE else {"eps": eps}
     new = make_norm(norm, d, **kw)
+    if norm in _ELEMENTWISE:
+        # DyT/Derf have no ε. torch's TransformerEncoderLayer reads norm1.eps / norm2.eps to choose a fused fast path
+        # (eval mode, no grad) that would apply LayerNorm with norm.weight/bias: NaN ≠ NaN keeps that path off
+        new.eps = float("nan")
     ref = _reference(old)
     if ref is not None:
         new = new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)

@@ -296,3 +296,20 @@ def test_errors():
         backward_apjn(no_final, h, probes=2, output="final_norm")
     with pytest.raises(TypeError, match="sigprop Transformer"):
         backward_apjn(torch.nn.Linear(4, 4), h, probes=2)
+
+
+def test_any_models_block_stack_agrees_with_its_exact_jacobian():
+    """as_block_stack: a plain torch TransformerEncoder's layers (dropout on, switched off by the measurement) are
+    measured like a sigprop model's blocks; Hutchinson within Z standard errors of the exact ‖J‖²_F/(nd)."""
+    from sigprop.apjn.hutchinson import as_block_stack
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True, norm_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False).double()
+    stack = as_block_stack(enc.layers)
+    h = torch.randn(6, 16, dtype=torch.float64)
+    est = backward_apjn(stack, h, probes=400, generator=torch.Generator().manual_seed(1))
+    exact = exact_backward_apjn(stack, h)
+    assert np.all(np.abs(est.mean[:-1] - exact[:-1]) <= Z * est.se[:-1])
+    with pytest.raises(TypeError, match="non-empty sequence"):
+        as_block_stack([])

@@ -131,3 +131,19 @@ def test_errors():
         replace_norms(Transformer(TransformerConfig(**{**SMALL, "norm_position": "none"})), "derf")
     with pytest.raises(ValueError, match="normalized_shape"):
         replace_norms(nn.Sequential(nn.LayerNorm((4, 4))), "derf")
+
+
+def test_converted_torch_encoder_layer_never_takes_the_fused_layernorm_path():
+    """torch's TransformerEncoderLayer has an inference fast path (eval, no grad) that applies LayerNorm itself; after
+    replace_norms it must compute Derf: the eval/no-grad output equals the training-mode computation without
+    dropout."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+    replace_norms(layer, "derf", alpha=1.5)
+    x = torch.randn(3, 5, 16)
+    layer.train()
+    reference = layer(x)
+    layer.eval()
+    with torch.no_grad():
+        fast = layer(x)
+    torch.testing.assert_close(fast, reference.detach())

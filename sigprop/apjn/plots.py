@@ -29,43 +29,54 @@ def _pyplot():
 def plot_apjn(path: str | os.PathLike, curves: Sequence[ApjnCurve], title: str | None = None) -> Path:
     """Two panels: (left) the APJN against the block b on a log axis, per curve the full theory (solid), the
     simplified theory (dashed), the large-depth law (dotted, backward only) and the measurement (points, ±1 SE over
-    weight seeds); (right) the GMFE of the full theory per third of the depth, with the 1.10 line of the
-    acceptance target."""
+    weight seeds); (right) the GMFE of the full theory per third of the depth, one point per input, with the 1.10
+    line of the acceptance target. Curves of the same model on several inputs (digits) share a colour."""
     if not curves:
         raise ValueError("plot_apjn needs at least one curve")
     plt = _pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.6, 1]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    groups: dict[str, list[ApjnCurve]] = {}
+    for c in curves:
+        groups.setdefault(c.setup.label, []).append(c)
     kind = curves[0].setup.kind
-    for i, c in enumerate(curves):
+    for i, (label, members) in enumerate(groups.items()):
         col = colors[i % len(colors)]
-        b = np.arange(c.full.size)
-        ax.plot(b, c.full, color=col, lw=1.6, label=f"{c.label}")
-        ax.plot(b, c.simplified, color=col, lw=1.0, ls="--")
-        if np.isfinite(c.asymptotic).any():
-            ax.plot(b, c.asymptotic, color=col, lw=1.0, ls=":")
-        ax.errorbar(c.blocks, c.measured, yerr=c.se, fmt="o", ms=3, color=col, ecolor=col, elinewidth=0.8,
-                    capsize=0)
+        many = len(members) > 1
+        for j, c in enumerate(members):
+            b = np.arange(c.full.size)
+            name = (f"{label} ({len(members)} inputs)" if many else label) if j == 0 else None
+            ax.plot(b, c.full, color=col, lw=1.4 if not many else 0.9, label=name)
+            ax.plot(b, c.simplified, color=col, lw=0.8, ls="--")
+            if np.isfinite(c.asymptotic).any() and j == 0:
+                ax.plot(b, c.asymptotic, color=col, lw=1.0, ls=":")
+            ax.errorbar(c.blocks, c.measured, yerr=c.se, fmt="o", ms=3 if not many else 2, color=col, ecolor=col,
+                        elinewidth=0.8, capsize=0, alpha=1.0 if not many else 0.6)
+        offset = (i - (len(groups) - 1) / 2) * 0.8 / len(groups)
+        for k, third in enumerate(_THIRDS):
+            vals = np.array([c.gmfe["full"].get(third, np.nan) for c in members])
+            vals = vals[np.isfinite(vals)]
+            if vals.size:
+                bx.plot(np.full(vals.size, k + offset), vals, "o", ms=4, color=col, alpha=0.8,
+                        label=label if k == 0 else None)
+                bx.plot([k + offset - 0.06, k + offset + 0.06], [np.median(vals)] * 2, color=col, lw=2)
     ax.set_yscale("log")
     ax.set_xlabel("block b")
-    sym = "𝒥^{B,b}" if kind == "backward" else "𝒥^{b,0}"
-    ax.set_ylabel(f"{kind} APJN  ${sym}$".replace("𝒥", r"\mathcal{J}"))
+    sym = r"$\mathcal{J}^{B,b}$" if kind == "backward" else r"$\mathcal{J}^{b,0}$"
+    ax.set_ylabel(f"{kind} APJN {sym}")
     ax.set_title("theory (solid: full, dashed: simplified, dotted: large-depth law) vs measured (points ±1 SE)",
                  fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    width = 0.8 / len(curves)
-    for i, c in enumerate(curves):
-        vals = [c.gmfe["full"].get(t, np.nan) for t in _THIRDS]
-        bx.bar(np.arange(3) + (i - (len(curves) - 1) / 2) * width, vals, width, color=colors[i % len(colors)],
-               label=c.label)
     bx.axhline(1.10, color="k", lw=0.8, ls="--")
     bx.axhline(1.0, color="k", lw=0.5)
     bx.set_xticks(np.arange(3), _THIRDS)
+    bx.set_xlim(-0.6, 2.6)
     top = max([1.2] + [v for c in curves for v in c.gmfe["full"].values() if np.isfinite(v)])
     bx.set_ylim(0.98, top * 1.03)
     bx.set_ylabel("GMFE (Eq. 20), full theory")
-    bx.set_title("typical fold error per third of the depth (dashed: 1.10)", fontsize=9)
+    bx.set_title("typical fold error per third of the depth (dashed: 1.10; bar: median)", fontsize=9)
+    bx.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -199,8 +199,8 @@ def _measuring(model: nn.Module):
 
 
 def _forward_ad_attention():
-    """Scaled-dot-product attention by its math backend, which supports forward-mode AD (the fused CPU/GPU kernels
-    that ``scaled_dot_product_attention`` picks for batched inputs do not)."""
+    """Scaled-dot-product attention by its math backend, which supports forward-mode AD and has vmap batching rules
+    (the fused CPU/GPU kernels that ``scaled_dot_product_attention`` picks for batched inputs have neither)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     stack = contextlib.ExitStack()
@@ -446,7 +446,7 @@ def _exact_jacobian(model, h, b, b_out, output, h_is_input, method) -> torch.Ten
             with torch.no_grad():
                 x = _trajectory(model, x, 0, start, "block")[-1]
         jac = getattr(torch.func, method)(lambda z: _trajectory(model, z, start, stop, output)[-1])
-        with _forward_ad_attention() if method == "jacfwd" else contextlib.nullcontext():
+        with _forward_ad_attention():  # the math attention kernel: forward-mode AD and vmap batching rules
             return jac(x).detach()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .figures import pyplot, save_figure
 from .profile import Profile
 
 __all__ = ["plot_profiles"]
@@ -30,10 +31,7 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
     (log axis when it spans more than a decade) and the token correlations of activations and gradients. Theory is
     a line, measurement points with ±1 standard error bars (over seeds) where known. ``summary`` (per quantity,
     from :func:`sigprop.compare`) is printed in each panel's corner."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if predicted is None and measured is None:
         raise ValueError("plot_profiles needs a predicted or a measured profile")
@@ -75,9 +73,4 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
                         bbox=dict(facecolor="white", alpha=0.8, lw=0))
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -185,21 +185,29 @@ def c_alpha(norm="erf", alpha=1.0, *, dphi: Callable | None = None):
     ``scipy.integrate.quad`` on (−∞, ∞). Raises ``ValueError`` for LayerNorm (q̂ = 1/q has no such coefficient) or
     α = 0.
     """
+    nm, a = _elementwise_alpha(norm, alpha, dphi, "c_alpha")
+    c1 = _unit_integral(nm, {"erf": 2.0 / np.pi, "tanh": 4.0 / (3.0 * np.sqrt(2.0 * np.pi))},
+                        lambda u: float(nm.dphi(np.float64(u))) ** 2)
+    return _out(np.abs(a) * c1)
+
+
+def _elementwise_alpha(norm, alpha, dphi, name: str):
+    """(resolved norm, α as a float64 array) for the large-q coefficients; refuses LayerNorm and α = 0."""
     nm = resolve_norm(norm, dphi)
-    a = check_range(alpha, "alpha")
-    if np.any(np.asarray(a) == 0.0):
+    a = np.asarray(check_range(alpha, "alpha"), dtype=np.float64)
+    if np.any(a == 0.0):
         raise ValueError("alpha must be a nonzero finite number (got 0.0)")
     if nm.kind == "layernorm":
-        raise ValueError("c_alpha is defined for an elementwise norm ('erf', 'tanh' or a callable), not 'layernorm'")
-    if nm.kind == "erf":
-        c1 = 2.0 / np.pi
-    elif nm.kind == "tanh":
-        c1 = 4.0 / (3.0 * np.sqrt(2.0 * np.pi))
-    else:
-        val, _ = integrate.quad(lambda u: float(nm.dphi(np.float64(u))) ** 2, -np.inf, np.inf, epsabs=0.0,
-                                epsrel=1e-12, limit=400)
-        c1 = val / np.sqrt(2.0 * np.pi)
-    return _out(np.abs(np.asarray(a, dtype=np.float64)) * c1)
+        raise ValueError(f"{name} is defined for an elementwise norm ('erf', 'tanh' or a callable), not 'layernorm'")
+    return nm, a
+
+
+def _unit_integral(nm, closed: dict, integrand) -> float:
+    """(1/√(2π)) ∫ integrand(u) du at α = 1: the closed form for erf / tanh, else ``scipy.integrate.quad``."""
+    if nm.kind in closed:
+        return closed[nm.kind]
+    val, _ = integrate.quad(integrand, -np.inf, np.inf, epsabs=0.0, epsrel=1e-12, limit=400)
+    return val / np.sqrt(2.0 * np.pi)
 
 
 def saturation_coefficient(norm="erf", alpha=1.0, *, dphi: Callable | None = None):
@@ -208,21 +216,10 @@ def saturation_coefficient(norm="erf", alpha=1.0, *, dphi: Callable | None = Non
     D_1 = 2/π for erf (q̃ = (2/π) asin(1 − 1/(1+2α²q)) ≈ 1 − 2/(π|α|√q), Eq. 89) and D_1 = 2/√(2π) for tanh
     (∫ sech² u du = 2); a callable φ is integrated by ``scipy.integrate.quad``. Raises ``ValueError`` for LayerNorm
     (q̃ = 1 exactly) or α = 0."""
-    nm = resolve_norm(norm, dphi)
-    a = check_range(alpha, "alpha")
-    if np.any(np.asarray(a) == 0.0):
-        raise ValueError("alpha must be a nonzero finite number (got 0.0)")
-    if nm.kind == "layernorm":
-        raise ValueError("saturation_coefficient is defined for an elementwise norm, not 'layernorm' (q~ = 1)")
-    if nm.kind == "erf":
-        d1 = 2.0 / np.pi
-    elif nm.kind == "tanh":
-        d1 = 2.0 / np.sqrt(2.0 * np.pi)
-    else:
-        val, _ = integrate.quad(lambda u: 1.0 - float(nm.phi(np.float64(u))) ** 2, -np.inf, np.inf, epsabs=0.0,
-                                epsrel=1e-12, limit=400)
-        d1 = val / np.sqrt(2.0 * np.pi)
-    return _out(d1 / np.abs(np.asarray(a, dtype=np.float64)))
+    nm, a = _elementwise_alpha(norm, alpha, dphi, "saturation_coefficient")
+    d1 = _unit_integral(nm, {"erf": 2.0 / np.pi, "tanh": 2.0 / np.sqrt(2.0 * np.pi)},
+                        lambda u: 1.0 - float(nm.phi(np.float64(u))) ** 2)
+    return _out(d1 / np.abs(a))
 
 
 def lambda_inv(sigma_21, sigma_ov, norm="erf", alpha=1.0, *, dphi: Callable | None = None):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..model.vit import vit_config
+from ..validate import check_choice, check_integer, check_number
 from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
 from .gmfe import gmfe_by_third
 from .hutchinson import measure_apjn
@@ -76,19 +77,13 @@ class ApjnSetup:
 
     def __post_init__(self):
         def choice(name, allowed):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {getattr(self, name)!r})")
+            check_choice(self, name, allowed)
 
         def integer(name, lo):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+            check_integer(self, name, lo)
 
         def number(name, lo, lo_open=False):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
-                    v <= lo if lo_open else v < lo):
-                raise ValueError(f"{name} must be a finite number {'>' if lo_open else '>='} {lo} (got {v!r})")
+            check_number(self, name, lo, lo_open=lo_open)
 
         choice("norm", NORMS)
         choice("inputs", INPUTS)

@@ -9,21 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..figures import pyplot, save_figure
 from .asymptotics import PhaseMap
 from .experiment import ApjnCurve
 
 __all__ = ["plot_apjn", "plot_phase"]
 
 _THIRDS = ("early", "middle", "deep")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_apjn(path: str | os.PathLike, curves: Sequence[ApjnCurve], title: str | None = None) -> Path:
@@ -33,7 +25,7 @@ def plot_apjn(path: str | os.PathLike, curves: Sequence[ApjnCurve], title: str |
     line of the acceptance target. Curves of the same model on several inputs (digits) share a colour."""
     if not curves:
         raise ValueError("plot_apjn needs at least one curve")
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [1.6, 1]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     groups: dict[str, list[ApjnCurve]] = {}
@@ -79,12 +71,7 @@ def plot_apjn(path: str | os.PathLike, curves: Sequence[ApjnCurve], title: str |
     bx.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_phase(path: str | os.PathLike, maps: Sequence[tuple[str, PhaseMap]],
@@ -94,7 +81,7 @@ def plot_phase(path: str | os.PathLike, maps: Sequence[tuple[str, PhaseMap]],
     to show (e.g. the ViT's (0.61, 0.31))."""
     if not maps:
         raise ValueError("plot_phase needs at least one map")
-    plt = _pyplot()
+    plt = pyplot()
     panels = [(m.lambda_inv, f"scale λ⁻¹ (Eq. 19), {label}", m) for label, m in maps]
     panels.append((maps[0][1].zeta, "critical exponent ζ (Eq. 17), pre-LN", maps[0][1]))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
@@ -108,9 +95,4 @@ def plot_phase(path: str | os.PathLike, maps: Sequence[tuple[str, PhaseMap]],
         ax.set_xlabel("σ_OV")
         ax.set_ylabel("σ_21")
         ax.set_title(name, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, fields
 
 from ..components.factory import ACTIVATIONS, NORMS
+from ..validate import check_choice, check_integer, check_number
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "config_from_dict", "apply_overrides"]
 
@@ -105,30 +105,13 @@ class TransformerConfig:
         from .init import SCHEMES  # the scheme registry lives beside the schemes
 
         def choice(name, allowed):
-            v = getattr(self, name)
-            if v not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))} (got {v!r})")
+            check_choice(self, name, allowed)
 
         def integer(name, lo, optional=False):
-            v = getattr(self, name)
-            if v is None and optional:
-                return
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+            check_integer(self, name, lo, optional)
 
         def number(name, lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
-            v = getattr(self, name)
-            if v is None and optional:
-                return
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number (got {v!r})")
-            bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (
-                hi is not None and (v >= hi if hi_open else v > hi))
-            if bad:
-                lb = "(" if lo_open else "["
-                hb = ")" if hi_open else "]"
-                raise ValueError(f"{name} must be in {lb}{lo if lo is not None else '-inf'}, "
-                                 f"{hi if hi is not None else 'inf'}{hb} (got {v!r})")
+            check_number(self, name, lo, hi, lo_open, hi_open, optional)
 
         choice("arch", ARCHS)
         choice("input", INPUTS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..figures import pyplot, save_figure
+
 __all__ = ["plot_report"]
 
 
@@ -12,10 +14,7 @@ def plot_report(report_json: dict, path: str | os.PathLike, title: str | None = 
     """Write a PNG: one row per (component, quantity), the 50th–99th percentile error as a bar with the median
     marked, the paper's Table 21 figures as hollow markers where it has them, and the Monte Carlo noise (p50) as a
     grey tick. Log x-axis in percent; the 1% and 5% targets as dashed lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [(name, q, s) for name, summary in report_json["components"].items() for q, s in summary.items()]
     fig, ax = plt.subplots(figsize=(8.5, 0.22 * len(rows) + 1.4))
@@ -40,9 +39,4 @@ def plot_report(report_json: dict, path: str | os.PathLike, title: str | None = 
                   "red circles = paper Table 21 p50 and p99", fontsize=7)
     ax.set_title(title or "Moment rules vs Monte Carlo on the real module", fontsize=9)
     ax.grid(axis="x", which="both", lw=0.3, alpha=0.5)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=130)

@@ -6,6 +6,11 @@ error, and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the la
 measured quantity spans more than a decade (gradient variances of deep models), as the paper's Figures 2–3 are
 read; it is NaN for a quantity that does not vary across layers. Correlations are also judged by absolute error
 (a relative error of a correlation near 0 means little).
+
+When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the
+share of rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy
+is larger than the measurement can resolve. (For quantities whose seed-to-seed spread is log-normal-like, such as a
+deep Post-LN gradient, the SE of a few seeds is itself uncertain; see the README's accuracy section.)
 """
 
 from __future__ import annotations
@@ -34,16 +39,20 @@ class QuantitySummary:
     median_abs: float
     r2: float
     r2_log: bool
+    within_2se: float = float("nan")
+    median_z: float = float("nan")
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
 
 
-def summarise(quantity: str, pred, meas) -> QuantitySummary:
-    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped)."""
+def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
+    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped); ``se``: the measurement's
+    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers)."""
     p, m = np.asarray(pred, dtype=np.float64), np.asarray(meas, dtype=np.float64)
+    e = np.full(p.shape, np.nan) if se is None else np.asarray(se, dtype=np.float64)
     keep = np.isfinite(p) & np.isfinite(m)
-    p, m = p[keep], m[keep]
+    p, m, e = p[keep], m[keep], e[keep]
     nan = float("nan")
     if p.size == 0:
         return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False)
@@ -57,9 +66,12 @@ def summarise(quantity: str, pred, meas) -> QuantitySummary:
     # R² is undefined for a quantity that does not vary (a Post-LN forward variance is 1 by construction)
     flat = float(np.ptp(m)) <= 1e-6 * max(float(np.max(np.abs(m))), 1e-300)
     r2 = 1.0 - float(np.sum((a - b) ** 2)) / ss_tot if ss_tot > 0 and not flat else nan
+    has_se = np.isfinite(e) & (e > 0)
+    z = abs_err[has_se] / e[has_se]
+    within, median_z = (float(np.mean(z <= 2.0)), float(np.median(z))) if z.size else (nan, nan)
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
-                           use_log)
+                           use_log, within, median_z)
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,9 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
         common = [layer for layer in common if layer in wanted]
     if not common:
         raise ValueError(f"the profiles share no rows of site {site!r}")
+    stderr = measured.meta.get("stderr") or {}
     summaries = {q: summarise(q, [getattr(pred[(lyr, site)], q) for lyr in common],
-                              [getattr(meas[(lyr, site)], q) for lyr in common]) for q in quantities}
+                              [getattr(meas[(lyr, site)], q) for lyr in common],
+                              [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
+                 for q in quantities}
     return Comparison(predicted, measured, site, tuple(common), summaries)

@@ -2,6 +2,8 @@
 
 Its moment rules are the composition of its children's rules, with the sequence length ``L`` passed as context to
 the attention rule; the paper's printed attention forms are available through the attention rules' ``approx``.
+The attention is standard softmax attention (:class:`~sigprop.components.attention.MultiHeadAttention`) or shaped
+attention (:class:`~sigprop.components.shaped_attention.ShapedAttention`, Noci et al. 2023 Eq. 9 / App. D Eq. 33).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections import OrderedDict
 from ..moments import check_range
 from .attention import MultiHeadAttention
 from .dropout import Dropout
-from .factory import make_norm
+from .factory import ATTENTIONS, make_norm
 from .linear import Linear
 from .sequential import Sequential
 
@@ -25,12 +27,21 @@ class AttentionBlock(Sequential):
     Xavier-normal (``sigma_q``, ``sigma_k``, ``sigma_v`` for the projections, ``sigma_o`` for the output projection);
     the rules read the declared values. ``forward_moments(m, L=...)`` needs the sequence length. ``causal`` masks
     future keys (a decoder's self-attention).
+
+    ``attention`` ∈ :data:`~sigprop.components.factory.ATTENTIONS`: ``"standard"`` (softmax attention) or
+    ``"shaped"``: ``ShapedAttention(d, n_heads, d_head, sigma_q=…, sigma_k=…, sigma_v=…, causal=causal,
+    **attention_kwargs)`` (e.g. ``tau0``, ``gamma1``, ``gamma2``, ``gamma_mode``, ``anneal_steps``; unset sigmas
+    default to the paper's 1/√d, Noci et al. Eqs. 1–2). Shaped attention has no attention dropout (its moment rules
+    assume none): ``attn_dropout > 0`` raises ``ValueError``. ``attention_kwargs`` are refused for ``"standard"``.
     """
 
     def __init__(self, d: int, n_heads: int, d_head: int | None = None, p: float = 0.0, attn_dropout: float = 0.0,
                  norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
-                 norm_kwargs: dict | None = None, causal: bool = False):
+                 norm_kwargs: dict | None = None, causal: bool = False, attention: str = "standard",
+                 attention_kwargs: dict | None = None):
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)} (got {attention!r})")
         d_head = d // n_heads if d_head is None else d_head
         if d_head < 1:
             raise ValueError(f"d_head must be >= 1 (d={d}, n_heads={n_heads})")
@@ -38,8 +49,20 @@ class AttentionBlock(Sequential):
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:
             layers["norm"] = norm_module
-        layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k, sigma_v=sigma_v,
-                                            dropout_p=attn_dropout, causal=causal)
+        if attention == "shaped":
+            from .shaped_attention import ShapedAttention
+
+            if attn_dropout > 0.0:
+                raise ValueError(f"attention='shaped' has no attention dropout: attn_dropout must be 0 "
+                                 f"(got {attn_dropout})")
+            layers["attn"] = ShapedAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k, sigma_v=sigma_v,
+                                             causal=causal, **(attention_kwargs or {}))
+        else:
+            if attention_kwargs:
+                raise ValueError(f"attention='standard' takes no attention_kwargs (got "
+                                 f"{', '.join(sorted(attention_kwargs))})")
+            layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k,
+                                                sigma_v=sigma_v, dropout_p=attn_dropout, causal=causal)
         layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

@@ -1,13 +1,17 @@
-"""Build a normalisation or an activation by name: the one place where names map to component classes."""
+"""Build a normalisation or an activation by name: the one place where names map to component classes.
+
+``ATTENTIONS`` lists the self-attention kinds that :class:`~sigprop.components.attention_block.AttentionBlock`
+builds ("standard": softmax attention; "shaped": Noci et al. 2023 Eq. 9 / App. D Eq. 33)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["NORMS", "ACTIVATIONS", "make_norm", "make_activation"]
+__all__ = ["NORMS", "ACTIVATIONS", "ATTENTIONS", "make_norm", "make_activation"]
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "shaped_relu")
+ATTENTIONS = ("standard", "shaped")
 
 
 def make_norm(name: str, d: int, **kwargs) -> nn.Module | None:
@@ -33,8 +37,13 @@ def make_norm(name: str, d: int, **kwargs) -> nn.Module | None:
     raise ValueError(f"norm must be one of {', '.join(NORMS)} (got {name!r})")
 
 
-def make_activation(name: str) -> nn.Module:
-    """The activation ``name`` ("relu" or "gelu") as a moment-aware module."""
+def make_activation(name: str, **kwargs) -> nn.Module:
+    """The activation ``name`` as a moment-aware module: "relu", "gelu" (no keywords) or "shaped_relu"
+    (:class:`~sigprop.components.shaped_relu.ShapedReLU`, Noci et al. Eq. 4; keywords ``n`` (the width that sets
+    the slopes s± = 1 + c±/√n, required), ``c_plus``, ``c_minus``, ``normalize``, ``mode``, ``anneal_steps`` go
+    to its constructor). Raises ``ValueError`` for an unknown name, or for keywords given to relu / gelu."""
+    if name in ("relu", "gelu") and kwargs:
+        raise ValueError(f"activation {name!r} takes no keyword arguments (got {', '.join(sorted(kwargs))})")
     if name == "relu":
         from .relu import ReLU
 
@@ -43,4 +52,10 @@ def make_activation(name: str) -> nn.Module:
         from .gelu import GELU
 
         return GELU()
+    if name == "shaped_relu":
+        from .shaped_relu import ShapedReLU
+
+        if "n" not in kwargs:
+            raise ValueError("activation 'shaped_relu' needs n= (the width that sets its slopes 1 + c±/√n)")
+        return ShapedReLU(**kwargs)
     raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} (got {name!r})")

@@ -25,18 +25,20 @@ class FFNBlock(Sequential):
     """norm → fc1 (d → d_ff) → act → fc2 (d_ff → d) → drop. ``norm="none"`` gives the bare block of Table 2.
 
     Weight standard deviations default to Xavier-normal; the rules read the declared values.
+    ``activation_kwargs`` go to :func:`~sigprop.components.factory.make_activation` (e.g. ``{"n": d}`` and the
+    slopes' constants for ``activation="shaped_relu"``, Noci et al. Eq. 4).
     """
 
     def __init__(self, d: int, d_ff: int | None = None, activation: str = "relu", p: float = 0.0,
                  norm: str = "layernorm", w1_std: float | None = None, w2_std: float | None = None,
-                 norm_kwargs: dict | None = None):
+                 norm_kwargs: dict | None = None, activation_kwargs: dict | None = None):
         d_ff = 4 * d if d_ff is None else d_ff
         layers = OrderedDict()
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:
             layers["norm"] = norm_module
         layers["fc1"] = Linear(d, d_ff, weight_std=w1_std)
-        layers["act"] = make_activation(activation)
+        layers["act"] = make_activation(activation, **(activation_kwargs or {}))
         layers["fc2"] = Linear(d_ff, d, weight_std=w2_std)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

@@ -3,7 +3,8 @@
 from .config import TransformerConfig, apply_overrides, config_from_dict
 from .init import SCHEMES, InitPlan, make_plan
 from .objective import make_batch
+from .shaped import anneal_shaped
 from .transformer import Transformer
 
 __all__ = ["TransformerConfig", "Transformer", "InitPlan", "SCHEMES", "make_plan", "make_batch",
-           "config_from_dict", "apply_overrides"]
+           "config_from_dict", "apply_overrides", "anneal_shaped"]

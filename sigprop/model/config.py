@@ -7,7 +7,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, fields
 
-from ..components.factory import ACTIVATIONS, NORMS
+from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
+from ..components.shaped_relu import SHAPED_MODES
 from ..validate import check_choice, check_integer, check_number
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "config_from_dict", "apply_overrides"]
@@ -16,7 +17,6 @@ ARCHS = ("encoder", "decoder", "encoder_decoder")
 INPUTS = ("tokens", "patches")
 NORM_POSITIONS = ("pre", "post", "none")
 V_INITS = ("scheme", "noci")
-_NORM_CHOICES = tuple(n for n in NORMS if n != "none")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,9 @@ class TransformerConfig:
 
     Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``), each wrapped in a
     residual y = λ·x + β·f(x). ``norm_position`` = ``"pre"`` (norm inside the branch), ``"post"`` (norm after the
-    residual add) or ``"none"``; ``norm`` ∈ layernorm / rmsnorm / dyt / derf (``norm_alpha`` is DyT/Derf's initial
+    residual add) or ``"none"``; ``norm`` ∈ layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere,
+    final norm included, as in Noci et al.'s unnormalised shaped Transformer; not with ``norm_position="post"``,
+    where the norm is the only thing after the residual add) (``norm_alpha`` is DyT/Derf's initial
     α; ``norm_alpha_attn`` / ``norm_alpha_ffn`` / ``norm_alpha_final``, None = ``norm_alpha``, set it separately for
     the norms of the attention sub-layers (cross-attention included), of the FFN sub-layers and for the final norm(s),
     as Alekseev App. F distinguishes the final normalisation; see :meth:`alpha_at`). ``dropout`` follows the
@@ -58,6 +60,20 @@ class TransformerConfig:
     ``tie_head`` ties the LM head to the token embedding (token input only; a patch model's classifier is its own).
     ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
     corruption rate.
+
+    Shaped Transformer (Noci et al. 2023, Eq. 11, App. D): ``attention="shaped"`` replaces every self-attention by
+    shaped attention A = γ₁I + Softmax(QKᵀ/τ) − γ₂W, τ = ``shaped_tau0``·√(d·d_head) (Eqs. 9, 33; W the uniform
+    attention over each query's visible keys, Sec. 4.2, so a causal decoder works too; cross-attention stays
+    standard). It has no attention dropout: ``attn_dropout`` (or ``dropout`` when that is None) must be 0.
+    ``activation="shaped_relu"`` is the shaped ReLU s₊max(x,0) + s₋min(x,0), s± = 1 + c±/√d with c₊ =
+    ``shaped_c_plus``, c₋ = ``shaped_c_minus`` (Eq. 4; defaults 0, −1: App. D's s₋ = 1 − 1/√n), times √c (c =
+    2/(s₊² + s₋²), Eq. 4's normalising constant) when ``shaped_normalize``. γ₁ = ``shaped_gamma1``, γ₂ =
+    ``shaped_gamma2`` (App. D initialises both at 1). ``shaped_mode`` (App. D) applies to γ₁, γ₂ and s₋ alike:
+    ``"fixed"`` (constants), ``"learn"`` (parameters) or ``"recover"`` (annealed linearly to 0 over
+    ``shaped_anneal_steps`` optimiser steps, required then and only then: call
+    :func:`sigprop.model.shaped.anneal_shaped` once per step). ``shaped_gamma`` is the residual branch's γ of
+    ``init="shaped"``: λ = √(1 − γ²) (Sec. 2, Thm. 4.2); its default 1/√8 is Fig. 1's (App. D's runs use
+    0.05–0.2). ``init="shaped"`` is meant with ``norm_position="none"`` (the paper's unnormalised architecture).
     """
 
     arch: str = "encoder"
@@ -100,6 +116,16 @@ class TransformerConfig:
     input_corr: float | None = None
     seq_len: int = 128
     mask_prob: float = 0.15
+    attention: str = "standard"
+    shaped_tau0: float = 1.0
+    shaped_gamma1: float = 1.0
+    shaped_gamma2: float = 1.0
+    shaped_mode: str = "fixed"
+    shaped_anneal_steps: int | None = None
+    shaped_c_plus: float = 0.0
+    shaped_c_minus: float = -1.0
+    shaped_normalize: bool = True
+    shaped_gamma: float = 8.0**-0.5
 
     def __post_init__(self):
         from .init import SCHEMES  # the scheme registry lives beside the schemes
@@ -116,7 +142,9 @@ class TransformerConfig:
         choice("arch", ARCHS)
         choice("input", INPUTS)
         choice("activation", ACTIVATIONS)
-        choice("norm", _NORM_CHOICES)
+        choice("norm", NORMS)
+        choice("attention", ATTENTIONS)
+        choice("shaped_mode", SHAPED_MODES)
         choice("norm_position", NORM_POSITIONS)
         choice("v_init", V_INITS)
         choice("init", tuple(SCHEMES))
@@ -142,6 +170,18 @@ class TransformerConfig:
         number("sigma_21", 0.0, lo_open=True)
         number("input_corr", 0.0, 1.0, lo_open=True, optional=True)
         number("mask_prob", 0.0, 1.0, lo_open=True, hi_open=True)
+        number("shaped_tau0", 0.0, lo_open=True)
+        for name in ("shaped_gamma1", "shaped_gamma2", "shaped_c_plus", "shaped_c_minus"):
+            number(name)
+        number("shaped_gamma", 0.0, 1.0, lo_open=True)
+        integer("shaped_anneal_steps", 1, optional=True)
+        if not isinstance(self.shaped_normalize, bool):
+            raise ValueError(f"shaped_normalize must be true or false (got {self.shaped_normalize!r})")
+        self._check_shaped()
+        if self.norm == "none" and self.norm_position == "post":
+            raise ValueError("norm='none' with norm_position='post' leaves nothing after the residual add: use "
+                             "norm_position='none' (or 'pre') for an unnormalised model, or choose a norm of "
+                             f"{', '.join(n for n in NORMS if n != 'none')}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.input == "tokens" and self.seq_len > self.max_len:
@@ -166,6 +206,24 @@ class TransformerConfig:
         if self.init.startswith("dslm") and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
                              f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
+
+    def _check_shaped(self) -> None:
+        """The shaped-Transformer fields' cross-field rules (Noci et al. App. D)."""
+        if self.shaped_mode == "recover" and self.shaped_anneal_steps is None:
+            raise ValueError("shaped_mode='recover' needs shaped_anneal_steps (an integer >= 1: the optimiser steps "
+                             "over which γ₁, γ₂ and s₋ decay to 0, App. D uses 4000)")
+        if self.shaped_mode != "recover" and self.shaped_anneal_steps is not None:
+            raise ValueError(f"shaped_anneal_steps applies to shaped_mode='recover' only (got shaped_mode="
+                             f"{self.shaped_mode!r})")
+        if self.attention == "shaped" and self.p_attn > 0.0:
+            src = "attn_dropout" if self.attn_dropout is not None else "dropout (attn_dropout is None)"
+            raise ValueError(f"attention='shaped' has no attention dropout: set attn_dropout=0.0 (got {self.p_attn} "
+                             f"from {src})")
+        if self.activation == "shaped_relu":
+            root = self.d_model**0.5
+            if 1.0 + self.shaped_c_plus / root == 0.0 and 1.0 + self.shaped_c_minus / root == 0.0:
+                raise ValueError(f"shaped_c_plus and shaped_c_minus make both shaped-ReLU slopes 1 + c±/√d_model "
+                                 f"zero at d_model={self.d_model}")
 
     # derived values -------------------------------------------------------------------------------------------
     @property
@@ -192,7 +250,7 @@ class TransformerConfig:
 
     @property
     def has_final_norm(self) -> bool:
-        if self.norm_position == "none":
+        if self.norm_position == "none" or self.norm == "none":
             return False
         return self.norm_position == "pre" if self.final_norm is None else self.final_norm
 

@@ -29,6 +29,22 @@ Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
   0.02·√d); token, position and segment embeddings and the head std 0.02; the patch embedding std 1/√(3·fan_in),
   PyTorch's default for timm's patch convolution; λ = β = 1, head scale 1. Only the products σ_OV = σ_Oσ_V and
   σ_21 = σ_2σ_1 enter the paper's recurrences (Eqs. 8, 9, 12), so splitting them evenly loses nothing.
+* ``shaped``: Noci et al. 2023 (the shaped Transformer, Eq. 11, Secs. 2–4, App. D). Every matrix N(0, 1/fan_in):
+  the paper writes each weight as W/√n with W ~ N(0, 1) (Eqs. 1, 2, 4), so W_Q, W_K, W_V (d → H·d_head) and
+  W_O (H·d_head → d) have std 1/√d, W_pre = W_1 std 1/√d and W_post = W_2 std 1/√d_ff. Q/K at 1/√d go with shaped
+  attention's temperature τ = τ₀√(d·d_head) (Eq. 9); App. D's W_Q, W_K ~ N(0, n^{-3/2}) with τ = τ₀√n_k is the same
+  map (the ShapedAttention docstring). With an output projection, σ²_v σ²_o H d_head = 1/d is Eq. 1's W_V/√n
+  (per-element second moments). App. D literally samples *all* weights from N(0, 1/n) with n = 768, W_post
+  (3072 → 768) included; we keep 1/fan_in for W_2, which is what Eq. 4's square W_post√(c/n) does to second
+  moments: with ``shaped_normalize`` (√c in the activation) the FFN branch then preserves E x² exactly, and the
+  shaped attention branch at γ₁ = γ₂ = 1 up to its O(1/(τ₀²d)) drift. Residual scales λ = √(1 − γ²), β = γ with
+  γ = ``config.shaped_gamma`` (Sec. 2 "λ² + γ² = 1", Thm. 4.2; default 1/√8 of Fig. 1) at every site. Token,
+  position and segment tables std √((1−p)/n_emb) and a patch embedding that std over √patch_dim (as ``dslm``): the
+  embedding output after dropout has unit second moment, V^{αα} = 1. Head: untied N(0, 1/d) with head scale 1
+  (unit logit variance); a tied head is the token table (std ≈ 0.7), so its input is scaled by 1/√d (DSLM's
+  Sec. 4.1 head scale) to keep the logits O(1) instead of variance d·σ²_e. Meant with
+  ``norm_position="none"`` (the paper's unnormalised architecture), ``attention="shaped"`` and
+  ``activation="shaped_relu"``; the plan applies to any configuration.
 
 DyT/Derf α: :meth:`InitPlan.apply` sets every DyT/Derf norm's α to the config's value at its position
 (:meth:`TransformerConfig.alpha_at`: attention, FFN or final norm).
@@ -261,6 +277,22 @@ def _scheme_alekseev(c):
     return InitPlan("alekseev", stds, lam, beta, False, 1.0, {"sigma_ov": c.sigma_ov, "sigma_21": c.sigma_21})
 
 
+def _scheme_shaped(c):
+    """Noci et al. 2023 Secs. 2–4, App. D (module docstring)."""
+    d, n = c.d_model, c.total_layers
+    per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
+    emb = math.sqrt((1.0 - c.dropout) / c.n_embedding_types)
+    stds = {"token": emb, "position": emb, "segment": emb, "patch": emb / math.sqrt(_patch_dim(c)),
+            "q": per_layer(1.0 / math.sqrt(d)), "k": per_layer(1.0 / math.sqrt(d)),
+            "v": per_layer(1.0 / math.sqrt(d)), "o": per_layer(1.0 / math.sqrt(c.n_heads * c.d_head)),
+            "w1": per_layer(1.0 / math.sqrt(d)), "w2": per_layer(1.0 / math.sqrt(c.ffn_width)),
+            "head": 1.0 / math.sqrt(d)}
+    gamma = float(c.shaped_gamma)
+    lam, beta = _unit_scales(c, math.sqrt(1.0 - gamma**2), gamma)
+    tied = c.input == "tokens" and c.tie_head
+    return InitPlan("shaped", stds, lam, beta, False, 1.0 / math.sqrt(d) if tied else 1.0, {"gamma": gamma})
+
+
 SCHEMES = {
     "xavier": _scheme_xavier,
     "bert": _scheme_bert,
@@ -272,6 +304,7 @@ SCHEMES = {
     "skipinit": _scheme_zero_beta("skipinit"),
     "rezero": _scheme_zero_beta("rezero"),
     "alekseev": _scheme_alekseev,
+    "shaped": _scheme_shaped,
 }
 
 

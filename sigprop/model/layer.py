@@ -4,7 +4,9 @@
 * ``post``: x ← Norm(λx + β·Attn(x));  x ← Norm(λx + β·FFN(x))        (norm after each residual add)
 * ``none``: x ← λx + β·Attn(x);        x ← λx + β·FFN(x)
 
-with, in an encoder–decoder's decoder, a cross-attention sub-layer between the two. The layer is a
+with, in an encoder–decoder's decoder, a cross-attention sub-layer between the two. The self-attention is the
+config's ``attention`` (standard or shaped, Noci et al. Eq. 9) and the activation its ``activation`` (shaped ReLU
+included, Eq. 4); cross-attention is always standard softmax attention. The layer is a
 :class:`~sigprop.components.sequential.Sequential` of :class:`~sigprop.components.residual.Residual` s and norms, so
 its moment rules are the composition of theirs: the theory of each wiring exists only here.
 """
@@ -24,7 +26,8 @@ from ..components.linear import Linear
 from ..components.residual import Residual
 from ..components.sequential import Sequential
 
-__all__ = ["TransformerLayer", "CrossAttention", "CrossAttentionBlock", "norm_kwargs"]
+__all__ = ["TransformerLayer", "CrossAttention", "CrossAttentionBlock", "norm_kwargs", "attention_kwargs",
+           "activation_kwargs"]
 
 
 def norm_kwargs(config, position: str = "attn") -> dict:
@@ -33,6 +36,25 @@ def norm_kwargs(config, position: str = "attn") -> dict:
     if config.norm in ("layernorm", "rmsnorm"):
         return {"eps": config.norm_eps}
     return {"alpha": config.alpha_at(position)}
+
+
+def attention_kwargs(config) -> dict:
+    """Constructor keywords of the configured self-attention beyond the block's own (none for standard attention;
+    for ``attention="shaped"``: τ₀, γ₁, γ₂, their mode and anneal steps, Noci et al. Eqs. 9, 33, App. D)."""
+    if config.attention != "shaped":
+        return {}
+    return {"tau0": config.shaped_tau0, "gamma1": config.shaped_gamma1, "gamma2": config.shaped_gamma2,
+            "gamma_mode": config.shaped_mode, "anneal_steps": config.shaped_anneal_steps}
+
+
+def activation_kwargs(config) -> dict:
+    """Constructor keywords of the configured activation (none for relu / gelu; for ``"shaped_relu"`` the width n =
+    d_model that sets s± = 1 + c±/√n, as App. D's n = 768 for an FFN of width 3072, and c±, normalize, mode)."""
+    if config.activation != "shaped_relu":
+        return {}
+    return {"n": config.d_model, "c_plus": config.shaped_c_plus, "c_minus": config.shaped_c_minus,
+            "normalize": config.shaped_normalize, "mode": config.shaped_mode,
+            "anneal_steps": config.shaped_anneal_steps}
 
 
 class CrossAttention(MultiHeadAttention):
@@ -87,12 +109,13 @@ class TransformerLayer(Sequential):
                 layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))
 
         add("attn", AttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
-                                   norm_kwargs=norm_kwargs(c, "attn"), causal=causal))
+                                   norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,
+                                   attention_kwargs=attention_kwargs(c)))
         if cross:
             add("cross", CrossAttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                                              norm_kw=norm_kwargs(c, "cross")))
         add("ffn", FFNBlock(c.d_model, c.ffn_width, activation=c.activation, p=c.dropout, norm=inner,
-                            norm_kwargs=norm_kwargs(c, "ffn")))
+                            norm_kwargs=norm_kwargs(c, "ffn"), activation_kwargs=activation_kwargs(c)))
         super().__init__(layers)
 
     def branches(self) -> list[tuple[str, object]]:

@@ -14,6 +14,8 @@ from ..components.layernorm import LayerNorm
 from ..components.linear import Linear
 from ..components.residual import Residual
 from ..components.rmsnorm import RMSNorm
+from ..components.shaped_attention import ShapedAttention
+from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
 from .patch import PatchEmbedding
 
 __all__ = ["initialise_from_plan", "LINEAR_ROLES"]
@@ -75,6 +77,25 @@ def _init_embedding(emb: nn.Module, plan, s: _Sampler) -> None:
         raise TypeError(f"no initialisation rule for embedding {type(emb).__name__}")
 
 
+def _init_shaped_attention(m: ShapedAttention, layer: int, plan, s: _Sampler) -> None:
+    """W_Q, W_K, W_V from the plan (σ_q, σ_k, σ_v are float attributes that the rules read); γ₁, γ₂ back to their
+    initial values (Noci et al. App. D initialises them at 1; a parameter in "learn" mode, a buffer otherwise)."""
+    for role, w in (("q", m.w_q), ("k", m.w_k), ("v", m.w_v)):
+        std = plan.std(role, layer)
+        setattr(m, f"sigma_{role}", std)
+        s.normal(w, std)
+    s.fill(m.gamma1, m.gamma_init[0])  # buffers too: the model is materialised from the meta device uninitialised
+    s.fill(m.gamma2, m.gamma_init[1])
+
+
+def _init_shaped_relu(m: ShapedReLU, s: _Sampler) -> None:
+    """s± back to 1 + c±/√n (Noci et al. Eq. 4); s₋ is a parameter in "learn" mode (App. D). Both are set here
+    because the model is materialised from the meta device with uninitialised buffers."""
+    s_plus, _ = shaped_relu_slopes(m.n, m.c_plus, m.c_minus)
+    s.fill(m.s_plus, float(s_plus))
+    s.fill(m.s_minus, m.s_minus_init)
+
+
 def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config, position: str) -> None:
     for name, m in branch.named_children():
         if isinstance(m, MultiHeadAttention):
@@ -82,6 +103,10 @@ def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config, posit
                 std = plan.std(role, layer)
                 sigma.fill_(std)
                 s.normal(w, std)
+        elif isinstance(m, ShapedAttention):
+            _init_shaped_attention(m, layer, plan, s)
+        elif isinstance(m, ShapedReLU):
+            _init_shaped_relu(m, s)
         elif isinstance(m, Linear):
             if name not in LINEAR_ROLES:
                 raise TypeError(f"no init role for linear layer {name!r} in {type(branch).__name__}")

@@ -20,15 +20,17 @@ def test_defaults_and_small_config_are_valid():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("arch", "seq2seq"), ("input", "audio"), ("norm", "batchnorm"), ("norm", "none"), ("activation", "tanh"),
-    ("norm_position", "sandwich"), ("init", "kaiming"), ("v_init", "xavier"),
+    ("arch", "seq2seq"), ("input", "audio"), ("norm", "batchnorm"), ("activation", "tanh"),
+    ("norm_position", "sandwich"), ("init", "kaiming"), ("v_init", "xavier"), ("attention", "linear"),
+    ("shaped_mode", "anneal"),
 ])
 def test_bad_choice_names_field_and_allowed_values(field, value):
     with pytest.raises(ValueError, match=field) as e:
         cfg(**{field: value})
     assert repr(value) in str(e.value)  # the message says what was given ...
-    allowed = {"arch": "encoder_decoder", "input": "patches", "norm": "rmsnorm", "activation": "gelu",
-               "norm_position": "post", "init": "dslm", "v_init": "noci"}[field]
+    allowed = {"arch": "encoder_decoder", "input": "patches", "norm": "rmsnorm", "activation": "shaped_relu",
+               "norm_position": "post", "init": "shaped", "v_init": "noci", "attention": "shaped",
+               "shaped_mode": "recover"}[field]
     assert allowed in str(e.value)  # ... and what is allowed
 
 
@@ -57,6 +59,9 @@ def test_other_integer_fields(field, value):
     ("beta", -0.1), ("qk_gain", 0.0), ("mask_prob", 0.0), ("mask_prob", 1.0),
     ("norm_alpha_attn", 0.0), ("norm_alpha_ffn", -1.0), ("norm_alpha_final", float("nan")), ("norm_alpha_final", "1"),
     ("sigma_ov", 0.0), ("sigma_ov", None), ("sigma_21", -0.5), ("sigma_21", float("inf")),
+    ("shaped_tau0", 0.0), ("shaped_tau0", None), ("shaped_gamma1", float("nan")), ("shaped_gamma2", "1"),
+    ("shaped_c_plus", float("inf")), ("shaped_c_minus", None), ("shaped_gamma", 0.0), ("shaped_gamma", 1.5),
+    ("shaped_anneal_steps", 0), ("shaped_anneal_steps", 2.0), ("shaped_normalize", 1), ("shaped_normalize", "yes"),
 ])
 def test_numbers_out_of_range(field, value):
     with pytest.raises(ValueError, match=field):
@@ -176,3 +181,65 @@ def test_derived_properties():
     assert c.n_embedding_types == 2 and cfg(n_segments=2).n_embedding_types == 3
     p = cfg(input="patches", image_size=8, patch_size=2, seq_len=16)
     assert p.n_patches == 16 and p.n_embedding_types == 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the shaped Transformer's fields (Noci et al. 2023, Eqs. 4, 9, 33, App. D)
+# ----------------------------------------------------------------------------------------------------------------
+
+SHAPED = dict(attention="shaped", activation="shaped_relu", attn_dropout=0.0)
+
+
+def test_shaped_defaults_are_the_papers():
+    c = cfg(**SHAPED)
+    # App. D: γ₁ = γ₂ = 1 at init, s₋ = 1 − 1/√n (c₊ = 0, c₋ = −1); Fig. 1: τ₀ = 1, γ = 1/√8
+    assert (c.shaped_gamma1, c.shaped_gamma2, c.shaped_c_plus, c.shaped_c_minus) == (1.0, 1.0, 0.0, -1.0)
+    assert c.shaped_tau0 == 1.0 and c.shaped_gamma ** 2 == pytest.approx(1.0 / 8.0, rel=1e-15)
+    assert c.shaped_mode == "fixed" and c.shaped_anneal_steps is None and c.shaped_normalize is True
+    assert TransformerConfig().attention == "standard"
+
+
+def test_shaped_attention_refuses_attention_dropout():
+    with pytest.raises(ValueError, match="attn_dropout") as e:
+        cfg(attention="shaped", dropout=0.1)  # attn_dropout None → dropout
+    assert "dropout (attn_dropout is None)" in str(e.value)
+    with pytest.raises(ValueError, match="attn_dropout=0"):
+        cfg(attention="shaped", attn_dropout=0.2, dropout=0.0)
+    cfg(attention="shaped", dropout=0.1, attn_dropout=0.0)  # dropout elsewhere is fine
+    cfg(attention="shaped", dropout=0.0)
+
+
+def test_recover_needs_anneal_steps_and_only_recover_takes_them():
+    with pytest.raises(ValueError, match="shaped_anneal_steps"):
+        cfg(**SHAPED, shaped_mode="recover")
+    for mode in ("fixed", "learn"):
+        with pytest.raises(ValueError, match="shaped_anneal_steps.*recover") as e:
+            cfg(**SHAPED, shaped_mode=mode, shaped_anneal_steps=10)
+        assert repr(mode) in str(e.value)
+    cfg(**SHAPED, shaped_mode="recover", shaped_anneal_steps=1)
+
+
+def test_shaped_relu_slopes_must_not_both_vanish():
+    # s± = 1 + c±/√d: c± = −√d makes both zero (the activation would be identically 0)
+    with pytest.raises(ValueError, match="shaped_c_plus and shaped_c_minus"):
+        cfg(activation="shaped_relu", d_model=16, n_heads=4, shaped_c_plus=-4.0, shaped_c_minus=-4.0)
+    cfg(activation="shaped_relu", d_model=16, n_heads=4, shaped_c_plus=-4.0)  # one zero slope: a scaled ReLU
+    cfg(activation="relu", d_model=16, n_heads=4, shaped_c_plus=-4.0, shaped_c_minus=-4.0)  # unused there
+
+
+def test_norm_none_allowed_except_post():
+    for position in ("pre", "none"):
+        c = cfg(norm="none", norm_position=position)
+        assert not c.has_final_norm  # there is no norm to put at the end
+    with pytest.raises(ValueError, match="norm='none' with norm_position='post'") as e:
+        cfg(norm="none", norm_position="post")
+    assert "layernorm" in str(e.value)  # says what is allowed
+
+
+def test_shaped_fields_round_trip_and_override():
+    c = cfg(**SHAPED, shaped_mode="recover", shaped_anneal_steps=4000, shaped_gamma=0.2)
+    assert config_from_dict(json.loads(c.to_json())) == c
+    d = apply_overrides(c, ["shaped_normalize=false", "shaped_tau0=2", "shaped_mode=learn",
+                            "shaped_anneal_steps=none", "attention=standard"])
+    assert (d.shaped_normalize, d.shaped_tau0, d.shaped_mode, d.shaped_anneal_steps, d.attention) == (
+        False, 2.0, "learn", None, "standard")

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from sigprop.components.linear import Linear
+from sigprop.components.shaped_attention import ShapedAttention
 from sigprop.model import SCHEMES, Transformer, TransformerConfig, make_plan
 from tests.helpers import Z
 
@@ -47,6 +48,14 @@ CONFIGS = {
     "post_derf_positions": dict(arch="encoder_decoder", n_layers=2, n_decoder_layers=1, norm="derf",
                                 norm_position="post", final_norm=True, norm_alpha_ffn=0.2, norm_alpha_final=2.5),
     "alekseev_sigmas": dict(sigma_ov=1.2, sigma_21=0.15, d_ff=48, dropout=0.0),
+    # the shaped Transformer (Noci et al.): shaped attention and shaped ReLU, unnormalised, in each shaping mode
+    "shaped_fixed": dict(attention="shaped", activation="shaped_relu", norm="none", norm_position="none",
+                         attn_dropout=0.0),
+    "shaped_learn_decoder": dict(arch="decoder", attention="shaped", activation="shaped_relu", attn_dropout=0.0,
+                                 shaped_mode="learn", shaped_gamma1=0.9, shaped_gamma2=0.8, shaped_c_minus=-2.0),
+    "shaped_recover_encdec": dict(arch="encoder_decoder", n_layers=2, n_decoder_layers=1, attention="shaped",
+                                  activation="shaped_relu", dropout=0.0, shaped_mode="recover",
+                                  shaped_anneal_steps=5, norm_position="post", shaped_gamma=0.2),
     # wide matrices (n = 65 536 entries: a sampled std within 1.2 % of its plan) for the sampler's accuracy
     "wide": dict(d_model=128, vocab_size=512, n_layers=2, beta_k=1.0),
 }
@@ -94,6 +103,19 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std = 1.0 / math.sqrt(3.0 * c.channels * c.patch_size**2)
         else:
             std = 0.02
+    elif c.init == "shaped":
+        # Noci et al. Eqs. 1, 2, 4 (W/√n with W ~ N(0, 1)): every matrix N(0, 1/fan_in), the (d_in, d_out) Q/K/V
+        # matrices and the (d_out, d_in) Linear weights alike; embeddings σ²_e = (1−p)/n_emb (unit output)
+        n_emb = 3 if c.n_segments else 2
+        emb = math.sqrt((1.0 - p) / n_emb)
+        if role in ("token", "position", "segment"):
+            std = emb
+        elif role == "patch":
+            std = emb / math.sqrt(c.channels * c.patch_size**2)
+        elif role in ("q", "k", "v"):
+            std = 1.0 / math.sqrt(shape[0])  # stored (d_in, H·d_head)
+        else:
+            std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
     elif c.init in ("dslm", "dslm_simple"):
         n_emb = 3 if c.n_segments else 2
         emb = math.sqrt((1.0 - p) / n_emb)  # σ²_e = (1−p)/n_emb (Fig. 15: (1−p)/3 for token+position+segment)
@@ -140,17 +162,21 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
         beta = 0.1 if N <= 18 else (1e-5 if N <= 24 else 1e-6)
     elif c.init in ("skipinit", "rezero"):
         beta = 0.0
+    elif c.init == "shaped":  # λ² + γ² = 1 (Noci et al. Sec. 2, Thm. 4.2)
+        lam, beta = math.sqrt(1.0 - c.shaped_gamma**2), c.shaped_gamma
     lam = lam if c.lam is None else c.lam
     beta = beta if c.beta is None else c.beta
     learnable = c.init in LEARNABLE_SCHEMES or c.learnable_beta
     head = 1.0 / math.sqrt(c.d_model) if c.init in ("dslm", "dslm_simple") else 1.0
+    if c.init == "shaped" and c.input == "tokens" and c.tie_head:
+        head = 1.0 / math.sqrt(c.d_model)  # the tied table's logits kept O(1)
     head = head if c.head_scale is None else c.head_scale
     return lam, beta, learnable, head
 
 
 def test_every_scheme_has_an_expectation():
     covered = {"xavier", "bert", "dslm", "dslm_simple", "deepnorm", "dsinit", "layerscale", "skipinit", "rezero",
-               "alekseev"}
+               "alekseev", "shaped"}
     assert set(SCHEMES) == covered, "a new scheme needs its expectation in this file"
 
 
@@ -171,6 +197,8 @@ _PATTERNS = [
     (re.compile(_LAYER + r"\.(?:attn|cross)\.branch\.proj\.weight$"), "o"),
     (re.compile(_LAYER + r"\.ffn\.branch\.fc1\.weight$"), "w1"),
     (re.compile(_LAYER + r"\.ffn\.branch\.fc2\.weight$"), "w2"),
+    (re.compile(_LAYER + r"\.attn\.branch\.attn\.gamma(?P<g>[12])$"), "gamma"),  # shaped attention, "learn"
+    (re.compile(_LAYER + r"\.ffn\.branch\.act\.s_minus$"), "s_minus"),  # shaped ReLU, "learn"
     (re.compile(r"(?:^|\.)(?:norm|attn_norm|cross_norm|ffn_norm|final_norm|enc_norm)\.(?P<p>\w+)$"), "norm"),
 ]
 
@@ -211,6 +239,10 @@ def classify(name: str, c) -> tuple:
             return ("beta", m.group("site"), layer)
         if kind == "qkv":
             return ("normal", m.group("qkv"), layer)
+        if kind == "gamma":  # App. D: γ₁, γ₂ start at the config's values (1 in the paper)
+            return ("const", c.shaped_gamma1 if m.group("g") == "1" else c.shaped_gamma2)
+        if kind == "s_minus":  # Eq. 4: s₋ = 1 + c₋/√n, n = d_model
+            return ("const", 1.0 + c.shaped_c_minus / math.sqrt(c.d_model))
         if kind == "norm":
             table = NORM_INIT[c.norm]
             assert m.group("p") in table, f"{name}: unexpected parameter of a {c.norm}"
@@ -259,7 +291,7 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
             assert plan.scales(site, layer) == pytest.approx((lam, beta), rel=1e-12)
             assert torch.equal(prm.detach(), f32(beta)), f"{name}: β = {float(prm)}, expected {beta}"
         else:
-            assert torch.all(prm.detach() == kind[1]), f"{name}: expected the constant {kind[1]}"
+            assert torch.all(prm.detach() == f32(kind[1])), f"{name}: expected the constant {kind[1]}"
 
     # the declared values that the moment rules read equal the plan (and the expectation)
     tokens = c.input == "tokens"
@@ -291,11 +323,24 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
             assert isinstance(res.beta, nn.Parameter) is learnable
             br = res.branch
             if site == "ffn":
+                if c.activation == "shaped_relu":  # s± = 1 + c±/√d (Eq. 4), buffers included
+                    root = math.sqrt(c.d_model)
+                    assert float(br.act.s_plus) == float(f32(1.0 + c.shaped_c_plus / root))
+                    assert float(br.act.s_minus.detach()) == float(f32(1.0 + c.shaped_c_minus / root))
                 assert br.fc1.weight_std == plan.std("w1", index) and br.fc2.weight_std == plan.std("w2", index)
                 seen_roles.update(("w1", "w2"))
             else:
+                shaped = site == "attn" and c.attention == "shaped"  # cross-attention stays standard
+                assert isinstance(br.attn, ShapedAttention) is shaped
                 for role in ("q", "k", "v"):
-                    assert torch.equal(getattr(br.attn, f"sigma_{role}"), f32(plan.std(role, index))), role
+                    declared, planned = getattr(br.attn, f"sigma_{role}"), plan.std(role, index)
+                    if shaped:  # float attributes
+                        assert declared == planned, role
+                    else:
+                        assert torch.equal(declared, f32(planned)), role
+                if shaped:  # the buffers of the fixed/recover modes are set too (the model comes from meta)
+                    assert torch.equal(br.attn.gamma1.detach(), f32(c.shaped_gamma1))
+                    assert torch.equal(br.attn.gamma2.detach(), f32(c.shaped_gamma2))
                 assert br.proj.weight_std == plan.std("o", index)
     expected_roles = set(BLOCK_ROLES) | ({"token", "position"} if tokens else {"patch", "position"})
     expected_roles |= {"segment"} if c.n_segments else set()

@@ -123,6 +123,10 @@ from .cli_apjn import apjn_command  # noqa: E402
 
 app.command("apjn")(apjn_command)
 
+from .cli_sde import sde_command  # noqa: E402
+
+app.command("sde")(sde_command)
+
 
 def main():  # console-script entry point
     app()

@@ -10,5 +10,8 @@ Modules (one idea each):
 * :mod:`sigprop.sde.shaped_attention` -- Thm. 4.2 (shaped attention, Eq. 9-10): b, Sigma with the A term;
 * :mod:`sigprop.sde.transformer`      -- Cor. 4.3, Eq. 12 (shaped Transformer): sums of the above;
 * :mod:`sigprop.sde.integrate`        -- batched Euler-Maruyama with PSD projection and recorded paths;
-* :mod:`sigprop.sde.stopping`         -- Sec. 4.4 / Fig. 8 stopping times (an eigenvalue leaves [1e-4, 1e4]).
+* :mod:`sigprop.sde.stopping`         -- Sec. 4.4 / Fig. 8 stopping times (an eigenvalue leaves [1e-4, 1e4]);
+* :mod:`sigprop.sde.network`          -- finite networks, thousands at once, simulated exactly in law, V_l per layer;
+* :mod:`sigprop.sde.experiments`      -- Figs. 1, 3, 4, 5, 7, 8: networks against the SDEs (``sigprop sde``);
+* :mod:`sigprop.sde.plots`            -- their figures.
 """

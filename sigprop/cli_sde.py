@@ -45,6 +45,14 @@ def _options(figure: int, samples, width, depth, gamma, tau0, dt, seed, tokens, 
     for t in tau0s or []:
         if not t > 0:
             raise ValueError(f"--tau0 must be > 0 (got {t})")
+    if figure == 2:  # real decoders: --samples = weight draws, --tokens = sequence length
+        if dt is not None or source is not None:
+            raise ValueError("--dt and --source do not apply to figure 2 (gradients of real decoders)")
+        for name, vals in (("--gamma", gammas), ("--tau0", tau0s)):
+            if vals is not None and len(vals) != 1:
+                raise ValueError(f"{name} takes one value for figure 2")
+        return {"seeds": samples, "width": width, "depth": depth, "seed": seed, "seq_len": tokens,
+                "gamma": gammas[0] if gammas else None, "tau0": tau0s[0] if tau0s else None}
     opts = {"samples": samples, "width": width, "depth": depth, "seed": seed, "tokens": tokens}
     if figure != 4:
         opts["dt"] = dt
@@ -84,6 +92,13 @@ def _table(j: dict) -> Table:
     t = Table(title=f"Noci et al. Fig. {fig}: " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else
                                                            f"{k} = {v}" for k, v in j["setup"].items()
                                                            if not isinstance(v, list | dict)))
+    if fig == 2:
+        for col in ("architecture", "weights", "‖∂L/∂W‖ at the last layer", "first / last layer"):
+            t.add_column(col, justify="left" if col in ("architecture", "weights") else "right")
+        for arch, c in d["curves"].items():
+            for w, label in (("w_v", "W_V"), ("w_q", "W_Q")):
+                t.add_row(arch, label, _fmt(c[w]["geo_mean"][-1]), _fmt(j["checks"][f"{arch} {w} first/last"]))
+        return t
     if fig in (1, 7):
         for col in ("", "q5 ± SE", "median ± SE", "q95 ± SE"):
             t.add_column(col, justify="left" if not col else "right")
@@ -125,11 +140,14 @@ def _table(j: dict) -> Table:
 
 
 def sde_command(
-    figure: int = typer.Option(1, "--figure", "-f", help="Which figure of Noci et al. (2023): 1 (shaped vs unshaped "
-                               "attention, rho at T vs the Thm. 4.2 SDE), 3 (shaped-ReLU ResNet vs Thm. 3.2 over "
-                               "gamma), 4 (interventions on shaped attention), 5 (stopping time vs gamma), 7 "
-                               "(covariance at T vs the SDE), 8 (median stopping time over gamma x tau0)."),
-    samples: int = typer.Option(None, help="Networks / SDE paths (default: the caption's, e.g. 4096 for Fig. 1)."),
+    figure: int = typer.Option(1, "--figure", "-f", help="Which figure of Noci et al. (2023): 1 (shaped vs "
+                               "unshaped attention, rho at T vs the Thm. 4.2 SDE), 2 (gradient norms of W_V and W_Q "
+                               "per layer at initialisation: shaped vs Pre-LN vs Post-LN decoders on code), 3 "
+                               "(shaped-ReLU ResNet vs Thm. 3.2 over gamma), 4 (interventions on shaped attention), "
+                               "5 (stopping time vs gamma), 7 (covariance at T vs the SDE), 8 (median stopping time "
+                               "over gamma x tau0)."),
+    samples: int = typer.Option(None, help="Networks / SDE paths (default: the caption's, e.g. 4096 for Fig. 1); "
+                                "for figure 2 the weight draws (default 4)."),
     width: int = typer.Option(None, help="Width n (default: the caption's)."),
     depth: int = typer.Option(None, help="Depth d, residual layers (default: the caption's); T = d/n."),
     gamma: str = typer.Option(None, help="Residual weight gamma (lambda^2 + gamma^2 = 1); a comma-separated list "
@@ -137,7 +155,8 @@ def sde_command(
     tau0: str = typer.Option(None, "--tau0", help="Temperature constant tau0 (tau = tau0 sqrt(n n_k)); a list for "
                              "figure 8."),
     dt: float = typer.Option(None, help="SDE step (default 0.01; the largest step <= dt dividing T is used)."),
-    tokens: int = typer.Option(None, help="Tokens m (not stated in the paper: default 4, or 2 for figure 3)."),
+    tokens: int = typer.Option(None, help="Tokens m (not stated in the paper: default 4, or 2 for figure 3); "
+                               "for figure 2 the sequence length (default 128)."),
     source: str = typer.Option(None, help="Figures 5, 8: stopping times from the 'network' (default, as "
                               "the paper plots) or the 'sde'."),
     check_dt: bool = typer.Option(True, "--check-dt/--no-check-dt", help="Figures 1, 3, 7: rerun the SDE at dt/2 "

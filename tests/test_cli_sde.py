@@ -49,7 +49,8 @@ def test_sde_figure3_and_figure8_tables(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--figure", "2"], "--figure must be one of"),
+    (["--figure", "6"], "--figure must be one of"),
+    (["--figure", "2", "--dt", "0.1"], "do not apply to figure 2"),
     (["--samples", "1"], "--samples must be"),
     (["--gamma", "1.5"], "--gamma must lie in [0, 1]"),
     (["--gamma", "a"], "--gamma must be a number"),
@@ -66,3 +67,13 @@ def test_sde_bad_options_exit_2_with_a_message(args, message):
     result = runner.invoke(app, ["sde", *args])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_sde_figure2_gradient_norms(tmp_path):
+    out = tmp_path / "f2.json"
+    result = runner.invoke(app, ["sde", "-f", "2", "--width", "16", "--depth", "3", "--samples", "2", "--tokens", "8",
+                                 "--json", str(out), "--plot", str(tmp_path / "f2.png")])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["figure"] == 2 and set(data["data"]["curves"]) == {"shaped", "pre-LN", "post-LN"}
+    assert (tmp_path / "f2.png").stat().st_size > 10_000

@@ -386,11 +386,20 @@ def figure8(width=200, depth=200, gammas=DEFAULTS[8]["gammas"], tau0s=DEFAULTS[8
                                                         "max_median": float(med.max())}, time.perf_counter() - t0)
 
 
-FIGURES = {1: figure1, 3: figure3, 4: figure4, 5: figure5, 7: figure7, 8: figure8}
+
+
+def _figure2(progress: Progress = None, **options) -> ExperimentResult:
+    """Fig. 2 (gradient norms at initialisation): :func:`sigprop.sde.gradients.figure2`."""
+    from .gradients import figure2
+
+    return figure2(progress=progress, **options)
+
+
+FIGURES = {1: figure1, 2: _figure2, 3: figure3, 4: figure4, 5: figure5, 7: figure7, 8: figure8}
 
 
 def run_figure(figure: int, progress: Progress = None, **options) -> ExperimentResult:
-    """Run figure ``figure`` (1, 3, 4, 5, 7 or 8) with keyword ``options`` (its function's parameters; None values
+    """Run figure ``figure`` (1, 2, 3, 4, 5, 7 or 8) with keyword ``options`` (its function's parameters; None values
     keep the defaults). ``ValueError`` for another figure."""
     if figure not in FIGURES:
         raise ValueError(f"figure must be one of {tuple(FIGURES)} (got {figure!r})")

@@ -1,4 +1,4 @@
-"""Figures of the SDE reproductions (Noci et al. Figs. 1, 3, 4, 5, 7, 8) from :mod:`sigprop.sde.experiments`
+"""Figures of the reproductions of Noci et al. Figs. 1–5, 7, 8 from :mod:`sigprop.sde.experiments`
 results: one PNG per result, laid out like the paper's figure."""
 
 from __future__ import annotations
@@ -124,6 +124,25 @@ def _fig5(result, plt):
     return fig
 
 
+def _fig2(result, plt):
+    curves = result.data["curves"]
+    layers = np.asarray(result.data["layers"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, (w, title) in zip(axes, (("w_v", "value weights W_V"), ("w_q", "query weights W_Q")), strict=True):
+        for arch, c in curves.items():
+            y = np.asarray(c[w]["geo_mean"], dtype=float)
+            se = np.asarray(c[w]["log_se"], dtype=float)
+            line, = ax.plot(layers, y, label=arch)
+            if np.isfinite(se).any():
+                ax.fill_between(layers, y * np.exp(-se), y * np.exp(se), color=line.get_color(), alpha=0.25)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("‖∂L/∂W‖ (geometric mean over seeds, ±1 SE)")
+        ax.set_title(f"gradient norm of the {title} at initialisation", fontsize=10)
+        ax.legend()
+    return fig
+
+
 def _fig8(result, plt):
     s = result.setup
     fig, ax = plt.subplots(figsize=(6.5, 5))
@@ -138,7 +157,7 @@ def _fig8(result, plt):
     return fig
 
 
-_PLOTS = {1: _fig1, 3: _fig3, 4: _fig4, 5: _fig5, 7: _fig7, 8: _fig8}
+_PLOTS = {1: _fig1, 2: _fig2, 3: _fig3, 4: _fig4, 5: _fig5, 7: _fig7, 8: _fig8}
 
 
 def plot_result(result, path: str | os.PathLike) -> Path:

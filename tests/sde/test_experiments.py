@@ -123,7 +123,7 @@ def test_figures_5_and_8_stopping_times_are_capped_at_one():
 
 def test_run_figure_rejects_unknown_figures_and_sources():
     with pytest.raises(ValueError, match="figure must be one of"):
-        run_figure(2)
+        run_figure(6)
     with pytest.raises(ValueError, match="source"):
         figure5(gammas=(0.5,), samples=2, width=20, depth=4, source="magic")
 

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from .terminal import console, progress_bar
+from .terminal import console, parse_floats, progress_bar
 
 __all__ = ["apjn_command"]
 
@@ -20,16 +20,6 @@ def _default(name: str):
     from .apjn.experiment import ApjnSetup
 
     return ApjnSetup.__dataclass_fields__[name].default
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        out = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be a comma-separated list of numbers (got {text!r})") from None
-    if not out:
-        raise ValueError(f"{name} must name at least one value")
-    return out
 
 
 def _setups(norms: str, alphas: str, **fields) -> list:
@@ -41,7 +31,7 @@ def _setups(norms: str, alphas: str, **fields) -> list:
         raise ValueError(f"--norm must be a comma-separated list of {', '.join(NORMS)} (got {norms!r})")
     out = []
     for n in names:
-        for a in ([_default("alpha")] if n == "layernorm" else _floats(alphas, "--alpha")):
+        for a in ([_default("alpha")] if n == "layernorm" else parse_floats(alphas, "--alpha")):
             out.append(ApjnSetup(norm=n, alpha=a, **fields))
     return out
 
@@ -74,7 +64,7 @@ def _run_phase(norm: str, alphas: str, grid: int, max_sigma: float, json_path, p
     name = "Derf" if norm == "derf" else "DyT"
     s21, sov = _default("sigma_21"), _default("sigma_ov")
     maps, out = [], []
-    for alpha in _floats(alphas, "--alpha"):
+    for alpha in parse_floats(alphas, "--alpha"):
         with console.status(f"phase map {name} α={alpha:g}, {grid}×{grid} ..."):
             t0 = time.perf_counter()
             ph = phase_map(axis, axis, phi, alpha)

@@ -8,23 +8,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .terminal import console, progress_bar
+from .terminal import console, parse_floats, progress_bar
 
 __all__ = ["sde_command"]
 
 _LISTS = {3: "gammas", 5: "gammas", 8: "gammas"}
-
-
-def _floats(text: str | None, name: str) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        out = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be a number or a comma-separated list of numbers (got {text!r})") from None
-    if not out:
-        raise ValueError(f"{name} must name at least one value")
-    return out
 
 
 def _options(figure: int, samples, width, depth, gamma, tau0, dt, seed, tokens, source, check_dt) -> dict:
@@ -38,7 +26,7 @@ def _options(figure: int, samples, width, depth, gamma, tau0, dt, seed, tokens, 
             raise ValueError(f"{name} must be an integer >= {lo} (got {val})")
     if dt is not None and not dt > 0:
         raise ValueError(f"--dt must be > 0 (got {dt})")
-    gammas, tau0s = _floats(gamma, "--gamma"), _floats(tau0, "--tau0")
+    gammas, tau0s = parse_floats(gamma, "--gamma"), parse_floats(tau0, "--tau0")
     for g in gammas or []:
         if not 0.0 <= g <= 1.0:
             raise ValueError(f"--gamma must lie in [0, 1] (got {g})")

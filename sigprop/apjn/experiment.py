@@ -191,12 +191,11 @@ def theory_curves(setup: ApjnSetup, q0: float, p0: float) -> tuple[np.ndarray, n
     return np.asarray(simplified, dtype=np.float64), np.asarray(full, dtype=np.float64), asym
 
 
-def _equiangular_source(setup: ApjnSetup, seen: list) -> Callable[[torch.nn.Module], torch.Tensor]:
+def _equiangular_source(setup: ApjnSetup) -> Callable[[torch.nn.Module], torch.Tensor]:
     gen = torch.Generator().manual_seed(setup.seed0 + 7919)
 
     def source(model):
         h = equiangular_tokens(setup.tokens, setup.d_model, setup.q0, setup.p0, generator=gen)
-        seen.append(estimate_q0_p0(h))
         return h.to(next(model.parameters()).dtype)
     return source
 
@@ -226,9 +225,10 @@ def _one_curve(setup: ApjnSetup, source, seen: list, sample: int | None, progres
                         blocks=blocks, device=device)
     if progress is not None:
         progress(1)
-    q0, p0 = (float(np.mean([float(v) for v, _ in seen])), float(np.mean([float(v) for _, v in seen])))
-    if setup.inputs == "equiangular":  # exact by construction; keep the stated values
+    if setup.inputs == "equiangular":  # exact by construction: the stated values
         q0, p0 = setup.q0, setup.p0
+    else:  # Eq. 21 on each seed's embedding of the image, averaged
+        q0, p0 = (float(v) for v in np.mean(np.array(seen, dtype=np.float64), axis=0))
     p0_theory = min(max(p0, 0.0), q0)  # Assumption 2.1 analyses p⁰ >= 0 (Sec. 3.1)
     simplified, full, asym = theory_curves(setup, q0, p0_theory)
     b = np.asarray(meas.blocks)
@@ -249,7 +249,7 @@ def compare_apjn(setup: ApjnSetup, progress: Callable[[int], None] | None = None
     the seed, so every device measures the same models)."""
     if setup.inputs == "equiangular":
         seen: list = []
-        return [_one_curve(setup, _equiangular_source(setup, seen), seen, None, progress, device)]
+        return [_one_curve(setup, _equiangular_source(setup), seen, None, progress, device)]
     curves = []
     for index in range(setup.samples):
         seen = []

@@ -311,19 +311,14 @@ def vjp_norms(model: nn.Module, h: torch.Tensor, v: torch.Tensor, start: int = 0
     hidden states h^start, …, h^stop stay graph nodes, and ONE vector–Jacobian product (``torch.autograd.grad`` of
     the output with cotangent v, with respect to all those nodes) gives vᵀJ^{stop,b} for every b. ``output=
     "final_norm"`` puts the final norm after block stop = B (App. F). Returns a (k, len(blocks)) float64 array."""
-    start, stop = _check_range(model, start, stop)
-    _check_output(model, output, stop)
-    chosen = _select(blocks, start, stop, "blocks")
-    x0 = _tokens(model, h)
-    n, d = x0.shape
-    v = _probes_like(v, x0, "v")
-    k = v.shape[0]
+    start, stop, chosen, x0, v = _prepare(model, h, v, "v", start, stop, blocks, output)
+    k, n, d = v.shape
     with _measuring(model):
         x = x0.expand(k, n, d).clone().requires_grad_(True)
         with torch.enable_grad():
             hs = _trajectory(model, x, start, stop, output)
             grads = torch.autograd.grad(hs[-1], [hs[b - start] for b in chosen], grad_outputs=v)
-    return torch.stack([g.double().pow(2).sum(dim=(-2, -1)) for g in grads], dim=-1).cpu().numpy() / (n * d)
+    return _squared_norms(grads)
 
 
 def jvp_norms(model: nn.Module, h: torch.Tensor, u: torch.Tensor, start: int = 0, stop: int | None = None,
@@ -331,12 +326,8 @@ def jvp_norms(model: nn.Module, h: torch.Tensor, u: torch.Tensor, start: int = 0
     """‖J^{b,start} u_k‖²/(nd) for given tangents ``u`` (k, n, d) at h^start = ``h`` (n, d) and every b in
     ``blocks`` (default start, …, stop), by one forward-mode Jacobian–vector product (``torch.func.jvp``) through
     blocks start, …, stop − 1 that carries J^{b,start} u to every block. Returns a (k, len(blocks)) float64 array."""
-    start, stop = _check_range(model, start, stop)
-    chosen = _select(blocks, start, stop, "blocks")
-    x0 = _tokens(model, h)
-    n, d = x0.shape
-    u = _probes_like(u, x0, "u")
-    k = u.shape[0]
+    start, stop, chosen, x0, u = _prepare(model, h, u, "u", start, stop, blocks, "block")
+    k, n, d = u.shape
 
     def trajectory(x):
         hs = _trajectory(model, x, start, stop, "block")
@@ -344,7 +335,22 @@ def jvp_norms(model: nn.Module, h: torch.Tensor, u: torch.Tensor, start: int = 0
 
     with _measuring(model), _forward_ad_attention():
         _, tangents = torch.func.jvp(trajectory, (x0.expand(k, n, d).clone(),), (u,))
-    return torch.stack([t.double().pow(2).sum(dim=(-2, -1)) for t in tangents], dim=-1).cpu().numpy() / (n * d)
+    return _squared_norms(tangents)
+
+
+def _prepare(model, h, probes, name, start, stop, blocks, output):
+    """Checked (start, stop, chosen blocks, h^start as a model tensor, probes of shape (k, n, d))."""
+    start, stop = _check_range(model, start, stop)
+    _check_output(model, output, stop)
+    chosen = _select(blocks, start, stop, "blocks")
+    x0 = _tokens(model, h)
+    return start, stop, chosen, x0, _probes_like(probes, x0, name)
+
+
+def _squared_norms(tensors) -> np.ndarray:
+    """(k, len(tensors)) float64: ‖t_k‖²/(nd) of each (k, n, d) tensor."""
+    n, d = tensors[0].shape[-2:]
+    return torch.stack([t.double().pow(2).sum(dim=(-2, -1)) for t in tensors], dim=-1).cpu().numpy() / (n * d)
 
 
 def _probes_like(v, x0, name) -> torch.Tensor:

@@ -78,7 +78,7 @@ from torch import nn
 
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
-from .shaped_relu import SHAPED_MODES, linear_anneal
+from .shaped_relu import check_shaped_mode, linear_anneal
 
 __all__ = [
     "ShapedAttention",
@@ -347,14 +347,7 @@ class ShapedAttention(nn.Module):
         super().__init__()
         for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head")):
             check_range(v, name, lo=1.0, allowed="integers >= 1")
-        if gamma_mode not in SHAPED_MODES:
-            raise ValueError(f"gamma_mode must be one of {SHAPED_MODES} (got {gamma_mode!r})")
-        if gamma_mode == "recover":
-            if anneal_steps is None:
-                raise ValueError("gamma_mode='recover' needs anneal_steps (an integer >= 1)")
-            check_range(anneal_steps, "anneal_steps", lo=1.0, allowed="integers >= 1")
-        elif anneal_steps is not None:
-            raise ValueError(f"anneal_steps applies to gamma_mode='recover' only (got {gamma_mode!r})")
+        check_shaped_mode(gamma_mode, anneal_steps, "gamma_mode")
         check_range(gamma1, "gamma1")
         check_range(gamma2, "gamma2")
         self.d_in, self.n_heads, self.d_head = int(d_in), int(n_heads), int(d_head)

@@ -55,11 +55,25 @@ __all__ = [
     "shaped_relu_forward",
     "shaped_relu_backward",
     "linear_anneal",
+    "check_shaped_mode",
 ]
 
 #: How the shaping parameters evolve during training (Noci et al. App. D): kept fixed, learned, or linearly
 #: annealed to zero ("recover").
 SHAPED_MODES = ("fixed", "learn", "recover")
+
+
+def check_shaped_mode(mode: str, anneal_steps, name: str = "mode") -> None:
+    """A shaped module's ``mode`` must be one of :data:`SHAPED_MODES`; "recover" needs ``anneal_steps`` (an integer
+    >= 1) and the other modes refuse it (App. D's schedules)."""
+    if mode not in SHAPED_MODES:
+        raise ValueError(f"{name} must be one of {SHAPED_MODES} (got {mode!r})")
+    if mode == "recover":
+        if anneal_steps is None:
+            raise ValueError(f"{name}='recover' needs anneal_steps (an integer >= 1)")
+        check_range(anneal_steps, "anneal_steps", lo=1.0, allowed="integers >= 1")
+    elif anneal_steps is not None:
+        raise ValueError(f"anneal_steps applies to {name}='recover' only (got {name}={mode!r})")
 
 
 def linear_anneal(value0, step, steps):
@@ -187,14 +201,7 @@ class ShapedReLU(nn.Module):
         check_range(n, "width n", lo=1.0, allowed="integers >= 1")
         check_range(c_plus, "c_plus")
         check_range(c_minus, "c_minus")
-        if mode not in SHAPED_MODES:
-            raise ValueError(f"mode must be one of {SHAPED_MODES} (got {mode!r})")
-        if mode == "recover":
-            if anneal_steps is None:
-                raise ValueError("mode='recover' needs anneal_steps (an integer >= 1)")
-            check_range(anneal_steps, "anneal_steps", lo=1.0, allowed="integers >= 1")
-        elif anneal_steps is not None:
-            raise ValueError(f"anneal_steps applies to mode='recover' only (got mode={mode!r})")
+        check_shaped_mode(mode, anneal_steps)
         sp, sm = shaped_relu_slopes(n, c_plus, c_minus)
         _check_slopes(sp, sm)
         self.n, self.c_plus, self.c_minus = int(n), float(c_plus), float(c_minus)

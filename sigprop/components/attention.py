@@ -61,6 +61,7 @@ from torch import nn
 
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
+from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
 from .attention_theory import attention_terms
 
 __all__ = [
@@ -71,17 +72,42 @@ __all__ = [
     "mha_forward",
     "mha_backward",
     "ATTENTION_APPROX",
+    "CLOSED_FORM_MAX_S2",
+    "resolve_approx",
 ]
 
-#: The approximations offered by the attention rules.
-ATTENTION_APPROX = ("exact", "kedia")
+#: The approximations offered by the attention rules: "exact" (our closed form, bidirectional, small scores),
+#: "kedia" (the paper's printed form), "sampled" (Monte Carlo of the same expectation at any score scale, causal
+#: included: :mod:`sigprop.components.attention_sampled`) and "auto" (the closed form inside its verified domain,
+#: bidirectional with s² ≤ :data:`CLOSED_FORM_MAX_S2`, sampled elsewhere).
+ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
+
+#: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Against the sampled rule
+#: the closed form's gradient variance is within ~2% up to here at every L ≥ 32 scanned (d_in 64/256, r 0/0.5), and
+#: drifts beyond, fastest for short sequences (L = 32: +5% at s² = 0.5, +9 to 12% at 0.75; L = 128: +2% at 0.75,
+#: +4% at 1): its key/query terms are truncated at O(s⁴/L). ``tests/components/test_attention_sampled.py`` checks
+#: both sides of the threshold.
+CLOSED_FORM_MAX_S2 = 0.3
+
+
+def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool) -> str:
+    """The rule "auto" stands for at input ``m``: "sampled" if causal or if any s² exceeds
+    :data:`CLOSED_FORM_MAX_S2`, else "exact"; other approximations are returned unchanged."""
+    if approx != "auto":
+        return approx
+    if causal:
+        return "sampled"
+    var, r = _effective_input(m)
+    s2 = (1.0 - r) * var**2 * np.asarray(d_in, dtype=np.float64) ** 2 * sigma_q2 * sigma_k2
+    return "sampled" if np.any(s2 > CLOSED_FORM_MAX_S2) else "exact"
 
 
 def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx):
-    if causal:
-        raise NotImplementedError("causal attention moment rules are not implemented yet (bidirectional only)")
     if approx not in ATTENTION_APPROX:
         raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+    if causal and approx in ("exact", "kedia"):
+        raise NotImplementedError(f"the {approx!r} attention rule is bidirectional: use approx='sampled' (or "
+                                  "'auto') for causal attention")
     d_in = check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
     d_k = check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
     L = check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)")
@@ -101,7 +127,7 @@ def _effective_input(m: Moments):
 
 
 def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                      approx: str = "exact") -> Moments:
+                      approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
     """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
 
     ``approx``:
@@ -114,6 +140,9 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
     Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` if causal.
     """
     d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal)
+    if approx == "sampled":
+        return sampled_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed)
     var, r = _effective_input(m)
     if approx == "kedia":
         a = (1.0 - r)
@@ -133,7 +162,8 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
 
 
 def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
-                       causal: bool = False, approx: str = "exact") -> GradMoments:
+                       causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
+                       seed: int = 0) -> GradMoments:
     """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
 
     ``approx``:
@@ -145,6 +175,9 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
     Assumes: see the module docstring; the output gradient is zero-mean, Gaussian and independent of the input.
     """
     d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    approx = resolve_approx(approx, m_in, d_in, sigma_q2, sigma_k2, causal)
+    if approx == "sampled":
+        return sampled_backward(g, m_in, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed)
     var, r = _effective_input(m_in)
     om = sv2 * d_k * g.var
     rg = g.corr
@@ -170,21 +203,22 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
 
 
 def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                approx: str = "exact") -> Moments:
+                approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
     """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
     :func:`attention_forward` with d_k = d_head (heads have independent weights; the hidden correlation between
     units of different heads is zero like within a head)."""
     check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
-    return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed)
 
 
 def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
-                 causal: bool = False, approx: str = "exact") -> GradMoments:
+                 causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
+                 seed: int = 0) -> GradMoments:
     """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
     (independent zero-mean W_V per head), so variance and token covariance are ``n_heads`` times
     :func:`attention_backward` with d_k = d_head, and the correlation is unchanged."""
     h = check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
-    one = attention_backward(g, m_in, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
+    one = attention_backward(g, m_in, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed)
     return GradMoments(var=h * one.var, corr=one.corr)
 
 
@@ -234,7 +268,7 @@ class SingleHeadAttention(nn.Module):
     """
 
     def __init__(self, d_in: int, d_k: int, sigma_q=None, sigma_k=None, sigma_v=None, dropout_p=0.0,
-                 causal: bool = False, batch_shape=(), approx: str = "exact"):
+                 causal: bool = False, batch_shape=(), approx: str = "auto"):
         super().__init__()
         check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
         check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
@@ -329,7 +363,7 @@ class MultiHeadAttention(nn.Module):
     dimensions of independent weight copies); ``dropout_p`` is a float (SDPA takes one probability)."""
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "exact"):
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto"):
         super().__init__()
         for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head")):
             check_range(v, name, lo=1.0, allowed="integers >= 1")
@@ -337,6 +371,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
         self.d_in, self.n_heads, self.d_head = int(d_in), int(n_heads), int(d_head)
         self.causal, self.approx = bool(causal), approx
+        self.rule_used: str | None = None  # the attention rule the last moment call used ("auto" resolved)
         self.dropout_p = float(check_range(dropout_p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
         self.batch_shape = tuple(int(b) for b in batch_shape)
         x = _xavier(d_in, d_head)
@@ -390,12 +425,22 @@ class MultiHeadAttention(nn.Module):
         f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
         return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2
 
-    def forward_moments(self, m: Moments, L) -> Moments:
+    def _rule(self, m: Moments) -> str:
+        sq, sk, _ = self._declared()
+        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal)
+        return self.rule_used
+
+    def forward_moments(self, m: Moments, L, attention_heads: int = DEFAULT_HEADS,
+                        attention_seed: int = 0) -> Moments:
+        """:func:`mha_forward` with the module's declared sigmas; ``approx="auto"`` is resolved at ``m`` and the
+        rule used is kept in ``self.rule_used``. ``attention_heads`` / ``attention_seed``: the sampled rule's draw."""
         sq, sk, sv = self._declared()
         return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
-                           self.approx)
+                           self._rule(m), attention_heads, attention_seed)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, L) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
+                         attention_seed: int = 0) -> GradMoments:
+        """:func:`mha_backward` with the module's declared sigmas (see :meth:`forward_moments`)."""
         sq, sk, sv = self._declared()
         return mha_backward(g, m_in, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p,
-                            self.causal, self.approx)
+                            self.causal, self._rule(m_in), attention_heads, attention_seed)

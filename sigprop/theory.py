@@ -16,9 +16,13 @@ The rules read the init plan's declared standard deviations (the model is built 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
+from .components.attention import MultiHeadAttention
+from .components.attention_sampled import DEFAULT_HEADS
 from .components.embedding import repetition_correlation, zipf_correlation
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
@@ -28,7 +32,7 @@ from .model.transformer import Transformer
 from .moments import GradMoments, Moments
 from .profile import Profile, Row
 
-__all__ = ["predict", "input_moments_theory", "head_gradient_moments"]
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
@@ -146,9 +150,32 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
     return g, branch_grads, skip_fraction
 
 
-_DOMAIN = ("The attention rules are small-score expansions: verified for a score variance s² = τσ²d²σ²_qσ²_k "
-           "up to ~1 (Table 22's ranges and the Xavier presets); Q/K initialised far above Xavier (e.g. qk_gain=2, "
-           "s² ≈ 16) is outside their domain, so this configuration can be measured but not predicted")
+#: What a decoder's prediction does not capture (stated in its meta and by the CLI).
+DECODER_CAVEAT = ("decoder: the moments passed from layer to layer are averages over positions, which a causal mask "
+                  "makes unequal; Pre-LN variances are verified within measurement noise, token correlations and "
+                  "Post-LN gradients are approximate (see the README's accuracy section)")
+
+
+def _attention_rules(model: Transformer) -> str:
+    """Which attention rule each layer's self-attention used (``MultiHeadAttention.rule_used``), as one line."""
+    rules: dict[str, list[int]] = {}
+    for layer in model.layers:
+        for module in layer.modules():
+            if isinstance(module, MultiHeadAttention) and module.rule_used is not None:
+                rules.setdefault(module.rule_used, []).append(layer.index)
+                break
+    names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
+    return "; ".join(f"{names.get(k, k)}: {_ranges(v)}" for k, v in rules.items()) or "none"
+
+
+def _ranges(idx: list[int]) -> str:
+    """[0, 1, 2, 5] → "layers 0-2, 5"."""
+    out, start = [], idx[0]
+    for a, b in zip(idx, idx[1:] + [None], strict=True):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return "layers " + ", ".join(out)
 
 
 def _f(x) -> float:
@@ -157,7 +184,9 @@ def _f(x) -> float:
 
 def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None, input_moments: Moments | None = None,
             grad_top: GradMoments | None = None, labels: torch.Tensor | None = None, seq_len: int | None = None,
-            batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None) -> Profile:
+            batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
+            attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0,
+            progress: Callable[[int], None] | None = None) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
     ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
@@ -165,15 +194,23 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     loss (:func:`head_gradient_moments`) with ``labels`` (−100 = unlabelled; default: the config's masked-LM rate
     or every position for a decoder, over ``batch_size`` sequences). ``seq_len`` (default ``config.seq_len``) is
     the L of the attention rules.
+
+    Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (bidirectional,
+    score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
+    (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
+    attention) with ``attention_heads`` heads drawn from ``attention_seed``. ``progress(k)`` is called after every
+    k layers of each sweep (2·n_layers in all): the sampled rule takes ~0.3 s per layer at d = 256, L = 128.
     Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
-    weights and inputs) and bidirectional self-attention (decoders and cross-attention raise NotImplementedError).
+    weights and inputs). A decoder's positions are not exchangeable: the moments passed from layer to layer are
+    averages over positions, as the measurement's are. Encoder–decoders raise NotImplementedError (no
+    cross-attention rule).
     """
-    if config.arch != "encoder":
-        raise NotImplementedError("predict supports arch='encoder' (bidirectional attention); the causal and cross "
-                                  "attention rules are not implemented yet — use sigprop.measure for decoders")
+    if config.arch == "encoder_decoder":
+        raise NotImplementedError("predict supports encoders and decoders; the cross-attention rule is not "
+                                  "implemented yet — use sigprop.measure for an encoder-decoder")
     model = Transformer(config, sample=False)
     L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
-    ctx = {"L": L}
+    ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}
     meta = {"seq_len": L, "approx": "exact"}
     if input_moments is None:
         input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
@@ -188,11 +225,13 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         try:
             inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
         except ValueError as err:
-            raise ValueError(f"layer {layer.index}: {err}. {_DOMAIN}") from None
+            raise ValueError(f"layer {layer.index}: {err}") from None
         saved.append(inputs)
         for name, mb in branches.items():
             fwd_rows[(layer.index, name)] = mb
         fwd_rows[(layer.index, "layer")] = m
+        if progress is not None:
+            progress(1)
 
     if grad_top is None:
         grad_top, meta["grad_source"] = head_gradient_moments(model, m, labels, L, batch_size)
@@ -207,7 +246,14 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction)
         for name, gb in branch_grads.items():
             grad_rows[(layer.index, name)] = gb
+        if progress is not None:
+            progress(1)
     grad_rows[(-1, "input")] = g
+    meta["attention_rule"] = _attention_rules(model)
+    if "sampled" in meta["attention_rule"]:
+        meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
+    if config.arch == "decoder":
+        meta["caveat"] = DECODER_CAVEAT
 
     rows = []
     for key, mf in fwd_rows.items():

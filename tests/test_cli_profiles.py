@@ -63,7 +63,7 @@ def test_config_file_and_overrides(tmp_path):
     (["--set", "n_layers"], "key=value"),
     (["--set", "colour=blue"], "unknown config field"),
     (["--set", "d_model=30", "--set", "n_heads=4"], "divisible"),
-    (["--set", "arch=decoder"], "encoder"),
+    (["--set", "arch=encoder_decoder"], "cross-attention"),
 ])
 def test_bad_input_is_a_clear_error(args, message):
     result = runner.invoke(app, ["predict", *args])

@@ -19,7 +19,7 @@ SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max
 QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
 
 
-def _within_noise(config, seeds=24, batch_size=4):
+def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES):
     """Every layer's predicted quantity within Z standard errors (over seeds) of the measured mean."""
     batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
     pred, meas, _ = compare_config(config, batch, seeds=seeds, grad_boundary="measured")
@@ -30,7 +30,7 @@ def _within_noise(config, seeds=24, batch_size=4):
         if site not in ("layer", "attn", "ffn"):
             continue
         rp = pl[(layer, site)]
-        for q in QUANTITIES:
+        for q in quantities:
             err = abs(getattr(rp, q) - getattr(rm, q))
             tol = Z * se[f"{layer}:{site}"][q]
             if not err <= tol:
@@ -43,9 +43,25 @@ def _within_noise(config, seeds=24, batch_size=4):
     dict(norm_position="pre", init="xavier"),
     dict(norm_position="post", init="xavier"),
     dict(norm_position="pre", init="dslm"),
+    dict(norm_position="pre", init="xavier", qk_gain=2.0),  # large scores: the sampled attention rule
 ])
 def test_small_deep_model_prediction_within_measurement_noise(overrides):
     bad = _within_noise(TransformerConfig(**{**SMALL, **overrides}))
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("norm_position", [
+    "pre",
+    pytest.param("post", marks=pytest.mark.xfail(strict=True, reason="known gap: a Post-LN decoder's gradient "
+                                                  "variance is ~2x low, as the per-position LayerNorm factors do not "
+                                                  "average (DECODER_CAVEAT)")),
+])
+def test_decoder_variances_within_measurement_noise(norm_position):
+    """A decoder (causal attention, the sampled rule): forward and gradient variances layer by layer. Its token
+    correlations are not asserted: the state passed between layers averages over positions, which a causal mask
+    makes unequal (documented in :func:`sigprop.theory.predict`)."""
+    config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": norm_position})
+    bad = _within_noise(config, quantities=("fwd_var", "grad_var"))
     assert not bad, "\n".join(bad)
 
 
@@ -90,8 +106,8 @@ def test_theory_gradient_boundary_matches_measurement_at_the_top():
 
 
 def test_predict_rejects_what_it_cannot_do():
-    with pytest.raises(NotImplementedError, match="encoder"):
-        predict(TransformerConfig(**{**SMALL, "arch": "decoder"}))
+    with pytest.raises(NotImplementedError, match="cross-attention"):
+        predict(TransformerConfig(**{**SMALL, "arch": "encoder_decoder"}))
     with pytest.raises(ValueError, match="patch"):
         predict(TransformerConfig(input="patches", image_size=8, patch_size=2, seq_len=16, n_layers=2,
                                   d_model=32, n_heads=2))

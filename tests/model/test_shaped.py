@@ -147,6 +147,12 @@ def test_predict_walks_a_shaped_encoder():
             assert np.isfinite([r.fwd_corr, r.grad_var, r.grad_corr]).all() and r.grad_var > 0
 
 
-def test_predict_refuses_shaped_decoder_like_any_decoder():
-    with pytest.raises(NotImplementedError, match="encoder"):
-        sigprop.predict(shaped(arch="decoder"))
+def test_shaped_decoder_is_predicted_with_the_decoder_caveat():
+    """The shaped rules average over a causal mask's positions (their docstring): a decoder is predicted, with the
+    caveat every decoder prediction carries."""
+    from sigprop.theory import DECODER_CAVEAT
+
+    p = sigprop.predict(shaped(arch="decoder"))
+    assert p.meta["caveat"] == DECODER_CAVEAT
+    rows = p.site("layer")
+    assert all(np.isfinite([r.fwd_var, r.fwd_corr, r.grad_var]).all() and r.fwd_var > 0 for r in rows)

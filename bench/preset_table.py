@@ -11,7 +11,8 @@ from pathlib import Path
 
 from sigprop.comparison import summarise
 
-PRESETS = ("fig1-preln", "fig3-postln", "fig4-dslm-pre", "fig4-dslm-post", "qk-2x-xavier", "rank-collapse-noci")
+PRESETS = ("fig1-preln", "fig3-postln", "fig4-dslm-pre", "fig4-dslm-post", "qk-2x-xavier", "rank-collapse-noci",
+           "decoder-preln")
 
 
 def cell(s, key="median_rel"):

@@ -1,5 +1,5 @@
 """Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
-rank-collapse and Q/K experiments of Secs. 3.3–3.4, at a width a 2-core CPU runs in about two minutes.
+rank-collapse and Q/K experiments of Secs. 3.3–3.4 (and the decoder form of Fig. 1), at a width a 2-core CPU runs in about two minutes.
 
 Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
 figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective
@@ -50,6 +50,9 @@ PRESETS = {
     "rank-collapse-noci": Preset("No dropout, V at 1/fan_out (Noci et al.): rank collapse, correlation -> 1 (App. F)",
                                  dict(norm_position="post", init="xavier", dropout=0.0, v_init="noci"),
                                  figure="Kedia et al. App. F"),
+    "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
+                            "rule, moments averaged over positions",
+                            dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
 }
 
 

@@ -211,7 +211,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     model = Transformer(config, sample=False)
     L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
     ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}
-    meta = {"seq_len": L, "approx": "exact"}
+    meta = {"seq_len": L}
     if input_moments is None:
         input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
     else:

@@ -42,7 +42,8 @@ def main():
     print("heads   s/config   rel SE fwd var   rel SE grad var (r_g = 0)")
     for heads in (32, 64, 128, 256):
         t, s = timed(heads, 1.0, 0.3)
-        print(f"{heads:5d}   {t:8.3f}   {100 * s.fwd_var_se / s.fwd_var:13.2f}%   {100 * s.in_var_se / s.in_var:13.2f}%")
+        fwd, grad = 100 * s.fwd_var_se / s.fwd_var, 100 * s.in_var_se / s.in_var
+        print(f"{heads:5d}   {t:8.3f}   {fwd:13.2f}%   {grad:13.2f}%")
     print("\nclosed form / sampled − 1 for the gradient variance (r_g = 0), 256 heads:")
     print("  s²     r = 0.0          r = 0.5")
     for s2 in (0.1, 0.3, 0.5, 1.0, 2.0, 4.0):

@@ -1,5 +1,6 @@
 """Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
-rank-collapse and Q/K experiments of Secs. 3.3–3.4 (and the decoder form of Fig. 1), at a width a 2-core CPU runs in about two minutes.
+rank-collapse and Q/K experiments of Secs. 3.3–3.4 (and the decoder form of Fig. 1), at a width a 2-core CPU
+runs in about two minutes.
 
 Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
 figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective

@@ -85,8 +85,8 @@ ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
 #: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Against the sampled rule
 #: the closed form's gradient variance is within ~2% up to here at every L ≥ 32 scanned (d_in 64/256, r 0/0.5), and
 #: drifts beyond, fastest for short sequences (L = 32: +5% at s² = 0.5, +9 to 12% at 0.75; L = 128: +2% at 0.75,
-#: +4% at 1): its key/query terms are truncated at O(s⁴/L). ``tests/components/test_attention_sampled.py`` checks
-#: both sides of the threshold.
+#: +5% at 1, +23% at 2 with dropout 0.1, ``bench/attention_sampled.py``): its key/query terms are truncated at
+#: O(s⁴/L). ``tests/components/test_attention_sampled.py`` checks both sides of the threshold.
 CLOSED_FORM_MAX_S2 = 0.3
 
 

@@ -29,7 +29,7 @@ from .components.residual import Residual
 from .components.sequential import call_rule
 from .model.config import TransformerConfig
 from .model.transformer import Transformer
-from .moments import GradMoments, Moments
+from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
 __all__ = ["predict", "input_moments_theory", "head_gradient_moments", "DECODER_CAVEAT"]
@@ -208,6 +208,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     if config.arch == "encoder_decoder":
         raise NotImplementedError("predict supports encoders and decoders; the cross-attention rule is not "
                                   "implemented yet — use sigprop.measure for an encoder-decoder")
+    check_range(attention_heads, "attention_heads", lo=2.0, allowed="integers >= 2 (heads the sampled attention "
+                "rule draws per layer)")
     model = Transformer(config, sample=False)
     L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
     ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}

@@ -108,6 +108,8 @@ def test_theory_gradient_boundary_matches_measurement_at_the_top():
 def test_predict_rejects_what_it_cannot_do():
     with pytest.raises(NotImplementedError, match="cross-attention"):
         predict(TransformerConfig(**{**SMALL, "arch": "encoder_decoder"}))
+    with pytest.raises(ValueError, match="attention_heads"):
+        predict(TransformerConfig(**SMALL), attention_heads=1)
     with pytest.raises(ValueError, match="patch"):
         predict(TransformerConfig(input="patches", image_size=8, patch_size=2, seq_len=16, n_layers=2,
                                   d_model=32, n_heads=2))

@@ -62,7 +62,7 @@ from torch import nn
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
 from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
-from .attention_theory import attention_terms
+from .attention_theory import attention_terms, score_variance
 
 __all__ = [
     "SingleHeadAttention",
@@ -98,7 +98,7 @@ def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bo
     if causal:
         return "sampled"
     var, r = _effective_input(m)
-    s2 = (1.0 - r) * var**2 * np.asarray(d_in, dtype=np.float64) ** 2 * sigma_q2 * sigma_k2
+    s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
     return "sampled" if np.any(s2 > CLOSED_FORM_MAX_S2) else "exact"
 
 

@@ -22,11 +22,17 @@ import numpy as np
 
 from .softmax import softmax_power_moments
 
-__all__ = ["AttentionTerms", "attention_terms", "mm_moments", "softmax_participation"]
+__all__ = ["AttentionTerms", "attention_terms", "mm_moments", "score_variance", "softmax_participation"]
 
 #: 3-point Gauss–Hermite rule (exact for polynomials of degree ≤ 5) over the per-query score variance.
 _GH3_Z = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
 _GH3_W = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
+
+
+def score_variance(var, corr, d, sqk2):
+    """s² = τσ²d²σ²_qk = (1 − r)σ⁴d²σ²_qσ²_k: the mean variance of a query's scores over generic keys (input of
+    variance ``var`` = σ², token correlation ``corr`` = r, mean already absorbed; d = d_in; ``sqk2`` = σ²_qσ²_k)."""
+    return (1.0 - corr) * var * var * d * d * sqk2
 
 
 def mm_moments(d, e, sqk2):
@@ -83,7 +89,7 @@ def attention_terms(var, corr, d, e, L, sqk2, p) -> AttentionTerms:
         *(np.asarray(v, dtype=np.float64) for v in (var, corr, d, e, L, sqk2, p)))
     rho = corr * var
     tau = (1.0 - corr) * var
-    s2 = tau * var * d * d * sqk2
+    s2 = score_variance(var, corr, d, sqk2)
     trb2, vartrb = mm_moments(d, e, sqk2)
     vrel = (2.0 * trb2 + vartrb) / (d**4 * sqk2**2)
     kappa = tau * rho * d * d * sqk2

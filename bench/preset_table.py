@@ -1,4 +1,5 @@
-"""The README's whole-model accuracy table from the comparison JSONs in docs/ (one row per preset).
+"""The README's whole-model accuracy table from the comparison JSONs in docs/ (one row per preset; an
+encoder-decoder gets one row per stack, split at ``config.n_layers``).
 
     python bench/preset_table.py --docs docs
 """
@@ -10,9 +11,7 @@ import json
 from pathlib import Path
 
 from sigprop.comparison import summarise
-
-PRESETS = ("fig1-preln", "fig3-postln", "fig4-dslm-pre", "fig4-dslm-post", "qk-2x-xavier", "rank-collapse-noci",
-           "decoder-preln")
+from sigprop.presets import PRESETS
 
 
 def cell(s, key="median_rel"):
@@ -36,13 +35,18 @@ def main():
         if not path.exists():
             continue
         data = json.loads(path.read_text())
-        rows = data["per_layer"]  # summaries recomputed from the rows, so every row uses today's definitions
-        s = {q: summarise(q, [r[f"pred_{q}"] for r in rows], [r[f"meas_{q}"] for r in rows]).to_dict()
-             for q in ("fwd_var", "grad_var", "fwd_corr", "grad_corr")}
         seeds = len(data["measured_meta"].get("seeds", []))
-        lines.append(f"| `{name}` | {cell(s['fwd_var'])} / {cell(s['fwd_var'], 'p90_rel')}, {r2(s['fwd_var'])} | "
-                     f"{cell(s['grad_var'])} / {cell(s['grad_var'], 'p90_rel')}, {r2(s['grad_var'])} | "
-                     f"{s['fwd_corr']['max_abs']:.4f} | {cell(s['grad_corr'])} | {seeds} |")
+        n_enc = data["config"]["n_layers"]
+        parts = [("", data["per_layer"])]
+        if data["config"].get("arch") == "encoder_decoder":
+            parts = [(" encoder", [r for r in data["per_layer"] if r["layer"] < n_enc]),
+                     (" decoder", [r for r in data["per_layer"] if r["layer"] >= n_enc])]
+        for label, rows in parts:  # summaries recomputed from the rows, so every row uses today's definitions
+            s = {q: summarise(q, [r[f"pred_{q}"] for r in rows], [r[f"meas_{q}"] for r in rows]).to_dict()
+                 for q in ("fwd_var", "grad_var", "fwd_corr", "grad_corr")}
+            lines.append(f"| `{name}`{label} | {cell(s['fwd_var'])} / {cell(s['fwd_var'], 'p90_rel')}, "
+                         f"{r2(s['fwd_var'])} | {cell(s['grad_var'])} / {cell(s['grad_var'], 'p90_rel')}, "
+                         f"{r2(s['grad_var'])} | {s['fwd_corr']['max_abs']:.4f} | {cell(s['grad_corr'])} | {seeds} |")
     print("\n".join(lines))
 
 

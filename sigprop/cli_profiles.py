@@ -157,7 +157,8 @@ def predict_command(
         config, _ = resolve_config(preset, config_file, overrides)
         batch = _batch(config, batch_size, data, False, 0) if (data is not None or real) else None
         with progress_bar() as bar:
-            task = bar.add_task(f"predict {config.n_layers} layers (forward, backward)", total=2 * config.n_layers)
+            task = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
+                                total=2 * config.total_layers)
             profile = predict_for_batch(config, batch, batch_size=batch_size, attention_heads=attention_heads,
                                         progress=lambda k: bar.advance(task, k))
     except (ValueError, NotImplementedError) as err:
@@ -253,7 +254,8 @@ def compare_command(
     try:
         config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
-            ptask = bar.add_task(f"predict {config.n_layers} layers (forward, backward)", total=2 * config.n_layers)
+            ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
+                                 total=2 * config.total_layers)
             task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,

@@ -97,7 +97,7 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
     if batch is None:
         return predict(config, batch_size=batch_size, **kw)
     return predict(config, token_ids=batch["inputs"], labels=batch["labels"], segment_ids=batch.get("segment_ids"),
-                   **kw)
+                   decoder_token_ids=batch.get("decoder_inputs"), **kw)
 
 
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",

@@ -15,20 +15,39 @@ __all__ = ["plot_profiles"]
 
 
 def _series(profile: Profile | None, q: str, site: str = "layer"):
+    """(x, y, standard error) of quantity ``q`` at ``site`` over the layers; with ``site="layer"`` the embedding
+    output (x = −1) and an encoder–decoder's decoder input (x = first decoder layer − ½, after a NaN that breaks
+    the line between the two stacks) are included."""
     if profile is None:
         return None, None, None
     rows = ([r for r in profile.rows if r.site == "input"] if site == "layer" else []) + profile.site(site)
-    x = np.array([r.layer for r in rows], dtype=float)
-    y = np.array([getattr(r, q) for r in rows], dtype=float)
+    dec = profile.site("dec_input") if site == "layer" else []
+    x = [float(r.layer) for r in rows]
+    y = [float(getattr(r, q)) for r in rows]
     se = profile.meta.get("stderr", {})
-    e = np.array([se.get(f"{r.layer}:{r.site}", {}).get(q, np.nan) for r in rows], dtype=float)
-    return x, y, e
+    e = [se.get(f"{r.layer}:{r.site}", {}).get(q, np.nan) for r in rows]
+    if dec:
+        at = next(i for i, r in enumerate(rows) if r.layer >= dec[0].layer)
+        extra = ([np.nan, dec[0].layer - 0.5], [np.nan, float(getattr(dec[0], q))],
+                 [np.nan, se.get(f"{dec[0].layer}:dec_input", {}).get(q, np.nan)])
+        x, y, e = (v[:at] + ins + v[at:] for v, ins in zip((x, y, e), extra, strict=True))
+    return tuple(np.array(v, dtype=float) for v in (x, y, e))
+
+
+def _mark_decoder(ax, profile: Profile | None) -> None:
+    """A dashed line where an encoder–decoder's decoder starts."""
+    dec = profile.site("dec_input") if profile is not None else []
+    if dec:
+        ax.axvline(dec[0].layer - 0.5, color="grey", ls="--", lw=1)
+        ax.text(dec[0].layer, 0.98, " decoder", transform=ax.get_xaxis_transform(), fontsize=7, va="top",
+                color="grey")
 
 
 def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, measured: Profile | None = None,
                   title: str | None = None, summary: dict | None = None) -> Path:
-    """Write a PNG with three panels over the layers (−1 = embedding output): forward variance, gradient variance
-    (log axis when it spans more than a decade) and the token correlations of activations and gradients. Theory is
+    """Write a PNG with three panels over the layers (−1 = embedding output; an encoder–decoder's decoder follows
+    its encoder, marked by a dashed line): forward variance, gradient variance (log axis when it spans more than a
+    decade) and the token correlations of activations and gradients. Theory is
     a line, measurement points with ±1 standard error bars (over seeds) where known. ``summary`` (per quantity,
     from :func:`sigprop.compare`) is printed in each panel's corner."""
     plt = pyplot()
@@ -57,6 +76,7 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
         vals = np.concatenate([s[np.isfinite(s)] for s in spans]) if spans else np.array([])
         if qs[0] != "fwd_corr" and vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:
             ax.set_yscale("log")
+        _mark_decoder(ax, predicted if predicted is not None else measured)
         ax.set_xlabel("layer")
         ax.set_title(label)
         ax.grid(alpha=0.3)

@@ -54,6 +54,10 @@ PRESETS = {
     "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
                             "rule, moments averaged over positions",
                             dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "encdec-preln": Preset("Pre-LN encoder-decoder, 96 + 96 layers, Xavier: cross-attention (sampled rule); the "
+                           "encoder's gradient arrives through the 96 cross-attentions",
+                           dict(arch="encoder_decoder", n_layers=96, n_decoder_layers=96, norm_position="pre",
+                                init="xavier"), figure="Kedia et al. Figs. 1-2"),
 }
 
 

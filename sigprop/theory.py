@@ -23,6 +23,7 @@ import torch
 
 from .components.attention import MultiHeadAttention
 from .components.attention_sampled import DEFAULT_HEADS
+from .components.cross_attention import CrossAttention
 from .components.embedding import repetition_correlation, zipf_correlation
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
@@ -36,8 +37,9 @@ __all__ = ["predict", "input_moments_theory", "head_gradient_moments", "DECODER_
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
-                         segment_ids: torch.Tensor | None = None) -> tuple[Moments, str]:
-    """Moments of the embedding output after its dropout (App. A.1), and a description of their source.
+                         segment_ids: torch.Tensor | None = None, decoder: bool = False) -> tuple[Moments, str]:
+    """Moments of the embedding output after its dropout (App. A.1), and a description of their source; with
+    ``decoder`` those of an encoder–decoder's decoder input (the same embedding, its own dropout).
 
     With ``token_ids`` the token correlation is the batch's exact repetition correlation; without, the expectation
     for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
@@ -53,7 +55,7 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
         r, source = zipf_correlation(c.vocab_size), f"Zipf(1) tokens over {c.vocab_size} ids (App. A.1)"
     seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
     m = model.embed.forward_moments(r, **seg)
-    return model.embed_drop.forward_moments(m), source
+    return (model.dec_embed_drop if decoder else model.embed_drop).forward_moments(m), source
 
 
 def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
@@ -128,10 +130,11 @@ def _layer_forward(layer, m: Moments, ctx: dict, normalised: bool):
     return (inputs, post), branches, m, normalised
 
 
-def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: float):
+def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: float, memory_grads: list):
     """Walk one layer's children in reverse. ``skip_fraction`` is the share of the incoming gradient's variance
     that came through the next residual's skip path (what a Post-LN norm needs, see
-    :func:`~sigprop.components.layernorm.layernorm_backward_postnorm`); returns it for the layer below."""
+    :func:`~sigprop.components.layernorm.layernorm_backward_postnorm`); returns it for the layer below. A
+    cross-attention branch appends the gradient it sends to the encoder output to ``memory_grads``."""
     inputs, post = saved
     branch_grads = {}
     children = list(layer.named_children())
@@ -139,6 +142,8 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
         if isinstance(child, Residual):
             g_out = g
             g, branch_grads[name] = child.backward_moments_and_branch(g, m_in, **ctx)
+            if hasattr(child.branch, "memory_backward_moments") and branch_grads[name] is not None:
+                memory_grads.append(child.branch.memory_backward_moments(branch_grads[name], m_in, **ctx))
             lam = float(np.asarray(child._scales()[0]))
             skip_fraction = float(np.clip(lam**2 * np.asarray(g_out.var) / np.asarray(g.var), 0.0, 1.0))
             continue
@@ -157,15 +162,16 @@ DECODER_CAVEAT = ("decoder: the moments passed from layer to layer are averages 
 
 
 def _attention_rules(model: Transformer) -> str:
-    """Which attention rule each layer's self-attention used (``MultiHeadAttention.rule_used``), as one line."""
+    """Which rule each layer's attention used (``MultiHeadAttention.rule_used``; cross-attention named apart), as
+    one line."""
     rules: dict[str, list[int]] = {}
-    for layer in model.layers:
+    names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
+    for layer in model.all_layers():
         for module in layer.modules():
             if isinstance(module, MultiHeadAttention) and module.rule_used is not None:
-                rules.setdefault(module.rule_used, []).append(layer.index)
-                break
-    names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
-    return "; ".join(f"{names.get(k, k)}: {_ranges(v)}" for k, v in rules.items()) or "none"
+                kind = "cross-attention " if isinstance(module, CrossAttention) else ""
+                rules.setdefault(kind + names.get(module.rule_used, module.rule_used), []).append(layer.index)
+    return "; ".join(f"{k}: {_ranges(v)}" for k, v in rules.items()) or "none"
 
 
 def _ranges(idx: list[int]) -> str:
@@ -182,11 +188,53 @@ def _f(x) -> float:
     return float(np.asarray(x))
 
 
+def _tick(progress):
+    return progress if progress is not None else (lambda k: None)
+
+
+def _forward_stack(layers, m: Moments, ctx: dict, rows: dict, progress) -> tuple[Moments, list]:
+    """Forward sweep through ``layers`` from input moments ``m``: records every site's moments in ``rows`` and
+    returns the output moments and what the backward sweep needs."""
+    saved, normalised = [], False
+    for layer in layers:
+        try:
+            inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
+        except ValueError as err:
+            raise ValueError(f"layer {layer.index}: {err}") from None
+        saved.append(inputs)
+        rows.update({(layer.index, name): mb for name, mb in branches.items()})
+        rows[(layer.index, "layer")] = m
+        progress(1)
+    return m, saved
+
+
+def _backward_stack(layers, saved: list, g: GradMoments, ctx: dict, rows: dict, progress):
+    """Backward sweep through ``layers`` from the gradient moments ``g`` at the top: records every site's gradient
+    moments in ``rows``; returns the gradient at the stack's input and the gradients its cross-attentions send to
+    the encoder output (a list, empty without cross-attention)."""
+    skip_fraction = 0.0  # the gradient at the top comes from the head (or the memory), not a residual's skip path
+    memory_grads: list[GradMoments] = []
+    for layer, inputs in zip(reversed(layers), reversed(saved), strict=True):
+        rows[(layer.index, "layer")] = g
+        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction, memory_grads)
+        rows.update({(layer.index, name): gb for name, gb in branch_grads.items()})
+        progress(1)
+    return g, memory_grads
+
+
+def _sum_gradients(grads: list[GradMoments]) -> GradMoments:
+    """Moments of a sum of gradients with zero cross-covariance (independent zero-mean value weights per layer):
+    variances and token covariances add."""
+    var = sum(np.asarray(gr.var) for gr in grads)
+    cov = sum(np.asarray(gr.var) * np.asarray(gr.corr) for gr in grads)
+    return GradMoments(var=var, corr=cov / var)
+
+
 def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None, input_moments: Moments | None = None,
             grad_top: GradMoments | None = None, labels: torch.Tensor | None = None, seq_len: int | None = None,
             batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
-            attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0,
-            progress: Callable[[int], None] | None = None) -> Profile:
+            decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
+            attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
     ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
@@ -199,62 +247,63 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
     attention) with ``attention_heads`` heads drawn from ``attention_seed``. ``progress(k)`` is called after every
-    k layers of each sweep (2·n_layers in all): the sampled rule takes ~0.3 s per layer at d = 256, L = 128.
+    k layers of each sweep (2·``config.total_layers`` in all): the sampled rule takes ~0.3 s per layer at d = 256,
+    L = 128.
+
+    Encoder–decoders (``decoder_token_ids``: the decoder's input ids, default the theory's Zipf correlation): the
+    encoder's forward sweep gives the memory (after the encoder-output norm), which every decoder layer's
+    cross-attention reads (:mod:`~sigprop.components.cross_attention`, sampled); the decoder's backward sweep
+    collects the gradient each cross-attention sends to the memory, their sum goes back through the
+    encoder-output norm and down the encoder. ``grad_top`` and ``labels`` are the decoder's; the decoder input's
+    row is (``n_layers``, "dec_input").
+
     Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
     weights and inputs). A decoder's positions are not exchangeable: the moments passed from layer to layer are
-    averages over positions, as the measurement's are. Encoder–decoders raise NotImplementedError (no
-    cross-attention rule).
+    averages over positions, as the measurement's are (``meta["caveat"]``).
     """
-    if config.arch == "encoder_decoder":
-        raise NotImplementedError("predict supports encoders and decoders; the cross-attention rule is not "
-                                  "implemented yet — use sigprop.measure for an encoder-decoder")
     check_range(attention_heads, "attention_heads", lo=2.0, allowed="integers >= 2 (heads the sampled attention "
                 "rule draws per layer)")
     model = Transformer(config, sample=False)
     L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
     ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}
+    tick = _tick(progress)
     meta = {"seq_len": L}
     if input_moments is None:
         input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
     else:
         meta["input_source"] = "given"
 
-    m = input_moments
-    fwd_rows = {(-1, "input"): m}
-    saved = []
-    normalised = False
-    for layer in model.layers:
-        try:
-            inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
-        except ValueError as err:
-            raise ValueError(f"layer {layer.index}: {err}") from None
-        saved.append(inputs)
-        for name, mb in branches.items():
-            fwd_rows[(layer.index, name)] = mb
-        fwd_rows[(layer.index, "layer")] = m
-        if progress is not None:
-            progress(1)
+    fwd_rows = {(-1, "input"): input_moments}
+    m_enc, saved_enc = _forward_stack(list(model.layers), input_moments, ctx, fwd_rows, tick)
+    m, dec_ctx = m_enc, ctx
+    if config.arch == "encoder_decoder":
+        memory = model.enc_norm.forward_moments(m_enc) if model.enc_norm is not None else m_enc
+        L_dec = int(decoder_token_ids.shape[-1]) if decoder_token_ids is not None else L
+        dec_ctx = {**ctx, "L": L_dec, "memory_moments": memory, "L_memory": L}
+        m_dec, src = input_moments_theory(model, decoder_token_ids, pad_id, decoder=True)
+        meta["decoder_input_source"] = src.replace("token ids of the batch", "decoder token ids of the batch")
+        fwd_rows[(config.n_layers, "dec_input")] = m_dec
+        m, saved_dec = _forward_stack(list(model.dec_layers), m_dec, dec_ctx, fwd_rows, tick)
 
     if grad_top is None:
-        grad_top, meta["grad_source"] = head_gradient_moments(model, m, labels, L, batch_size)
+        grad_top, meta["grad_source"] = head_gradient_moments(model, m, labels, dec_ctx["L"], batch_size)
     else:
         meta["grad_source"] = "given"
 
-    grad_rows = {}
+    grad_rows: dict = {}
     g = grad_top
-    skip_fraction = 0.0  # the gradient at the top comes from the head, not from a residual's skip path
-    for layer, inputs in zip(reversed(model.layers), reversed(saved), strict=True):
-        grad_rows[(layer.index, "layer")] = g
-        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction)
-        for name, gb in branch_grads.items():
-            grad_rows[(layer.index, name)] = gb
-        if progress is not None:
-            progress(1)
+    if config.arch == "encoder_decoder":
+        g_dec, memory_grads = _backward_stack(list(model.dec_layers), saved_dec, g, dec_ctx, grad_rows, tick)
+        grad_rows[(config.n_layers, "dec_input")] = g_dec
+        g = _sum_gradients(memory_grads)
+        if model.enc_norm is not None:
+            g = model.enc_norm.backward_moments(g, m_enc)
+    g, _ = _backward_stack(list(model.layers), saved_enc, g, ctx, grad_rows, tick)
     grad_rows[(-1, "input")] = g
     meta["attention_rule"] = _attention_rules(model)
     if "sampled" in meta["attention_rule"]:
         meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
-    if config.arch == "decoder":
+    if config.arch != "encoder":
         meta["caveat"] = DECODER_CAVEAT
 
     rows = []

@@ -42,6 +42,21 @@ def test_measure_and_compare_on_synthetic_tokens(tmp_path):
     assert len(data["per_layer"]) == 3 and "grad_source" in data["predicted_meta"]
 
 
+def test_encoder_decoder_compare(tmp_path):
+    """An encoder–decoder end to end: the cross-attention rule is named, the decoder input has its own row and the
+    figure is drawn."""
+    comp = tmp_path / "c.json"
+    result = runner.invoke(app, ["compare", *SMALL, "--set", "arch=encoder_decoder", "--set", "n_decoder_layers=2",
+                                 "--synthetic", "--seeds", "2", "--batch-size", "2", "--attention-heads", "16",
+                                 "--json", str(comp), "--plot", str(tmp_path / "c.png")])
+    assert result.exit_code == 0, result.output
+    assert "cross-attention sampled: layers 3-4" in " ".join(result.output.split())
+    data = json.loads(comp.read_text())
+    assert [r["layer"] for r in data["per_layer"]] == [0, 1, 2, 3, 4]
+    assert "caveat" in data["predicted_meta"]
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
 def test_presets_resolve_and_list():
     config, preset = resolve_config("fig3-postln", None, ["n_layers=4"])
     assert config.norm_position == "post" and config.n_layers == 4 and preset.seeds >= 1
@@ -63,7 +78,7 @@ def test_config_file_and_overrides(tmp_path):
     (["--set", "n_layers"], "key=value"),
     (["--set", "colour=blue"], "unknown config field"),
     (["--set", "d_model=30", "--set", "n_heads=4"], "divisible"),
-    (["--set", "arch=encoder_decoder"], "cross-attention"),
+    (["--set", "attention_heads=1"], "unknown config field"),
 ])
 def test_bad_input_is_a_clear_error(args, message):
     result = runner.invoke(app, ["predict", *args])

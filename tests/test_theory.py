@@ -19,18 +19,21 @@ SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max
 QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
 
 
-def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES):
-    """Every layer's predicted quantity within Z standard errors (over seeds) of the measured mean."""
+def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked=None):
+    """Every layer's predicted quantity within Z standard errors (over seeds) of the measured mean, at the sites
+    "layer", "attn", "ffn" and "cross"; ``checked(layer, site, quantity)`` narrows that down."""
     batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
     pred, meas, _ = compare_config(config, batch, seeds=seeds, grad_boundary="measured")
     pl, ml = pred.lookup(), meas.lookup()
     se = meas.meta["stderr"]
     bad = []
     for (layer, site), rm in ml.items():
-        if site not in ("layer", "attn", "ffn"):
+        if site not in ("layer", "attn", "ffn", "cross"):
             continue
         rp = pl[(layer, site)]
         for q in quantities:
+            if checked is not None and not checked(layer, site, q):
+                continue
             err = abs(getattr(rp, q) - getattr(rm, q))
             tol = Z * se[f"{layer}:{site}"][q]
             if not err <= tol:
@@ -62,6 +65,24 @@ def test_decoder_variances_within_measurement_noise(norm_position):
     makes unequal (documented in :func:`sigprop.theory.predict`)."""
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": norm_position})
     bad = _within_noise(config, quantities=("fwd_var", "grad_var"))
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_encoder_decoder_within_measurement_noise(norm_position):
+    """An encoder–decoder (cross-attention, sampled rule). The encoder's every quantity: its gradient arrives only
+    through the decoder's cross-attentions, summed over them, so it tests the memory-gradient rule and the sum.
+    The cross-attention outputs' forward moments. Pre-LN: the decoder's variances too (its correlations, and a
+    Post-LN decoder's gradients, carry the decoder caveat: see the decoder test above)."""
+    config = TransformerConfig(**{**SMALL, "arch": "encoder_decoder", "n_decoder_layers": 6,
+                                  "norm_position": norm_position})
+
+    def checked(layer, site, q):
+        if layer < config.n_layers or (site == "cross" and q.startswith("fwd")):
+            return True
+        return norm_position == "pre" and q.endswith("var")
+
+    bad = _within_noise(config, checked=checked)
     assert not bad, "\n".join(bad)
 
 
@@ -106,8 +127,6 @@ def test_theory_gradient_boundary_matches_measurement_at_the_top():
 
 
 def test_predict_rejects_what_it_cannot_do():
-    with pytest.raises(NotImplementedError, match="cross-attention"):
-        predict(TransformerConfig(**{**SMALL, "arch": "encoder_decoder"}))
     with pytest.raises(ValueError, match="attention_heads"):
         predict(TransformerConfig(**SMALL), attention_heads=1)
     with pytest.raises(ValueError, match="patch"):

@@ -12,12 +12,13 @@ from collections import OrderedDict
 
 from ..moments import check_range
 from .attention import MultiHeadAttention
+from .cross_attention import CrossAttention
 from .dropout import Dropout
 from .factory import ATTENTIONS, make_norm
 from .linear import Linear
-from .sequential import Sequential
+from .sequential import Sequential, call_rule
 
-__all__ = ["AttentionBlock"]
+__all__ = ["AttentionBlock", "CrossAttentionBlock"]
 
 
 class AttentionBlock(Sequential):
@@ -66,3 +67,34 @@ class AttentionBlock(Sequential):
         layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
         layers["drop"] = Dropout(p)
         super().__init__(layers)
+
+
+class CrossAttentionBlock(Sequential):
+    """norm → cross-attention (queries from x, keys/values from ``memory``, the encoder output) → proj → drop.
+
+    Standard softmax attention with Xavier-normal defaults like :class:`AttentionBlock`; its rules take the
+    memory's moments as context (``memory_moments``, ``L_memory``; :class:`~sigprop.components.cross_attention.
+    CrossAttention`). :meth:`memory_backward_moments` is the gradient the block sends to the memory.
+    """
+
+    def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
+                 norm_kw: dict | None = None):
+        check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+        layers = OrderedDict()
+        norm_module = make_norm(norm, d, **(norm_kw or {}))
+        if norm_module is not None:
+            layers["norm"] = norm_module
+        layers["attn"] = CrossAttention(d, n_heads, d // n_heads, dropout_p=attn_dropout)
+        layers["proj"] = Linear(d, d)
+        layers["drop"] = Dropout(p)
+        super().__init__(layers)
+
+    def memory_backward_moments(self, g, m_in, **context):
+        """Gradient moments at the memory for gradient moments ``g`` at the block's output (input moments ``m_in``):
+        back through drop and proj, then the attention's memory rule."""
+        children = list(self)
+        at = children.index(self.attn)
+        inputs = self.input_moments(m_in, **context)
+        for child, m in zip(reversed(children[at + 1:]), reversed(inputs[at + 1:]), strict=True):
+            g = call_rule(child.backward_moments, g, m, **context)
+        return call_rule(self.attn.memory_backward_moments, g, inputs[at], **context)

@@ -91,18 +91,22 @@ def _head_stats(c: torch.Tensor):
 _CACHE_NUMBERS = 40_000_000
 
 
-def _draw_base(heads, L, d_in, d_k, p_used, seed):
-    """Standard-normal (and uniform, for dropout) draws for ``heads`` heads, in chunks; scaled per configuration."""
+def _draw_base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
+    """Standard-normal (and uniform, for dropout) draws for ``heads`` heads, in chunks; scaled per configuration.
+    ``L_kv`` > 0 adds a separate key/value input of ``L_kv`` tokens (cross-attention)."""
     gen = torch.Generator().manual_seed(seed)
     kw = {"generator": gen, "dtype": torch.float64}
     chunks, done = [], 0
     while done < heads:
         n = min(_CHUNK, heads - done)
-        chunks.append({"c": torch.randn(n, 1, d_in, **kw), "delta": torch.randn(n, L, d_in, **kw),
-                       "zq": torch.randn(n, d_in, d_k, **kw), "zk": torch.randn(n, d_in, d_k, **kw),
-                       "u": torch.rand(n, L, L, **kw) if p_used else None,
-                       "w_sh": torch.randn(n, 1, d_in, **kw).expand(n, L, d_in),
-                       "w_in": torch.randn(n, L, d_in, **kw)})
+        chunk = {"c": torch.randn(n, 1, d_in, **kw), "delta": torch.randn(n, L, d_in, **kw),
+                 "zq": torch.randn(n, d_in, d_k, **kw), "zk": torch.randn(n, d_in, d_k, **kw),
+                 "u": torch.rand(n, L, L_kv or L, **kw) if p_used else None,
+                 "w_sh": torch.randn(n, 1, d_in, **kw).expand(n, L, d_in),
+                 "w_in": torch.randn(n, L, d_in, **kw)}
+        if L_kv:
+            chunk["c_kv"], chunk["delta_kv"] = torch.randn(n, 1, d_in, **kw), torch.randn(n, L_kv, d_in, **kw)
+        chunks.append(chunk)
         done += n
     return chunks
 
@@ -110,51 +114,97 @@ def _draw_base(heads, L, d_in, d_k, p_used, seed):
 _draw_base_cached = lru_cache(maxsize=1)(_draw_base)
 
 
-def _base(heads, L, d_in, d_k, p_used, seed):
-    numbers = heads * (L * (2 * d_in + (L if p_used else 0)) + 2 * d_in * d_k)
+def _base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
+    numbers = heads * (L * (2 * d_in + ((L_kv or L) if p_used else 0)) + 2 * d_in * d_k + L_kv * d_in)
     fn = _draw_base_cached if numbers <= _CACHE_NUMBERS else _draw_base
-    return fn(heads, L, d_in, d_k, p_used, seed)
+    return fn(heads, L, d_in, d_k, p_used, seed, L_kv)
 
 
-def _value_free_output(z, var, corr, mean, d_k, L, sq, sk, p, causal):
-    """The input X (requiring grad) of a chunk of heads, the value-free output O = Ã X (W_V is averaged exactly,
-    module docstring) and the mean per-query score variance."""
-    x = mean + math.sqrt(corr * var) * z["c"] + math.sqrt((1.0 - corr) * var) * z["delta"]
-    x.requires_grad_(True)
-    s = (x @ (math.sqrt(sq) * z["zq"])) @ (x @ (math.sqrt(sk) * z["zk"])).transpose(-1, -2) / math.sqrt(d_k)
+def _gaussian_input(c, delta, mean, var, corr):
+    """x_k = μ + √(rσ²) c + √((1 − r)σ²) δ_k (module docstring), requiring grad."""
+    x = mean + math.sqrt(corr * var) * c + math.sqrt((1.0 - corr) * var) * delta
+    return x.requires_grad_(True)
+
+
+def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal):
+    """The value-free output O = Ã X_kv of a chunk of heads (W_V is averaged exactly, module docstring) and the
+    mean per-query score variance."""
+    s = (x @ (math.sqrt(sq) * z["zq"])) @ (x_kv @ (math.sqrt(sk) * z["zk"])).transpose(-1, -2) / math.sqrt(d_k)
     s2 = float(s.detach().var(dim=-1).mean())
     if causal:
-        s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
     a = torch.softmax(s, dim=-1)
     if p > 0.0:
         a = a * (z["u"] >= p).to(torch.float64) / (1.0 - p)
-    return x, a @ x, s2
+    return a @ x_kv, s2
+
+
+def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed) -> dict:
+    """Per-element moment estimates (mean over heads, standard error) of the sampled heads: forward ("f"), and the
+    query-input ("sh"/"in") and, for a separate key/value input ``kv``, key/value-input ("kv_sh"/"kv_in") gradient
+    for a unit shared / independent output gradient; each as {"var": (est, se), "cov": (est, se)}. ``q`` and ``kv``
+    are (mean, var, corr) triples; ``kv=None`` is self-attention (keys and values from the query input)."""
+    keys = ("f", "sh", "in") + (("kv_sh", "kv_in") if kv is not None else ())
+    per = {k: [] for k in keys}
+    s2_sum = 0.0
+    with torch.enable_grad():
+        for z in _base(heads, L, d_in, d_k, p > 0.0, seed, L_kv if kv is not None else 0):
+            x = _gaussian_input(z["c"], z["delta"], *q)
+            x_kv = x if kv is None else _gaussian_input(z["c_kv"], z["delta_kv"], *kv)
+            o, s2 = _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal)
+            inputs = (x,) if kv is None else (x, x_kv)
+            g_sh = torch.autograd.grad(o, inputs, z["w_sh"], retain_graph=True)
+            g_in = torch.autograd.grad(o, inputs, z["w_in"])
+            per["f"].append(_head_stats(o.detach()))
+            per["sh"].append(_head_stats(g_sh[0]))
+            per["in"].append(_head_stats(g_in[0]))
+            if kv is not None:
+                per["kv_sh"].append(_head_stats(g_sh[1]))
+                per["kv_in"].append(_head_stats(g_in[1]))
+            s2_sum += s2 * x.shape[0]
+
+    def est(key, i):
+        # E over W_V: E[y_ij y_lj] = σ²_v o_i·o_l; w = W_V g has per-element covariance σ²_v d_k σ²_g R (σ²_g = 1)
+        a = torch.cat([t[i] for t in per[key]]).numpy() * (sv * (d_in if key == "f" else d_k))
+        return float(a.mean()), float(a.std(ddof=1) / math.sqrt(len(a)))
+
+    out = {k: {"var": est(k, 0), "cov": est(k, 1)} for k in keys}
+    out["s2"] = s2_sum / heads
+    return out
+
+
+def _fields(est: dict, key: str, prefix: str) -> dict:
+    return {f"{prefix}var": est[key]["var"][0], f"{prefix}cov": est[key]["cov"][0],
+            f"{prefix}var_se": est[key]["var"][1], f"{prefix}cov_se": est[key]["cov"][1]}
 
 
 @lru_cache(maxsize=4096)
 def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, seed) -> SampledAttention:
-    per = {k: [] for k in ("f", "sh", "in")}
-    s2_sum = 0.0
-    with torch.enable_grad():
-        for z in _base(heads, L, d_in, d_k, p > 0.0, seed):
-            x, o, s2 = _value_free_output(z, var, corr, mean, d_k, L, sq, sk, p, causal)
-            gx_sh, = torch.autograd.grad(o, x, z["w_sh"], retain_graph=True)
-            gx_in, = torch.autograd.grad(o, x, z["w_in"])
-            for key, t in (("f", o.detach()), ("sh", gx_sh), ("in", gx_in)):
-                per[key].append(_head_stats(t))
-            s2_sum += s2 * x.shape[0]
+    e = _sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed)
+    return SampledAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
+                            **_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
 
-    def est(key, i, scale):
-        a = torch.cat([t[i] for t in per[key]]).numpy() * scale
-        return float(a.mean()), float(a.std(ddof=1) / math.sqrt(len(a)))
 
-    # E over W_V: E[y_ij y_lj] = σ²_v o_i·o_l; w = W_V g has per-element covariance σ²_v d_k σ²_g R (σ²_g = 1 here)
-    (fv, fv_se), (fc, fc_se) = est("f", 0, sv * d_in), est("f", 1, sv * d_in)
-    (shv, shv_se), (shc, shc_se) = est("sh", 0, sv * d_k), est("sh", 1, sv * d_k)
-    (inv, inv_se), (inc, inc_se) = est("in", 0, sv * d_k), est("in", 1, sv * d_k)
-    return SampledAttention(fwd_mean=0.0, fwd_var=fv, fwd_cov=fc, sh_var=shv, sh_cov=shc, in_var=inv, in_cov=inc,
-                            fwd_var_se=fv_se, fwd_cov_se=fc_se, sh_var_se=shv_se, sh_cov_se=shc_se,
-                            in_var_se=inv_se, in_cov_se=inc_se, s2=s2_sum / heads, heads=heads)
+def _checked_input(var, corr, mean, what: str = "input"):
+    """(mean, var, corr) of a Gaussian input, validated (``ValueError`` naming the field)."""
+    var = check_range(var, f"{what} variance", lo=0.0, lo_open=True, allowed="(0, inf)")
+    corr = check_range(corr, f"{what} token correlation (Moments.corr)", lo=0.0, hi=1.0,
+                       allowed="[0, 1] (the input is a shared plus an independent part)")
+    return check_range(mean, f"{what} mean"), var, corr
+
+
+def _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads):
+    """The head's sizes, weight variances, dropout and sample size, validated (``ValueError`` naming the field)."""
+    d_in = int(check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1"))
+    d_k = int(check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1"))
+    L = int(check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)"))
+    sq = check_range(sigma_q2, "sigma_q2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    sk = check_range(sigma_k2, "sigma_k2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    sv = check_range(sigma_v2, "sigma_v2", lo=0.0, lo_open=True, allowed="(0, inf)")
+    p = check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
+    heads = int(check_range(heads, "heads", lo=2.0, allowed="integers >= 2"))
+    return d_in, d_k, L, sq, sk, sv, p, heads
 
 
 def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
@@ -165,18 +215,8 @@ def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
     Scalars only (see :func:`sampled_forward` for arrays). Cached: a repeated call with equal arguments returns the
     same draw. Raises ``ValueError`` naming the argument on invalid input.
     """
-    var = check_range(var, "input variance", lo=0.0, lo_open=True, allowed="(0, inf)")
-    corr = check_range(corr, "Moments.corr (token correlation)", lo=0.0, hi=1.0,
-                       allowed="[0, 1] (the input is a shared plus an independent part)")
-    mean = check_range(mean, "input mean")
-    d_in = int(check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1"))
-    d_k = int(check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1"))
-    L = int(check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)"))
-    sq = check_range(sigma_q2, "sigma_q2", lo=0.0, lo_open=True, allowed="(0, inf)")
-    sk = check_range(sigma_k2, "sigma_k2", lo=0.0, lo_open=True, allowed="(0, inf)")
-    sv = check_range(sigma_v2, "sigma_v2", lo=0.0, lo_open=True, allowed="(0, inf)")
-    p = check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
-    heads = int(check_range(heads, "heads", lo=2.0, allowed="integers >= 2"))
+    mean, var, corr = _checked_input(var, corr, mean)
+    d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
     return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed))
 
 

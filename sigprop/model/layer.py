@@ -17,16 +17,13 @@ from collections import OrderedDict
 
 from torch import nn
 
-from ..components.attention import MultiHeadAttention
-from ..components.attention_block import AttentionBlock
-from ..components.dropout import Dropout
+from ..components.attention_block import AttentionBlock, CrossAttentionBlock
 from ..components.factory import make_norm
 from ..components.ffn import FFNBlock
-from ..components.linear import Linear
 from ..components.residual import Residual
 from ..components.sequential import Sequential
 
-__all__ = ["TransformerLayer", "CrossAttention", "CrossAttentionBlock", "norm_kwargs", "attention_kwargs",
+__all__ = ["TransformerLayer", "norm_kwargs", "attention_kwargs",
            "activation_kwargs"]
 
 
@@ -55,37 +52,6 @@ def activation_kwargs(config) -> dict:
     return {"n": config.d_model, "c_plus": config.shaped_c_plus, "c_minus": config.shaped_c_minus,
             "normalize": config.shaped_normalize, "mode": config.shaped_mode,
             "anneal_steps": config.shaped_anneal_steps}
-
-
-class CrossAttention(MultiHeadAttention):
-    """Multi-head attention whose keys and values come from ``memory`` (the encoder output)."""
-
-    def forward(self, x, memory=None, memory_padding_mask=None):
-        if memory is None:
-            raise ValueError("cross-attention needs the encoder output: pass memory=")
-        return super().forward(x, x_kv=memory, key_padding_mask=memory_padding_mask)
-
-    def forward_moments(self, m, L=None):
-        raise NotImplementedError("cross-attention has no moment rule yet: sigprop.predict supports encoder and "
-                                  "decoder models; measure an encoder-decoder with sigprop.measure")
-
-    def backward_moments(self, g, m_in, L=None):
-        self.forward_moments(m_in)
-
-
-class CrossAttentionBlock(Sequential):
-    """norm → cross-attention (queries from x, keys/values from ``memory``) → projection → dropout."""
-
-    def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
-                 norm_kw: dict | None = None):
-        layers = OrderedDict()
-        norm_module = make_norm(norm, d, **(norm_kw or {}))
-        if norm_module is not None:
-            layers["norm"] = norm_module
-        layers["attn"] = CrossAttention(d, n_heads, d // n_heads, dropout_p=attn_dropout)
-        layers["proj"] = Linear(d, d)
-        layers["drop"] = Dropout(p)
-        super().__init__(layers)
 
 
 class TransformerLayer(Sequential):

@@ -9,7 +9,10 @@ its own input. Boundaries:
 * input: from theory (tokens i.i.d. Zipf over the vocabulary, App. A.1: r = Σp²), from the token ids of a batch
   (their exact repetition correlation), or given as measured :class:`Moments` (e.g. a patch embedding's output);
 * output gradient: from theory (:func:`head_gradient_moments`: the cross-entropy gradient of the labelled positions
-  through the head and the final norm) or given (e.g. measured at the top layer). The profile's ``meta`` says which.
+  through the head and the final norm) or given (e.g. measured at the top layer). The profile's ``meta`` says which;
+* an encoder–decoder's encoder: its output (the memory, after the encoder-output norm) is the cross-attentions'
+  key/value input on the way up, and the sum of the gradients they send it is the encoder's boundary on the way
+  down (:mod:`sigprop.components.cross_attention`).
 
 The rules read the init plan's declared standard deviations (the model is built without sampling weights).
 """
@@ -295,11 +298,17 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     if config.arch == "encoder_decoder":
         g_dec, memory_grads = _backward_stack(list(model.dec_layers), saved_dec, g, dec_ctx, grad_rows, tick)
         grad_rows[(config.n_layers, "dec_input")] = g_dec
-        g = _sum_gradients(memory_grads)
-        if model.enc_norm is not None:
+        memory_grads = [gr for gr in memory_grads if np.all(np.asarray(gr.var) > 0)]
+        g = _sum_gradients(memory_grads) if memory_grads else None
+        if g is None:  # every cross-attention's β is 0: the loss does not depend on the encoder
+            meta["encoder_gradient"] = "none: every cross-attention branch is scaled by beta = 0"
+        elif model.enc_norm is not None:
             g = model.enc_norm.backward_moments(g, m_enc)
-    g, _ = _backward_stack(list(model.layers), saved_enc, g, ctx, grad_rows, tick)
-    grad_rows[(-1, "input")] = g
+    if g is not None:
+        g, _ = _backward_stack(list(model.layers), saved_enc, g, ctx, grad_rows, tick)
+        grad_rows[(-1, "input")] = g
+    else:
+        tick(len(model.layers))
     meta["attention_rule"] = _attention_rules(model)
     if "sampled" in meta["attention_rule"]:
         meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"

@@ -142,3 +142,15 @@ def test_skipinit_zero_beta_predicts_identity_stream():
     assert all(math.isclose(r.fwd_var, first.fwd_var, rel_tol=1e-12) for r in rows)
     assert all(r.grad_var == pytest.approx(1.0) for r in rows)
     assert np.all([p.lookup()[(r.layer, "attn")].grad_var == 0.0 for r in rows])
+
+
+def test_encoder_decoder_with_zero_cross_beta_sends_no_gradient_to_the_encoder():
+    """With β = 0 on every cross-attention the loss does not depend on the encoder: no encoder gradient is
+    predicted (variance 0, correlation undefined), and the meta says why; the decoder's is unaffected."""
+    c = TransformerConfig(**{**SMALL, "arch": "encoder_decoder", "n_layers": 2, "n_decoder_layers": 2,
+                             "init": "skipinit"})
+    p = predict(c, grad_top=GradMoments(1.0, 0.1), attention_heads=8)
+    enc = [r for r in p.rows if r.layer < c.n_layers]
+    assert all(r.grad_var == 0.0 and math.isnan(r.grad_corr) for r in enc)
+    assert "beta = 0" in p.meta["encoder_gradient"]
+    assert p.lookup()[(c.n_layers, "dec_input")].grad_var == pytest.approx(1.0)

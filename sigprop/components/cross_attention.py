@@ -41,50 +41,43 @@ import numpy as np
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
 from .attention import MultiHeadAttention
-from .attention_sampled import DEFAULT_HEADS, _checked_head, _checked_input, _each, _fields, _sample_heads
+from .attention_sampled import (
+    DEFAULT_HEADS,
+    SampledAttention,
+    _checked_head,
+    _checked_input,
+    _each,
+    _fields,
+    _sample_heads,
+)
 
 __all__ = ["SampledCrossAttention", "sample_cross_attention", "cross_forward", "cross_backward",
            "cross_memory_backward", "CrossAttention"]
 
 
 @dataclass(frozen=True)
-class SampledCrossAttention:
-    """Per-element moments of one sampled cross-attention head (mean over heads) and their standard errors.
-
-    ``fwd_*``: output variance and token covariance over query pairs. ``sh_*`` / ``in_*``: query-input gradient,
-    ``mem_sh_*`` / ``mem_in_*``: memory gradient (covariance over memory-token pairs), for a unit shared / unit
-    independent output gradient. ``*_se``: standard errors over the ``heads`` sampled heads. ``s2``: the mean score
-    variance over the keys of one query, as sampled.
+class SampledCrossAttention(SampledAttention):
+    """Per-element moments of one sampled cross-attention head (mean over heads) and their standard errors: the
+    fields of :class:`~sigprop.components.attention_sampled.SampledAttention` (``fwd_*``: output, covariance over
+    query pairs; ``sh_*`` / ``in_*``: the gradient at the query input) and ``mem_sh_*`` / ``mem_in_*``: the gradient
+    at the memory (covariance over memory-token pairs), for a unit shared / unit independent output gradient.
     """
 
-    fwd_var: float
-    fwd_cov: float
-    sh_var: float
-    sh_cov: float
-    in_var: float
-    in_cov: float
     mem_sh_var: float
     mem_sh_cov: float
     mem_in_var: float
     mem_in_cov: float
-    fwd_var_se: float
-    fwd_cov_se: float
-    sh_var_se: float
-    sh_cov_se: float
-    in_var_se: float
-    in_cov_se: float
     mem_sh_var_se: float
     mem_sh_cov_se: float
     mem_in_var_se: float
     mem_in_cov_se: float
-    s2: float
-    heads: int
 
 
 @lru_cache(maxsize=4096)
 def _sample_cross(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, heads, seed) -> SampledCrossAttention:
     e = _sample_heads(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, False, heads, seed)
-    return SampledCrossAttention(**_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"), **_fields(e, "in", "in_"),
+    return SampledCrossAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
+                                 **_fields(e, "in", "in_"),
                                  **_fields(e, "kv_sh", "mem_sh_"), **_fields(e, "kv_in", "mem_in_"),
                                  s2=e["s2"], heads=heads)
 
@@ -123,36 +116,32 @@ def cross_forward(m: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, si
     return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=zero)
 
 
-def _linear_in_gradient(g: GradMoments, v_sh, c_sh, v_in, c_in):
-    return g.var * (g.corr * v_sh + (1.0 - g.corr) * v_in), g.var * (g.corr * c_sh + (1.0 - g.corr) * c_in)
+def _gradient(g: GradMoments, m_in: Moments, memory: Moments, args, side: str) -> GradMoments:
+    """σ²_g[r_g V_sh + (1 − r_g)V_in] and the same for the covariance, with the shared / independent unit-gradient
+    moments of ``side`` ("" = the query input, "mem_" = the memory)."""
+
+    def fn(s, gv, gc):
+        part = {k: getattr(s, f"{side}{k}") for k in ("sh_var", "sh_cov", "in_var", "in_cov")}
+        v = gv * (gc * part["sh_var"] + (1.0 - gc) * part["in_var"])
+        c = gv * (gc * part["sh_cov"] + (1.0 - gc) * part["in_cov"])
+        return v, c / v
+
+    var, corr = _one(m_in, memory, args, (g.var, g.corr), fn)
+    return GradMoments(var=var, corr=clip_corr(corr))
 
 
 def cross_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, sigma_k2,
                    sigma_v2, p=0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
     """Moments of the gradient at the query input X (through the scores): σ²_g[r_g V_sh + (1 − r_g)V_in] and the
     same for the covariance (module docstring)."""
-    args = (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed)
-
-    def fn(s, gv, gc):
-        v, c = _linear_in_gradient(GradMoments(gv, gc), s.sh_var, s.sh_cov, s.in_var, s.in_cov)
-        return v, c / v
-
-    var, corr = _one(m_in, memory, args, (g.var, g.corr), fn)
-    return GradMoments(var=var, corr=clip_corr(corr))
+    return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "")
 
 
 def cross_memory_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, sigma_k2,
                           sigma_v2, p=0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
-    """Moments of the gradient at the memory (through keys and values), over memory-token pairs (module
+    """Moments of the gradient at the memory (through keys and values), over memory-token pairs, likewise (module
     docstring)."""
-    args = (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed)
-
-    def fn(s, gv, gc):
-        v, c = _linear_in_gradient(GradMoments(gv, gc), s.mem_sh_var, s.mem_sh_cov, s.mem_in_var, s.mem_in_cov)
-        return v, c / v
-
-    var, corr = _one(m_in, memory, args, (g.var, g.corr), fn)
-    return GradMoments(var=var, corr=clip_corr(corr))
+    return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "mem_")
 
 
 class CrossAttention(MultiHeadAttention):

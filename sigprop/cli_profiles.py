@@ -205,7 +205,7 @@ def measure_command(
     try:
         config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
-            task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
+            task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k), device=device)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
@@ -256,7 +256,7 @@ def compare_command(
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
                                  total=2 * config.total_layers)
-            task = bar.add_task(f"measure {config.n_layers} layers × {seeds} seeds", total=seeds)
+            task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,
                                                              predict_progress=lambda k: bar.advance(ptask, k),
@@ -268,7 +268,8 @@ def compare_command(
     if plot:
         from .plots import plot_profiles
 
-        plot_profiles(plot, predicted, measured, title=f"{preset or 'model'}: theory vs measurement",
+        name = (preset or "model") + (f" ({', '.join(overrides)})" if overrides else "")
+        plot_profiles(plot, predicted, measured, title=f"{name}: theory vs measurement",
                       summary={q: s.to_dict() for q, s in comparison.summaries.items()})
     console.print(_profile_table(f"theory vs measurement ({seeds} seeds; gradient boundary: "
                                  f"{predicted.meta.get('grad_source')})", predicted, measured))

@@ -100,15 +100,17 @@ def _profile_table(title: str, predicted=None, measured=None) -> Table:
 
 def _summary_table(comparison, title: str = "agreement per quantity (layer outputs)") -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²", "within 2 SE"):
+    for col in ("quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²", "R² noise ceiling",
+                "within 2 SE"):
         table.add_column(col, justify="right" if col != "quantity" else "left")
     for q, s in comparison.summaries.items():
         if q == "fwd_mean":
             continue  # predicted 0: relative errors are meaningless; max abs is in the JSON
         r2 = "n/a (constant)" if s.r2 != s.r2 else f"{s.r2:.5f}" + (" (log)" if s.r2_log else "")
         within = "–" if s.within_2se != s.within_2se else f"{100 * s.within_2se:.0f}%"
+        ceiling = "–" if s.r2_noise_ceiling != s.r2_noise_ceiling else f"{s.r2_noise_ceiling:.5f}"
         table.add_row(q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
-                      f"{s.max_abs:.3g}", r2, within)
+                      f"{s.max_abs:.3g}", r2, ceiling, within)
     return table
 
 

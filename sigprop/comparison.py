@@ -9,8 +9,15 @@ read; it is NaN for a quantity that does not vary across layers. Correlations ar
 
 When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the
 share of rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy
-is larger than the measurement can resolve. (For quantities whose seed-to-seed spread is log-normal-like, such as a
-deep Post-LN gradient, the SE of a few seeds is itself uncertain; see the README's accuracy section.)
+is larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R²
+that an exact theory scores against this measurement in expectation (its residuals are then the measurement errors,
+E Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its
+ceiling is limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward
+variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
+measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
+ceiling. (For quantities whose seed-to-seed spread is
+log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see the README's
+accuracy section.)
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class QuantitySummary:
     r2_log: bool
     within_2se: float = float("nan")
     median_z: float = float("nan")
+    r2_noise_ceiling: float = float("nan")
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
@@ -69,9 +77,13 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
     has_se = np.isfinite(e) & (e > 0)
     z = abs_err[has_se] / e[has_se]
     within, median_z = (float(np.mean(z <= 2.0)), float(np.median(z))) if z.size else (nan, nan)
+    ceiling = nan
+    if not np.isnan(r2) and bool(np.all(has_se)):
+        noise = e / m if use_log else e  # d log m = dm / m
+        ceiling = 1.0 - float(np.sum(noise ** 2)) / ss_tot
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
-                           use_log, within, median_z)
+                           use_log, within, median_z, ceiling)
 
 
 @dataclass(frozen=True)

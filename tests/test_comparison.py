@@ -22,3 +22,34 @@ def test_without_standard_errors_the_se_numbers_are_undefined():
     s = summarise("fwd_var", [1.0, 2.0], [1.0, 2.1])
     assert math.isnan(s.within_2se) and math.isnan(s.median_z)
     assert s.to_dict()["within_2se"] is None
+
+
+@pytest.mark.parametrize("log_scale", [False, True])
+def test_an_exact_theory_scores_the_noise_ceiling_of_r2_on_average(log_scale):
+    """Monte Carlo: measurements m = μ + SE·N(0, 1) of a known profile μ (spanning > a decade on the log scale),
+    compared with the exact prediction μ. The mean of R² − ceiling over K draws is zero up to Z standard errors of
+    that mean (the O(1/rows) correlation of Σε² with SS_tot, ~1e-5 here, is far below that)."""
+    from tests.helpers import Z
+
+    rng = np.random.default_rng(3)
+    rows, draws = 400, 400
+    mu = np.exp(np.linspace(0.0, 4.0, rows)) if log_scale else np.linspace(1.0, 2.0, rows)
+    se = (0.02 * mu) if log_scale else np.full(rows, 0.05)
+    diffs, ceilings = [], []
+    for _ in range(draws):
+        meas = mu + se * rng.standard_normal(rows)
+        s = summarise("grad_var", mu, meas, se)
+        assert s.r2_log == log_scale
+        diffs.append(s.r2 - s.r2_noise_ceiling)
+        ceilings.append(s.r2_noise_ceiling)
+    diffs = np.array(diffs)
+    assert abs(diffs.mean()) <= Z * diffs.std(ddof=1) / math.sqrt(draws)
+    assert np.mean(ceilings) < 1 - 1e-4  # the noise is visible: the check above is not trivially 1 = 1
+
+
+def test_noise_ceiling_needs_every_row_s_standard_error():
+    s = summarise("fwd_var", [1.0, 1.5, 2.0], [1.1, 1.4, 2.0], [0.1, 0.1, 0.0])
+    assert math.isnan(s.r2_noise_ceiling)
+    s = summarise("fwd_var", [1.0, 1.5, 2.0], [1.1, 1.4, 2.0], [0.1, 0.1, 0.1])
+    ss_tot = np.sum((np.array([1.1, 1.4, 2.0]) - np.mean([1.1, 1.4, 2.0])) ** 2)
+    assert s.r2_noise_ceiling == pytest.approx(1 - 0.03 / ss_tot, rel=1e-12)

@@ -11,7 +11,10 @@ after a warm-up:
 and prints the median seconds of each and the ratios recorder / plain and measure / plain measured in this run (as
 a ratio of medians, a median of the per-round ratios and a ratio of minima), plus the one-off cost of
 ``Recorder.profile()`` (the only host synchronisation). On CPU it also prints the ratios of median process CPU
-time, which other processes on a shared machine disturb less. Timings on a shared CPU are noisy: raise --repeats.
+time, which other processes on a shared machine disturb less, and the time spent inside the statistics themselves
+(the hooks' tensor operations and the batched float64 finish, timed around the calls in the recorder mode) as a
+share of the plain step: on a shared CPU, where the ratios move by ±5% from run to run, that share is the
+stable part of the overhead (the rest is the hooks' dispatch and cache effects). Raise --repeats on a noisy machine.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 
 import torch
 
+from sigprop import measurement
 from sigprop.measurement import Recorder, measure
 from sigprop.model import Transformer, TransformerConfig, make_batch
 
@@ -73,12 +77,28 @@ def main():
         model.zero_grad(set_to_none=True)
 
     recorders = []
+    inside = []  # seconds inside the statistics per recorder pass (CPU only: on GPU the calls are asynchronous)
+
+    def timed(fn, spent):
+        def wrapper(*args):
+            t0 = time.perf_counter()
+            out = fn(*args)
+            spent[0] += time.perf_counter() - t0
+            return out
+        return wrapper if dev.type == "cpu" else fn
 
     def recorded():
-        with Recorder(model, mask=mask) as rec:
-            model.loss(batch).backward()
+        spent = [0.0]
+        raw_sums, finish = measurement._raw_sums, measurement._finish
+        measurement._raw_sums, measurement._finish = timed(raw_sums, spent), timed(finish, spent)
+        try:
+            with Recorder(model, mask=mask) as rec:
+                model.loss(batch).backward()
+        finally:
+            measurement._raw_sums, measurement._finish = raw_sums, finish
         model.zero_grad(set_to_none=True)
         recorders.append(rec)
+        inside.append(spent[0])
 
     def measured():
         measure(model, batch, mask=mask)
@@ -118,6 +138,9 @@ def main():
         print("  process CPU time (less sensitive to other processes on a shared machine): " + ", ".join(
             f"{k} / plain = {statistics.median(cpu[k]) / statistics.median(cpu['plain']):.3f}"
             for k in ("recorder", "measure")))
+    if dev.type == "cpu":
+        print(f"  inside the statistics (recorder mode): {statistics.median(inside):.4f} s per pass = "
+              f"{statistics.median(inside) / med['plain']:.3f} of plain (median)")
     print(f"  Recorder.profile(): {t_profile:.4f} s once per profile")
 
 

@@ -30,8 +30,10 @@ the pooled mean (s1 = 0: needed with padding, where Σ_{t≠s} y_t / n_pairs ≠
 :class:`sigprop.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
 
 Cost: per site and direction one subtraction, one token-sum and one square-sum over the tensor (plus a mask
-multiply when there is padding), the mean of one sequence and about ten tiny ops; no host synchronisation inside
-hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU work stays asynchronous.
+multiply when there is padding) and the mean of one sequence: five operations (:func:`_raw_sums`). The float64
+bookkeeping (promotion, token pairs, counts) is deferred and done for thousands of records at once
+(:func:`_finish`), since on small tensors a hook's cost is the fixed cost per operation. No host synchronisation
+inside hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU work stays asynchronous.
 ``bench/bench_measure.py`` reports the overhead as a ratio to a plain forward + backward.
 """
 
@@ -191,35 +193,38 @@ def _work_dtype(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
-_COUNTS: dict = {}
+#: Queued token-sum elements (Σ over records of batch × hidden) at which a Recorder finishes its queue: 16 MB of
+#: float32, small beside the activations whose statistics they are (a record is 1/tokens of its tensor).
+_FLUSH_ELEMENTS = 1 << 22
 
 
-def _counts(device, b, t, d) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n, n_pairs) of an unmasked (b, t, d) tensor as float64 device scalars, cached."""
-    key = (device, b, t, d)
-    if key not in _COUNTS:
-        if len(_COUNTS) > 256:
-            _COUNTS.clear()
-        _COUNTS[key] = tuple(torch.full((), v, dtype=torch.float64, device=device)
-                             for v in (float(b * t * d), float(b * d * t * (t - 1))))
-    return _COUNTS[key]
+class _Raw(NamedTuple):
+    """What a hook keeps of one tensor (module docstring): the centre c, the token sums Σ_t y (batch, hidden) and
+    Σ y², still in the tensor's work dtype and on its device; :func:`_finish` turns a list of them into packed rows."""
+
+    center: torch.Tensor
+    col: torch.Tensor
+    s2: torch.Tensor
+    mask: _Mask | None
+    tokens: int
 
 
-def _packed(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) -> torch.Tensor:
-    """The packed sums (7,) float64 of x (batch, tokens, hidden) over the real tokens; no host synchronisation.
+def _raw_sums(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) -> _Raw:
+    """The part of x's sums (batch, tokens, hidden) that reads the whole tensor; no host synchronisation.
 
     The centre c is the mean of the first sequence's real tokens (0 if it has none), read from 1/B of the tensor:
     centring only has to bring c within O(σ) of the mean for the float sums to be free of cancellation, and the
     recorded sums are exact for any c (module docstring). Elementwise work and the reductions over the tensor stay
-    in x's dtype (torch's reductions are pairwise: ~1e-7 relative in float32) and only the reduced sums are promoted
-    to float64; no matmul touches x (TF32 would round the token sums). About 15 tensor ops, 4 (5 with a mask) of
-    them over the whole tensor. ``scratch`` (a dict kept by the caller) holds two reusable tensor-sized buffers per
-    (shape, dtype, device): on CPU this spares the allocator's page faults (GPU callers pass None: the caching
-    allocator is cheap there, and a buffer shared between streams could race).
+    in x's dtype (torch's reductions are pairwise: ~1e-7 relative in float32); no matmul touches x (TF32 would round
+    the token sums). Five tensor operations (six with a mask), four of them over the whole tensor: everything else
+    (promotion to float64, the token-pair sum, the counts) is batched over many records in :func:`_finish`, because
+    on small tensors the fixed cost per operation, not the arithmetic, dominates a hook. ``scratch`` (a dict kept
+    by the caller) holds two reusable tensor-sized buffers per (shape, dtype, device): on CPU this spares the
+    allocator's page faults (GPU callers pass None: the caching allocator is cheap there, and a buffer shared between
+    streams could race).
     """
     x = _work_dtype(x.detach())
     b, t, d = x.shape
-    f64 = torch.float64
     buf1 = buf2 = None
     if scratch is not None:
         key = (x.shape, x.dtype, x.device)
@@ -228,23 +233,56 @@ def _packed(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) ->
                             torch.empty_like(x, memory_format=torch.contiguous_format))
         buf1, buf2 = scratch[key]
     if mask is None:
-        n, ntp = _counts(x.device, b, t, d)
         c = x[0].mean()
         y = torch.sub(x, c, out=buf1)
-        col = y.sum(1).to(f64).reshape(-1)  # Σ_t y per (sequence, hidden unit)
-        s2 = torch.mul(y, y, out=buf2).sum().to(f64)
-        s1 = col.sum()
-        return torch.stack([c.to(f64), n, s1, s2, torch.dot(col, col) - s2, ntp, (t - 1) * s1])
-    if mask.shape != (b, t):
-        raise ValueError(f"mask has shape {mask.shape} but the site tensor has (batch, tokens) = {(b, t)}")
-    centre_weights, m3, n, ntp, weights = mask.get(x.device, x.dtype, d)
-    c = torch.dot(x[0].sum(-1), centre_weights)
-    ym = torch.sub(x, c, out=buf1).mul_(m3)  # m·(x − c)
-    col = ym.sum(1).to(f64)  # (batch, hidden)
-    s2 = torch.mul(ym, ym, out=buf2).sum().to(f64)
-    s1_w1 = weights @ col.sum(1)  # (Σ y, Σ_b (T_b − 1) Σ_{t,j} y_btj)
-    flat = col.reshape(-1)
-    return torch.stack([c.to(f64), n, s1_w1[0], s2, torch.dot(flat, flat) - s2, ntp, s1_w1[1]])
+    else:
+        if mask.shape != (b, t):
+            raise ValueError(f"mask has shape {mask.shape} but the site tensor has (batch, tokens) = {(b, t)}")
+        centre_weights, m3 = mask.get(x.device, x.dtype, d)[:2]
+        c = torch.dot(x[0].sum(-1), centre_weights)
+        y = torch.sub(x, c, out=buf1).mul_(m3)  # m·(x − c)
+    return _Raw(c, y.sum(1), torch.mul(y, y, out=buf2).sum(), mask, t)
+
+
+def _finish(raws: list[_Raw]) -> torch.Tensor:
+    """Packed float64 sums (k, 7) of k raw records, in their order, on the first record's device.
+
+    Records are grouped by (shape, dtype, device, mask, tokens) and each group costs a fixed dozen operations on
+    stacked tensors, whatever its size: s1 = Σ_b Σ_j col_bj, w1 = Σ_b (T_b − 1) Σ_j col_bj, token_pairs =
+    Σ col² − s2 (all in float64), n and n_pairs from the mask (or from the shape without one).
+    """
+    f64 = torch.float64
+    dev = raws[0].col.device
+    groups: dict = {}
+    for i, r in enumerate(raws):
+        groups.setdefault((r.col.shape, r.col.dtype, r.col.device, id(r.mask), r.tokens), []).append(i)
+    out = torch.empty(len(raws), len(FIELDS), dtype=f64, device=dev)
+    for idx in groups.values():
+        first = raws[idx[0]]
+        col = torch.stack([raws[i].col for i in idx]).to(f64)  # (k, batch, hidden)
+        s2 = torch.stack([raws[i].s2 for i in idx]).to(f64)
+        center = torch.stack([raws[i].center for i in idx]).to(f64)
+        k, b, d = col.shape
+        per_seq = col.sum(2)  # (k, batch): Σ_{t,j} y per sequence
+        if first.mask is None:
+            t = first.tokens
+            n = torch.full_like(s2, float(b * t * d))
+            ntp = torch.full_like(s2, float(b * d * t * (t - 1)))
+            s1 = per_seq.sum(1)
+            w1 = (t - 1) * s1
+        else:
+            _, _, n_mask, ntp_mask, weights = first.mask.get(first.col.device, first.col.dtype, d)
+            n, ntp = n_mask.expand(k), ntp_mask.expand(k)
+            s1, w1 = (per_seq @ weights.T).unbind(-1)
+        rows = torch.stack([center, n, s1, s2, col.square().sum((1, 2)) - s2, ntp, w1], -1)
+        out[torch.tensor(idx, device=dev)] = rows.to(dev)
+    return out
+
+
+def _packed(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) -> torch.Tensor:
+    """The packed sums (7,) float64 of x (batch, tokens, hidden) over the real tokens: :func:`_raw_sums` then
+    :func:`_finish` on the one record."""
+    return _finish([_raw_sums(x, mask, scratch)])[0]
 
 
 def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> TokenSums:
@@ -376,7 +414,9 @@ class Recorder:
         self._module_handles: list = []
         self._tensor_handles: list = []
         self._collect: list[torch.Tensor] | None = None
-        self._scratch: dict = {}  # reusable CPU buffers of _packed, freed on exit
+        self._scratch: dict = {}  # reusable CPU buffers of _raw_sums, freed on exit
+        self._pending: list[tuple[list[torch.Tensor], _Raw]] = []  # hook records not yet finished (_defer)
+        self._pending_elements = 0
         self._active = False
         if isinstance(mask, Mapping):
             for key, m in mask.items():
@@ -399,6 +439,7 @@ class Recorder:
 
     def __exit__(self, *exc) -> bool:
         self._remove_hooks()
+        self._flush()
         return False
 
     def _remove_hooks(self) -> None:
@@ -427,16 +468,31 @@ class Recorder:
                              f"{tuple(out.shape[:2])}")
         scratch = self._scratch if out.device.type == "cpu" else None
         with torch.no_grad():
-            store_fwd.append(_packed(out, mask, scratch))
+            self._defer(store_fwd, _raw_sums(out, mask, scratch))
         if self._grads and out.requires_grad:
 
             def grad_hook(g):
                 with torch.no_grad():
-                    store_grad.append(_packed(g, mask, scratch))
+                    self._defer(store_grad, _raw_sums(g, mask, scratch))
 
             self._tensor_handles.append(out.register_hook(grad_hook))
             if self._collect is not None:
                 self._collect.append(out)
+
+    def _defer(self, store: list, raw: _Raw) -> None:
+        """Queue a hook's raw sums for ``store``; they are finished in batches (:func:`_finish`) once the queue holds
+        ``_FLUSH_ELEMENTS`` token-sum elements and whenever results are read, so that the fixed cost of the small
+        float64 operations is paid per batch of records, not per hook call."""
+        self._pending.append((store, raw))
+        self._pending_elements += raw.col.numel()
+        if self._pending_elements >= _FLUSH_ELEMENTS:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending, self._pending_elements = self._pending, [], 0
+        if pending:
+            for (store, _), row in zip(pending, _finish([raw for _, raw in pending]), strict=True):
+                store.append(row)
 
     def set_mask(self, mask: torch.Tensor | None, keys=None) -> None:
         """Use ``mask`` (bool (batch, tokens), True = real token; ``None`` = every token real) from the next forward
@@ -454,6 +510,7 @@ class Recorder:
 
     def reset(self) -> None:
         """Forget everything recorded so far."""
+        self._pending, self._pending_elements = [], 0
         for lst in (*self._fwd.values(), *self._grad.values()):
             lst.clear()
 
@@ -466,12 +523,14 @@ class Recorder:
     @property
     def n_passes(self) -> tuple[int, int]:
         """(forward, gradient) records of the site recorded most often."""
+        self._flush()
         return (max((len(v) for v in self._fwd.values()), default=0),
                 max((len(v) for v in self._grad.values()), default=0))
 
     @property
     def sums(self) -> dict[tuple[int, str], SiteSums]:
         """Pooled sums per (layer, site), all sites pooled in one vectorised step (on the first record's device)."""
+        self._flush()
         lists = [lst for k in self._fwd for lst in (self._fwd[k], self._grad[k])]
         rows = [r for lst in lists for r in lst]
         if not rows:
@@ -484,7 +543,9 @@ class Recorder:
 
     def merge(self, other: Recorder | Mapping[tuple[int, str], SiteSums]) -> Recorder:
         """Add another recorder's records (or a ``sums`` dict) to this one, in place; returns ``self``."""
+        self._flush()
         if isinstance(other, Recorder):
+            other._flush()
             items = [(k, other._fwd[k], other._grad[k]) for k in other._fwd]
             self._masked_any = self._masked_any or other._masked_any
         else:

@@ -194,10 +194,14 @@ def test_masked_sums_large_mean_and_half_precision():
     assert abs(sb.corr() - corr) <= tol * (1 + abs(corr))
 
 
-def test_accumulation_over_batches_and_seeds_equals_pooled():
+@pytest.mark.parametrize("flush_every_record", [False, True])
+def test_accumulation_over_batches_and_seeds_equals_pooled(flush_every_record, monkeypatch):
     """Two batches of different lengths (one padded) in one recorder, and two recorders / sums dicts of two model
     seeds, equal the statistics of the concatenated tensors (pairs never cross sequences, so pooling =
-    concatenating along the batch, with the shorter batch padded)."""
+    concatenating along the batch, with the shorter batch padded). Hook records are finished in batches: once
+    all together (records of both shapes and masks in one batch) and once each on its own."""
+    if flush_every_record:
+        monkeypatch.setattr("sigprop.measurement._FLUSH_ELEMENTS", 1)
     b1 = make_batch(3, 8, pad_lengths=[8, 6, 3])
     b2 = make_batch(2, 6)
     b2 = (*b2[:2], torch.ones(2, 6, dtype=torch.bool))

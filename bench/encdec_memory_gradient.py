@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import sigprop.theory as theory
 from sigprop.experiment import predict_for_batch, token_batch
 from sigprop.measurement import masked_sums, pool_sums
 from sigprop.model import Transformer, TransformerConfig
+from sigprop.moments import GradMoments
 
 
 def measured_shares(config: TransformerConfig, batch: dict, seed: int):
@@ -45,20 +45,12 @@ def measured_shares(config: TransformerConfig, batch: dict, seed: int):
 
 
 def predicted_shares(config: TransformerConfig, batch: dict):
-    """The memory-gradient moments of each decoder layer's cross-attention (bottom layer first), as predicted."""
-    captured = {}
-    original = theory._sum_gradients
-
-    def capture(grads):
-        captured["grads"] = list(reversed(grads))  # the backward sweep appends the top layer first
-        return original(grads)
-
-    theory._sum_gradients = capture
-    try:
-        predict_for_batch(config, batch)
-    finally:
-        theory._sum_gradients = original
-    return captured["grads"], original(captured["grads"])
+    """The memory-gradient moments of each decoder layer's cross-attention (bottom layer first) and their sum, as
+    predicted (``meta["memory_gradient"]``)."""
+    shares = [GradMoments(var=s["var"], corr=s["corr"])
+              for s in predict_for_batch(config, batch).meta["memory_gradient"]]
+    total_var = sum(s.var for s in shares)
+    return shares, GradMoments(var=total_var, corr=sum(s.var * s.corr for s in shares) / total_var)
 
 
 def mean_se(sums) -> tuple[float, float]:

@@ -137,7 +137,7 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
     """Walk one layer's children in reverse. ``skip_fraction`` is the share of the incoming gradient's variance
     that came through the next residual's skip path (what a Post-LN norm needs, see
     :func:`~sigprop.components.layernorm.layernorm_backward_postnorm`); returns it for the layer below. A
-    cross-attention branch appends the gradient it sends to the encoder output to ``memory_grads``."""
+    cross-attention branch appends (layer index, the gradient it sends to the encoder output) to ``memory_grads``."""
     inputs, post = saved
     branch_grads = {}
     children = list(layer.named_children())
@@ -146,7 +146,8 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
             g_out = g
             g, branch_grads[name] = child.backward_moments_and_branch(g, m_in, **ctx)
             if hasattr(child.branch, "memory_backward_moments") and branch_grads[name] is not None:
-                memory_grads.append(child.branch.memory_backward_moments(branch_grads[name], m_in, **ctx))
+                memory_grads.append((layer.index,
+                                     child.branch.memory_backward_moments(branch_grads[name], m_in, **ctx)))
             lam = float(np.asarray(child._scales()[0]))
             skip_fraction = float(np.clip(lam**2 * np.asarray(g_out.var) / np.asarray(g.var), 0.0, 1.0))
             continue
@@ -214,9 +215,9 @@ def _forward_stack(layers, m: Moments, ctx: dict, rows: dict, progress) -> tuple
 def _backward_stack(layers, saved: list, g: GradMoments, ctx: dict, rows: dict, progress):
     """Backward sweep through ``layers`` from the gradient moments ``g`` at the top: records every site's gradient
     moments in ``rows``; returns the gradient at the stack's input and the gradients its cross-attentions send to
-    the encoder output (a list, empty without cross-attention)."""
+    the encoder output (a list of (layer index, moments), top layer first; empty without cross-attention)."""
     skip_fraction = 0.0  # the gradient at the top comes from the head (or the memory), not a residual's skip path
-    memory_grads: list[GradMoments] = []
+    memory_grads: list[tuple[int, GradMoments]] = []
     for layer, inputs in zip(reversed(layers), reversed(saved), strict=True):
         rows[(layer.index, "layer")] = g
         g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction, memory_grads)
@@ -258,7 +259,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     cross-attention reads (:mod:`~sigprop.components.cross_attention`, sampled); the decoder's backward sweep
     collects the gradient each cross-attention sends to the memory, their sum goes back through the
     encoder-output norm and down the encoder. ``grad_top`` and ``labels`` are the decoder's; the decoder input's
-    row is (``n_layers``, "dec_input").
+    row is (``n_layers``, "dec_input"). ``meta["memory_gradient"]`` lists each decoder layer's share, bottom layer
+    first: ``{"layer", "var", "corr"}`` of the gradient its cross-attention sends to the memory (the shares add,
+    their value weights being independent).
 
     Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
     weights and inputs). A decoder's positions are not exchangeable: the moments passed from layer to layer are
@@ -298,7 +301,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     if config.arch == "encoder_decoder":
         g_dec, memory_grads = _backward_stack(list(model.dec_layers), saved_dec, g, dec_ctx, grad_rows, tick)
         grad_rows[(config.n_layers, "dec_input")] = g_dec
-        memory_grads = [gr for gr in memory_grads if np.all(np.asarray(gr.var) > 0)]
+        meta["memory_gradient"] = [{"layer": i, "var": _f(gr.var), "corr": _f(gr.corr)}
+                                   for i, gr in sorted(memory_grads, key=lambda item: item[0])]
+        memory_grads = [gr for _, gr in memory_grads if np.all(np.asarray(gr.var) > 0)]
         g = _sum_gradients(memory_grads) if memory_grads else None
         if g is None:  # every cross-attention's β is 0: the loss does not depend on the encoder
             meta["encoder_gradient"] = "none: every cross-attention branch is scaled by beta = 0"

@@ -154,3 +154,19 @@ def test_encoder_decoder_with_zero_cross_beta_sends_no_gradient_to_the_encoder()
     assert all(r.grad_var == 0.0 and math.isnan(r.grad_corr) for r in enc)
     assert "beta = 0" in p.meta["encoder_gradient"]
     assert p.lookup()[(c.n_layers, "dec_input")].grad_var == pytest.approx(1.0)
+    assert p.meta["memory_gradient"] == []  # a branch scaled by 0 sends no gradient
+
+
+def test_encoder_decoder_meta_lists_each_decoder_layer_s_memory_gradient():
+    """One share per decoder layer, bottom first; without an encoder-output norm (norm_position "none") their sum
+    (variances and covariances add) is the encoder's top-layer gradient."""
+    c = TransformerConfig(**{**SMALL, "arch": "encoder_decoder", "n_layers": 2, "n_decoder_layers": 3,
+                             "norm_position": "none"})
+    p = predict(c, grad_top=GradMoments(1.0, 0.1), attention_heads=8)
+    shares = p.meta["memory_gradient"]
+    assert [s["layer"] for s in shares] == [2, 3, 4]
+    assert all(s["var"] > 0 for s in shares)
+    top = p.lookup()[(c.n_layers - 1, "layer")]
+    var = sum(s["var"] for s in shares)
+    assert top.grad_var == pytest.approx(var, rel=1e-12)
+    assert top.grad_corr == pytest.approx(sum(s["var"] * s["corr"] for s in shares) / var, rel=1e-12)

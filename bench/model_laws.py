@@ -3,6 +3,9 @@ docs/compare-NAME.json` writes: growth laws (Kedia et al. App. E), the Post-LN p
 bounds, rank collapse (App. F) and the Q/K blow-up (Sec. 3.3), measured and predicted side by side.
 
     python bench/model_laws.py --docs docs --markdown docs/model-laws.md
+
+The first-to-last gradient ratio against depth reads ``compare-NAME-N.json`` for the depths N that exist beside the
+192-layer ``compare-NAME.json``, written by ``sigprop compare --preset NAME --set n_layers=N --json ...``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,20 @@ def fit_log_slope(layers, values, lo, hi):
     res = np.log(values[keep]) - (slope * layers[keep] + icpt)
     r2 = 1.0 - float(res @ res) / float(((np.log(values[keep]) - np.log(values[keep]).mean()) ** 2).sum())
     return slope, r2
+
+
+def depth_series(folder: Path, name: str) -> list[tuple[int, float, float]]:
+    """(layers, predicted, measured first-to-last gradient variance ratio) for every depth of preset ``name`` with a
+    comparison JSON, shallowest first."""
+    files = {len(json.loads(p.read_text())["per_layer"]): p.stem.removeprefix("compare-")
+             for p in folder.glob(f"compare-{name}*.json")
+             if p.stem == f"compare-{name}" or p.stem.removeprefix(f"compare-{name}-").isdigit()}
+    series = []
+    for n in sorted(files):
+        _, get = load(folder, files[n])
+        gp, gm = get("pred_grad_var"), get("meas_grad_var")
+        series.append((n, gp[0] / gp[-1], gm[0] / gm[-1]))
+    return series
 
 
 def main():
@@ -94,6 +111,16 @@ def main():
                 law = float(np.exp(-c["beta_k"] * (1.0 - c6)))
                 out.append(f"| {name}: App. E.3's gradient change e^(−k(1−C6)) with the measured mean C6 = r_g/r_x "
                            f"= {c6:.3f} (the paper assumes C6 ≈ 1) | {law:.3f} | {gm[0] / gm[-1]:.3f} | — |")
+
+    for name, label, target in (("fig1-preln", "Pre-LN Xavier", "grows with N"),
+                                ("fig4-dslm-pre", "DeepScaleLM Pre-LN", "bounded in N (App. E.3)")):
+        series = depth_series(folder, name)
+        if len(series) > 1:
+            depths = ", ".join(str(n) for n, _, _ in series)
+            pred = "; ".join(f"{p:.3g}" for _, p, _ in series)
+            meas = "; ".join(f"{m:.3g}" for _, _, m in series)
+            out.append(f"| {label}: first-to-last gradient variance ratio at N = {depths} layers | {pred} | {meas} | "
+                       f"{target} |")
 
     qk, base = load(folder, "qk-2x-xavier"), pre
     if qk and base:

@@ -25,12 +25,17 @@ from sigprop.measurement import masked_sums, pool_sums
 from sigprop.model import Transformer
 from sigprop.moments import Moments
 from sigprop.presets import PRESETS
+from sigprop.terminal import progress_bar
 
 
 def parse_input(text: str) -> tuple[float, float]:
-    var, corr = (float(v) for v in text.split(","))
-    if var <= 0 or not 0 <= corr <= 1:
-        raise argparse.ArgumentTypeError(f"--input wants VAR,CORR with VAR > 0 and CORR in [0, 1] (got {text!r})")
+    message = f"--input wants VAR,CORR with VAR > 0 and CORR in [0, 1], e.g. 1.0,0.3 (got {text!r})"
+    try:
+        var, corr = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(message) from None
+    if not (var > 0 and 0 <= corr <= 1):
+        raise argparse.ArgumentTypeError(message)
     return var, corr
 
 
@@ -50,16 +55,19 @@ def main():
         ap.error(f"an encoder preset and layers in [0, {cfg.n_layers}) are needed")
     L, d = cfg.seq_len, cfg.d_model
     sums = {(layer, inp): [] for layer in args.layers for inp in args.input}
-    for seed in range(args.seeds):
-        model = Transformer(cfg, generator=torch.Generator().manual_seed(seed)).train()
-        gen = torch.Generator().manual_seed(1_000_000 + seed)
-        for layer in args.layers:
-            branch = dict(model.layers[layer].branches())[args.branch]
-            for var, corr in args.input:
-                x = (math.sqrt(corr * var) * torch.randn(4, 1, d, generator=gen)
-                     + math.sqrt((1 - corr) * var) * torch.randn(4, L, d, generator=gen))
-                with torch.no_grad():
-                    sums[(layer, (var, corr))].append(masked_sums(branch(x)))
+    with progress_bar() as bar:
+        task = bar.add_task(f"{args.seeds} models of {args.preset}", total=args.seeds)
+        for seed in range(args.seeds):
+            model = Transformer(cfg, generator=torch.Generator().manual_seed(seed)).train()
+            gen = torch.Generator().manual_seed(1_000_000 + seed)
+            for layer in args.layers:
+                branch = dict(model.layers[layer].branches())[args.branch]
+                for var, corr in args.input:
+                    x = (math.sqrt(corr * var) * torch.randn(4, 1, d, generator=gen)
+                         + math.sqrt((1 - corr) * var) * torch.randn(4, L, d, generator=gen))
+                    with torch.no_grad():
+                        sums[(layer, (var, corr))].append(masked_sums(branch(x)))
+            bar.advance(task)
     theory = Transformer(cfg, sample=False)
     print(f"{args.preset}: branch {args.branch!r}, {args.seeds} seeds, Gaussian input of 4 x {L} tokens, d = {d}")
     print("layer  in var  in corr   var theory   var measured ± SE    z   corr theory  corr measured ± SE    z")

@@ -40,15 +40,15 @@ def fit_log_slope(layers, values, lo, hi):
 def depth_series(folder: Path, name: str) -> list[tuple[int, float, float]]:
     """(layers, predicted, measured first-to-last gradient variance ratio) for every depth of preset ``name`` with a
     comparison JSON, shallowest first."""
-    files = {len(json.loads(p.read_text())["per_layer"]): p.stem.removeprefix("compare-")
-             for p in folder.glob(f"compare-{name}*.json")
-             if p.stem == f"compare-{name}" or p.stem.removeprefix(f"compare-{name}-").isdigit()}
     series = []
-    for n in sorted(files):
-        _, get = load(folder, files[n])
-        gp, gm = get("pred_grad_var"), get("meas_grad_var")
-        series.append((n, gp[0] / gp[-1], gm[0] / gm[-1]))
-    return series
+    for path in folder.glob(f"compare-{name}*.json"):
+        if path.stem != f"compare-{name}" and not path.stem.removeprefix(f"compare-{name}-").isdigit():
+            continue
+        rows = json.loads(path.read_text())["per_layer"]
+        first, last = rows[0], rows[-1]
+        series.append((len(rows), first["pred_grad_var"] / last["pred_grad_var"],
+                       first["meas_grad_var"] / last["meas_grad_var"]))
+    return sorted(series)
 
 
 def main():

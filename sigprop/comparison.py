@@ -15,9 +15,8 @@ E Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on lo
 ceiling is limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward
 variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
 measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
-ceiling. (For quantities whose seed-to-seed spread is
-log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see the README's
-accuracy section.)
+ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
+few seeds is itself uncertain; see the README's accuracy section.)
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from sigprop.experiment import predict_for_batch, token_batch
 from sigprop.measurement import masked_sums, pool_sums
 from sigprop.model import Transformer, TransformerConfig
 from sigprop.moments import GradMoments
+from sigprop.theory import sum_gradients
 
 
 def measured_shares(config: TransformerConfig, batch: dict, seed: int):
@@ -49,8 +50,7 @@ def predicted_shares(config: TransformerConfig, batch: dict):
     predicted (``meta["memory_gradient"]``)."""
     shares = [GradMoments(var=s["var"], corr=s["corr"])
               for s in predict_for_batch(config, batch).meta["memory_gradient"]]
-    total_var = sum(s.var for s in shares)
-    return shares, GradMoments(var=total_var, corr=sum(s.var * s.corr for s in shares) / total_var)
+    return shares, sum_gradients(shares)
 
 
 def mean_se(sums) -> tuple[float, float]:

@@ -36,7 +36,7 @@ from .model.transformer import Transformer
 from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
-__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "DECODER_CAVEAT"]
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "sum_gradients", "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
@@ -226,7 +226,7 @@ def _backward_stack(layers, saved: list, g: GradMoments, ctx: dict, rows: dict, 
     return g, memory_grads
 
 
-def _sum_gradients(grads: list[GradMoments]) -> GradMoments:
+def sum_gradients(grads: list[GradMoments]) -> GradMoments:
     """Moments of a sum of gradients with zero cross-covariance (independent zero-mean value weights per layer):
     variances and token covariances add."""
     var = sum(np.asarray(gr.var) for gr in grads)
@@ -304,7 +304,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         meta["memory_gradient"] = [{"layer": i, "var": _f(gr.var), "corr": _f(gr.corr)}
                                    for i, gr in sorted(memory_grads, key=lambda item: item[0])]
         memory_grads = [gr for _, gr in memory_grads if np.all(np.asarray(gr.var) > 0)]
-        g = _sum_gradients(memory_grads) if memory_grads else None
+        g = sum_gradients(memory_grads) if memory_grads else None
         if g is None:  # every cross-attention's β is 0: the loss does not depend on the encoder
             meta["encoder_gradient"] = "none: every cross-attention branch is scaled by beta = 0"
         elif model.enc_norm is not None:

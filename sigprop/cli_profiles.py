@@ -31,6 +31,12 @@ AttentionHeads = Annotated[int, typer.Option(
     help="Heads drawn per layer by the sampled attention rule (used for large attention scores and causal masks; "
          "its standard error falls like 1/sqrt(heads); ~0.3 s per layer at 128 heads, d = 256, L = 128).")]
 
+TokenResolved = Annotated[bool, typer.Option(
+    "--token-resolved/--exchangeable",
+    help="Forward moments from each sequence's token Gram matrix (repeated tokens and a decoder's positions kept "
+         "apart; default whenever a batch of token ids is used and the model is covered) or from one correlation "
+         "for every token pair.")]
+
 
 def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):
     """Preset, then the JSON file, then the ``--set`` overrides; returns (config, preset object or None)."""
@@ -147,6 +153,7 @@ def predict_command(
     json_path: Path = typer.Option(None, "--json", help="Write the predicted profile (JSON) here."),
     plot: Path = typer.Option(None, help="Write a PNG of the predicted per-layer moments here."),
     attention_heads: AttentionHeads = DEFAULT_HEADS,
+    token_resolved: TokenResolved = None,
 ):
     """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed).
 
@@ -154,15 +161,16 @@ def predict_command(
     embedding's moments, backward from the loss's gradient at the head.
     """
     from .experiment import predict_for_batch
+    from .theory import prediction_steps
 
     try:
         config, _ = resolve_config(preset, config_file, overrides)
         batch = _batch(config, batch_size, data, False, 0) if (data is not None or real) else None
         with progress_bar() as bar:
             task = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                total=2 * config.total_layers)
+                                total=prediction_steps(config, batch is not None, token_resolved))
             profile = predict_for_batch(config, batch, batch_size=batch_size, attention_heads=attention_heads,
-                                        progress=lambda k: bar.advance(task, k))
+                                        progress=lambda k: bar.advance(task, k), token_resolved=token_resolved)
     except (ValueError, NotImplementedError) as err:
         _fail(err)
     if json_path:
@@ -179,6 +187,8 @@ def predict_command(
 
 def _print_rules(profile) -> None:
     """The attention rule each layer used and any caveat of the prediction, from its meta."""
+    if profile.meta.get("forward_state"):
+        console.print(f"forward state: {profile.meta['forward_state']}")
     if profile.meta.get("attention_rule"):
         console.print(f"attention rule: {profile.meta['attention_rule']}")
     if profile.meta.get("caveat"):
@@ -238,6 +248,7 @@ def compare_command(
     plot: Path = typer.Option(None, help="Write a PNG: theory lines against measured points per layer."),
     list_presets: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
     attention_heads: AttentionHeads = DEFAULT_HEADS,
+    token_resolved: TokenResolved = None,
 ):
     """Predict and measure the same model and report how well the theory predicts every layer.
 
@@ -246,6 +257,7 @@ def compare_command(
     """
     from .experiment import compare_config
     from .presets import PRESETS
+    from .theory import prediction_steps
 
     if list_presets:
         for name, p in PRESETS.items():
@@ -257,12 +269,13 @@ def compare_command(
         config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                 total=2 * config.total_layers)
+                                 total=prediction_steps(config, config.input == "tokens", token_resolved))
             task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,
                                                              predict_progress=lambda k: bar.advance(ptask, k),
-                                                             attention_heads=attention_heads)
+                                                             attention_heads=attention_heads,
+                                                             token_resolved=token_resolved)
     except (ValueError, NotImplementedError, FileNotFoundError) as err:
         _fail(err)
     if json_path:

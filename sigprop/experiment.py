@@ -87,13 +87,18 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
 
 def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
-                      attention_heads: int = DEFAULT_HEADS) -> Profile:
+                      attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None) -> Profile:
     """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
-    from its labels (theory), unless ``grad_top`` is given. ``progress`` and ``attention_heads`` as in
-    :func:`sigprop.predict`."""
+    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads`` and ``token_resolved``
+    as in :func:`sigprop.predict` (by default the forward moments are token-resolved on the batch's own ids)."""
     from .theory import predict
 
-    kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads}
+    kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
+          "token_resolved": token_resolved}
+    if batch is not None and "padding_mask" in batch and batch.get("padding_mask") is not None:
+        from .model.objective import PAD_ID
+
+        kw["pad_id"] = PAD_ID
     if batch is None:
         return predict(config, batch_size=batch_size, **kw)
     return predict(config, token_ids=batch["inputs"], labels=batch["labels"], segment_ids=batch.get("segment_ids"),
@@ -102,21 +107,23 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
 
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
                    progress: Callable[[int], None] | None = None, device=None,
-                   predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS
-                   ) -> tuple[Profile, Profile, Comparison]:
+                   predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
+                   token_resolved: bool | None = None) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
-    ``predict_progress(k)``: k layer sweeps of the first prediction done (2·n_layers in all; the second, with the
-    measured boundary, reuses the sampled attention draws and is fast)."""
+    ``predict_progress(k)``: k layer sweeps of the first prediction done (:func:`sigprop.theory.prediction_steps`
+    in all; the second, with the measured boundary, reuses the sampled attention draws and the token-resolved forward
+    sweep, and is fast). ``token_resolved`` as in :func:`sigprop.predict`."""
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
     # theory boundaries first: the prediction fails fast (before the measurement) outside the rules' domain
-    predicted = predict_for_batch(config, batch, progress=predict_progress, attention_heads=attention_heads)
+    kw = {"attention_heads": attention_heads, "token_resolved": token_resolved}
+    predicted = predict_for_batch(config, batch, progress=predict_progress, **kw)
     measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
     if grad_boundary == "measured":
         top = measured.site("layer")[-1]
         grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
-        predicted = predict_for_batch(config, batch, grad_top, attention_heads=attention_heads)
+        predicted = predict_for_batch(config, batch, grad_top, **kw)
         predicted.meta["grad_source"] = f"measured at the output of layer {top.layer}"
     return predicted, measured, compare(predicted, measured)

@@ -36,7 +36,8 @@ from .model.transformer import Transformer
 from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
-__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "sum_gradients", "DECODER_CAVEAT"]
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "sum_gradients", "prediction_steps",
+           "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
@@ -165,6 +166,63 @@ DECODER_CAVEAT = ("decoder: the moments passed from layer to layer are averages 
                   "Post-LN gradients are approximate (see the README's accuracy section)")
 
 
+#: The decoder caveat when the forward moments are token-resolved (positions kept apart going forward).
+DECODER_CAVEAT_RESOLVED = ("decoder: the forward moments are token-resolved (positions kept apart); the gradient's "
+                           "moments passed from layer to layer are averages over positions, which a causal mask makes "
+                           "unequal (see the README's accuracy section)")
+
+
+def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, input_given: bool) -> bool:
+    """Whether the forward rows are token-resolved (``predict``'s ``token_resolved``; None = when possible)."""
+    from .resolved import resolved_supported
+
+    if token_resolved is False:
+        return False
+    if token_ids is None:
+        reason = "no token ids given"
+    elif input_given:
+        reason = "input_moments override the input boundary"
+    else:
+        reason = resolved_supported(model)
+    if reason is not None and token_resolved:
+        raise ValueError(f"token_resolved=True: not available for this model ({reason})")
+    return reason is None
+
+
+_RESOLVED_CACHE: dict = {}
+
+
+def _resolved_rows(model: Transformer, token_ids, segment_ids, padding, heads: int, seed: int, tick) -> dict:
+    """:func:`~sigprop.resolved.resolved_forward`, remembered for the last batch and configuration (``compare``
+    predicts twice with different gradient boundaries; the forward sweep is the same)."""
+    from .resolved import resolved_forward
+
+    def key_of(t):
+        return None if t is None else (tuple(t.shape), torch.as_tensor(t).cpu().numpy().tobytes())
+
+    key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), heads, seed)
+    if _RESOLVED_CACHE.get("key") != key:
+        rows = resolved_forward(model, token_ids, segment_ids, padding, heads, seed, tick)
+        _RESOLVED_CACHE.clear()
+        _RESOLVED_CACHE.update(key=key, rows=rows)
+    else:
+        tick(len(model.layers))
+    return _RESOLVED_CACHE["rows"]
+
+
+def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
+                     token_resolved: bool | None = None) -> int:
+    """The number of ``progress`` steps :func:`predict` reports: a layer per sweep (forward, backward, and the
+    token-resolved forward sweep when it runs)."""
+    from .resolved import resolved_supported
+
+    n = 2 * config.total_layers
+    if (token_ids_given and token_resolved is not False
+            and resolved_supported(Transformer(config, sample=False)) is None):
+        n += config.n_layers
+    return n
+
+
 def _attention_rules(model: Transformer) -> str:
     """Which rule each layer's attention used (``MultiHeadAttention.rule_used``; cross-attention named apart), as
     one line."""
@@ -238,7 +296,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
             grad_top: GradMoments | None = None, labels: torch.Tensor | None = None, seq_len: int | None = None,
             batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
             decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
-            attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> Profile:
+            attention_seed: int = 0, token_resolved: bool | None = None,
+            progress: Callable[[int], None] | None = None) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
     ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
@@ -251,8 +310,16 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
     attention) with ``attention_heads`` heads drawn from ``attention_seed``. ``progress(k)`` is called after every
-    k layers of each sweep (2·``config.total_layers`` in all): the sampled rule takes ~0.3 s per layer at d = 256,
+    k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.3 s per layer at d = 256,
     L = 128.
+
+    Token-resolved forward moments (``token_resolved``; default: whenever ``token_ids`` are given and the model is
+    covered, :func:`~sigprop.resolved.resolved_supported`): the forward rows come from
+    :func:`~sigprop.resolved.resolved_forward`, which carries each sequence's token Gram matrix instead of one
+    correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling
+    ⌈``attention_heads``/B⌉ heads per sequence for each attention layer. The backward sweep still uses the
+    exchangeable state (``meta["forward_state"]`` says which was used). ``token_resolved=True`` for a model it does
+    not cover raises ``ValueError``.
 
     Encoder–decoders (``decoder_token_ids``: the decoder's input ids, default the theory's Zipf correlation): the
     encoder's forward sweep gives the memory (after the encoder-output norm), which every decoder layer's
@@ -317,8 +384,19 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     meta["attention_rule"] = _attention_rules(model)
     if "sampled" in meta["attention_rule"]:
         meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
+    resolved = _use_resolved(model, token_ids, token_resolved, meta["input_source"] == "given")
+    if resolved:
+        token_ids = torch.as_tensor(token_ids)
+        n_seq = 1 if token_ids.dim() == 1 else int(token_ids.shape[0])
+        per_seq = max(2, -(-int(attention_heads) // n_seq))
+        padding = None if pad_id is None else token_ids != pad_id
+        fwd_rows.update(_resolved_rows(model, token_ids, segment_ids, padding, per_seq, int(attention_seed), tick))
+        meta["forward_state"] = (f"token-resolved: each sequence's token Gram matrix ({per_seq} attention heads per "
+                                 f"sequence, seed {attention_seed}); backward: exchangeable tokens")
+    else:
+        meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
     if config.arch != "encoder":
-        meta["caveat"] = DECODER_CAVEAT
+        meta["caveat"] = DECODER_CAVEAT_RESOLVED if resolved else DECODER_CAVEAT
 
     rows = []
     for key, mf in fwd_rows.items():

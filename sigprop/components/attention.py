@@ -61,6 +61,7 @@ from torch import nn
 
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
+from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention
 from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance
 
@@ -437,6 +438,19 @@ class MultiHeadAttention(nn.Module):
         sq, sk, sv = self._declared()
         return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
                            self._rule(m), attention_heads, attention_seed)
+
+    def gram_forward(self, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
+                     attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
+                     fixed_norm: bool = False) -> torch.Tensor:
+        """Token-resolved rule: the per-element output Gram matrix (B, L, L) for the per-element input Gram ``gram``
+        (B, L, L), by :func:`~sigprop.components.attention_gram.gram_attention` with the module's declared sigmas
+        and d_k = d_head (concatenated heads share the per-element Gram). ``attention_heads``: heads per sequence;
+        ``fixed_norm``: the input rows have a fixed length (a norm's output)."""
+        if self.batch_shape:
+            raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
+        sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
+        return gram_attention(gram, self.d_in, self.d_head, sq, sk, sv, float(self.dropout_p), self.causal, key_mask,
+                              attention_heads, attention_seed, fixed_norm).gram
 
     def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
                          attention_seed: int = 0) -> GradMoments:

@@ -197,6 +197,28 @@ class Embedding(nn.Module):
             x = x + self.segment(segment_ids)
         return x
 
+    def gram(self, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Token-resolved moments: the per-element token Gram matrix (batch, L, L) of the output for these ids,
+        G_jl = E[x_j^a x_l^a] = σ²_tok [t_j = t_l] + σ²_pos [j = l] + σ²_seg [s_j = s_l] (float64; App. A.1 with each
+        token pair kept apart: the three tables are independent and zero-mean, a repeated id shares its token row,
+        every position has its own row)."""
+        ids = torch.as_tensor(token_ids)
+        ids = ids[None] if ids.dim() == 1 else ids
+        if ids.dim() != 2:
+            raise ValueError(f"token_ids must have shape (batch, L), got {tuple(ids.shape)}")
+        length = ids.shape[-1]
+        out = self.token_std**2 * (ids[:, :, None] == ids[:, None, :]).to(torch.float64)
+        if self.position is not None:
+            if length > self.position.num_embeddings:
+                raise ValueError(f"sequence length {length} exceeds max_len {self.position.num_embeddings}")
+            out = out + self.position_std**2 * torch.eye(length, dtype=torch.float64)
+        if self.segment is not None:
+            if segment_ids is None:
+                raise ValueError("this embedding has segment embeddings: pass segment_ids")
+            seg = torch.as_tensor(segment_ids).reshape(ids.shape)
+            out = out + self.segment_std**2 * (seg[:, :, None] == seg[:, None, :]).to(torch.float64)
+        return out
+
     def forward_moments(self, token_corr, segment_corr=2.0 / 3.0) -> Moments:
         return embedding_forward(
             self.token_std**2, token_corr,

@@ -1,0 +1,206 @@
+"""Token-resolved forward theory: each sequence's token Gram matrix carried through the module tree.
+
+The exchangeable state (:class:`~sigprop.moments.Moments`) gives every token pair one correlation. Here the state of a
+site is, per sequence of the batch, the per-element Gram matrix G_jl = E[x_j^a x_l^a] over the weights (B × L × L,
+zero mean, no hidden correlation), starting from the batch's own token ids (:meth:`Embedding.gram`: a repeated id,
+[MASK] included, shares its embedding row). Each component maps it with the rule it already has:
+
+* a *token-wise* component (norm, linear, activation, FFN, dropout) acts on each token alone, so the joint law of
+  its outputs at tokens j and l depends only on the pair's (G_jj, G_ll, G_jl): its exchangeable rule, applied to
+  every pair at once (the rules are vectorised) with variance √(G_jj G_ll) and correlation G_jl/√(G_jj G_ll), gives
+  the pair's output correlation, and the diagonal gives each token's output variance (a pair rule at r = 1 is the
+  rule for two *different* tokens with identical inputs, which dropout decorrelates, so the diagonal is taken from
+  the variance, never from r = 1). Exact wherever the exchangeable rule is, for equal token variances; for unequal
+  ones the pair uses their geometric mean (every rule here sees a normalised input in Pre-LN and Post-LN);
+* attention mixes tokens: :meth:`MultiHeadAttention.gram_forward` (:mod:`~sigprop.components.attention_gram`), told
+  whether its input rows have a fixed length (they do after LayerNorm and RMSNorm: Pre-LN's branch norm, Post-LN's
+  previous layer norm; they do not after DyT/Derf, no norm, or the embedding);
+* the residual y = λx + βf: G_y = λ²G_x + β²G_f (the branch ends in a zero-mean weight matrix, so its output is
+  uncorrelated with the skip path, pair by pair: :func:`~sigprop.components.residual.residual_forward`);
+* a Post-LN norm whose residual's skip input is itself a norm output uses the norm's post-norm rule pairwise, as
+  :func:`sigprop.predict` does.
+
+The site statistics are then pooled as :mod:`sigprop.measurement` pools them: the variance is the mean diagonal
+entry over the real tokens, the token covariance the mean off-diagonal entry over the real token pairs within each
+sequence, the correlation their ratio (:func:`gram_moments`).
+
+What it adds (measured in the README's token-resolved section): attention, the only component that is not token-wise,
+responds to the spread of the pair correlations and to position (a causal mask), not only to their mean.
+Assumes: the components' own assumptions (Gaussian given the Gram matrix, weights independent of the input), zero-mean
+sites (true at every site of a transformer at initialisation: each branch ends in a zero-mean linear layer). Encoder
+and decoder stacks of standard softmax attention; cross-attention and shaped attention have no Gram rule yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .components.attention import MultiHeadAttention
+from .components.attention_gram import DEFAULT_GRAM_HEADS
+from .components.layernorm import LayerNorm
+from .components.residual import Residual
+from .components.rmsnorm import RMSNorm
+from .components.sequential import call_rule
+from .moments import Moments
+
+__all__ = ["pairwise_forward", "gram_moments", "resolved_forward", "resolved_supported"]
+
+
+def _pair_moments(gram: torch.Tensor) -> tuple[Moments, np.ndarray]:
+    """The exchangeable state of every token pair of ``gram`` (B, L, L): variance √(G_jj G_ll), correlation
+    G_jl/√(G_jj G_ll) (arrays of shape (B, L, L)); and the diagonal (B, L)."""
+    g = gram.numpy()
+    diag = np.diagonal(g, axis1=-2, axis2=-1)
+    if np.any(diag <= 0):
+        raise ValueError("token-resolved state: a token has zero variance")
+    s = np.sqrt(diag)
+    v = s[:, :, None] * s[:, None, :]
+    return Moments(mean=0.0, var=v, corr=np.clip(g / v, -1.0, 1.0)), diag
+
+
+def _gram_from_pairs(out: Moments, shape) -> torch.Tensor:
+    """Assemble G from a pair rule's output: each token's variance from the diagonal pairs, the off-diagonal
+    entries from the pairs' correlations."""
+    if np.any(np.abs(np.asarray(out.mean)) > 1e-12 * np.sqrt(np.max(np.asarray(out.var)))):
+        raise NotImplementedError("token-resolved state: a component produced a non-zero mean")
+    var = np.broadcast_to(np.asarray(out.var), shape)
+    corr = np.broadcast_to(np.asarray(out.corr), shape)
+    d = np.diagonal(var, axis1=-2, axis2=-1)
+    s = np.sqrt(d)
+    g = corr * s[:, :, None] * s[:, None, :]
+    idx = np.arange(shape[-1])
+    g[:, idx, idx] = d
+    return torch.from_numpy(g)
+
+
+def pairwise_forward(rule: Callable, gram: torch.Tensor, **context) -> torch.Tensor:
+    """Apply a token-wise component's exchangeable forward ``rule`` (e.g. ``module.forward_moments``) to every token
+    pair of ``gram`` (B, L, L) at once and return the output Gram matrix (module docstring)."""
+    pairs, _ = _pair_moments(gram)
+    return _gram_from_pairs(call_rule(rule, pairs, **context), gram.shape)
+
+
+def _pairwise_postnorm(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
+    """A Post-LN norm's post-norm rule (:meth:`LayerNorm.forward_moments_postnorm`) for every token pair."""
+    s, _ = _pair_moments(skip)
+    b, _ = _pair_moments(branch)
+    return _gram_from_pairs(norm.forward_moments_postnorm(s, b, lam, beta), skip.shape)
+
+
+def gram_moments(gram: torch.Tensor, mask: torch.Tensor | None = None) -> Moments:
+    """The site's :class:`Moments` as the measurement pools them: variance = mean of G_jj over the real tokens,
+    token covariance = mean of G_jl over the ordered pairs j ≠ l of real tokens within each sequence, correlation =
+    their ratio; mean and hidden correlation 0. ``mask`` (B, L) bool, True at real tokens."""
+    B, L, _ = gram.shape
+    w = torch.ones(B, L, dtype=torch.float64) if mask is None else torch.as_tensor(mask).to(torch.float64)
+    diag = torch.diagonal(gram, dim1=-2, dim2=-1)
+    n_tok = float(w.sum())
+    s_diag = float((diag * w).sum())
+    lengths = w.sum(dim=1)
+    n_pairs = float((lengths * (lengths - 1.0)).sum())
+    s_all = float((w[:, :, None] * gram * w[:, None, :]).sum())
+    var = s_diag / n_tok
+    cov = (s_all - s_diag) / n_pairs if n_pairs > 0 else 0.0
+    return Moments(mean=0.0, var=var, corr=float(np.clip(cov / var, -1.0, 1.0)))
+
+
+def _unsupported(module) -> str | None:
+    """Why ``module``'s subtree has no Gram rule (None when it has one)."""
+    for m in module.modules():
+        if isinstance(m, MultiHeadAttention) and type(m) is not MultiHeadAttention:
+            return f"{type(m).__name__} has no token-resolved rule"
+        if type(m).__name__ == "ShapedAttention":
+            return "shaped attention has no token-resolved rule"
+    return None
+
+
+def _mixes_tokens(module) -> bool:
+    return any(isinstance(m, MultiHeadAttention) for m in module.modules())
+
+
+def resolved_supported(model) -> str | None:
+    """None if :func:`resolved_forward` covers ``model`` (a token-input encoder or decoder of standard attention),
+    else the reason it does not."""
+    c = model.config
+    if c.input != "tokens":
+        return "patch input (the token-resolved state starts from token ids)"
+    if c.arch == "encoder_decoder":
+        return "encoder-decoder (cross-attention has no token-resolved rule)"
+    return _unsupported(model)
+
+
+def _fixes_length(module) -> bool:
+    """Whether ``module``'s output rows have a fixed length (|x|² = d·var: LayerNorm, RMSNorm at initialisation)."""
+    return isinstance(module, (LayerNorm, RMSNorm))
+
+
+def _walk(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
+    """Output Gram of ``module`` (not a transformer layer) for input Gram ``gram``; ``fixed``: the input rows have
+    a fixed length (a norm's output), which the attention rule needs to know."""
+    if isinstance(module, Residual):
+        lam, beta = (float(np.asarray(v)) for v in module._scales())
+        return lam**2 * gram + beta**2 * _walk(module.branch, gram, ctx, fixed)
+    if isinstance(module, MultiHeadAttention):
+        return module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"], ctx["attention_seed"], fixed)
+    if _mixes_tokens(module):
+        for child in module.children():
+            gram = _walk(child, gram, ctx, fixed)
+            fixed = _fixes_length(child)
+        return gram
+    return pairwise_forward(module.forward_moments, gram, L=ctx["L"])
+
+
+def _layer(layer, gram: torch.Tensor, ctx: dict, previous):
+    """One transformer layer, mirroring :func:`sigprop.theory._layer_forward` (a norm after a residual whose skip input
+    is a LayerNorm output uses the post-norm rule): (branch output Grams by site, output Gram, the module that
+    produced the output). ``previous``: the module that produced the input (None for the embedding)."""
+    branches, pending = {}, None
+    for name, child in layer.named_children():
+        if isinstance(child, Residual):
+            lam, beta = (float(np.asarray(v)) for v in child._scales())
+            branches[name] = _walk(child.branch, gram, ctx, _fixes_length(previous))
+            pending = (gram, branches[name], lam, beta) if isinstance(previous, LayerNorm) else None
+            gram, previous = lam**2 * gram + beta**2 * branches[name], child
+            continue
+        if pending is not None and hasattr(child, "forward_moments_postnorm"):
+            gram = _pairwise_postnorm(child, *pending)
+        else:
+            gram = _walk(child, gram, ctx, _fixes_length(previous))
+        pending, previous = None, child
+    return branches, gram, previous
+
+
+def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                     padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
+                     attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> dict:
+    """Token-resolved forward sweep of ``model`` (a :class:`~sigprop.model.Transformer`, its plan's declared
+    values; weights are never read) on the batch ``token_ids`` (B, L): {(layer, site): Moments} for the input
+    (−1, "input"), every branch output and every layer output, pooled as the measurement pools them
+    (:func:`gram_moments`; ``padding_mask`` (B, L), True at real tokens, excludes padding from the pooling and from
+    every softmax). ``attention_heads`` heads per sequence are sampled for each attention layer from
+    ``attention_seed``; ``progress(1)`` after each layer. Raises ``NotImplementedError`` for a model it does not
+    cover (:func:`resolved_supported`)."""
+    reason = resolved_supported(model)
+    if reason is not None:
+        raise NotImplementedError(f"token-resolved theory: {reason}")
+    ids = torch.as_tensor(token_ids)
+    ids = ids[None] if ids.dim() == 1 else ids
+    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(ids.shape)
+    ctx = {"L": ids.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
+           "attention_seed": int(attention_seed)}
+    gram = pairwise_forward(model.embed_drop.forward_moments, model.embed.gram(ids, segment_ids))
+    rows = {(-1, "input"): gram_moments(gram, mask)}
+    previous = None
+    for layer in model.layers:
+        try:
+            branches, gram, previous = _layer(layer, gram, ctx, previous)
+        except ValueError as err:
+            raise ValueError(f"layer {layer.index}: {err}") from None
+        rows.update({(layer.index, name): gram_moments(g, mask) for name, g in branches.items()})
+        rows[(layer.index, "layer")] = gram_moments(gram, mask)
+        if progress is not None:
+            progress(1)
+    return rows

@@ -40,6 +40,12 @@ def test_measure_and_compare_on_synthetic_tokens(tmp_path):
     for q in ("fwd_var", "grad_var", "fwd_corr", "grad_corr"):
         assert {"median_rel", "mean_rel", "p90_rel", "r2"} <= set(data["summary"][q])
     assert len(data["per_layer"]) == 3 and "grad_source" in data["predicted_meta"]
+    assert data["predicted_meta"]["forward_state"].startswith("token-resolved")
+    assert "forward state: token-resolved" in " ".join(result.output.split())
+    result = runner.invoke(app, ["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+                                 "--exchangeable", "--json", str(comp)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(comp.read_text())["predicted_meta"]["forward_state"].startswith("exchangeable")
 
 
 def test_encoder_decoder_compare(tmp_path):
@@ -55,6 +61,9 @@ def test_encoder_decoder_compare(tmp_path):
     assert [r["layer"] for r in data["per_layer"]] == [0, 1, 2, 3, 4]
     assert "caveat" in data["predicted_meta"]
     assert (tmp_path / "c.png").stat().st_size > 10_000
+    result = runner.invoke(app, ["compare", *SMALL, "--set", "arch=encoder_decoder", "--synthetic", "--seeds", "2",
+                                 "--token-resolved"])
+    assert result.exit_code == 2 and "cross-attention has no token-resolved rule" in " ".join(result.output.split())
 
 
 def test_presets_resolve_and_list():

@@ -33,11 +33,15 @@ def _sigma_qk(s2):
     return math.sqrt(s2 / (D * D))
 
 
-def _pair_kinds(gram):
-    """Boolean masks (B, L, L) of the diagonal, the repeated-id pairs and the other pairs."""
+def _pair_kinds(key_mask=None):
+    """Boolean masks (B, L, L) of the diagonal, the repeated-id pairs and the other pairs (real tokens only)."""
     eye = torch.eye(L, dtype=torch.bool).expand(B, L, L)
     same = (IDS[:, :, None] == IDS[:, None, :]) & ~eye
-    return {"diag": eye, "same": same, "other": ~same & ~eye}
+    kinds = {"diag": eye, "same": same, "other": ~same & ~eye}
+    if key_mask is not None:
+        real = key_mask[:, :, None] & key_mask[:, None, :]
+        kinds = {k: v & real for k, v in kinds.items()}
+    return kinds
 
 
 def _module_means(gram, s2, causal, p, key_mask=None, draws=96, seed=0, fixed_norm=False):
@@ -47,10 +51,7 @@ def _module_means(gram, s2, causal, p, key_mask=None, draws=96, seed=0, fixed_no
     gen = torch.Generator().manual_seed(seed)
     sq = _sigma_qk(s2)
     root = gram_sqrt(gram)
-    kinds = _pair_kinds(gram)
-    if key_mask is not None:
-        real = key_mask[:, :, None] & key_mask[:, None, :]
-        kinds = {k: v & real for k, v in kinds.items()}
+    kinds = _pair_kinds(key_mask)
     out = {k: [] for k in kinds}
     for _ in range(draws):
         mha = MultiHeadAttention(D, 1, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq), sigma_v=1 / math.sqrt(D),
@@ -71,10 +72,7 @@ def _module_means(gram, s2, causal, p, key_mask=None, draws=96, seed=0, fixed_no
 def _rule_means(gram, s2, causal, p, key_mask=None, seeds=6, heads=32, fixed_norm=False):
     """The rule's mean over each kind of pair, and its standard error from ``seeds`` independent draws."""
     sq = _sigma_qk(s2)
-    kinds = _pair_kinds(gram)
-    if key_mask is not None:
-        real = key_mask[:, :, None] & key_mask[:, None, :]
-        kinds = {k: v & real for k, v in kinds.items()}
+    kinds = _pair_kinds(key_mask)
     vals = {k: [] for k in kinds}
     for s in range(seeds):
         g = gram_attention(gram, D, DK, sq, sq, 1.0 / D, p, causal, key_mask, heads=heads, seed=100 + s,

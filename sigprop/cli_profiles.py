@@ -301,7 +301,7 @@ def demo_command(
 
     A 48-layer Pre-LN encoder (d = 128) with Xavier initialisation and the same model with DeepScaleLM, masked LM
     on the Python standard library's own source (a BPE tokenizer is trained and cached on first use): per-layer
-    forward variance, gradient variance and correlations, predicted and measured. About 15 seconds on 2 CPU cores.
+    forward variance, gradient variance and correlations, predicted and measured. About 40 seconds on 2 CPU cores.
     """
     from .demo import DEMO_CONFIGS, run_demo
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -72,6 +73,23 @@ def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
     eigendecomposition (negative rounding-level eigenvalues are set to zero, so a singular G is fine)."""
     evals, evecs = torch.linalg.eigh(gram)
     return evecs * evals.clamp_min(0.0).sqrt()[..., None, :]
+
+
+@lru_cache(maxsize=2)
+def _draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) -> tuple:
+    """Standard-normal input and weight draws (and uniforms for dropout) of ``heads`` heads, in chunks of
+    :data:`_CHUNK`: (Z, Z_q, Z_k, U or None). Kept between calls, so a layer-by-layer sweep draws them once (the same
+    draws for every layer: common random numbers)."""
+    gen = torch.Generator().manual_seed(seed)
+    kw = {"generator": gen, "dtype": torch.float64}
+    chunks, done = [], 0
+    while done < heads:
+        n = min(_CHUNK, heads - done)
+        z = torch.randn(n, L, d_in, **kw)
+        zq, zk = torch.randn(n, d_in, d_k, **kw), torch.randn(n, d_in, d_k, **kw)
+        chunks.append((z, zq, zk, torch.rand(n, L, L, **kw) if dropout else None))
+        done += n
+    return tuple(chunks)
 
 
 def _pooled(per_head: torch.Tensor, keep: torch.Tensor):
@@ -120,29 +138,24 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
         blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
     root = gram_sqrt(gram)[:, None]  # (B, 1, L, L)
     length = (d_in * torch.diagonal(gram, dim1=-2, dim2=-1)).sqrt()[:, None, :, None]  # (B, 1, L, 1)
-    gen = torch.Generator().manual_seed(int(seed))
-    kw = {"generator": gen, "dtype": torch.float64}
     total = torch.zeros(B, L, L, dtype=torch.float64)
     diag_means, offdiag_means = [], []
-    done = 0
-    while done < heads:
-        n = min(_CHUNK, heads - done)
-        x = root @ torch.randn(n, L, d_in, **kw)  # (B, n, L, d_in)
+    for z, zq, zk, u in _draws(heads, L, d_in, d_k, p > 0.0, int(seed)):
+        x = root @ z  # (B, n, L, d_in)
         if fixed_norm:
             x = x * (length / x.norm(dim=-1, keepdim=True).clamp_min(1e-300))
-        q = x @ (math.sqrt(sq) * torch.randn(n, d_in, d_k, **kw))
-        k = x @ (math.sqrt(sk) * torch.randn(n, d_in, d_k, **kw))
+        q = x @ (math.sqrt(sq) * zq)
+        k = x @ (math.sqrt(sk) * zk)
         scores = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(blocked, float("-inf"))
         a = torch.softmax(scores, dim=-1)
-        if p > 0.0:
-            a = a * (torch.rand(n, L, L, **kw) >= p).to(torch.float64) / (1.0 - p)
+        if u is not None:
+            a = a * (u >= p).to(torch.float64) / (1.0 - p)
         o = a @ x
         per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
         total += per_head.sum(dim=1)
         dm, om = _pooled(per_head, keep)
         diag_means.append(dm)
         offdiag_means.append(om)
-        done += n
     dm, om = torch.cat(diag_means), torch.cat(offdiag_means)
     se = lambda t: float(t.std(unbiased=True) / math.sqrt(t.numel()))  # noqa: E731
     return GramAttention(gram=total / heads, var_se=se(dm), cov_se=se(om), heads=heads)

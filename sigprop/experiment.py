@@ -95,7 +95,7 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
 
     kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
           "token_resolved": token_resolved}
-    if batch is not None and "padding_mask" in batch and batch.get("padding_mask") is not None:
+    if batch is not None and batch.get("padding_mask") is not None:
         from .model.objective import PAD_ID
 
         kw["pad_id"] = PAD_ID

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .components.attention import MultiHeadAttention
-from .components.attention_gram import DEFAULT_GRAM_HEADS
+from .components.attention_gram import DEFAULT_GRAM_HEADS, pooled_gram_means
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
 from .components.rmsnorm import RMSNorm
@@ -94,42 +94,25 @@ def gram_moments(gram: torch.Tensor, mask: torch.Tensor | None = None) -> Moment
     """The site's :class:`Moments` as the measurement pools them: variance = mean of G_jj over the real tokens,
     token covariance = mean of G_jl over the ordered pairs j ≠ l of real tokens within each sequence, correlation =
     their ratio; mean and hidden correlation 0. ``mask`` (B, L) bool, True at real tokens."""
-    B, L, _ = gram.shape
-    w = torch.ones(B, L, dtype=torch.float64) if mask is None else torch.as_tensor(mask).to(torch.float64)
-    diag = torch.diagonal(gram, dim1=-2, dim2=-1)
-    n_tok = float(w.sum())
-    s_diag = float((diag * w).sum())
-    lengths = w.sum(dim=1)
-    n_pairs = float((lengths * (lengths - 1.0)).sum())
-    s_all = float((w[:, :, None] * gram * w[:, None, :]).sum())
-    var = s_diag / n_tok
-    cov = (s_all - s_diag) / n_pairs if n_pairs > 0 else 0.0
+    keep = torch.ones(gram.shape[:2], dtype=torch.bool) if mask is None else torch.as_tensor(mask, dtype=torch.bool)
+    var, cov = (float(t[0]) for t in pooled_gram_means(gram[:, None], keep))
     return Moments(mean=0.0, var=var, corr=float(np.clip(cov / var, -1.0, 1.0)))
-
-
-def _unsupported(module) -> str | None:
-    """Why ``module``'s subtree has no Gram rule (None when it has one)."""
-    for m in module.modules():
-        if isinstance(m, MultiHeadAttention) and type(m) is not MultiHeadAttention:
-            return f"{type(m).__name__} has no token-resolved rule"
-        if type(m).__name__ == "ShapedAttention":
-            return "shaped attention has no token-resolved rule"
-    return None
 
 
 def _mixes_tokens(module) -> bool:
     return any(isinstance(m, MultiHeadAttention) for m in module.modules())
 
 
-def resolved_supported(model) -> str | None:
-    """None if :func:`resolved_forward` covers ``model`` (a token-input encoder or decoder of standard attention),
-    else the reason it does not."""
-    c = model.config
-    if c.input != "tokens":
+def resolved_supported(config) -> str | None:
+    """None if :func:`resolved_forward` covers models of ``config`` (a :class:`~sigprop.model.TransformerConfig`: a
+    token-input encoder or decoder of standard softmax attention), else the reason it does not."""
+    if config.input != "tokens":
         return "patch input (the token-resolved state starts from token ids)"
-    if c.arch == "encoder_decoder":
+    if config.arch == "encoder_decoder":
         return "encoder-decoder (cross-attention has no token-resolved rule)"
-    return _unsupported(model)
+    if config.attention != "standard":
+        return f"{config.attention} attention has no token-resolved rule"
+    return None
 
 
 def _fixes_length(module) -> bool:
@@ -183,7 +166,7 @@ def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor |
     every softmax). ``attention_heads`` heads per sequence are sampled for each attention layer from
     ``attention_seed``; ``progress(1)`` after each layer. Raises ``NotImplementedError`` for a model it does not
     cover (:func:`resolved_supported`)."""
-    reason = resolved_supported(model)
+    reason = resolved_supported(model.config)
     if reason is not None:
         raise NotImplementedError(f"token-resolved theory: {reason}")
     ids = torch.as_tensor(token_ids)

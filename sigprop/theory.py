@@ -183,7 +183,7 @@ def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, in
     elif input_given:
         reason = "input_moments override the input boundary"
     else:
-        reason = resolved_supported(model)
+        reason = resolved_supported(model.config)
     if reason is not None and token_resolved:
         raise ValueError(f"token_resolved=True: not available for this model ({reason})")
     return reason is None
@@ -217,8 +217,7 @@ def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
     from .resolved import resolved_supported
 
     n = 2 * config.total_layers
-    if (token_ids_given and token_resolved is not False
-            and resolved_supported(Transformer(config, sample=False)) is None):
+    if token_ids_given and token_resolved is not False and resolved_supported(config) is None:
         n += config.n_layers
     return n
 

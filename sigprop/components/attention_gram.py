@@ -48,7 +48,7 @@ import torch
 
 from ..moments import check_range
 
-__all__ = ["GramAttention", "gram_attention", "gram_sqrt", "DEFAULT_GRAM_HEADS"]
+__all__ = ["GramAttention", "gram_attention", "gram_sqrt", "pooled_gram_means", "DEFAULT_GRAM_HEADS"]
 
 #: Heads sampled per sequence by default. With a batch of 4 sequences this is 128 heads in all, the exchangeable
 #: sampled rule's default, at about the same cost.
@@ -92,9 +92,10 @@ def _draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) ->
     return tuple(chunks)
 
 
-def _pooled(per_head: torch.Tensor, keep: torch.Tensor):
-    """Per head (axis 1): the mean diagonal and the mean off-diagonal entry over the real token pairs of all
-    sequences; ``per_head`` (B, H, L, L), ``keep`` (B, L) bool."""
+def pooled_gram_means(per_head: torch.Tensor, keep: torch.Tensor):
+    """Per head (axis 1): the mean diagonal entry over the real tokens and the mean off-diagonal entry over the
+    ordered pairs of real tokens within each sequence, pooled over the sequences (how :mod:`sigprop.measurement`
+    pools a variance and a token covariance); ``per_head`` (B, H, L, L), ``keep`` (B, L) bool."""
     w = keep.to(per_head.dtype)
     diag = torch.diagonal(per_head, dim1=-2, dim2=-1)
     n_tok = w.sum()
@@ -153,7 +154,7 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
         o = a @ x
         per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
         total += per_head.sum(dim=1)
-        dm, om = _pooled(per_head, keep)
+        dm, om = pooled_gram_means(per_head, keep)
         diag_means.append(dm)
         offdiag_means.append(om)
     dm, om = torch.cat(diag_means), torch.cat(offdiag_means)

@@ -184,16 +184,20 @@ class Embedding(nn.Module):
             if self.segment is not None:
                 self.segment.weight.normal_(0.0, self.segment_std)
 
+    def _check(self, length: int, segment_ids) -> None:
+        """The sequence fits the position table, and segment ids come where the embedding has segments."""
+        if self.position is not None and length > self.position.num_embeddings:
+            raise ValueError(f"sequence length {length} exceeds max_len {self.position.num_embeddings}")
+        if self.segment is not None and segment_ids is None:
+            raise ValueError("this embedding has segment embeddings: pass segment_ids")
+
     def forward(self, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        length = token_ids.shape[-1]
+        self._check(length, segment_ids)
         x = self.token(token_ids)
         if self.position is not None:
-            length = token_ids.shape[-1]
-            if length > self.position.num_embeddings:
-                raise ValueError(f"sequence length {length} exceeds max_len {self.position.num_embeddings}")
             x = x + self.position(torch.arange(length, device=token_ids.device))
         if self.segment is not None:
-            if segment_ids is None:
-                raise ValueError("this embedding has segment embeddings: pass segment_ids")
             x = x + self.segment(segment_ids)
         return x
 
@@ -207,14 +211,11 @@ class Embedding(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"token_ids must have shape (batch, L), got {tuple(ids.shape)}")
         length = ids.shape[-1]
+        self._check(length, segment_ids)
         out = self.token_std**2 * (ids[:, :, None] == ids[:, None, :]).to(torch.float64)
         if self.position is not None:
-            if length > self.position.num_embeddings:
-                raise ValueError(f"sequence length {length} exceeds max_len {self.position.num_embeddings}")
             out = out + self.position_std**2 * torch.eye(length, dtype=torch.float64)
         if self.segment is not None:
-            if segment_ids is None:
-                raise ValueError("this embedding has segment embeddings: pass segment_ids")
             seg = torch.as_tensor(segment_ids).reshape(ids.shape)
             out = out + self.segment_std**2 * (seg[:, :, None] == seg[:, None, :]).to(torch.float64)
         return out

@@ -168,7 +168,8 @@ def predict_command(
         batch = _batch(config, batch_size, data, False, 0) if (data is not None or real) else None
         with progress_bar() as bar:
             task = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                total=prediction_steps(config, batch is not None, token_resolved))
+                                total=prediction_steps(config, batch is not None, token_resolved,
+                                                      labels_given=batch is not None))
             profile = predict_for_batch(config, batch, batch_size=batch_size, attention_heads=attention_heads,
                                         progress=lambda k: bar.advance(task, k), token_resolved=token_resolved)
     except (ValueError, NotImplementedError) as err:
@@ -189,6 +190,8 @@ def _print_rules(profile) -> None:
     """The attention rule each layer used and any caveat of the prediction, from its meta."""
     if profile.meta.get("forward_state"):
         console.print(f"forward state: {profile.meta['forward_state']}")
+    if profile.meta.get("backward_state"):
+        console.print(f"backward state: {profile.meta['backward_state']}")
     if profile.meta.get("attention_rule"):
         console.print(f"attention rule: {profile.meta['attention_rule']}")
     if profile.meta.get("caveat"):
@@ -269,7 +272,8 @@ def compare_command(
         config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                 total=prediction_steps(config, config.input == "tokens", token_resolved))
+                                 total=prediction_steps(config, config.input == "tokens", token_resolved,
+                                                       labels_given=True))
             task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,

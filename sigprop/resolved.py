@@ -34,6 +34,7 @@ and decoder stacks of standard softmax attention; cross-attention and shaped att
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,9 +45,10 @@ from .components.layernorm import LayerNorm
 from .components.residual import Residual
 from .components.rmsnorm import RMSNorm
 from .components.sequential import call_rule
-from .moments import Moments
+from .moments import GradMoments, Moments
 
-__all__ = ["pairwise_forward", "gram_moments", "resolved_forward", "resolved_supported"]
+__all__ = ["pairwise_forward", "pairwise_backward", "pairwise_postnorm_backward", "gram_moments", "resolved_forward",
+           "forward_sweep", "ForwardSweep", "resolved_supported"]
 
 
 def _pair_moments(gram: torch.Tensor) -> tuple[Moments, np.ndarray]:
@@ -61,14 +63,28 @@ def _pair_moments(gram: torch.Tensor) -> tuple[Moments, np.ndarray]:
     return Moments(mean=0.0, var=v, corr=np.clip(g / v, -1.0, 1.0)), diag
 
 
-def _gram_from_pairs(out: Moments, shape) -> torch.Tensor:
-    """Assemble G from a pair rule's output: each token's variance from the diagonal pairs, the off-diagonal
-    entries from the pairs' correlations."""
-    if np.any(np.abs(np.asarray(out.mean)) > 1e-12 * np.sqrt(np.max(np.asarray(out.var)))):
-        raise NotImplementedError("token-resolved state: a component produced a non-zero mean")
-    var = np.broadcast_to(np.asarray(out.var), shape)
-    corr = np.broadcast_to(np.asarray(out.corr), shape)
+def _grad_pairs(grad_gram: torch.Tensor) -> tuple[GradMoments, np.ndarray]:
+    """:func:`_pair_moments` for a gradient Gram matrix, where a token may carry no gradient at all (one without a
+    label, a decoder's last position): such a token's pairs are given unit variance and correlation 0, and the
+    returned mask (B, L), True where the gradient is non-zero, zeroes them again afterwards (the backward rules are
+    linear in the gradient)."""
+    g = grad_gram.numpy()
+    diag = np.diagonal(g, axis1=-2, axis2=-1)
+    live = diag > 0
+    s = np.sqrt(np.where(live, diag, 1.0))
+    v = s[:, :, None] * s[:, None, :]
+    corr = np.where(live[:, :, None] & live[:, None, :], np.clip(g / v, -1.0, 1.0), 0.0)
+    return GradMoments(var=v, corr=corr), live
+
+
+def _gram_from_pairs(var, corr, shape, live: np.ndarray | None = None) -> torch.Tensor:
+    """Assemble G from a pair rule's output variance and correlation: each token's variance from the diagonal pairs
+    (zero where ``live`` is False), the off-diagonal entries from the pairs' correlations."""
+    var = np.broadcast_to(np.asarray(var), shape)
+    corr = np.broadcast_to(np.asarray(corr), shape)
     d = np.diagonal(var, axis1=-2, axis2=-1)
+    if live is not None:
+        d = np.where(live, d, 0.0)
     s = np.sqrt(d)
     g = corr * s[:, :, None] * s[:, None, :]
     idx = np.arange(shape[-1])
@@ -76,18 +92,48 @@ def _gram_from_pairs(out: Moments, shape) -> torch.Tensor:
     return torch.from_numpy(g)
 
 
+def _zero_mean(out: Moments) -> Moments:
+    if np.any(np.abs(np.asarray(out.mean)) > 1e-12 * np.sqrt(np.max(np.asarray(out.var)))):
+        raise NotImplementedError("token-resolved state: a component produced a non-zero mean")
+    return out
+
+
 def pairwise_forward(rule: Callable, gram: torch.Tensor, **context) -> torch.Tensor:
     """Apply a token-wise component's exchangeable forward ``rule`` (e.g. ``module.forward_moments``) to every token
     pair of ``gram`` (B, L, L) at once and return the output Gram matrix (module docstring)."""
     pairs, _ = _pair_moments(gram)
-    return _gram_from_pairs(call_rule(rule, pairs, **context), gram.shape)
+    out = _zero_mean(call_rule(rule, pairs, **context))
+    return _gram_from_pairs(out.var, out.corr, gram.shape)
+
+
+def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tensor, **context) -> torch.Tensor:
+    """Apply a token-wise component's exchangeable backward ``rule`` (e.g. ``module.backward_moments``) to every token
+    pair at once: the output-gradient Gram ``grad_gram`` and the forward input Gram ``gram`` (both (B, L, L)) give
+    the input-gradient Gram. Token j's gradient is J(x_j)ᵀ g_j, so the pair (j, l) depends only on the forward pair
+    and the gradient pair (:mod:`sigprop.resolved_backward`)."""
+    g_pairs, live = _grad_pairs(grad_gram)
+    m_pairs, _ = _pair_moments(gram)
+    out = call_rule(rule, g_pairs, m_pairs, **context)
+    return _gram_from_pairs(out.var, out.corr, gram.shape, live)
 
 
 def _pairwise_postnorm(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
     """A Post-LN norm's post-norm rule (:meth:`LayerNorm.forward_moments_postnorm`) for every token pair."""
     s, _ = _pair_moments(skip)
     b, _ = _pair_moments(branch)
-    return _gram_from_pairs(norm.forward_moments_postnorm(s, b, lam, beta), skip.shape)
+    out = norm.forward_moments_postnorm(s, b, lam, beta)
+    return _gram_from_pairs(out.var, out.corr, skip.shape)
+
+
+def pairwise_postnorm_backward(norm, grad_gram: torch.Tensor, skip: torch.Tensor, branch: torch.Tensor, lam, beta,
+                               skip_fraction) -> torch.Tensor:
+    """A Post-LN norm's post-norm backward rule (:meth:`LayerNorm.backward_moments_postnorm`) for every token pair;
+    ``skip_fraction`` (B, L, L) per pair."""
+    g, live = _grad_pairs(grad_gram)
+    s, _ = _pair_moments(skip)
+    b, _ = _pair_moments(branch)
+    out = norm.backward_moments_postnorm(g, s, b, lam, beta, skip_fraction=skip_fraction)
+    return _gram_from_pairs(out.var, out.corr, skip.shape, live)
 
 
 def gram_moments(gram: torch.Tensor, mask: torch.Tensor | None = None) -> Moments:
@@ -99,7 +145,7 @@ def gram_moments(gram: torch.Tensor, mask: torch.Tensor | None = None) -> Moment
     return Moments(mean=0.0, var=var, corr=float(np.clip(cov / var, -1.0, 1.0)))
 
 
-def _mixes_tokens(module) -> bool:
+def mixes_tokens(module) -> bool:
     return any(isinstance(m, MultiHeadAttention) for m in module.modules())
 
 
@@ -115,45 +161,94 @@ def resolved_supported(config) -> str | None:
     return None
 
 
-def _fixes_length(module) -> bool:
+def fixes_length(module) -> bool:
     """Whether ``module``'s output rows have a fixed length (|x|² = d·var: LayerNorm, RMSNorm at initialisation)."""
     return isinstance(module, (LayerNorm, RMSNorm))
 
 
-def _walk(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
+def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
     """Output Gram of ``module`` (not a transformer layer) for input Gram ``gram``; ``fixed``: the input rows have
     a fixed length (a norm's output), which the attention rule needs to know."""
     if isinstance(module, Residual):
         lam, beta = (float(np.asarray(v)) for v in module._scales())
-        return lam**2 * gram + beta**2 * _walk(module.branch, gram, ctx, fixed)
+        return lam**2 * gram + beta**2 * walk_forward(module.branch, gram, ctx, fixed)
     if isinstance(module, MultiHeadAttention):
-        return module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"], ctx["attention_seed"], fixed)
-    if _mixes_tokens(module):
+        cache = ctx.setdefault("attention_out", {})
+        if id(module) not in cache:
+            cache[id(module)] = module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"],
+                                                    ctx["attention_seed"], fixed)
+        return cache[id(module)]
+    if mixes_tokens(module):
         for child in module.children():
-            gram = _walk(child, gram, ctx, fixed)
-            fixed = _fixes_length(child)
+            gram = walk_forward(child, gram, ctx, fixed)
+            fixed = fixes_length(child)
         return gram
     return pairwise_forward(module.forward_moments, gram, L=ctx["L"])
 
 
-def _layer(layer, gram: torch.Tensor, ctx: dict, previous):
+def layer_forward(layer, gram: torch.Tensor, ctx: dict, previous):
     """One transformer layer, mirroring :func:`sigprop.theory._layer_forward` (a norm after a residual whose skip input
     is a LayerNorm output uses the post-norm rule): (branch output Grams by site, output Gram, the module that
-    produced the output). ``previous``: the module that produced the input (None for the embedding)."""
-    branches, pending = {}, None
+    produced the output, and per child (name, child, input Gram, whether the input rows have a fixed length, the
+    post-norm rule's (skip, branch, λ, β) or None) for the backward sweep). ``previous``: the module that produced
+    the input (None for the embedding)."""
+    branches, pending, children = {}, None, []
     for name, child in layer.named_children():
+        fixed = fixes_length(previous)
         if isinstance(child, Residual):
+            children.append((name, child, gram, fixed, None))
             lam, beta = (float(np.asarray(v)) for v in child._scales())
-            branches[name] = _walk(child.branch, gram, ctx, _fixes_length(previous))
+            branches[name] = walk_forward(child.branch, gram, ctx, fixed)
             pending = (gram, branches[name], lam, beta) if isinstance(previous, LayerNorm) else None
             gram, previous = lam**2 * gram + beta**2 * branches[name], child
             continue
-        if pending is not None and hasattr(child, "forward_moments_postnorm"):
-            gram = _pairwise_postnorm(child, *pending)
-        else:
-            gram = _walk(child, gram, ctx, _fixes_length(previous))
+        post = pending if pending is not None and hasattr(child, "forward_moments_postnorm") else None
+        children.append((name, child, gram, fixed, post))
+        gram = _pairwise_postnorm(child, *post) if post is not None else walk_forward(child, gram, ctx, fixed)
         pending, previous = None, child
-    return branches, gram, previous
+    return branches, gram, previous, children
+
+
+@dataclass
+class ForwardSweep:
+    """A token-resolved forward sweep: the pooled ``rows`` ({(layer, site): Moments}), each layer's input Gram and
+    the module that produced it (``layer_inputs``), the last layer's output Gram (``output``), the padding ``mask``
+    (B, L) or None, and the rules' context ``ctx`` (it keeps every attention layer's output Gram, so the backward
+    sweep can walk a layer again without sampling its forward twice)."""
+
+    rows: dict
+    layer_inputs: list
+    output: torch.Tensor
+    mask: torch.Tensor | None
+    ctx: dict
+
+
+def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                  padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
+                  attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> ForwardSweep:
+    """:func:`resolved_forward`, keeping what :func:`sigprop.resolved_backward.resolved_backward` needs."""
+    reason = resolved_supported(model.config)
+    if reason is not None:
+        raise NotImplementedError(f"token-resolved theory: {reason}")
+    ids = torch.as_tensor(token_ids)
+    ids = ids[None] if ids.dim() == 1 else ids
+    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(ids.shape)
+    ctx = {"L": ids.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
+           "attention_seed": int(attention_seed), "attention_out": {}}
+    gram = pairwise_forward(model.embed_drop.forward_moments, model.embed.gram(ids, segment_ids))
+    rows = {(-1, "input"): gram_moments(gram, mask)}
+    previous, inputs = None, []
+    for layer in model.layers:
+        inputs.append((gram, previous))
+        try:
+            branches, gram, previous, _ = layer_forward(layer, gram, ctx, previous)
+        except ValueError as err:
+            raise ValueError(f"layer {layer.index}: {err}") from None
+        rows.update({(layer.index, name): gram_moments(g, mask) for name, g in branches.items()})
+        rows[(layer.index, "layer")] = gram_moments(gram, mask)
+        if progress is not None:
+            progress(1)
+    return ForwardSweep(rows, inputs, gram, mask, ctx)
 
 
 def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
@@ -166,24 +261,4 @@ def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor |
     every softmax). ``attention_heads`` heads per sequence are sampled for each attention layer from
     ``attention_seed``; ``progress(1)`` after each layer. Raises ``NotImplementedError`` for a model it does not
     cover (:func:`resolved_supported`)."""
-    reason = resolved_supported(model.config)
-    if reason is not None:
-        raise NotImplementedError(f"token-resolved theory: {reason}")
-    ids = torch.as_tensor(token_ids)
-    ids = ids[None] if ids.dim() == 1 else ids
-    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(ids.shape)
-    ctx = {"L": ids.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
-           "attention_seed": int(attention_seed)}
-    gram = pairwise_forward(model.embed_drop.forward_moments, model.embed.gram(ids, segment_ids))
-    rows = {(-1, "input"): gram_moments(gram, mask)}
-    previous = None
-    for layer in model.layers:
-        try:
-            branches, gram, previous = _layer(layer, gram, ctx, previous)
-        except ValueError as err:
-            raise ValueError(f"layer {layer.index}: {err}") from None
-        rows.update({(layer.index, name): gram_moments(g, mask) for name, g in branches.items()})
-        rows[(layer.index, "layer")] = gram_moments(gram, mask)
-        if progress is not None:
-            progress(1)
-    return rows
+    return forward_sweep(model, token_ids, segment_ids, padding_mask, attention_heads, attention_seed, progress).rows

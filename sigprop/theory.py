@@ -68,12 +68,18 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     (masked-LM or next-token) at initialisation, and a description of their source.
 
     With logits z = W_head·(s·Norm(h)), ∂L/∂z_t = (softmax(z_t) − e_{y_t})/M at each of the M labelled positions of
-    the batch, zero elsewhere. For a head with i.i.d. N(0, σ²_h) entries the per-element gradient at Norm(h)_t has
-    variance s²σ²_h|p_t − e_{y_t}|²/M², with |p − e_y|² = 1 − 2p_y + Σ_v p_v² ≈ 1 for small logits (the neglected
-    Σp² ≈ e^{Var z}/V is below 1% for every built-in scheme at V ≥ 1000). Averaged over all n tokens of the batch:
-    σ²_g = s²σ²_h/(M·n). Two labelled positions of one sequence with the same target share e_y (covariance
-    s²σ²_h/M²), so pooled over the token pairs of each sequence, r_g = S/((L − 1)·M) with S the number of ordered
-    same-target pairs. The final norm's backward rule maps this to the last layer's output.
+    the batch, zero elsewhere. For a head with i.i.d. N(0, σ²_h) entries, independent of the hidden states and of the
+    labels, the per-element gradient covariance at Norm(h) of labelled positions j, l is s²σ²_h/M² times
+
+        E[(p_j − e_{y_j})·(p_l − e_{y_l})] = [y_j = y_l] − (2 − exp C_jl)/V,
+
+    since E[p_{j,y}] = 1/V and E[p_j·p_l] = exp(C_jl)/V for log-normal softmax weights over V ≫ 1 outputs, with C
+    the logits' covariance s²σ²_h d·Cov(Norm(h)) (C_jj = Var z). Pooled over the n tokens of the batch:
+    σ²_g = s²σ²_h k/(M·n), k = 1 − (2 − e^{Var z})/V; over the ordered token pairs of each sequence,
+    r_g = (S − P(2 − e^{r Var z})/V)/(k(L − 1)M), with S the number of same-target pairs, P all pairs of labelled
+    positions and r the token correlation of Norm(h). The −2/V is small per pair but summed over the many pairs of
+    different targets it lowers r_g, by ~9% at V = 300 (checked against autograd in
+    ``tests/test_resolved_backward.py``). The final norm's backward rule maps this to the last layer's output.
     ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
     per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
     Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
@@ -90,18 +96,25 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         M = int(mask.sum())
         if M == 0:
             raise ValueError("labels: no labelled position (all -100)")
-        same = 0
+        same, pairs = 0.0, 0.0
         for row, keep in zip(lab, mask, strict=True):
             counts = torch.unique(row[keep], return_counts=True)[1].double()
             same += float((counts * (counts - 1)).sum())
-        n, corr, source = n_seq * L, same / (max(L - 1, 1) * M), "cross-entropy of the batch's labels (theory)"
+            pairs += float(keep.sum() * (keep.sum() - 1))
+        n, source = n_seq * L, "cross-entropy of the batch's labels (theory)"
     else:
         L = int(seq_len or c.seq_len)
         per_seq = c.mask_prob * L if c.arch == "encoder" else L - 1
         M, n = batch_size * per_seq, batch_size * L
-        corr = zipf_correlation(c.vocab_size) * max(per_seq - 1, 0) / max(L - 1, 1)
+        pairs = batch_size * per_seq * max(per_seq - 1, 0)
+        same = zipf_correlation(c.vocab_size) * pairs
         source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
-    g = GradMoments(var=s2 * head_var / (M * n), corr=corr)
+    V = c.vocab_size if c.input == "tokens" else c.n_classes
+    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    var_z = s2 * head_var * c.d_model * np.asarray(normed.var)
+    k = 1.0 - (2.0 - np.exp(var_z)) / V
+    corr = (same - pairs * (2.0 - np.exp(np.asarray(normed.corr) * var_z)) / V) / (k * max(L - 1, 1) * M)
+    g = GradMoments(var=s2 * head_var * k / (M * n), corr=corr)
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
     return g, source
@@ -166,12 +179,6 @@ DECODER_CAVEAT = ("decoder: the moments passed from layer to layer are averages 
                   "Post-LN gradients are approximate (see the README's accuracy section)")
 
 
-#: The decoder caveat when the forward moments are token-resolved (positions kept apart going forward).
-DECODER_CAVEAT_RESOLVED = ("decoder: the forward moments are token-resolved (positions kept apart); the gradient's "
-                           "moments passed from layer to layer are averages over positions, which a causal mask makes "
-                           "unequal (see the README's accuracy section)")
-
-
 def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, input_given: bool) -> bool:
     """Whether the forward rows are token-resolved (``predict``'s ``token_resolved``; None = when possible)."""
     from .resolved import resolved_supported
@@ -192,32 +199,57 @@ def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, in
 _RESOLVED_CACHE: dict = {}
 
 
-def _resolved_rows(model: Transformer, token_ids, segment_ids, padding, heads: int, seed: int, tick) -> dict:
-    """:func:`~sigprop.resolved.resolved_forward`, remembered for the last batch and configuration (``compare``
-    predicts twice with different gradient boundaries; the forward sweep is the same)."""
-    from .resolved import resolved_forward
+def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, pad_id) -> torch.Tensor | None:
+    """The labels the token-resolved backward sweep starts from: the given ones; a decoder's next tokens
+    (:func:`~sigprop.data.causal_lm_labels`); None for an encoder without labels (which positions are masked is not
+    known, so its backward sweep stays exchangeable)."""
+    if labels is not None:
+        return torch.as_tensor(labels).reshape(token_ids.shape)
+    if config.arch == "decoder":
+        from .data.mlm import causal_lm_labels
+
+        return causal_lm_labels(token_ids, pad_id)
+    return None
+
+
+def _resolved_rows(model: Transformer, token_ids, segment_ids, padding, labels, heads: int, seed: int,
+                   tick) -> tuple[dict, dict | None]:
+    """The token-resolved sweeps (:func:`~sigprop.resolved.forward_sweep`; with ``labels``, also
+    :func:`~sigprop.resolved_backward.resolved_backward` from the loss's gradient) as pooled rows: (forward rows,
+    gradient rows or None), remembered for the last batch and configuration (``compare`` predicts twice with different
+    gradient boundaries; the sweeps are the same, and a given boundary only rescales the gradient)."""
+    from .resolved import forward_sweep
+    from .resolved_backward import gradient_rows, head_gradient_gram, resolved_backward
 
     def key_of(t):
         return None if t is None else (tuple(t.shape), torch.as_tensor(t).cpu().numpy().tobytes())
 
-    key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), heads, seed)
+    key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), key_of(labels), heads,
+           seed)
     if _RESOLVED_CACHE.get("key") != key:
-        rows = resolved_forward(model, token_ids, segment_ids, padding, heads, seed, tick)
         _RESOLVED_CACHE.clear()
-        _RESOLVED_CACHE.update(key=key, rows=rows)
+        sweep = forward_sweep(model, token_ids, segment_ids, padding, heads, seed, tick)
+        grads = None
+        if labels is not None:
+            top = head_gradient_gram(model, sweep.output, labels)
+            grads = gradient_rows(resolved_backward(model, sweep, top, tick), padding)
+        _RESOLVED_CACHE.update(key=key, rows=(sweep.rows, grads))
     else:
-        tick(len(model.layers))
+        tick(len(model.layers) * (1 if labels is None else 2))
     return _RESOLVED_CACHE["rows"]
 
 
 def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
-                     token_resolved: bool | None = None) -> int:
-    """The number of ``progress`` steps :func:`predict` reports: a layer per sweep (forward, backward, and the
-    token-resolved forward sweep when it runs)."""
+                     token_resolved: bool | None = None, labels_given: bool = False) -> int:
+    """The number of ``progress`` steps :func:`predict` reports: a layer per sweep. Exchangeable: forward and
+    backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved when the
+    labels are known (``labels_given``, or any decoder), else the token-resolved forward on top of both exchangeable
+    sweeps."""
     from .resolved import resolved_supported
 
     n = 2 * config.total_layers
-    if token_ids_given and token_resolved is not False and resolved_supported(config) is None:
+    resolved = token_ids_given and token_resolved is not False and resolved_supported(config) is None
+    if resolved and not (labels_given or config.arch == "decoder"):
         n += config.n_layers
     return n
 
@@ -340,6 +372,14 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}
     tick = _tick(progress)
     meta = {"seq_len": L}
+    resolved = _use_resolved(model, token_ids, token_resolved, input_moments is not None)
+    if resolved:
+        token_ids = torch.as_tensor(token_ids)
+        token_ids = token_ids[None] if token_ids.dim() == 1 else token_ids
+        resolved_labels = _resolved_labels(config, token_ids, labels, pad_id)
+        if resolved_labels is not None:
+            return _predict_resolved(model, token_ids, resolved_labels, segment_ids, pad_id, grad_top,
+                                     int(attention_heads), int(attention_seed), tick, meta)
     if input_moments is None:
         input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
     else:
@@ -383,23 +423,57 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     meta["attention_rule"] = _attention_rules(model)
     if "sampled" in meta["attention_rule"]:
         meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
-    resolved = _use_resolved(model, token_ids, token_resolved, meta["input_source"] == "given")
     if resolved:
-        token_ids = torch.as_tensor(token_ids)
-        n_seq = 1 if token_ids.dim() == 1 else int(token_ids.shape[0])
-        per_seq = max(2, -(-int(attention_heads) // n_seq))
+        per_seq = _heads_per_sequence(attention_heads, token_ids)
         padding = None if pad_id is None else token_ids != pad_id
-        fwd_rows.update(_resolved_rows(model, token_ids, segment_ids, padding, per_seq, int(attention_seed), tick))
+        fwd_rows.update(_resolved_rows(model, token_ids, segment_ids, padding, None, per_seq, int(attention_seed),
+                                       tick)[0])
         meta["forward_state"] = (f"token-resolved: each sequence's token Gram matrix ({per_seq} attention heads per "
-                                 f"sequence, seed {attention_seed}); backward: exchangeable tokens")
+                                 f"sequence, seed {attention_seed})")
+        meta["backward_state"] = ("exchangeable tokens (the labelled positions are not known: pass labels for a "
+                                  "token-resolved backward sweep)")
     else:
         meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
+        meta["backward_state"] = "exchangeable tokens"
     if config.arch != "encoder":
-        meta["caveat"] = DECODER_CAVEAT_RESOLVED if resolved else DECODER_CAVEAT
+        meta["caveat"] = DECODER_CAVEAT
+    return _profile(config, fwd_rows, grad_rows, meta)
 
+
+def _heads_per_sequence(attention_heads: int, token_ids: torch.Tensor) -> int:
+    """Heads the token-resolved attention rules sample per sequence: ``attention_heads`` shared out over the batch."""
+    return max(2, -(-int(attention_heads) // int(token_ids.shape[0])))
+
+
+def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: dict) -> Profile:
+    """The predicted :class:`Profile` from forward and gradient rows keyed by (layer, site)."""
     rows = []
     for key, mf in fwd_rows.items():
         gr = grad_rows.get(key)
         rows.append(Row(key[0], key[1], _f(mf.mean), _f(mf.var), _f(mf.corr),
                         _f(gr.var) if gr is not None else 0.0, _f(gr.corr) if gr is not None else float("nan")))
     return Profile("predicted", config.to_dict(), tuple(rows), meta)
+
+
+def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch.Tensor, segment_ids, pad_id,
+                      grad_top: GradMoments | None, heads: int, seed: int, tick, meta: dict) -> Profile:
+    """:func:`predict` with both sweeps token-resolved (:mod:`sigprop.resolved`, :mod:`sigprop.resolved_backward`).
+    A given ``grad_top`` sets the gradient's scale (the sweep is linear in it); which positions and pairs carry
+    gradient comes from the labels."""
+    per_seq = _heads_per_sequence(heads, token_ids)
+    padding = None if pad_id is None else token_ids != pad_id
+    fwd_rows, grad_rows = _resolved_rows(model, token_ids, segment_ids, padding, labels, per_seq, seed, tick)
+    meta["input_source"] = "token ids of the batch (App. A.1), token by token"
+    if grad_top is None:
+        meta["grad_source"] = "cross-entropy of the batch's labels through the head (theory), token by token"
+    else:
+        top = grad_rows[(model.config.n_layers - 1, "layer")]
+        scale = _f(grad_top.var) / _f(top.var)
+        grad_rows = {k: GradMoments(var=g.var * scale, corr=g.corr) for k, g in grad_rows.items()}
+        meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry gradient "
+                               "comes from the batch's labels")
+    meta["attention_rule"] = (f"token-resolved sampled: layers 0-{model.config.n_layers - 1} ({per_seq} heads per "
+                              f"sequence, seed {seed})")
+    meta["forward_state"] = f"token-resolved: each sequence's token Gram matrix ({per_seq} attention heads each)"
+    meta["backward_state"] = "token-resolved: each sequence's gradient Gram matrix, from the labelled positions"
+    return _profile(model.config, fwd_rows, grad_rows, meta)

@@ -117,7 +117,7 @@ def test_resolved_decoder_correlations_within_measurement_noise():
     below both states' prediction (README, accuracy section)."""
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": "pre", "init": "xavier"})
     z, pred = _forward_z(config)
-    assert pred.meta["caveat"].startswith("decoder: the forward moments are token-resolved")
+    assert pred.meta["backward_state"].startswith("token-resolved") and "caveat" not in pred.meta
     bad = {k: round(v, 1) for k, v in z.items() if k[2] == "fwd_corr" and not v <= Z}
     assert not bad, bad
 

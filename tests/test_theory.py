@@ -53,18 +53,22 @@ def test_small_deep_model_prediction_within_measurement_noise(overrides):
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("norm_position", [
-    "pre",
-    pytest.param("post", marks=pytest.mark.xfail(strict=True, reason="known gap: a Post-LN decoder's gradient "
-                                                  "variance is ~2x low, as the per-position LayerNorm factors do not "
-                                                  "average (DECODER_CAVEAT)")),
-])
-def test_decoder_variances_within_measurement_noise(norm_position):
-    """A decoder (causal attention, the sampled rule): forward and gradient variances layer by layer. Its token
-    correlations are not asserted: the state passed between layers averages over positions, which a causal mask
-    makes unequal (documented in :func:`sigprop.theory.predict`)."""
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_decoder_within_measurement_noise(norm_position):
+    """A decoder (causal attention; token-resolved sweeps both ways, :mod:`sigprop.resolved_backward`): every
+    quantity layer by layer, with two exceptions. A Post-LN layer output's variance, a LayerNorm output's 1 − O(eps)
+    that the measurement pins to ~1e-7 (24 seeds), where a second-order eps term of the post-norm rule (~2.5e-7 here)
+    is resolved; it is asserted at the same seeds in the encoder test above and by the norm's own tests. And the
+    gradient at layer 0's attention output in Pre-LN, the known norm-fluctuation gap
+    (``test_first_layer_norm_fluctuation_gap`` in ``tests/test_resolved_backward.py``)."""
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": norm_position})
-    bad = _within_noise(config, quantities=("fwd_var", "grad_var"))
+
+    def checked(layer, site, q):
+        if norm_position == "post" and site == "layer" and q == "fwd_var":
+            return False
+        return not (norm_position == "pre" and (layer, site) == (0, "attn") and q.startswith("grad"))
+
+    bad = _within_noise(config, checked=checked)
     assert not bad, "\n".join(bad)
 
 
@@ -72,8 +76,8 @@ def test_decoder_variances_within_measurement_noise(norm_position):
 def test_encoder_decoder_within_measurement_noise(norm_position):
     """An encoder–decoder (cross-attention, sampled rule). The encoder's every quantity: its gradient arrives only
     through the decoder's cross-attentions, summed over them, so it tests the memory-gradient rule and the sum.
-    The cross-attention outputs' forward moments. Pre-LN: the decoder's variances too (its correlations, and a
-    Post-LN decoder's gradients, carry the decoder caveat: see the decoder test above)."""
+    The cross-attention outputs' forward moments. Pre-LN: the decoder's variances too (an encoder–decoder's sweeps
+    are exchangeable, so its decoder's correlations and Post-LN gradients carry the decoder caveat)."""
     config = TransformerConfig(**{**SMALL, "arch": "encoder_decoder", "n_decoder_layers": 6,
                                   "norm_position": norm_position})
 

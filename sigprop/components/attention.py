@@ -61,7 +61,7 @@ from torch import nn
 
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
-from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention
+from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention, gram_attention_backward
 from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance
 
@@ -451,6 +451,21 @@ class MultiHeadAttention(nn.Module):
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
         return gram_attention(gram, self.d_in, self.d_head, sq, sk, sv, float(self.dropout_p), self.causal, key_mask,
                               attention_heads, attention_seed, fixed_norm).gram
+
+    def gram_backward(self, grad_gram: torch.Tensor, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
+                      attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
+                      fixed_norm: bool = False) -> torch.Tensor:
+        """Token-resolved backward rule: the per-element input-gradient Gram matrix (B, L, L) for the output-gradient
+        Gram ``grad_gram`` and the forward input Gram ``gram``, by
+        :func:`~sigprop.components.attention_gram.gram_attention_backward` with d_k = d_head, times ``n_heads`` (each
+        head's independent W_V makes the heads' input gradients uncorrelated, so they add). Arguments as in
+        :meth:`gram_forward`, whose draws it shares."""
+        if self.batch_shape:
+            raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
+        sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
+        return self.n_heads * gram_attention_backward(gram, grad_gram, self.d_in, self.d_head, sq, sk, sv,
+                                                      float(self.dropout_p), self.causal, key_mask, attention_heads,
+                                                      attention_seed, fixed_norm)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
                          attention_seed: int = 0) -> GradMoments:

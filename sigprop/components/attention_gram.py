@@ -30,6 +30,19 @@ larger output variance (at d_in = 64 and Xavier-scale scores, 4–6% larger than
 effect that grows with the score scale). With ``fixed_norm`` each sampled row is rescaled to |x_j|² = d_in G_jj,
 which keeps the pair correlations to O(1/d_in).
 
+Backward. The output gradient g ∈ R^{L×d_k} of a head has per-element Gram H (zero mean, independent of the forward
+pass, as every backward rule here assumes). The input gradient ∂X = ∂/∂X ⟨g, A X W_V⟩ = ∂/∂X ⟨w, A X⟩ depends on the
+value weights only through w = g W_Vᵀ ∈ R^{L×d_in}, which is independent of X and A with per-element covariance
+E[w_j^a w_l^a] = σ²_v d_k H_jl. ∂X is linear in w, so its second moments need only that covariance, and sampling
+w = (σ²_v d_k)^{1/2} H^{1/2} Z_w is exact in expectation:
+
+    H_in = E[∂X ∂Xᵀ]/d_in,
+
+with every path (values, keys and queries through the softmax Jacobian) differentiated by autograd on the sampled
+heads, as :mod:`~sigprop.components.attention_sampled` does for the exchangeable state. Heads with independent W_V
+add: a multi-head layer's input-gradient Gram is n_heads times a head's. For H = σ²_g[r_g 11ᵀ + (1 − r_g)I] and an
+equicorrelated G this is the exchangeable rule's expectation.
+
 Accuracy. Unbiased for every entry of G_y given G; the draws are common to every call with the same sizes and seed
 (so a layer-by-layer sweep reuses them, as the exchangeable sampled rule does). Float64. Cost per sequence and head:
 O(L² d_in + L d_in d_k) for the input and projections plus O(L² d_k + L² d_in) for scores and output.
@@ -48,7 +61,8 @@ import torch
 
 from ..moments import check_range
 
-__all__ = ["GramAttention", "gram_attention", "gram_sqrt", "pooled_gram_means", "DEFAULT_GRAM_HEADS"]
+__all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means",
+           "DEFAULT_GRAM_HEADS"]
 
 #: Heads sampled per sequence by default. With a batch of 4 sequences this is 128 heads in all, the exchangeable
 #: sampled rule's default, at about the same cost.
@@ -106,17 +120,9 @@ def pooled_gram_means(per_head: torch.Tensor, keep: torch.Tensor):
     return s_diag / n_tok, (s_all - s_diag) / n_pairs.clamp_min(1.0)
 
 
-def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sigma_k2: float, sigma_v2: float,
-                   p: float = 0.0, causal: bool = False, key_mask: torch.Tensor | None = None,
-                   heads: int = DEFAULT_GRAM_HEADS, seed: int = 0, fixed_norm: bool = False) -> GramAttention:
-    """Per-element output Gram matrix of single-head attention (module docstring) for the per-element input Gram
-    ``gram`` (B, L, L) of B sequences, by sampling ``heads`` heads per sequence from ``seed``.
-
-    ``key_mask`` (B, L) bool, True at real tokens, keeps padded keys out of every softmax (the rows of padded queries
-    are computed but mean nothing). ``p``: dropout on the attention probabilities. ``fixed_norm``: the input is a
-    norm's output, whose rows have a fixed length (|x_j|² = d_in G_jj exactly: LayerNorm, RMSNorm), so each sampled
-    row is rescaled to that length (module docstring). Raises ``ValueError`` naming the argument on invalid input.
-    """
+def _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2, p, causal, key_mask, heads):
+    """Validated arguments of the Gram rules and what every head shares: (B, L, d_in, d_k, σ²_q, σ²_k, σ²_v, p, heads,
+    keep (B, L), blocked score mask (B, 1, L, L))."""
     if gram.dim() != 3 or gram.shape[-1] != gram.shape[-2]:
         raise ValueError(f"gram must have shape (batch, L, L), got {tuple(gram.shape)}")
     B, L, _ = gram.shape
@@ -128,7 +134,6 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     sv = float(check_range(sigma_v2, "sigma_v2", lo=0.0, lo_open=True, allowed="(0, inf)"))
     p = float(check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
     heads = int(check_range(heads, "heads", lo=2.0, allowed="integers >= 2"))
-    gram = gram.to(torch.float64)
     keep = torch.ones(B, L, dtype=torch.bool) if key_mask is None else torch.as_tensor(key_mask, dtype=torch.bool)
     if keep.shape != (B, L):
         raise ValueError(f"key_mask must have shape {(B, L)}, got {tuple(keep.shape)}")
@@ -137,21 +142,56 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     blocked = ~keep[:, None, None, :]  # (B, 1 head, 1 query, L keys)
     if causal:
         blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
-    root = gram_sqrt(gram)[:, None]  # (B, 1, L, L)
-    length = (d_in * torch.diagonal(gram, dim1=-2, dim2=-1)).sqrt()[:, None, :, None]  # (B, 1, L, 1)
+    blocked = blocked & ~blocked.all(dim=-1, keepdim=True)  # a padded query with no visible key: finite, unused
+    return B, L, d_in, d_k, sq, sk, sv, p, heads, keep, blocked
+
+
+def _input_maps(gram: torch.Tensor, d_in: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(G^{1/2} (B, 1, L, L), the fixed row lengths √(d_in G_jj) (B, 1, L, 1)) of a batch of Gram matrices."""
+    length = (d_in * torch.diagonal(gram, dim1=-2, dim2=-1)).sqrt()[:, None, :, None]
+    return gram_sqrt(gram)[:, None], length
+
+
+def _sampled_input(maps: tuple, z: torch.Tensor, fixed_norm: bool) -> torch.Tensor:
+    """X = G^{1/2} Z for a chunk of heads (B, n, L, d_in), each row rescaled to length √(d_in G_jj) with
+    ``fixed_norm`` (module docstring); ``maps`` from :func:`_input_maps`."""
+    root, length = maps
+    x = root @ z
+    if fixed_norm:
+        x = x * (length / x.norm(dim=-1, keepdim=True).clamp_min(1e-300))
+    return x
+
+
+def _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked) -> torch.Tensor:
+    """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
+    averaged exactly)."""
+    q = x @ (math.sqrt(sq) * zq)
+    k = x @ (math.sqrt(sk) * zk)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(blocked, float("-inf"))
+    a = torch.softmax(scores, dim=-1)
+    if u is not None:
+        a = a * (u >= p).to(torch.float64) / (1.0 - p)
+    return a @ x
+
+
+def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sigma_k2: float, sigma_v2: float,
+                   p: float = 0.0, causal: bool = False, key_mask: torch.Tensor | None = None,
+                   heads: int = DEFAULT_GRAM_HEADS, seed: int = 0, fixed_norm: bool = False) -> GramAttention:
+    """Per-element output Gram matrix of single-head attention (module docstring) for the per-element input Gram
+    ``gram`` (B, L, L) of B sequences, by sampling ``heads`` heads per sequence from ``seed``.
+
+    ``key_mask`` (B, L) bool, True at real tokens, keeps padded keys out of every softmax (the rows of padded queries
+    are computed but mean nothing). ``p``: dropout on the attention probabilities. ``fixed_norm``: the input is a
+    norm's output, whose rows have a fixed length (|x_j|² = d_in G_jj exactly: LayerNorm, RMSNorm), so each sampled
+    row is rescaled to that length (module docstring). Raises ``ValueError`` naming the argument on invalid input.
+    """
+    B, L, d_in, d_k, sq, sk, sv, p, heads, keep, blocked = _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2,
+                                                                     p, causal, key_mask, heads)
+    maps = _input_maps(gram.to(torch.float64), d_in)
     total = torch.zeros(B, L, L, dtype=torch.float64)
     diag_means, offdiag_means = [], []
     for z, zq, zk, u in _draws(heads, L, d_in, d_k, p > 0.0, int(seed)):
-        x = root @ z  # (B, n, L, d_in)
-        if fixed_norm:
-            x = x * (length / x.norm(dim=-1, keepdim=True).clamp_min(1e-300))
-        q = x @ (math.sqrt(sq) * zq)
-        k = x @ (math.sqrt(sk) * zk)
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(blocked, float("-inf"))
-        a = torch.softmax(scores, dim=-1)
-        if u is not None:
-            a = a * (u >= p).to(torch.float64) / (1.0 - p)
-        o = a @ x
+        o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, d_k, p, blocked)
         per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
         total += per_head.sum(dim=1)
         dm, om = pooled_gram_means(per_head, keep)
@@ -160,3 +200,39 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     dm, om = torch.cat(diag_means), torch.cat(offdiag_means)
     se = lambda t: float(t.std(unbiased=True) / math.sqrt(t.numel()))  # noqa: E731
     return GramAttention(gram=total / heads, var_se=se(dm), cov_se=se(om), heads=heads)
+
+
+@lru_cache(maxsize=2)
+def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
+    """Standard-normal draws of the value-averaged output gradient (module docstring, "Backward"), in the chunks of
+    :func:`_draws`; kept between calls like them."""
+    gen = torch.Generator().manual_seed(seed + 0x9E3779B9)  # a stream apart from the forward draws
+    sizes = [min(_CHUNK, heads - done) for done in range(0, heads, _CHUNK)]
+    return tuple(torch.randn(n, L, d_in, generator=gen, dtype=torch.float64) for n in sizes)
+
+
+def gram_attention_backward(gram: torch.Tensor, grad_gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float,
+                            sigma_k2: float, sigma_v2: float, p: float = 0.0, causal: bool = False,
+                            key_mask: torch.Tensor | None = None, heads: int = DEFAULT_GRAM_HEADS, seed: int = 0,
+                            fixed_norm: bool = False) -> torch.Tensor:
+    """Per-element Gram matrix (B, L, L) of single-head attention's input gradient (module docstring, "Backward"),
+    for the per-element forward input Gram ``gram`` and output-gradient Gram ``grad_gram`` (both (B, L, L)), by
+    sampling ``heads`` heads per sequence from ``seed``; the forward draws are :func:`gram_attention`'s (common
+    random numbers). Other arguments as in :func:`gram_attention`. Raises ``ValueError`` naming the argument on
+    invalid input."""
+    B, L, d_in, d_k, sq, sk, sv, p, heads, _, blocked = _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2, p,
+                                                                 causal, key_mask, heads)
+    if grad_gram.shape != gram.shape:
+        raise ValueError(f"grad_gram must have the shape of gram {tuple(gram.shape)}, got {tuple(grad_gram.shape)}")
+    maps = _input_maps(gram.to(torch.float64), d_in)
+    grad_root = math.sqrt(sv * d_k) * gram_sqrt(grad_gram.to(torch.float64))[:, None]
+    total = torch.zeros(B, L, L, dtype=torch.float64)
+    chunks = zip(_draws(heads, L, d_in, d_k, p > 0.0, int(seed)), _gradient_draws(heads, L, d_in, int(seed)),
+                 strict=True)
+    with torch.enable_grad():
+        for (z, zq, zk, u), zw in chunks:
+            x = _sampled_input(maps, z, fixed_norm).requires_grad_(True)
+            o = _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked)
+            (dx,) = torch.autograd.grad(o, x, grad_root @ zw)
+            total += (dx @ dx.transpose(-1, -2)).sum(dim=1) / d_in
+    return total / heads

@@ -1,0 +1,186 @@
+"""The token-resolved backward theory: the pairwise use of token-wise backward rules, the loss's gradient Gram matrix,
+and a small causal decoder's gradients against measurement, where the exchangeable backward sweep is measurably off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sigprop.components.ffn import FFNBlock
+from sigprop.experiment import measure_seeds, token_batch
+from sigprop.model import Transformer, TransformerConfig
+from sigprop.moments import GradMoments, Moments
+from sigprop.resolved import forward_sweep, gram_moments, pairwise_backward
+from sigprop.resolved_backward import head_gradient_gram, resolved_backward
+from sigprop.theory import head_gradient_moments, predict, prediction_steps
+from tests.helpers import Z
+from tests.test_resolved import SMALL
+
+
+def _equicorrelated(var, r, L=6):
+    eye, ones = torch.eye(L, dtype=torch.float64), torch.ones(L, L, dtype=torch.float64)
+    return (var * ((1 - r) * eye + r * ones))[None]
+
+
+def test_pairwise_backward_reduces_to_the_exchangeable_rule():
+    """Equicorrelated forward and gradient Gram matrices: the diagonal is the rule's gradient variance, every
+    off-diagonal entry its covariance."""
+    block = FFNBlock(16, 64, p=0.2)
+    out = pairwise_backward(block.backward_moments, _equicorrelated(0.4, 0.2), _equicorrelated(1.7, 0.3))
+    ref = block.backward_moments(GradMoments(0.4, 0.2), Moments(0.0, 1.7, 0.3))
+    eye = torch.eye(6, dtype=torch.bool)
+    assert torch.allclose(torch.diagonal(out[0]), torch.full((6,), ref.var, dtype=torch.float64), rtol=1e-12)
+    assert torch.allclose(out[0][~eye], torch.full((30,), ref.var * ref.corr, dtype=torch.float64), rtol=1e-12)
+
+
+def test_tokens_without_gradient_stay_at_zero():
+    """A token with no gradient (no label) has a zero row and column after a token-wise rule; the others are as if
+    it were absent."""
+    block = FFNBlock(16, 64, p=0.2)
+    grad = _equicorrelated(0.4, 0.2)
+    grad[:, 2, :] = 0.0
+    grad[:, :, 2] = 0.0
+    out = pairwise_backward(block.backward_moments, grad, _equicorrelated(1.7, 0.3))
+    assert torch.all(out[:, 2, :] == 0) and torch.all(out[:, :, 2] == 0)
+    keep = [0, 1, 3, 4, 5]
+    alone = pairwise_backward(block.backward_moments, _equicorrelated(0.4, 0.2, 5), _equicorrelated(1.7, 0.3, 5))
+    assert torch.allclose(out[:, keep][:, :, keep], alone, rtol=1e-12)
+
+
+def test_head_gradient_gram_pools_to_the_exchangeable_boundary():
+    """Without a final norm, the loss's gradient Gram pooled over the batch is the exchangeable boundary
+    :func:`head_gradient_moments` computes from the same labels: variance s²σ²_h/(M·n), correlation from the
+    same-target pairs (identical formulas counted two ways)."""
+    config = TransformerConfig(**{**SMALL, "n_layers": 2, "norm_position": "post"})
+    model = Transformer(config, sample=False)
+    batch = token_batch(config, batch_size=3, synthetic=True, seed=2)
+    labels = batch["labels"]
+    top = torch.eye(config.seq_len, dtype=torch.float64).expand(3, -1, -1).clone()
+    assert model.final_norm is None
+    pooled = gram_moments(head_gradient_gram(model, top, labels))
+    ref, _ = head_gradient_moments(model, Moments(0.0, 1.0, 0.0), labels)
+    assert pooled.var == pytest.approx(float(ref.var), rel=1e-12)
+    assert pooled.corr == pytest.approx(float(ref.corr), rel=1e-12, abs=1e-15)
+    grad = head_gradient_gram(model, top, labels)
+    unlabelled = labels == -100
+    assert torch.all(torch.diagonal(grad, dim1=-2, dim2=-1)[unlabelled] == 0)
+    with pytest.raises(ValueError, match="no labelled position"):
+        head_gradient_gram(model, top, torch.full_like(labels, -100))
+    with pytest.raises(ValueError, match="labels must have shape"):
+        head_gradient_gram(model, top, labels[:, :-1])
+
+
+def test_head_gradient_gram_matches_autograd_pair_by_pair():
+    """The loss's gradient at the top of a one-layer decoder without a final norm, by autograd over 200 seeds: its
+    per-element Gram averaged over the diagonal, the same-target pairs and the other labelled pairs, each within Z SE
+    of :func:`head_gradient_gram`. The other pairs' covariance is the −(2 − e^C)/V term: small and negative, but
+    over the many pairs of different targets it sets ~9% of the pooled correlation at V = 300."""
+    config = TransformerConfig(**{**SMALL, "arch": "decoder", "n_layers": 1, "final_norm": False, "vocab_size": 300})
+    batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
+    lab = batch["labels"]
+    labelled = lab != -100
+    eye = torch.eye(config.seq_len, dtype=torch.bool)
+    same = (lab[:, :, None] == lab[:, None, :]) & labelled[:, :, None] & labelled[:, None, :] & ~eye
+    kinds = {"diag": eye & labelled[:, :, None], "same": same,
+             "other": labelled[:, :, None] & labelled[:, None, :] & ~same & ~eye}
+    vals, store = [], {}
+    for seed in range(200):
+        model = Transformer(config, generator=torch.Generator().manual_seed(seed))
+        model.train()
+        torch.manual_seed(10_000 + seed)
+        hook = model.layers[0].register_forward_hook(lambda mod, inputs, out: store.update(h=out))
+        (grad,) = torch.autograd.grad(model.loss(batch), store["h"])
+        hook.remove()
+        gram = (grad @ grad.transpose(-1, -2)).double() / config.d_model
+        vals.append([float(gram[sel].mean()) for sel in kinds.values()])
+    v = torch.tensor(vals, dtype=torch.float64)
+    mean, se = v.mean(0), v.std(0) / len(v) ** 0.5
+    model = Transformer(config, sample=False)
+    pred = head_gradient_gram(model, forward_sweep(model, batch["inputs"]).output, lab)
+    for i, (kind, sel) in enumerate(kinds.items()):
+        assert abs(float(pred[sel].mean()) - mean[i]) <= Z * se[i], (kind, float(pred[sel].mean()), mean[i], se[i])
+    assert -mean[2] > Z * se[2]  # the other pairs' covariance is resolved, so leaving it out would fail
+
+
+def _gradient_z(config, token_resolved, seeds=24):
+    """Per (layer, site, quantity): (pred − meas)/SE of the gradient variance and correlation over ``seeds`` models
+    on one synthetic batch of a 43-id vocabulary, the gradient boundary from the loss (theory)."""
+    batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
+    meas = measure_seeds(config, batch, seeds=seeds)
+    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved)
+    pl, se = pred.lookup(), meas.meta["stderr"]
+    out = {}
+    for (layer, site), rm in meas.lookup().items():
+        if site in ("attn", "ffn", "layer", "input"):
+            for q in ("grad_var", "grad_corr"):
+                out[(layer, site, q)] = (getattr(pl[(layer, site)], q) - getattr(rm, q)) / se[f"{layer}:{site}"][q]
+    return out, pred
+
+
+DECODER = {**SMALL, "arch": "decoder", "norm_position": "pre", "init": "xavier"}
+
+
+def test_resolved_decoder_gradients_within_measurement_noise():
+    """A causal decoder: every site's gradient variance and token correlation within Z SE of the measurement."""
+    z, pred = _gradient_z(TransformerConfig(**DECODER), token_resolved=None)
+    assert pred.meta["backward_state"].startswith("token-resolved")
+    bad = {k: round(v, 1) for k, v in z.items() if not abs(v) <= Z}
+    assert not bad, bad
+
+
+def test_exchangeable_backward_is_off_for_the_decoder():
+    """The same decoder with the exchangeable sweeps: the gradient's token correlation near the input is outside
+    Z SE (here by 10–35 SE): averaging over positions overstates how much gradient the tokens share. So the test
+    above can fail."""
+    z, pred = _gradient_z(TransformerConfig(**DECODER), token_resolved=False)
+    assert pred.meta["backward_state"].startswith("exchangeable")
+    assert max(v for (layer, site, q), v in z.items() if q == "grad_corr") > Z
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the LayerNorm backward rule's E[1/σ̂²] takes the χ² spread of "
+                   "a Gaussian input's squared norm; an attention output's norm spreads more (the score pattern of a "
+                   "few heads), so where the stream is mostly attention output the gradient into the branch is low")
+def test_first_layer_norm_fluctuation_gap():
+    """One Pre-LN decoder layer with one head, 200 seeds: the gradient at the attention output (the stream that the
+    FFN branch's LayerNorm reads) reads 15% above the prediction (−9.5% with 2 heads, −5.5% with 8, −4.4% at d = 256
+    with 4; the 192-layer preset is unaffected within its noise). Needs a per-token norm-spread state."""
+    config = TransformerConfig(**{**DECODER, "n_layers": 1, "n_heads": 1, "vocab_size": 300})
+    batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
+    meas = measure_seeds(config, batch, seeds=200)
+    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"]).lookup()[(0, "attn")]
+    m, se = meas.lookup()[(0, "attn")], meas.meta["stderr"]["0:attn"]
+    assert abs(pred.grad_var - m.grad_var) <= Z * se["grad_var"], (pred.grad_var, m.grad_var, se["grad_var"])
+
+
+def test_resolved_backward_switch_scaling_and_progress():
+    """A decoder's labels follow from its ids; an encoder without labels keeps the exchangeable backward sweep; a
+    given top gradient rescales the sweep (it is linear), exactly; the progress count matches the sweeps run."""
+    config = TransformerConfig(**{**DECODER, "n_layers": 3})
+    batch = token_batch(config, batch_size=2, synthetic=True)
+    steps = []
+    pred = predict(config, token_ids=batch["inputs"], progress=steps.append)
+    assert pred.meta["backward_state"].startswith("token-resolved") and "caveat" not in pred.meta
+    assert sum(steps) == prediction_steps(config, token_ids_given=True) == 2 * config.n_layers
+    top = pred.lookup()[(2, "layer")]
+    given = predict(config, token_ids=batch["inputs"], grad_top=GradMoments(var=3.0 * top.grad_var, corr=0.9))
+    assert given.meta["grad_source"].startswith("given")
+    for a, b in zip(pred.rows, given.rows, strict=True):
+        assert b.grad_var == pytest.approx(3.0 * a.grad_var, rel=1e-12)
+        assert b.grad_corr == a.grad_corr
+    encoder = TransformerConfig(**{**SMALL, "n_layers": 2})
+    ids = token_batch(encoder, batch_size=2, synthetic=True)["inputs"]
+    steps = []
+    enc = predict(encoder, token_ids=ids, progress=steps.append)
+    assert enc.meta["forward_state"].startswith("token-resolved")
+    assert enc.meta["backward_state"].startswith("exchangeable")
+    assert sum(steps) == prediction_steps(encoder, token_ids_given=True) == 3 * encoder.n_layers
+    assert prediction_steps(encoder, token_ids_given=True, labels_given=True) == 2 * encoder.n_layers
+
+
+def test_resolved_backward_rejects_a_mismatched_boundary():
+    config = TransformerConfig(**{**DECODER, "n_layers": 2})
+    model = Transformer(config, sample=False)
+    ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
+    sweep = forward_sweep(model, ids)
+    with pytest.raises(ValueError, match="grad_top must have shape"):
+        resolved_backward(model, sweep, torch.eye(3, dtype=torch.float64)[None])

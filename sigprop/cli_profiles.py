@@ -33,9 +33,9 @@ AttentionHeads = Annotated[int, typer.Option(
 
 TokenResolved = Annotated[bool, typer.Option(
     "--token-resolved/--exchangeable",
-    help="Forward moments from each sequence's token Gram matrix (repeated tokens and a decoder's positions kept "
-         "apart; default whenever a batch of token ids is used and the model is covered) or from one correlation "
-         "for every token pair.")]
+    help="Moments from each sequence's token Gram matrix, forward and (from the labelled positions) backward: "
+         "repeated tokens, [MASK] and a decoder's positions kept apart; the default whenever a batch of token ids "
+         "is used and the model is covered. --exchangeable: one correlation for every token pair, as the paper.")]
 
 
 def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):

@@ -51,16 +51,16 @@ __all__ = ["pairwise_forward", "pairwise_backward", "pairwise_postnorm_backward"
            "forward_sweep", "ForwardSweep", "resolved_supported"]
 
 
-def _pair_moments(gram: torch.Tensor) -> tuple[Moments, np.ndarray]:
+def _pair_moments(gram: torch.Tensor, corr_hidden: float = 0.0) -> tuple[Moments, np.ndarray]:
     """The exchangeable state of every token pair of ``gram`` (B, L, L): variance √(G_jj G_ll), correlation
-    G_jl/√(G_jj G_ll) (arrays of shape (B, L, L)); and the diagonal (B, L)."""
+    G_jl/√(G_jj G_ll) (arrays of shape (B, L, L)), hidden correlation ``corr_hidden``; and the diagonal (B, L)."""
     g = gram.numpy()
     diag = np.diagonal(g, axis1=-2, axis2=-1)
     if np.any(diag <= 0):
         raise ValueError("token-resolved state: a token has zero variance")
     s = np.sqrt(diag)
     v = s[:, :, None] * s[:, None, :]
-    return Moments(mean=0.0, var=v, corr=np.clip(g / v, -1.0, 1.0)), diag
+    return Moments(mean=0.0, var=v, corr=np.clip(g / v, -1.0, 1.0), corr_hidden=corr_hidden + 0.0 * v), diag
 
 
 def _grad_pairs(grad_gram: torch.Tensor) -> tuple[GradMoments, np.ndarray]:
@@ -117,11 +117,19 @@ def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tenso
     return _gram_from_pairs(out.var, out.corr, gram.shape, live)
 
 
+def _postnorm_pairs(norm, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Moments, Moments]:
+    """The skip and branch pairs of a Post-LN norm's post-norm rule. The skip input is a LayerNorm output, whose
+    hidden units are correlated −1/(d − 1) exactly (the mean is subtracted; Kedia et al. Table 19): the Gram matrix
+    does not carry it, and the rule's O(1/d) terms need it (without it a DSLM Post-LN gradient drifts 0.4% per norm,
+    compounding over 384 norms)."""
+    s, _ = _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0))
+    b, _ = _pair_moments(branch)
+    return s, b
+
+
 def _pairwise_postnorm(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
     """A Post-LN norm's post-norm rule (:meth:`LayerNorm.forward_moments_postnorm`) for every token pair."""
-    s, _ = _pair_moments(skip)
-    b, _ = _pair_moments(branch)
-    out = norm.forward_moments_postnorm(s, b, lam, beta)
+    out = norm.forward_moments_postnorm(*_postnorm_pairs(norm, skip, branch), lam, beta)
     return _gram_from_pairs(out.var, out.corr, skip.shape)
 
 
@@ -130,9 +138,8 @@ def pairwise_postnorm_backward(norm, grad_gram: torch.Tensor, skip: torch.Tensor
     """A Post-LN norm's post-norm backward rule (:meth:`LayerNorm.backward_moments_postnorm`) for every token pair;
     ``skip_fraction`` (B, L, L) per pair."""
     g, live = _grad_pairs(grad_gram)
-    s, _ = _pair_moments(skip)
-    b, _ = _pair_moments(branch)
-    out = norm.backward_moments_postnorm(g, s, b, lam, beta, skip_fraction=skip_fraction)
+    out = norm.backward_moments_postnorm(g, *_postnorm_pairs(norm, skip, branch), lam, beta,
+                                         skip_fraction=skip_fraction)
     return _gram_from_pairs(out.var, out.corr, skip.shape, live)
 
 

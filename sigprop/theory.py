@@ -174,9 +174,10 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
 
 
 #: What a decoder's prediction does not capture (stated in its meta and by the CLI).
-DECODER_CAVEAT = ("decoder: the moments passed from layer to layer are averages over positions, which a causal mask "
-                  "makes unequal; Pre-LN variances are verified within measurement noise, token correlations and "
-                  "Post-LN gradients are approximate (see the README's accuracy section)")
+DECODER_CAVEAT = ("decoder with exchangeable sweeps: the moments passed from layer to layer are averages over "
+                  "positions, which a causal mask makes unequal; Pre-LN variances are verified within measurement "
+                  "noise, token correlations and Post-LN gradients are approximate (the token-resolved sweeps keep "
+                  "positions apart; see the README's accuracy section)")
 
 
 def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, input_given: bool) -> bool:
@@ -344,13 +345,17 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.3 s per layer at d = 256,
     L = 128.
 
-    Token-resolved forward moments (``token_resolved``; default: whenever ``token_ids`` are given and the model is
-    covered, :func:`~sigprop.resolved.resolved_supported`): the forward rows come from
-    :func:`~sigprop.resolved.resolved_forward`, which carries each sequence's token Gram matrix instead of one
-    correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling
-    ⌈``attention_heads``/B⌉ heads per sequence for each attention layer. The backward sweep still uses the
-    exchangeable state (``meta["forward_state"]`` says which was used). ``token_resolved=True`` for a model it does
-    not cover raises ``ValueError``.
+    Token-resolved moments (``token_resolved``; default: whenever ``token_ids`` are given and the model is covered,
+    :func:`~sigprop.resolved.resolved_supported`): the forward rows come from :func:`~sigprop.resolved.forward_sweep`,
+    which carries each sequence's token Gram matrix instead of one correlation for all token pairs (repeated tokens,
+    [MASK], and a decoder's positions kept apart), sampling ⌈``attention_heads``/B⌉ heads per sequence for each
+    attention layer. When the labelled positions are known (``labels``, or a decoder's next tokens) the gradient
+    rows come from :func:`~sigprop.resolved_backward.resolved_backward` too: each sequence's gradient Gram matrix,
+    from the loss's gradient at the labelled positions (:func:`~sigprop.resolved_backward.head_gradient_gram`); a
+    given ``grad_top`` then sets only the gradient's scale (the sweep is linear in it), and the exchangeable sweeps
+    are not run. Otherwise the backward sweep is exchangeable. ``meta["forward_state"]`` and
+    ``meta["backward_state"]`` say which was used; ``token_resolved=True`` for a model not covered raises
+    ``ValueError``.
 
     Encoder–decoders (``decoder_token_ids``: the decoder's input ids, default the theory's Zipf correlation): the
     encoder's forward sweep gives the memory (after the encoder-output norm), which every decoder layer's
@@ -362,8 +367,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     their value weights being independent).
 
     Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
-    weights and inputs). A decoder's positions are not exchangeable: the moments passed from layer to layer are
-    averages over positions, as the measurement's are (``meta["caveat"]``).
+    weights and inputs). A decoder's positions are not exchangeable: where the sweeps are exchangeable (an
+    encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer are averages over positions,
+    as the measurement's are (``meta["caveat"]``).
     """
     check_range(attention_heads, "attention_heads", lo=2.0, allowed="integers >= 2 (heads the sampled attention "
                 "rule draws per layer)")

@@ -3,14 +3,23 @@ and a small causal decoder's gradients against measurement, where the exchangeab
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from sigprop.components.ffn import FFNBlock
+from sigprop.components.layernorm import LayerNorm
 from sigprop.experiment import measure_seeds, token_batch
 from sigprop.model import Transformer, TransformerConfig
 from sigprop.moments import GradMoments, Moments
-from sigprop.resolved import forward_sweep, gram_moments, pairwise_backward
+from sigprop.resolved import (
+    _pairwise_postnorm,
+    forward_sweep,
+    gram_moments,
+    pairwise_backward,
+    pairwise_forward,
+    pairwise_postnorm_backward,
+)
 from sigprop.resolved_backward import head_gradient_gram, resolved_backward
 from sigprop.theory import head_gradient_moments, predict, prediction_steps
 from tests.helpers import Z
@@ -31,6 +40,27 @@ def test_pairwise_backward_reduces_to_the_exchangeable_rule():
     eye = torch.eye(6, dtype=torch.bool)
     assert torch.allclose(torch.diagonal(out[0]), torch.full((6,), ref.var, dtype=torch.float64), rtol=1e-12)
     assert torch.allclose(out[0][~eye], torch.full((30,), ref.var * ref.corr, dtype=torch.float64), rtol=1e-12)
+
+
+def test_pairwise_postnorm_rules_reduce_to_the_exchangeable_rules():
+    """A Post-LN norm on equicorrelated Gram matrices, forward and backward: the exchangeable post-norm rules with the
+    skip input a LayerNorm output, hidden correlation −1/(d − 1) included (the Gram matrix does not carry it; left
+    out, the gradient variance is 0.4% off per norm at d = 256, which 384 norms compound)."""
+    norm = LayerNorm(256)
+    skip_in, branch, grad = _equicorrelated(1.3, 0.5), _equicorrelated(0.2, 0.3), _equicorrelated(0.4, 0.1)
+    skip = pairwise_forward(norm.forward_moments, skip_in)  # a LayerNorm output
+    skip_m = norm.forward_moments(Moments(0.0, 1.3, 0.5))
+    assert float(skip_m.corr_hidden) == pytest.approx(-1.0 / 255)
+    branch_m, eye = Moments(0.0, 0.2, 0.3), torch.eye(6, dtype=torch.bool)
+    fwd = _pairwise_postnorm(norm, skip, branch, 0.97, 0.25)
+    ref = norm.forward_moments_postnorm(skip_m, branch_m, 0.97, 0.25)
+    assert torch.allclose(torch.diagonal(fwd[0]), torch.full((6,), float(ref.var), dtype=torch.float64), rtol=1e-12)
+    assert torch.allclose(fwd[0][~eye], torch.full((30,), float(ref.var * ref.corr), dtype=torch.float64), rtol=1e-12)
+    phi = np.full((1, 6, 6), 0.8)
+    bwd = pairwise_postnorm_backward(norm, grad, skip, branch, 0.97, 0.25, phi)
+    ref = norm.backward_moments_postnorm(GradMoments(0.4, 0.1), skip_m, branch_m, 0.97, 0.25, skip_fraction=0.8)
+    assert torch.allclose(torch.diagonal(bwd[0]), torch.full((6,), float(ref.var), dtype=torch.float64), rtol=1e-12)
+    assert torch.allclose(bwd[0][~eye], torch.full((30,), float(ref.var * ref.corr), dtype=torch.float64), rtol=1e-12)
 
 
 def test_tokens_without_gradient_stay_at_zero():

@@ -33,9 +33,10 @@ AttentionHeads = Annotated[int, typer.Option(
 
 TokenResolved = Annotated[bool, typer.Option(
     "--token-resolved/--exchangeable",
-    help="Moments from each sequence's token Gram matrix, forward and (from the labelled positions) backward: "
-         "repeated tokens, [MASK] and a decoder's positions kept apart; the default whenever a batch of token ids "
-         "is used and the model is covered. --exchangeable: one correlation for every token pair, as the paper.")]
+    help="Moments from each sequence's token Gram matrix (repeated tokens, [MASK] and a decoder's positions kept "
+         "apart). Default with a batch of token ids: the forward sweep, and a decoder's backward sweep. "
+         "--token-resolved: an encoder's backward sweep too, from its labelled positions. --exchangeable: one "
+         "correlation for every token pair, as the paper.")]
 
 
 def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):
@@ -169,7 +170,7 @@ def predict_command(
         with progress_bar() as bar:
             task = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
                                 total=prediction_steps(config, batch is not None, token_resolved,
-                                                      labels_given=batch is not None))
+                                                       labels_given=batch is not None))
             profile = predict_for_batch(config, batch, batch_size=batch_size, attention_heads=attention_heads,
                                         progress=lambda k: bar.advance(task, k), token_resolved=token_resolved)
     except (ValueError, NotImplementedError) as err:

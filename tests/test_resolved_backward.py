@@ -158,6 +158,18 @@ def test_resolved_decoder_gradients_within_measurement_noise():
     assert not bad, bad
 
 
+@pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),
+                                       dict(norm_position="post", init="xavier")])
+def test_resolved_encoder_gradients_within_measurement_noise(overrides):
+    """An encoder's opt-in token-resolved backward sweep (``token_resolved=True`` with masked-LM labels: gradient at
+    the 15% labelled positions only, most of them [MASK]): every site's gradient variance and correlation within
+    Z SE."""
+    z, pred = _gradient_z(TransformerConfig(**{**SMALL, **overrides}), token_resolved=True)
+    assert pred.meta["backward_state"].startswith("token-resolved")
+    bad = {k: round(v, 1) for k, v in z.items() if not abs(v) <= Z}
+    assert not bad, bad
+
+
 def test_exchangeable_backward_is_off_for_the_decoder():
     """The same decoder with the exchangeable sweeps: the gradient's token correlation near the input is outside
     Z SE (here by 10–35 SE): averaging over positions overstates how much gradient the tokens share. So the test
@@ -198,13 +210,16 @@ def test_resolved_backward_switch_scaling_and_progress():
         assert b.grad_var == pytest.approx(3.0 * a.grad_var, rel=1e-12)
         assert b.grad_corr == a.grad_corr
     encoder = TransformerConfig(**{**SMALL, "n_layers": 2})
-    ids = token_batch(encoder, batch_size=2, synthetic=True)["inputs"]
-    steps = []
-    enc = predict(encoder, token_ids=ids, progress=steps.append)
-    assert enc.meta["forward_state"].startswith("token-resolved")
-    assert enc.meta["backward_state"].startswith("exchangeable")
-    assert sum(steps) == prediction_steps(encoder, token_ids_given=True) == 3 * encoder.n_layers
-    assert prediction_steps(encoder, token_ids_given=True, labels_given=True) == 2 * encoder.n_layers
+    enc_batch = token_batch(encoder, batch_size=2, synthetic=True)
+    ids, labels = enc_batch["inputs"], enc_batch["labels"]
+    for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "exchangeable", 3),
+                               ({"labels": labels, "token_resolved": True}, "token-resolved", 2)]:
+        steps = []
+        enc = predict(encoder, token_ids=ids, progress=steps.append, **kw)
+        assert enc.meta["forward_state"].startswith("token-resolved")
+        assert enc.meta["backward_state"].startswith(state), kw
+        expected = prediction_steps(encoder, True, kw.get("token_resolved"), labels_given="labels" in kw)
+        assert sum(steps) == expected == n_steps * encoder.n_layers, kw
 
 
 def test_resolved_backward_rejects_a_mismatched_boundary():

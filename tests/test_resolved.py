@@ -84,9 +84,9 @@ def test_gram_moments_pools_like_the_measurement():
 SMALL = dict(n_layers=8, d_model=64, n_heads=2, vocab_size=48, seq_len=32, max_len=32, dropout=0.1)
 
 
-def _forward_z(config, seeds=24, token_resolved=None):
-    """Per (layer, site, quantity): |pred − meas|/SE of the forward variance and correlation over ``seeds`` models,
-    on one synthetic batch of a 43-id vocabulary (many repeated tokens)."""
+def site_z(config, quantities, seeds=24, token_resolved=None):
+    """Per (layer, site, quantity): (pred − meas)/SE of ``quantities`` over ``seeds`` models, on one synthetic batch
+    of a 43-id vocabulary (many repeated tokens), the gradient boundary from the loss (theory); and the prediction."""
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
     meas = measure_seeds(config, batch, seeds=seeds)
     pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved)
@@ -94,9 +94,15 @@ def _forward_z(config, seeds=24, token_resolved=None):
     out = {}
     for (layer, site), rm in meas.lookup().items():
         if site in ("attn", "ffn", "layer", "input"):
-            for q in ("fwd_var", "fwd_corr"):
-                out[(layer, site, q)] = abs(getattr(pl[(layer, site)], q) - getattr(rm, q)) / se[f"{layer}:{site}"][q]
+            for q in quantities:
+                out[(layer, site, q)] = (getattr(pl[(layer, site)], q) - getattr(rm, q)) / se[f"{layer}:{site}"][q]
     return out, pred
+
+
+def _forward_z(config, seeds=24, token_resolved=None):
+    """|z| of the forward variance and correlation (:func:`site_z`)."""
+    z, pred = site_z(config, ("fwd_var", "fwd_corr"), seeds, token_resolved)
+    return {k: abs(v) for k, v in z.items()}, pred
 
 
 @pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),

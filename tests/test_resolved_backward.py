@@ -23,7 +23,7 @@ from sigprop.resolved import (
 from sigprop.resolved_backward import head_gradient_gram, resolved_backward
 from sigprop.theory import head_gradient_moments, predict, prediction_steps
 from tests.helpers import Z
-from tests.test_resolved import SMALL
+from tests.test_resolved import SMALL, site_z
 
 
 def _equicorrelated(var, r, L=6):
@@ -133,18 +133,8 @@ def test_head_gradient_gram_matches_autograd_pair_by_pair():
 
 
 def _gradient_z(config, token_resolved, seeds=24):
-    """Per (layer, site, quantity): (pred − meas)/SE of the gradient variance and correlation over ``seeds`` models
-    on one synthetic batch of a 43-id vocabulary, the gradient boundary from the loss (theory)."""
-    batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
-    meas = measure_seeds(config, batch, seeds=seeds)
-    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved)
-    pl, se = pred.lookup(), meas.meta["stderr"]
-    out = {}
-    for (layer, site), rm in meas.lookup().items():
-        if site in ("attn", "ffn", "layer", "input"):
-            for q in ("grad_var", "grad_corr"):
-                out[(layer, site, q)] = (getattr(pl[(layer, site)], q) - getattr(rm, q)) / se[f"{layer}:{site}"][q]
-    return out, pred
+    """(pred − meas)/SE of the gradient variance and correlation at every site (:func:`site_z`)."""
+    return site_z(config, ("grad_var", "grad_corr"), seeds, token_resolved)
 
 
 DECODER = {**SMALL, "arch": "decoder", "norm_position": "pre", "init": "xavier"}

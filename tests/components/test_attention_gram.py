@@ -44,6 +44,20 @@ def _pair_kinds(key_mask=None):
     return kinds
 
 
+def fresh_module_and_input(gram, root, sq, causal, p, gen, fixed_norm, heads=1):
+    """One Monte Carlo draw: a :class:`MultiHeadAttention` of ``heads`` heads with fresh weights (σ²_q = σ²_k = ``sq``,
+    σ_v = 1/√D) and the input X = ``root`` Z, its rows rescaled to length √(D·G_jj) with ``fixed_norm`` (as a norm's
+    output has). SDPA's dropout uses the global RNG, which is seeded from ``gen``."""
+    mha = MultiHeadAttention(D, heads, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq), sigma_v=1 / math.sqrt(D),
+                             dropout_p=p, causal=causal).double()
+    mha.reset_parameters(generator=gen)
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+    x = root @ torch.randn(B, L, D, generator=gen, dtype=torch.float64)
+    if fixed_norm:
+        x = x * (D * torch.diagonal(gram, dim1=-2, dim2=-1)[..., None]).sqrt() / x.norm(dim=-1, keepdim=True)
+    return mha, x
+
+
 def _module_means(gram, s2, causal, p, key_mask=None, draws=96, seed=0, fixed_norm=False):
     """Monte Carlo of the module: per draw fresh weights and input X = G^{1/2} Z (rows rescaled to length
     √(D·G_jj) with ``fixed_norm``, as a norm's output has); the per-element output Gram's mean over each kind of pair
@@ -54,13 +68,7 @@ def _module_means(gram, s2, causal, p, key_mask=None, draws=96, seed=0, fixed_no
     kinds = _pair_kinds(key_mask)
     out = {k: [] for k in kinds}
     for _ in range(draws):
-        mha = MultiHeadAttention(D, 1, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq), sigma_v=1 / math.sqrt(D),
-                                 dropout_p=p, causal=causal).double()
-        mha.reset_parameters(generator=gen)
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))  # SDPA's dropout uses the global RNG
-        x = root @ torch.randn(B, L, D, generator=gen, dtype=torch.float64)
-        if fixed_norm:
-            x = x * (D * torch.diagonal(gram, dim1=-2, dim2=-1)[..., None]).sqrt() / x.norm(dim=-1, keepdim=True)
+        mha, x = fresh_module_and_input(gram, root, sq, causal, p, gen, fixed_norm)
         with torch.no_grad():
             y = mha(x, key_padding_mask=key_mask)
         g = y @ y.transpose(-1, -2) / DK

@@ -11,10 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.components.attention import MultiHeadAttention
 from sigprop.components.attention_gram import gram_attention_backward, gram_sqrt
 from sigprop.components.attention_sampled import sample_attention
-from tests.components.test_attention_gram import DK, IDS, B, D, L, _pair_kinds, _sigma_qk, _token_gram
+from tests.components.test_attention_gram import (
+    DK,
+    IDS,
+    B,
+    D,
+    L,
+    _pair_kinds,
+    _sigma_qk,
+    _token_gram,
+    fresh_module_and_input,
+)
 from tests.helpers import Z
 
 
@@ -38,13 +47,7 @@ def _module_means(gram, grad_gram, s2, causal, p, key_mask=None, draws=160, seed
     kinds = _pair_kinds(key_mask)
     out = {k: [] for k in kinds}
     for _ in range(draws):
-        mha = MultiHeadAttention(D, heads, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq), sigma_v=1 / math.sqrt(D),
-                                 dropout_p=p, causal=causal).double()
-        mha.reset_parameters(generator=gen)
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))  # SDPA's dropout uses the global RNG
-        x = root @ torch.randn(B, L, D, generator=gen, dtype=torch.float64)
-        if fixed_norm:
-            x = x * (D * torch.diagonal(gram, dim1=-2, dim2=-1)[..., None]).sqrt() / x.norm(dim=-1, keepdim=True)
+        mha, x = fresh_module_and_input(gram, root, sq, causal, p, gen, fixed_norm, heads)
         x.requires_grad_(True)
         y = mha(x, key_padding_mask=key_mask)
         g_out = groot @ torch.randn(B, L, heads * DK, generator=gen, dtype=torch.float64)

@@ -206,8 +206,8 @@ def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels,
     A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`). An encoder: the
     given labels with ``token_resolved=True`` only. Measured (README, token-resolved state): for decoders the
     token-resolved backward sweep is far closer (192 layers: R² of the gradient variance 0.84 → 0.9999); for
-    masked-LM encoders it is mixed (gradient variance closer, gradient correlation 5–10% high in DSLM and Q/K-2×
-    models, and off at rank collapse), so it is not their default."""
+    masked-LM encoders the 192-layer presets do not separate the two sweeps, and at rank collapse (r → 1) the
+    token-resolved one fails, so it is not their default."""
     if config.arch == "decoder":
         if labels is not None:
             return torch.as_tensor(labels).reshape(token_ids.shape)

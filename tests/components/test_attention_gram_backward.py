@@ -120,6 +120,17 @@ def test_backward_rule_matches_autograd_through_the_module(s2, causal, p, padded
     assert same - other > Z * math.hypot(s_same, s_other)  # the kinds differ: the check above can fail
 
 
+def test_identical_tokens_give_the_value_path_exactly():
+    """Rank collapse: identical rows (G and H all ones). The scores are equal, so A is uniform and only the value path
+    carries gradient: H_in = σ²_v d_k H exactly. The orthonormal gradient draws make every draw exact, so 8 heads
+    give it to rounding (Gaussian draws were 2.4% off with 32 heads; the same draws serve every layer of a sweep,
+    where such an error compounds)."""
+    ones = torch.ones(B, L, L, dtype=torch.float64)
+    for fixed in (False, True):
+        got = gram_attention_backward(ones, ones, D, DK, 1e-3, 1e-3, 1.0 / D, heads=8, seed=3, fixed_norm=fixed)
+        assert torch.allclose(got, torch.full_like(got, DK / D), rtol=1e-10)
+
+
 def test_causal_mask_sends_more_gradient_to_early_positions():
     """Under a causal mask position 0 is read by every query, the last only by itself: with independent tokens and
     gradients the rule's input-gradient variance in the first quarter of the sequence is more than twice the last

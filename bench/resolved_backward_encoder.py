@@ -27,7 +27,10 @@ def main():
     args = ap.parse_args()
     if args.seeds < 2:
         ap.error("--seeds must be at least 2 (standard errors)")
-    config, _ = resolve_config(None, None, DEFAULTS + args.set)
+    try:
+        config, _ = resolve_config(None, None, DEFAULTS + args.set)
+    except ValueError as err:
+        ap.error(str(err))
     if config.arch != "encoder":
         ap.error("an encoder is needed (decoders use the token-resolved backward sweep by default)")
     batch = token_batch(config, batch_size=args.batch_size)

@@ -51,29 +51,33 @@ __all__ = ["pairwise_forward", "pairwise_backward", "pairwise_postnorm_backward"
            "forward_sweep", "ForwardSweep", "resolved_supported"]
 
 
-def _pair_moments(gram: torch.Tensor, corr_hidden: float = 0.0) -> tuple[Moments, np.ndarray]:
-    """The exchangeable state of every token pair of ``gram`` (B, L, L): variance √(G_jj G_ll), correlation
-    G_jl/√(G_jj G_ll) (arrays of shape (B, L, L)), hidden correlation ``corr_hidden``; and the diagonal (B, L)."""
+def _pair_stats(gram: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per token pair of ``gram`` (B, L, L): variance √(G_jj G_ll) and correlation G_jl/√(G_jj G_ll) (arrays of
+    shape (B, L, L)), and which tokens have a non-zero diagonal (B, L). A token with a zero diagonal gets unit
+    variance and correlation 0 in its pairs."""
     g = gram.numpy()
-    diag = np.diagonal(g, axis1=-2, axis2=-1)
-    if np.any(diag <= 0):
-        raise ValueError("token-resolved state: a token has zero variance")
-    s = np.sqrt(diag)
-    v = s[:, :, None] * s[:, None, :]
-    return Moments(mean=0.0, var=v, corr=np.clip(g / v, -1.0, 1.0), corr_hidden=corr_hidden + 0.0 * v), diag
-
-
-def _grad_pairs(grad_gram: torch.Tensor) -> tuple[GradMoments, np.ndarray]:
-    """:func:`_pair_moments` for a gradient Gram matrix, where a token may carry no gradient at all (one without a
-    label, a decoder's last position): such a token's pairs are given unit variance and correlation 0, and the
-    returned mask (B, L), True where the gradient is non-zero, zeroes them again afterwards (the backward rules are
-    linear in the gradient)."""
-    g = grad_gram.numpy()
     diag = np.diagonal(g, axis1=-2, axis2=-1)
     live = diag > 0
     s = np.sqrt(np.where(live, diag, 1.0))
     v = s[:, :, None] * s[:, None, :]
     corr = np.where(live[:, :, None] & live[:, None, :], np.clip(g / v, -1.0, 1.0), 0.0)
+    return v, corr, live
+
+
+def _pair_moments(gram: torch.Tensor, corr_hidden: float = 0.0) -> Moments:
+    """The exchangeable state of every token pair of a forward Gram matrix (:func:`_pair_stats`), hidden correlation
+    ``corr_hidden``; every token must have a positive variance."""
+    v, corr, live = _pair_stats(gram)
+    if not live.all():
+        raise ValueError("token-resolved state: a token has zero variance")
+    return Moments(mean=0.0, var=v, corr=corr, corr_hidden=corr_hidden + 0.0 * v)
+
+
+def _grad_pairs(grad_gram: torch.Tensor) -> tuple[GradMoments, np.ndarray]:
+    """:func:`_pair_stats` of a gradient Gram matrix, where a token may carry no gradient at all (one without a
+    label, a decoder's last position): the returned mask (B, L), True where the gradient is non-zero, zeroes such a
+    token's pairs again after the rule (the backward rules are linear in the gradient)."""
+    v, corr, live = _pair_stats(grad_gram)
     return GradMoments(var=v, corr=corr), live
 
 
@@ -101,8 +105,7 @@ def _zero_mean(out: Moments) -> Moments:
 def pairwise_forward(rule: Callable, gram: torch.Tensor, **context) -> torch.Tensor:
     """Apply a token-wise component's exchangeable forward ``rule`` (e.g. ``module.forward_moments``) to every token
     pair of ``gram`` (B, L, L) at once and return the output Gram matrix (module docstring)."""
-    pairs, _ = _pair_moments(gram)
-    out = _zero_mean(call_rule(rule, pairs, **context))
+    out = _zero_mean(call_rule(rule, _pair_moments(gram), **context))
     return _gram_from_pairs(out.var, out.corr, gram.shape)
 
 
@@ -112,8 +115,7 @@ def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tenso
     the input-gradient Gram. Token j's gradient is J(x_j)ᵀ g_j, so the pair (j, l) depends only on the forward pair
     and the gradient pair (:mod:`sigprop.resolved_backward`)."""
     g_pairs, live = _grad_pairs(grad_gram)
-    m_pairs, _ = _pair_moments(gram)
-    out = call_rule(rule, g_pairs, m_pairs, **context)
+    out = call_rule(rule, g_pairs, _pair_moments(gram), **context)
     return _gram_from_pairs(out.var, out.corr, gram.shape, live)
 
 
@@ -122,9 +124,7 @@ def _postnorm_pairs(norm, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Mom
     hidden units are correlated −1/(d − 1) exactly (the mean is subtracted; Kedia et al. Table 19): the Gram matrix
     does not carry it, and the rule's O(1/d) terms need it (without it a DSLM Post-LN gradient drifts 0.4% per norm,
     compounding over 384 norms)."""
-    s, _ = _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0))
-    b, _ = _pair_moments(branch)
-    return s, b
+    return _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0)), _pair_moments(branch)
 
 
 def _pairwise_postnorm(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:

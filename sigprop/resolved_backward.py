@@ -59,6 +59,7 @@ from .resolved import (
     pairwise_postnorm_backward,
     walk_forward,
 )
+from .theory import different_target_term, head_gradient_scale
 
 __all__ = ["head_gradient_gram", "resolved_backward", "gradient_rows"]
 
@@ -69,7 +70,6 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     norm (pairwise, at the forward Gram ``top_gram`` of the last layer's output). Raises ``ValueError`` when no
     position is labelled. Assumes the head independent of the hidden states (exact for an untied head, O(1/d) for a
     tied one) and of the labels."""
-    c, plan = model.config, model.plan
     lab = torch.as_tensor(labels)
     lab = lab[None] if lab.dim() == 1 else lab
     if lab.shape != top_gram.shape[:2]:
@@ -78,14 +78,12 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     M = int(labelled.sum())
     if M == 0:
         raise ValueError("labels: no labelled position (all -100)")
-    head_var = plan.std("token") ** 2 if (c.input == "tokens" and c.tie_head) else plan.std("head") ** 2
-    s2 = float(plan.head_scale) ** 2
+    scale, V = head_gradient_scale(model)
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
-    logit_cov = s2 * head_var * c.d_model * normed
     same = (lab[:, :, None] == lab[:, None, :]).to(torch.float64)
-    pair = same - (2.0 - torch.exp(logit_cov)) / c.vocab_size
+    pair = same - torch.from_numpy(different_target_term(scale * model.config.d_model * normed.numpy(), V))
     both = (labelled[:, :, None] & labelled[:, None, :]).to(torch.float64)
-    grad = s2 * head_var / M**2 * pair * both
+    grad = scale / M**2 * pair * both
     if model.final_norm is not None:
         grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
     return grad

@@ -36,8 +36,8 @@ from .model.transformer import Transformer
 from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
-__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "sum_gradients", "prediction_steps",
-           "DECODER_CAVEAT"]
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "head_gradient_scale", "different_target_term",
+           "sum_gradients", "prediction_steps", "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
@@ -60,6 +60,21 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
     seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
     m = model.embed.forward_moments(r, **seg)
     return (model.dec_embed_drop if decoder else model.embed_drop).forward_moments(m), source
+
+
+def head_gradient_scale(model: Transformer) -> tuple[float, int]:
+    """(s²σ²_h, V): the output scale s squared times the head's weight variance (the token embedding's for a tied
+    head), and the number of softmax outputs V, of the cross-entropy gradient at the head's input
+    (:func:`head_gradient_moments`)."""
+    c, plan = model.config, model.plan
+    head_var = plan.std("token") ** 2 if (c.input == "tokens" and c.tie_head) else plan.std("head") ** 2
+    return float(plan.head_scale) ** 2 * head_var, (c.vocab_size if c.input == "tokens" else c.n_classes)
+
+
+def different_target_term(logit_cov, V):
+    """(2 − exp C)/V: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − (2 − exp C)/V subtracts for two positions whose
+    logits have covariance C (:func:`head_gradient_moments`)."""
+    return (2.0 - np.exp(logit_cov)) / V
 
 
 def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
@@ -85,9 +100,7 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
     """
     c = model.config
-    plan = model.plan
-    head_var = plan.std("token") ** 2 if (c.input == "tokens" and c.tie_head) else plan.std("head") ** 2
-    s2 = float(plan.head_scale) ** 2
+    scale, V = head_gradient_scale(model)
     if labels is not None:
         lab = torch.as_tensor(labels)
         lab = lab[None] if lab.dim() == 1 else lab
@@ -109,12 +122,11 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         pairs = batch_size * per_seq * max(per_seq - 1, 0)
         same = zipf_correlation(c.vocab_size) * pairs
         source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
-    V = c.vocab_size if c.input == "tokens" else c.n_classes
     normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
-    var_z = s2 * head_var * c.d_model * np.asarray(normed.var)
-    k = 1.0 - (2.0 - np.exp(var_z)) / V
-    corr = (same - pairs * (2.0 - np.exp(np.asarray(normed.corr) * var_z)) / V) / (k * max(L - 1, 1) * M)
-    g = GradMoments(var=s2 * head_var * k / (M * n), corr=corr)
+    var_z = scale * c.d_model * np.asarray(normed.var)
+    k = 1.0 - different_target_term(var_z, V)
+    corr = (same - pairs * different_target_term(np.asarray(normed.corr) * var_z, V)) / (k * max(L - 1, 1) * M)
+    g = GradMoments(var=scale * k / (M * n), corr=corr)
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
     return g, source
@@ -219,18 +231,21 @@ def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels,
     return None
 
 
-def _resolved_rows(model: Transformer, token_ids, segment_ids, padding, labels, heads: int, seed: int,
-                   tick) -> tuple[dict, dict | None]:
+def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, attention_heads: int, seed: int,
+                   tick) -> tuple[dict, dict | None, str]:
     """The token-resolved sweeps (:func:`~sigprop.resolved.forward_sweep`; with ``labels``, also
     :func:`~sigprop.resolved_backward.resolved_backward` from the loss's gradient) as pooled rows: (forward rows,
-    gradient rows or None), remembered for the last batch and configuration (``compare`` predicts twice with different
-    gradient boundaries; the sweeps are the same, and a given boundary only rescales the gradient)."""
+    gradient rows or None, the forward state's description), with ``attention_heads`` shared out over the sequences
+    and ``pad_id`` marking padding. Remembered for the last batch and configuration (``compare`` predicts twice with
+    different gradient boundaries; the sweeps are the same, and a given boundary only rescales the gradient)."""
     from .resolved import forward_sweep
     from .resolved_backward import gradient_rows, head_gradient_gram, resolved_backward
 
     def key_of(t):
         return None if t is None else (tuple(t.shape), torch.as_tensor(t).cpu().numpy().tobytes())
 
+    heads = max(2, -(-int(attention_heads) // int(token_ids.shape[0])))
+    padding = None if pad_id is None else token_ids != pad_id
     key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), key_of(labels), heads,
            seed)
     if _RESOLVED_CACHE.get("key") != key:
@@ -243,7 +258,8 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, padding, labels, 
         _RESOLVED_CACHE.update(key=key, rows=(sweep.rows, grads))
     else:
         tick(len(model.layers) * (1 if labels is None else 2))
-    return _RESOLVED_CACHE["rows"]
+    state = f"token-resolved: each sequence's token Gram matrix ({heads} attention heads per sequence, seed {seed})"
+    return (*_RESOLVED_CACHE["rows"], state)
 
 
 def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
@@ -437,12 +453,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     if "sampled" in meta["attention_rule"]:
         meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
     if resolved:
-        per_seq = _heads_per_sequence(attention_heads, token_ids)
-        padding = None if pad_id is None else token_ids != pad_id
-        fwd_rows.update(_resolved_rows(model, token_ids, segment_ids, padding, None, per_seq, int(attention_seed),
-                                       tick)[0])
-        meta["forward_state"] = (f"token-resolved: each sequence's token Gram matrix ({per_seq} attention heads per "
-                                 f"sequence, seed {attention_seed})")
+        resolved_fwd, _, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
+                                                                attention_heads, int(attention_seed), tick)
+        fwd_rows.update(resolved_fwd)
         meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "
                                   "resolves it too)")
     else:
@@ -451,11 +464,6 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     if config.arch != "encoder":
         meta["caveat"] = DECODER_CAVEAT
     return _profile(config, fwd_rows, grad_rows, meta)
-
-
-def _heads_per_sequence(attention_heads: int, token_ids: torch.Tensor) -> int:
-    """Heads the token-resolved attention rules sample per sequence: ``attention_heads`` shared out over the batch."""
-    return max(2, -(-int(attention_heads) // int(token_ids.shape[0])))
 
 
 def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: dict) -> Profile:
@@ -473,9 +481,8 @@ def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch
     """:func:`predict` with both sweeps token-resolved (:mod:`sigprop.resolved`, :mod:`sigprop.resolved_backward`).
     A given ``grad_top`` sets the gradient's scale (the sweep is linear in it); which positions and pairs carry
     gradient comes from the labels."""
-    per_seq = _heads_per_sequence(heads, token_ids)
-    padding = None if pad_id is None else token_ids != pad_id
-    fwd_rows, grad_rows = _resolved_rows(model, token_ids, segment_ids, padding, labels, per_seq, seed, tick)
+    fwd_rows, grad_rows, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, labels, heads,
+                                                                 seed, tick)
     meta["input_source"] = "token ids of the batch (App. A.1), token by token"
     if grad_top is None:
         meta["grad_source"] = "cross-entropy of the batch's labels through the head (theory), token by token"
@@ -485,8 +492,6 @@ def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch
         grad_rows = {k: GradMoments(var=g.var * scale, corr=g.corr) for k, g in grad_rows.items()}
         meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry gradient "
                                "comes from the batch's labels")
-    meta["attention_rule"] = (f"token-resolved sampled: layers 0-{model.config.n_layers - 1} ({per_seq} heads per "
-                              f"sequence, seed {seed})")
-    meta["forward_state"] = f"token-resolved: each sequence's token Gram matrix ({per_seq} attention heads each)"
+    meta["attention_rule"] = f"token-resolved sampled: layers 0-{model.config.n_layers - 1}"
     meta["backward_state"] = "token-resolved: each sequence's gradient Gram matrix, from the labelled positions"
     return _profile(model.config, fwd_rows, grad_rows, meta)

@@ -151,10 +151,9 @@ def test_resolved_decoder_gradients_within_measurement_noise():
 @pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),
                                        dict(norm_position="post", init="xavier")])
 def test_resolved_encoder_gradients_within_measurement_noise(overrides):
-    """An encoder's opt-in token-resolved backward sweep (``token_resolved=True`` with masked-LM labels: gradient at
-    the 15% labelled positions only, most of them [MASK]): every site's gradient variance and correlation within
-    Z SE."""
-    z, pred = _gradient_z(TransformerConfig(**{**SMALL, **overrides}), token_resolved=True)
+    """An encoder's token-resolved backward sweep (the default with masked-LM labels: gradient at the 15% labelled
+    positions only, most of them [MASK]): every site's gradient variance and correlation within Z SE."""
+    z, pred = _gradient_z(TransformerConfig(**{**SMALL, **overrides}), token_resolved=None)
     assert pred.meta["backward_state"].startswith("token-resolved")
     bad = {k: round(v, 1) for k, v in z.items() if not abs(v) <= Z}
     assert not bad, bad
@@ -185,8 +184,9 @@ def test_first_layer_norm_fluctuation_gap():
 
 
 def test_resolved_backward_switch_scaling_and_progress():
-    """A decoder's labels follow from its ids; an encoder without labels keeps the exchangeable backward sweep; a
-    given top gradient rescales the sweep (it is linear), exactly; the progress count matches the sweeps run."""
+    """A decoder's labels follow from its ids; an encoder's come with its batch, and without them its backward sweep
+    stays exchangeable; a given top gradient rescales the sweep (it is linear), exactly; the progress count matches
+    the sweeps run."""
     config = TransformerConfig(**{**DECODER, "n_layers": 3})
     batch = token_batch(config, batch_size=2, synthetic=True)
     steps = []
@@ -202,7 +202,7 @@ def test_resolved_backward_switch_scaling_and_progress():
     encoder = TransformerConfig(**{**SMALL, "n_layers": 2})
     enc_batch = token_batch(encoder, batch_size=2, synthetic=True)
     ids, labels = enc_batch["inputs"], enc_batch["labels"]
-    for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "exchangeable", 3),
+    for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "token-resolved", 2),
                                ({"labels": labels, "token_resolved": True}, "token-resolved", 2)]:
         steps = []
         enc = predict(encoder, token_ids=ids, progress=steps.append, **kw)
@@ -219,3 +219,23 @@ def test_resolved_backward_rejects_a_mismatched_boundary():
     sweep = forward_sweep(model, ids)
     with pytest.raises(ValueError, match="grad_top must have shape"):
         resolved_backward(model, sweep, torch.eye(3, dtype=torch.float64)[None])
+
+
+def test_each_layer_draws_its_own_backward_heads(monkeypatch):
+    """The backward rule's sampled heads come from a seed of each layer's own (a sampling error shared by every
+    layer would compound over depth; resolved_backward module docstring), none of them the forward's."""
+    from sigprop.components.attention import MultiHeadAttention
+
+    seeds = []
+    original = MultiHeadAttention.gram_backward
+
+    def spy(self, grad_gram, gram, key_mask=None, attention_heads=32, attention_seed=0, fixed_norm=False):
+        seeds.append(attention_seed)
+        return original(self, grad_gram, gram, key_mask, attention_heads, attention_seed, fixed_norm)
+
+    monkeypatch.setattr(MultiHeadAttention, "gram_backward", spy)
+    config = TransformerConfig(**{**DECODER, "n_layers": 4})
+    ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
+    predict(config, token_ids=ids, attention_seed=5)
+    assert len(seeds) == config.n_layers
+    assert len(set(seeds)) == config.n_layers and 5 not in seeds

@@ -44,8 +44,10 @@ add: a multi-head layer's input-gradient Gram is n_heads times a head's. For H =
 equicorrelated G this is the exchangeable rule's expectation.
 
 Accuracy. Unbiased for every entry of G_y given G; the draws are common to every call with the same sizes and seed
-(so a layer-by-layer sweep reuses them, as the exchangeable sampled rule does). Float64. Cost per sequence and head:
-O(L² d_in + L d_in d_k) for the input and projections plus O(L² d_k + L² d_in) for scores and output.
+(a forward sweep passes one seed and reuses them at every layer, as the exchangeable sampled rule does; the
+token-resolved backward sweep passes a seed per layer, :func:`sigprop.resolved_backward.backward_seed`). Float64.
+Cost per sequence and head: O(L² d_in + L d_in d_k) for the input and projections plus O(L² d_k + L² d_in) for
+scores and output.
 
 Assumes: given the Gram matrix, Gaussian input (as the exchangeable rules do); weights independent of the input
 (initialisation); zero-mean input.
@@ -209,9 +211,9 @@ def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
 
     Only E[Z_w Z_wᵀ] = d_in I matters (∂X is linear in w), so for L ≤ d_in the rows are a uniformly random orthonormal
     frame scaled by √d_in: Z_w Z_wᵀ = d_in I holds for every draw, not only on average, and the value path's
-    contribution carries no sampling noise. That matters because the same draws serve every layer: a sampling error
-    of the per-layer gradient factor would otherwise recur at each layer and compound (at rank collapse, +2.4% per
-    layer from 32 Gaussian draws). For L > d_in the rows are Gaussian."""
+    contribution carries no sampling noise. A sampling error of the per-layer gradient factor compounds over the
+    layers of a sweep (at rank collapse, 32 Gaussian draws were +2.4% per layer off when every layer shared them).
+    For L > d_in the rows are Gaussian."""
     gen = torch.Generator().manual_seed(seed + 0x9E3779B9)  # a stream apart from the forward draws
     sizes = [min(_CHUNK, heads - done) for done in range(0, heads, _CHUNK)]
     chunks = []
@@ -231,8 +233,8 @@ def gram_attention_backward(gram: torch.Tensor, grad_gram: torch.Tensor, d_in: i
     """Per-element Gram matrix (B, L, L) of single-head attention's input gradient (module docstring, "Backward"),
     for the per-element forward input Gram ``gram`` and output-gradient Gram ``grad_gram`` (both (B, L, L)), by
     sampling ``heads`` heads per sequence from ``seed``; the forward draws are :func:`gram_attention`'s (common
-    random numbers). Other arguments as in :func:`gram_attention`. Raises ``ValueError`` naming the argument on
-    invalid input."""
+    random numbers) when ``seed`` is the forward's. Other arguments as in :func:`gram_attention`. Raises
+    ``ValueError`` naming the argument on invalid input."""
     B, L, d_in, d_k, sq, sk, sv, p, heads, _, blocked = _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2, p,
                                                                  causal, key_mask, heads)
     if grad_gram.shape != gram.shape:

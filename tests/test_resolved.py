@@ -84,19 +84,25 @@ def test_gram_moments_pools_like_the_measurement():
 SMALL = dict(n_layers=8, d_model=64, n_heads=2, vocab_size=48, seq_len=32, max_len=32, dropout=0.1)
 
 
-def site_z(config, quantities, seeds=24, token_resolved=None):
+def site_z(config, quantities, seeds=24, token_resolved=None, attention_seeds=5):
     """Per (layer, site, quantity): (pred − meas)/SE of ``quantities`` over ``seeds`` models, on one synthetic batch
-    of a 43-id vocabulary (many repeated tokens), the gradient boundary from the loss (theory); and the prediction."""
+    of a 43-id vocabulary (many repeated tokens), the gradient boundary from the loss (theory); and the first
+    prediction. The token-resolved sweeps sample attention heads, so the prediction has a sampling error of its own
+    (as large as the measurement's at some sites of these small models): it is averaged over ``attention_seeds``
+    draws, and SE combines both, √(SE_meas² + SE_pred²)."""
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
     meas = measure_seeds(config, batch, seeds=seeds)
-    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved)
-    pl, se = pred.lookup(), meas.meta["stderr"]
+    preds = [predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved,
+                     attention_seed=s) for s in range(attention_seeds)]
+    looks, se = [p.lookup() for p in preds], meas.meta["stderr"]
     out = {}
     for (layer, site), rm in meas.lookup().items():
         if site in ("attn", "ffn", "layer", "input"):
             for q in quantities:
-                out[(layer, site, q)] = (getattr(pl[(layer, site)], q) - getattr(rm, q)) / se[f"{layer}:{site}"][q]
-    return out, pred
+                vals = np.array([getattr(lk[(layer, site)], q) for lk in looks])
+                se_pred = vals.std(ddof=1) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
+                out[(layer, site, q)] = (vals.mean() - getattr(rm, q)) / math.hypot(se[f"{layer}:{site}"][q], se_pred)
+    return out, preds[0]
 
 
 def _forward_z(config, seeds=24, token_resolved=None):

@@ -85,10 +85,17 @@ class GramAttention:
 
 
 def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
-    """A square root C with C Cᵀ = G for each symmetric positive semi-definite G in the batch (…, L, L), from the
-    eigendecomposition (negative rounding-level eigenvalues are set to zero, so a singular G is fine)."""
+    """The symmetric square root C = V Λ^{1/2} Vᵀ (C Cᵀ = C² = G) of each symmetric positive semi-definite G in the
+    batch (…, L, L), from the eigendecomposition G = V Λ Vᵀ (negative rounding-level eigenvalues are set to zero,
+    so a singular G, two identical tokens, is fine).
+
+    Why the symmetric root and not V Λ^{1/2}: both give X = C Z the covariance G, but V is not unique where
+    eigenvalues repeat (every group of identical tokens makes one such eigenspace), and which basis the eigensolver
+    returns there depends on rounding, the thread count and the hardware. With V Λ^{1/2} the same seed then gives a
+    different sample, and a sweep's result changes at the level of its sampling error (~0.5% of a layer's
+    correlation) from one machine to the next. The symmetric root is unique and continuous in G."""
     evals, evecs = torch.linalg.eigh(gram)
-    return evecs * evals.clamp_min(0.0).sqrt()[..., None, :]
+    return (evecs * evals.clamp_min(0.0).sqrt()[..., None, :]) @ evecs.transpose(-1, -2)
 
 
 @lru_cache(maxsize=2)

@@ -165,3 +165,22 @@ def test_gram_attention_is_reproducible_and_rejects_bad_input():
         gram_attention(gram, D, DK, 1e-3, 1e-3, 1.0 / D, key_mask=torch.ones(B, L + 1, dtype=torch.bool))
     with pytest.raises(ValueError, match="at least one real token"):
         gram_attention(gram, D, DK, 1e-3, 1e-3, 1.0 / D, key_mask=torch.zeros(B, L, dtype=torch.bool))
+
+
+def test_gram_sqrt_is_unique_so_samples_do_not_depend_on_the_eigensolver():
+    """Repeated tokens make repeated eigenvalues, where the eigenvectors are not unique; the root (hence every
+    sample drawn with a given seed) must not depend on which basis the solver returns. A perturbation of G far below
+    any sampling error (1e-13) changes the basis of the eigenspace but must leave the root and the rule's output
+    unchanged to the same order."""
+    ids = torch.tensor([[3, 3, 5, 3, 7, 7, 3, 9]])
+    gram = 0.3 + 0.7 * (ids[:, :, None] == ids[:, None, :]).double()
+    noise = torch.randn(8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    nudged = gram + 1e-13 * (noise + noise.T)
+    root = gram_sqrt(gram)
+    assert torch.allclose(root, root.transpose(-1, -2), atol=1e-14)
+    assert torch.allclose(root @ root, gram, atol=1e-12)
+    assert torch.allclose(gram_sqrt(nudged), root, atol=1e-9)
+    args = (16, 8, 0.05, 0.05, 1.0 / 16)
+    a = gram_attention(gram, *args, heads=8, seed=3).gram
+    b = gram_attention(nudged, *args, heads=8, seed=3).gram
+    assert torch.allclose(a, b, rtol=1e-7, atol=0.0)

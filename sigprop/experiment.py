@@ -87,14 +87,16 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
 
 def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
-                      attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None) -> Profile:
+                      attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
+                      attention_seed: int = 0) -> Profile:
     """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
-    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads`` and ``token_resolved``
-    as in :func:`sigprop.predict` (by default the forward moments are token-resolved on the batch's own ids)."""
+    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads``, ``attention_seed``
+    and ``token_resolved`` as in :func:`sigprop.predict` (by default the moments are token-resolved on the batch's
+    own ids)."""
     from .theory import predict
 
     kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
-          "token_resolved": token_resolved}
+          "token_resolved": token_resolved, "attention_seed": attention_seed}
     if batch is not None and batch.get("padding_mask") is not None:
         from .model.objective import PAD_ID
 

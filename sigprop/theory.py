@@ -215,11 +215,14 @@ _RESOLVED_CACHE: dict = {}
 def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, pad_id,
                      token_resolved: bool | None) -> torch.Tensor | None:
     """The labels the token-resolved backward sweep starts from, or None where the backward sweep stays exchangeable.
-    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`). An encoder: the
-    given labels (a masked-LM batch's), unless ``token_resolved=False``; without them the labelled positions are
-    unknown and the sweep stays exchangeable. Measured (README, token-resolved backward sweep): for decoders it is
-    far closer (192 layers: R² of the gradient variance 0.84 → 0.9996); for masked-LM encoders as close or closer on
-    every 192-layer preset in gradient correlation (DeepScaleLM Post-LN: 5.7% → 1.5% median error)."""
+    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
+    ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
+
+    Measured (README, token-resolved backward sweep): for decoders it is far closer (192 layers: R² of the gradient
+    variance 0.84 → 0.9996). For masked-LM encoders it is closer on the 192-layer DeepScaleLM presets (Post-LN
+    gradient correlation 5.7% → 1.5% median error) but not in shallow models: it takes the top layer's gradient
+    correlation from the loss, where a tied head at d = 128 is 9–15% off in 1–2-layer models, while the exchangeable
+    sweep starts from the measured top layer (``compare``'s boundary). So encoders opt in."""
     if token_resolved is False:
         return None
     if config.arch == "decoder":
@@ -228,7 +231,7 @@ def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels,
         from .data.mlm import causal_lm_labels
 
         return causal_lm_labels(token_ids, pad_id)
-    if labels is not None:
+    if token_resolved and labels is not None:
         return torch.as_tensor(labels).reshape(token_ids.shape)
     return None
 
@@ -268,13 +271,13 @@ def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
                      token_resolved: bool | None = None, labels_given: bool = False) -> int:
     """The number of ``progress`` steps :func:`predict` reports: a layer per sweep. Exchangeable: forward and
     backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved for a
-    decoder, or for an encoder with ``labels_given``; else the token-resolved forward on top of both exchangeable
-    sweeps."""
+    decoder, or for an encoder with ``labels_given`` and ``token_resolved=True``; else the token-resolved forward on
+    top of both exchangeable sweeps."""
     from .resolved import resolved_supported
 
     n = 2 * config.total_layers
     resolved = token_ids_given and token_resolved is not False and resolved_supported(config) is None
-    if resolved and not (config.arch == "decoder" or labels_given):
+    if resolved and not (config.arch == "decoder" or (labels_given and token_resolved)):
         n += config.n_layers
     return n
 
@@ -373,8 +376,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     :func:`~sigprop.resolved.resolved_supported`): the forward rows come from :func:`~sigprop.resolved.forward_sweep`,
     which carries each sequence's token Gram matrix instead of one correlation for all token pairs (repeated tokens,
     [MASK], and a decoder's positions kept apart), sampling ⌈``attention_heads``/B⌉ heads per sequence for each
-    attention layer. For a decoder (labels: ``labels``, else its next tokens) and for an encoder given its
-    ``labels``, the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
+    attention layer. For a decoder (labels: ``labels``, else its next tokens), and for an encoder with ``labels`` and
+    ``token_resolved=True``, the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
     each sequence's gradient Gram matrix, from the loss's gradient at the labelled positions
     (:func:`~sigprop.resolved_backward.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's
     scale (the sweep is linear in it), and the exchangeable sweeps are not run. Otherwise the backward sweep is
@@ -458,7 +461,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         resolved_fwd, _, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
                                                                 attention_heads, int(attention_seed), tick)
         fwd_rows.update(resolved_fwd)
-        meta["backward_state"] = "exchangeable tokens (no labels given: the labelled positions are unknown)"
+        meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "
+                                  "resolves it too)")
     else:
         meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
         meta["backward_state"] = "exchangeable tokens"

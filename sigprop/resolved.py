@@ -173,6 +173,19 @@ def fixes_length(module) -> bool:
     return isinstance(module, (LayerNorm, RMSNorm))
 
 
+def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) -> int:
+    """The seed of the sampled attention heads of layer ``layer_index`` in the forward (or ``backward``) sweep: a
+    stream of its own per layer and sweep.
+
+    Why. A sweep's sampling errors must be independent from layer to layer. A variance or a gradient deep in the
+    model accumulates the per-layer results (a Pre-LN stream adds its branches; a gradient multiplies the per-layer
+    factors), so an error shared by every layer adds up linearly over depth, where independent errors add like
+    √depth. Measured: with one set of draws for every layer, 192-layer presets were 1.5–2.6% off in forward variance
+    (DSLM Pre-LN, the decoder, Q/K 2×) and `qk-2x-xavier`'s gradient correlation 3.7% off (68% of layers within
+    2 SE); with a seed per layer, README."""
+    return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
+
+
 def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
     """Output Gram of ``module`` (not a transformer layer) for input Gram ``gram``; ``fixed``: the input rows have
     a fixed length (a norm's output), which the attention rule needs to know."""
@@ -183,7 +196,7 @@ def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Te
         cache = ctx.setdefault("attention_out", {})
         if id(module) not in cache:
             cache[id(module)] = module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"],
-                                                    ctx["attention_seed"], fixed)
+                                                    ctx.get("layer_seed", ctx["attention_seed"]), fixed)
         return cache[id(module)]
     if mixes_tokens(module):
         for child in module.children():
@@ -247,6 +260,7 @@ def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | No
     previous, inputs = None, []
     for layer in model.layers:
         inputs.append((gram, previous))
+        ctx["layer_seed"] = layer_seed(attention_seed, layer.index)
         try:
             branches, gram, previous, _ = layer_forward(layer, gram, ctx, previous)
         except ValueError as err:
@@ -255,6 +269,7 @@ def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | No
         rows[(layer.index, "layer")] = gram_moments(gram, mask)
         if progress is not None:
             progress(1)
+    ctx.pop("layer_seed", None)
     return ForwardSweep(rows, inputs, gram, mask, ctx)
 
 

@@ -28,9 +28,10 @@ Rules, each the backward form of the forward rule :mod:`sigprop.resolved` uses:
   (G_jj, G_ll, G_jl) and the gradient pair (H_jj, H_ll, H_jl): the component's exchangeable backward rule applied to
   every pair at once (:func:`~sigprop.resolved.pairwise_backward`; the diagonal from the variance, as going forward);
 * attention: :meth:`MultiHeadAttention.gram_backward` (autograd on the sampled heads, values, keys and queries),
-  with heads drawn from a seed of each layer's own (:func:`backward_seed`). The gradient reaching layer l is a
-  product of the per-layer factors above it, so a sampling error common to every layer would add up linearly over
-  depth; independent draws make the errors add like √depth. The key and query paths need it (the value path's
+  with heads drawn from a seed of each layer's own (:func:`~sigprop.resolved.layer_seed`). The gradient reaching
+  layer l is a product of the per-layer factors above it, so a sampling error common to every layer would add up
+  linearly over depth; independent draws make the errors add like √depth. The key and query paths need it (the
+  value path's
   draws are exact, see :func:`~sigprop.components.attention_gram.gram_attention_backward`): on the 192-layer
   ``qk-2x-xavier`` preset, scores of variance ~14, the gradient correlation was 3.7% off (68% of layers within
   2 SE) with one seed for all layers and is 1.5% off (99%) with a seed per layer;
@@ -59,6 +60,7 @@ from .resolved import (
     fixes_length,
     gram_moments,
     layer_forward,
+    layer_seed,
     mixes_tokens,
     pairwise_backward,
     pairwise_forward,
@@ -104,12 +106,6 @@ def _skip_fraction(skip_part: torch.Tensor, total: torch.Tensor) -> np.ndarray:
     return np.clip(np.sqrt(ratio[:, :, None] * ratio[:, None, :]), 0.0, 1.0)
 
 
-def backward_seed(attention_seed: int, layer_index: int) -> int:
-    """The seed of the sampled attention heads in the backward rule of layer ``layer_index``: a stream of its own
-    per layer (module docstring, "Rules")."""
-    return int(attention_seed) + 7919 * (int(layer_index) + 1)
-
-
 def walk_backward(module, grad: torch.Tensor, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
     """Input-gradient Gram of ``module`` (not a transformer layer) for its output-gradient Gram ``grad`` and forward
     input Gram ``gram``; ``fixed``: the forward input rows have a fixed length (as in
@@ -119,7 +115,7 @@ def walk_backward(module, grad: torch.Tensor, gram: torch.Tensor, ctx: dict, fix
         return lam**2 * grad + beta**2 * walk_backward(module.branch, grad, gram, ctx, fixed)
     if isinstance(module, MultiHeadAttention):
         return module.gram_backward(grad, gram, ctx.get("key_mask"), ctx["attention_heads"],
-                                    ctx.get("backward_seed", ctx["attention_seed"]), fixed)
+                                    ctx.get("layer_seed", ctx["attention_seed"]), fixed)
     if mixes_tokens(module):
         inputs = []
         for child in module.children():
@@ -166,7 +162,7 @@ def resolved_backward(model, sweep: ForwardSweep, grad_top: torch.Tensor,
     for layer, (gram_in, previous) in zip(reversed(list(model.layers)), reversed(sweep.layer_inputs), strict=True):
         grams[(layer.index, "layer")] = grad
         *_, children = layer_forward(layer, gram_in, sweep.ctx, previous)
-        sweep.ctx["backward_seed"] = backward_seed(sweep.ctx["attention_seed"], layer.index)
+        sweep.ctx["layer_seed"] = layer_seed(sweep.ctx["attention_seed"], layer.index, backward=True)
         try:
             grad, branches, skip = layer_backward(children, grad, sweep.ctx, skip)
         except ValueError as err:
@@ -174,7 +170,7 @@ def resolved_backward(model, sweep: ForwardSweep, grad_top: torch.Tensor,
         grams.update({(layer.index, name): g for name, g in branches.items()})
         if progress is not None:
             progress(1)
-    sweep.ctx.pop("backward_seed", None)
+    sweep.ctx.pop("layer_seed", None)
     grams[(-1, "input")] = grad
     return grams
 

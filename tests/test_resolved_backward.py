@@ -222,21 +222,26 @@ def test_resolved_backward_rejects_a_mismatched_boundary():
         resolved_backward(model, sweep, torch.eye(3, dtype=torch.float64)[None])
 
 
-def test_each_layer_draws_its_own_backward_heads(monkeypatch):
-    """The backward rule's sampled heads come from a seed of each layer's own (a sampling error shared by every
-    layer would compound over depth; resolved_backward module docstring), none of them the forward's."""
+def test_each_layer_draws_its_own_heads(monkeypatch):
+    """Both sweeps draw each layer's sampled heads from a seed of its own (a sampling error shared by every layer
+    would compound over depth; :func:`sigprop.resolved.layer_seed`), no two alike."""
     from sigprop.components.attention import MultiHeadAttention
 
-    seeds = []
-    original = MultiHeadAttention.gram_backward
+    seeds = {"forward": [], "backward": []}
+    fwd, bwd = MultiHeadAttention.gram_forward, MultiHeadAttention.gram_backward
 
-    def spy(self, grad_gram, gram, key_mask=None, attention_heads=32, attention_seed=0, fixed_norm=False):
-        seeds.append(attention_seed)
-        return original(self, grad_gram, gram, key_mask, attention_heads, attention_seed, fixed_norm)
+    def spy_forward(self, gram, key_mask=None, attention_heads=32, attention_seed=0, fixed_norm=False):
+        seeds["forward"].append(attention_seed)
+        return fwd(self, gram, key_mask, attention_heads, attention_seed, fixed_norm)
 
-    monkeypatch.setattr(MultiHeadAttention, "gram_backward", spy)
+    def spy_backward(self, grad_gram, gram, key_mask=None, attention_heads=32, attention_seed=0, fixed_norm=False):
+        seeds["backward"].append(attention_seed)
+        return bwd(self, grad_gram, gram, key_mask, attention_heads, attention_seed, fixed_norm)
+
+    monkeypatch.setattr(MultiHeadAttention, "gram_forward", spy_forward)
+    monkeypatch.setattr(MultiHeadAttention, "gram_backward", spy_backward)
     config = TransformerConfig(**{**DECODER, "n_layers": 4})
     ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
     predict(config, token_ids=ids, attention_seed=5)
-    assert len(seeds) == config.n_layers
-    assert len(set(seeds)) == config.n_layers and 5 not in seeds
+    assert len(seeds["forward"]) == len(seeds["backward"]) == config.n_layers
+    assert len(set(seeds["forward"] + seeds["backward"])) == 2 * config.n_layers

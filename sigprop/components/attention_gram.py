@@ -44,8 +44,7 @@ add: a multi-head layer's input-gradient Gram is n_heads times a head's. For H =
 equicorrelated G this is the exchangeable rule's expectation.
 
 Accuracy. Unbiased for every entry of G_y given G; the draws are common to every call with the same sizes and seed
-(a forward sweep passes one seed and reuses them at every layer, as the exchangeable sampled rule does; the
-token-resolved backward sweep passes a seed per layer, :func:`sigprop.resolved_backward.backward_seed`). Float64.
+(the token-resolved sweeps pass each layer a seed of its own, :func:`sigprop.resolved.layer_seed`). Float64.
 Cost per sequence and head: O(L² d_in + L d_in d_k) for the input and projections plus O(L² d_k + L² d_in) for
 scores and output.
 

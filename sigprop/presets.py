@@ -1,6 +1,6 @@
 """Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
 rank-collapse and Q/K experiments of Secs. 3.3–3.4 (and the decoder form of Fig. 1), at a width a 2-core CPU
-runs in about two minutes.
+measures in about two minutes.
 
 Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
 figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective
@@ -8,7 +8,8 @@ figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we
 of 128 tokens, and average over 16 independently initialised models (``seeds``): the theory is an expectation
 over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
 per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
-shares), so averaging over seeds is the honest comparison. About 100 s per preset on 2 CPU cores.
+shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 3.5–4.5 minutes per preset
+on 2 CPU cores: ~100 s to measure, the rest the token-resolved sweeps' sampled attention heads.
 """
 
 from __future__ import annotations

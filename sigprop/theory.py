@@ -210,76 +210,89 @@ def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, in
 
 
 _RESOLVED_CACHE: dict = {}
+NO_GRADIENTS = "not computed (gradients=False: the forward sweep only)"
 
 
 def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, pad_id,
                      token_resolved: bool | None) -> torch.Tensor | None:
     """The labels the token-resolved backward sweep starts from, or None where the backward sweep stays exchangeable.
-    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
-    ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
+    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`); an encoder: the given
+    labels (without them the loss's positions are unknown); neither with ``token_resolved=False``.
 
     Measured (README, token-resolved backward sweep): for decoders it is far closer (192 layers: R² of the gradient
-    variance 0.84 → 0.9994). For masked-LM encoders it is closer on the 192-layer DeepScaleLM presets (Post-LN
-    gradient correlation 5.7% → 1.5% median error) but not in shallow models: it takes the top layer's gradient
-    correlation from the loss, where a tied head at d = 128 is 9–15% off in 1–2-layer models, while the exchangeable
-    sweep starts from the measured top layer (``compare``'s boundary). So encoders opt in."""
+    variance 0.84 → 0.9994); for masked-LM encoders it is closer on the 192-layer DeepScaleLM presets (Post-LN
+    gradient correlation 5.7% → 1.5% median error) and as close in 1–48-layer models once a measured boundary sets the
+    top layer's gradient correlation as well as its variance
+    (:func:`~sigprop.resolved_backward.match_pooled_gradient`)."""
     if token_resolved is False:
         return None
+    if labels is not None:
+        return torch.as_tensor(labels).reshape(token_ids.shape)
     if config.arch == "decoder":
-        if labels is not None:
-            return torch.as_tensor(labels).reshape(token_ids.shape)
         from .data.mlm import causal_lm_labels
 
         return causal_lm_labels(token_ids, pad_id)
-    if token_resolved and labels is not None:
-        return torch.as_tensor(labels).reshape(token_ids.shape)
     return None
 
 
 def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, attention_heads: int, seed: int,
-                   tick) -> tuple[dict, dict | None, str]:
+                   tick, grad_top: GradMoments | None = None) -> tuple[dict, dict | None, str, float | None]:
     """The token-resolved sweeps (:func:`~sigprop.resolved.forward_sweep`; with ``labels``, also
-    :func:`~sigprop.resolved_backward.resolved_backward` from the loss's gradient) as pooled rows: (forward rows,
-    gradient rows or None, the forward state's description), with ``attention_heads`` shared out over the sequences
-    and ``pad_id`` marking padding. Remembered for the last batch and configuration (``compare`` predicts twice with
-    different gradient boundaries; the sweeps are the same, and a given boundary only rescales the gradient)."""
+    :func:`~sigprop.resolved_backward.resolved_backward` from the loss's gradient, matched to ``grad_top`` when given:
+    :func:`~sigprop.resolved_backward.match_pooled_gradient`) as pooled rows: (forward rows, gradient rows or None,
+    the forward state's description, the top layer's gradient correlation reached or None), with ``attention_heads``
+    shared out over the sequences and ``pad_id`` marking padding.
+
+    The forward sweep is remembered for the last batch and configuration, with the model it walked (its attention
+    layers' sampled outputs are keyed by module, and the backward sweep walks the layers again), and so are the
+    backward sweeps from it: ``compare`` runs the forward sweep before measuring and the backward sweep after, from
+    the measured boundary."""
     from .resolved import forward_sweep
-    from .resolved_backward import gradient_rows, head_gradient_gram, resolved_backward
+    from .resolved_backward import gradient_rows, head_gradient_gram, match_pooled_gradient, resolved_backward
 
     def key_of(t):
         return None if t is None else (tuple(t.shape), torch.as_tensor(t).cpu().numpy().tobytes())
 
     heads = max(2, -(-int(attention_heads) // int(token_ids.shape[0])))
     padding = None if pad_id is None else token_ids != pad_id
-    key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), key_of(labels), heads,
-           seed)
+    key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), heads, seed)
     if _RESOLVED_CACHE.get("key") != key:
         _RESOLVED_CACHE.clear()
         sweep = forward_sweep(model, token_ids, segment_ids, padding, heads, seed, tick)
-        grads = None
-        if labels is not None:
-            top = head_gradient_gram(model, sweep.output, labels)
-            grads = gradient_rows(resolved_backward(model, sweep, top, tick), padding)
-        _RESOLVED_CACHE.update(key=key, rows=(sweep.rows, grads))
+        _RESOLVED_CACHE.update(key=key, model=model, sweep=sweep, backward={})
     else:
-        tick(len(model.layers) * (1 if labels is None else 2))
+        tick(len(model.layers))
+    model, sweep = _RESOLVED_CACHE["model"], _RESOLVED_CACHE["sweep"]
+    grads, reached = None, None
+    if labels is not None:
+        boundary = None if grad_top is None else (_f(grad_top.var), _f(grad_top.corr))
+        bkey = (key_of(labels), boundary)
+        if bkey not in _RESOLVED_CACHE["backward"]:
+            top = head_gradient_gram(model, sweep.output, labels)
+            if boundary is not None:
+                top, reached = match_pooled_gradient(top, *boundary, padding)
+            rows = gradient_rows(resolved_backward(model, sweep, top, tick), padding)
+            _RESOLVED_CACHE["backward"][bkey] = (rows, reached)
+        else:
+            tick(len(model.layers))
+        grads, reached = _RESOLVED_CACHE["backward"][bkey]
     state = f"token-resolved: each sequence's token Gram matrix ({heads} attention heads per sequence, seed {seed})"
-    return (*_RESOLVED_CACHE["rows"], state)
+    return sweep.rows, grads, state, reached
 
 
 def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
-                     token_resolved: bool | None = None, labels_given: bool = False) -> int:
+                     token_resolved: bool | None = None, labels_given: bool = False, gradients: bool = True) -> int:
     """The number of ``progress`` steps :func:`predict` reports: a layer per sweep. Exchangeable: forward and
     backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved for a
-    decoder, or for an encoder with ``labels_given`` and ``token_resolved=True``; else the token-resolved forward on
-    top of both exchangeable sweeps."""
+    decoder, or for an encoder with ``labels_given``; else the token-resolved forward on top of both exchangeable
+    sweeps. ``gradients=False``: the forward sweeps only."""
     from .resolved import resolved_supported
 
-    n = 2 * config.total_layers
+    sweeps = 2 if gradients else 1
     resolved = token_ids_given and token_resolved is not False and resolved_supported(config) is None
-    if resolved and not (config.arch == "decoder" or (labels_given and token_resolved)):
-        n += config.n_layers
-    return n
+    if resolved and (config.arch == "decoder" or labels_given):
+        return sweeps * config.n_layers
+    return sweeps * config.total_layers + (config.n_layers if resolved else 0)
 
 
 def _attention_rules(model: Transformer) -> str:
@@ -356,7 +369,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
             batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
             decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
             attention_seed: int = 0, token_resolved: bool | None = None,
-            progress: Callable[[int], None] | None = None) -> Profile:
+            progress: Callable[[int], None] | None = None, gradients: bool = True) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
     ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
@@ -376,11 +389,12 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     :func:`~sigprop.resolved.resolved_supported`): the forward rows come from :func:`~sigprop.resolved.forward_sweep`,
     which carries each sequence's token Gram matrix instead of one correlation for all token pairs (repeated tokens,
     [MASK], and a decoder's positions kept apart), sampling ⌈``attention_heads``/B⌉ heads per sequence for each
-    attention layer. For a decoder (labels: ``labels``, else its next tokens), and for an encoder with ``labels`` and
-    ``token_resolved=True``, the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
+    attention layer. For a decoder (labels: ``labels``, else its next tokens), and for an encoder with ``labels``,
+    the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
     each sequence's gradient Gram matrix, from the loss's gradient at the labelled positions
-    (:func:`~sigprop.resolved_backward.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's
-    scale (the sweep is linear in it), and the exchangeable sweeps are not run. Otherwise the backward sweep is
+    (:func:`~sigprop.resolved_backward.head_gradient_gram`); a given ``grad_top`` then sets the top layer's pooled
+    gradient variance and token correlation (:func:`~sigprop.resolved_backward.match_pooled_gradient`), and the
+    exchangeable sweeps are not run. Otherwise the backward sweep is
     exchangeable (the measured reasons: :func:`_resolved_labels`). ``meta["forward_state"]`` and
     ``meta["backward_state"]`` say which was used; ``token_resolved=True`` for a model not covered raises
     ``ValueError``.
@@ -398,6 +412,9 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     weights and inputs). A decoder's positions are not exchangeable: where the sweeps are exchangeable (an
     encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer are averages over positions,
     as the measurement's are (``meta["caveat"]``).
+
+    ``gradients=False`` runs the forward sweeps only (every gradient column 0 / NaN): ``compare`` uses it to fail
+    fast on a model outside the rules' domain before measuring, and to sample the forward once.
     """
     check_range(attention_heads, "attention_heads", lo=2.0, allowed="integers >= 2 (heads the sampled attention "
                 "rule draws per layer)")
@@ -412,8 +429,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         token_ids = token_ids[None] if token_ids.dim() == 1 else token_ids
         resolved_labels = _resolved_labels(config, token_ids, labels, pad_id, token_resolved)
         if resolved_labels is not None:
-            return _predict_resolved(model, token_ids, resolved_labels, segment_ids, pad_id, grad_top,
-                                     int(attention_heads), int(attention_seed), tick, meta)
+            return _predict_resolved(model, token_ids, resolved_labels if gradients else None, segment_ids, pad_id,
+                                     grad_top, int(attention_heads), int(attention_seed), tick, meta)
     if input_moments is None:
         input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
     else:
@@ -431,12 +448,37 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         fwd_rows[(config.n_layers, "dec_input")] = m_dec
         m, saved_dec = _forward_stack(list(model.dec_layers), m_dec, dec_ctx, fwd_rows, tick)
 
+    grad_rows: dict = {}
+    if not gradients:
+        meta["grad_source"] = NO_GRADIENTS
+    else:
+        _backward_sweeps(model, m, m_enc, saved_enc, saved_dec if config.arch == "encoder_decoder" else None, grad_top,
+                         labels, batch_size, ctx, dec_ctx, grad_rows, meta, tick)
+    meta["attention_rule"] = _attention_rules(model)
+    if "sampled" in meta["attention_rule"]:
+        meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
+    if resolved:
+        resolved_fwd, _, meta["forward_state"], _ = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
+                                                                   attention_heads, int(attention_seed), tick)
+        fwd_rows.update(resolved_fwd)
+        meta["backward_state"] = "exchangeable tokens (an encoder without labels, or token_resolved=False)"
+    else:
+        meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
+        meta["backward_state"] = "exchangeable tokens"
+    if config.arch != "encoder":
+        meta["caveat"] = DECODER_CAVEAT
+    return _profile(config, fwd_rows, grad_rows, meta)
+
+
+def _backward_sweeps(model: Transformer, m, m_enc, saved_enc, saved_dec, grad_top, labels, batch_size: int, ctx: dict,
+                     dec_ctx: dict, grad_rows: dict, meta: dict, tick) -> None:
+    """:func:`predict`'s exchangeable backward sweeps into ``grad_rows`` (the decoder's first for an
+    encoder–decoder, then the encoder's from the gradient its memory receives), from ``grad_top`` or the loss."""
+    config = model.config
     if grad_top is None:
         grad_top, meta["grad_source"] = head_gradient_moments(model, m, labels, dec_ctx["L"], batch_size)
     else:
         meta["grad_source"] = "given"
-
-    grad_rows: dict = {}
     g = grad_top
     if config.arch == "encoder_decoder":
         g_dec, memory_grads = _backward_stack(list(model.dec_layers), saved_dec, g, dec_ctx, grad_rows, tick)
@@ -454,21 +496,6 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         grad_rows[(-1, "input")] = g
     else:
         tick(len(model.layers))
-    meta["attention_rule"] = _attention_rules(model)
-    if "sampled" in meta["attention_rule"]:
-        meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
-    if resolved:
-        resolved_fwd, _, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
-                                                                attention_heads, int(attention_seed), tick)
-        fwd_rows.update(resolved_fwd)
-        meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "
-                                  "resolves it too)")
-    else:
-        meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
-        meta["backward_state"] = "exchangeable tokens"
-    if config.arch != "encoder":
-        meta["caveat"] = DECODER_CAVEAT
-    return _profile(config, fwd_rows, grad_rows, meta)
 
 
 def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: dict) -> Profile:
@@ -484,19 +511,20 @@ def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: d
 def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch.Tensor, segment_ids, pad_id,
                       grad_top: GradMoments | None, heads: int, seed: int, tick, meta: dict) -> Profile:
     """:func:`predict` with both sweeps token-resolved (:mod:`sigprop.resolved`, :mod:`sigprop.resolved_backward`).
-    A given ``grad_top`` sets the gradient's scale (the sweep is linear in it); which positions and pairs carry
-    gradient comes from the labels."""
-    fwd_rows, grad_rows, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, labels, heads,
-                                                                 seed, tick)
+    Which positions and pairs carry gradient comes from the labels; a given ``grad_top`` sets the top layer's pooled
+    gradient variance and token correlation (:func:`~sigprop.resolved_backward.match_pooled_gradient`)."""
+    fwd_rows, grad_rows, meta["forward_state"], reached = _resolved_rows(model, token_ids, segment_ids, pad_id,
+                                                                         labels, heads, seed, tick, grad_top)
     meta["input_source"] = "token ids of the batch (App. A.1), token by token"
-    if grad_top is None:
+    if labels is None:
+        meta["grad_source"] = NO_GRADIENTS
+    elif grad_top is None:
         meta["grad_source"] = "cross-entropy of the batch's labels through the head (theory), token by token"
     else:
-        top = grad_rows[(model.config.n_layers - 1, "layer")]
-        scale = _f(grad_top.var) / _f(top.var)
-        grad_rows = {k: GradMoments(var=g.var * scale, corr=g.corr) for k, g in grad_rows.items()}
-        meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry gradient "
-                               "comes from the batch's labels")
+        meta["grad_source"] = ("given: it sets the top layer's gradient variance and token correlation; which "
+                               "positions and token pairs carry gradient comes from the batch's labels")
+        if abs(reached - _f(grad_top.corr)) > 1e-9:
+            meta["grad_source"] += f" (correlation {_f(grad_top.corr):.4g} out of reach: {reached:.4g} used)"
     meta["attention_rule"] = f"token-resolved sampled: layers 0-{model.config.n_layers - 1}"
     meta["backward_state"] = "token-resolved: each sequence's gradient Gram matrix, from the labelled positions"
-    return _profile(model.config, fwd_rows, grad_rows, meta)
+    return _profile(model.config, fwd_rows, grad_rows or {}, meta)

@@ -185,8 +185,9 @@ def test_first_layer_norm_fluctuation_gap():
 
 def test_resolved_backward_switch_scaling_and_progress():
     """A decoder's labels follow from its ids; an encoder's backward sweep is token-resolved when its labels are
-    given (they say where the loss is), else exchangeable; a given top gradient of the loss's own correlation rescales the sweep (it is linear), exactly, and
-    one of another correlation is reached exactly at the top; the progress count matches the sweeps run."""
+    given (they say where the loss is), else exchangeable; a given top gradient of the loss's own correlation
+    rescales the sweep (it is linear), exactly, and one of another correlation is reached exactly at the top; the
+    progress count matches the sweeps run."""
     config = TransformerConfig(**{**DECODER, "n_layers": 3})
     batch = token_batch(config, batch_size=2, synthetic=True)
     steps = []

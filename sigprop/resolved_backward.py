@@ -20,7 +20,10 @@ softmax weights over V ≫ 1 ids, C_jl = s² σ²_h d N_jl the logits' covarianc
 −2/V matters: summed over the many pairs of different targets it lowers the pooled correlation, by ~9% at V = 300.
 Then the final norm's backward rule, pairwise. A decoder's last
 position and every padded one carry no gradient (no label, and nothing downstream reads them); they stay at zero
-through every layer, as they do in the model.
+through every layer, as they do in the model. A measured boundary (``compare``'s) then sets the pooled variance and
+token correlation of this Gram matrix (:func:`match_pooled_gradient`), as the exchangeable sweep takes both from the
+measured top layer. The loss's correlation assumes a head independent of the stream, true to O(1/d) for a tied
+head, whose rows are the embeddings the stream carries; the measured value drops that assumption at the top.
 
 Rules, each the backward form of the forward rule :mod:`sigprop.resolved` uses:
 

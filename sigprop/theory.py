@@ -243,10 +243,10 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, a
     the forward state's description, the top layer's gradient correlation reached or None), with ``attention_heads``
     shared out over the sequences and ``pad_id`` marking padding.
 
-    The forward sweep is remembered for the last batch and configuration, with the model it walked (its attention
-    layers' sampled outputs are keyed by module, and the backward sweep walks the layers again), and so are the
-    backward sweeps from it: ``compare`` runs the forward sweep before measuring and the backward sweep after, from
-    the measured boundary."""
+    Remembered for the last batch and configuration: the pooled rows of each sweep, and, until a backward sweep has
+    used it, the forward sweep with the model it walked (its attention layers' sampled outputs are keyed by module,
+    and the backward sweep walks the layers again). ``compare`` runs the forward sweep before measuring and the
+    backward sweep after, from the measured boundary; the layers' Gram matrices are freed after it."""
     from .resolved import forward_sweep
     from .resolved_backward import gradient_rows, head_gradient_gram, match_pooled_gradient, resolved_backward
 
@@ -256,28 +256,33 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, a
     heads = max(2, -(-int(attention_heads) // int(token_ids.shape[0])))
     padding = None if pad_id is None else token_ids != pad_id
     key = (model.config.to_json(), key_of(token_ids), key_of(segment_ids), key_of(padding), heads, seed)
+    boundary = None if grad_top is None else (_f(grad_top.var), _f(grad_top.corr))
+    bkey = None if labels is None else (key_of(labels), boundary)
     if _RESOLVED_CACHE.get("key") != key:
         _RESOLVED_CACHE.clear()
-        sweep = forward_sweep(model, token_ids, segment_ids, padding, heads, seed, tick)
-        _RESOLVED_CACHE.update(key=key, model=model, sweep=sweep, backward={})
+        _RESOLVED_CACHE.update(key=key, sweep=None, backward={})
+    cached = _RESOLVED_CACHE
+    backward_pending = bkey is not None and bkey not in cached["backward"]
+    if "rows" not in cached or (backward_pending and cached["sweep"] is None):
+        cached.update(model=model, sweep=forward_sweep(model, token_ids, segment_ids, padding, heads, seed, tick))
+        cached["rows"] = cached["sweep"].rows
     else:
         tick(len(model.layers))
-    model, sweep = _RESOLVED_CACHE["model"], _RESOLVED_CACHE["sweep"]
     grads, reached = None, None
-    if labels is not None:
-        boundary = None if grad_top is None else (_f(grad_top.var), _f(grad_top.corr))
-        bkey = (key_of(labels), boundary)
-        if bkey not in _RESOLVED_CACHE["backward"]:
+    if bkey is not None:
+        if backward_pending:
+            model, sweep = cached["model"], cached["sweep"]
             top = head_gradient_gram(model, sweep.output, labels)
             if boundary is not None:
                 top, reached = match_pooled_gradient(top, *boundary, padding)
             rows = gradient_rows(resolved_backward(model, sweep, top, tick), padding)
-            _RESOLVED_CACHE["backward"][bkey] = (rows, reached)
+            cached["backward"][bkey] = (rows, reached)
+            cached.update(model=None, sweep=None)  # 2 B·L² floats a layer: 0.8 GB at 768 layers, B = 4, L = 128
         else:
             tick(len(model.layers))
-        grads, reached = _RESOLVED_CACHE["backward"][bkey]
+        grads, reached = cached["backward"][bkey]
     state = f"token-resolved: each sequence's token Gram matrix ({heads} attention heads per sequence, seed {seed})"
-    return sweep.rows, grads, state, reached
+    return cached["rows"], grads, state, reached
 
 
 def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,

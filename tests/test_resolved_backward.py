@@ -313,3 +313,22 @@ def test_forward_only_prediction_skips_the_backward_sweeps():
     assert fwd.meta["grad_source"].startswith("not computed")
     for a, b in zip(full.rows, fwd.rows, strict=True):
         assert (b.fwd_var, b.fwd_corr) == (a.fwd_var, a.fwd_corr) and b.grad_var == 0.0
+
+
+def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact():
+    """compare's order (forward only, then a measured boundary, then the loss's boundary again) gives the rows of
+    fresh predictions, and no layer Gram matrices are kept once a backward sweep has used them."""
+    from sigprop import theory
+
+    config = TransformerConfig(**{**SMALL, "n_layers": 2})
+    batch = token_batch(config, batch_size=2, synthetic=True)
+    kw = {"token_ids": batch["inputs"], "labels": batch["labels"]}
+    theory._RESOLVED_CACHE.clear()
+    fresh = predict(config, **kw)
+    theory._RESOLVED_CACHE.clear()
+    predict(config, gradients=False, **kw)
+    top = fresh.lookup()[(1, "layer")]
+    predict(config, grad_top=GradMoments(var=top.grad_var, corr=0.5 * top.grad_corr), **kw)
+    assert theory._RESOLVED_CACHE["sweep"] is None and theory._RESOLVED_CACHE["model"] is None
+    again = predict(config, **kw)
+    assert again.rows == fresh.rows

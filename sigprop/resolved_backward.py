@@ -24,10 +24,10 @@ through every layer, as they do in the model.
 
 A measured boundary (``compare``'s) sets only the scale of this Gram matrix; its correlations stay the loss's.
 Setting the top layer's pooled correlation to the measured one as well (a convex mix of H toward s sᵀ or diag(H),
-s_j = √H_jj, which keeps H positive semi-definite) was tried and measured worse on 192-layer models: the gradient
-correlation of DeepScaleLM Post-LN 4.3% off (82% of layers within 2 SE) and the DeepScaleLM Pre-LN gradient variance
-1.4% off (scale only: README, token-resolved backward sweep). The measured top correlation was within 1–1.5 SE of
-the loss's in the cases checked, and setting it carries the measurement's noise there (7% at 16 seeds) into every
+s_j = √H_jj, which keeps H positive semi-definite) was tried and measured worse on the 192-layer DeepScaleLM
+Post-LN preset: gradient correlation 4.3% off, 82% of layers within 2 SE, against 1.5% and 100% with the scale
+only (the Pre-LN preset: 1.4% gradient variance either way). The measured top correlation was within 1–1.5 SE of
+the loss's in the cases checked; setting it carries the measurement's noise there (7% at 16 seeds) into every
 layer's prediction.
 
 Rules, each the backward form of the forward rule :mod:`sigprop.resolved` uses:

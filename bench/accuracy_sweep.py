@@ -7,7 +7,7 @@ of layers within two standard errors of the seed average (a 1–2-layer model's 
 a relative error of one standard error there can exceed 10%).
 
     python bench/accuracy_sweep.py --markdown docs/accuracy-sweep.md --json docs/accuracy-sweep.json
-    python bench/accuracy_sweep.py --exchangeable --depths 1 12 48 --widths 64 128 --positions pre
+    python bench/accuracy_sweep.py --token-resolved --depths 1 12 48 --widths 64 128 --positions pre
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ def main():
     ap.add_argument("--seeds-width", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--exchangeable", action="store_true",
-                    help="the exchangeable sweeps (one correlation for every token pair, as the paper) instead of "
-                         "the token-resolved default")
+    ap.add_argument("--token-resolved", action="store_true",
+                    help="the token-resolved backward sweep (opt-in for encoders; the default is exchangeable)")
     ap.add_argument("--markdown")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -62,7 +61,7 @@ def main():
                               seq_len=args.seq, max_len=args.seq, vocab_size=8192)
         batch = token_batch(c, batch_size=args.batch)
         t = time.time()
-        _, _, comp = compare_config(c, batch, seeds=seeds, token_resolved=False if args.exchangeable else None)
+        _, _, comp = compare_config(c, batch, seeds=seeds, token_resolved=True if args.token_resolved else None)
         row = {"norm_position": pos, "n_layers": n, "d_model": d, "seeds": seeds, "seconds": round(time.time() - t, 1)}
         row.update({q: comp.summaries[q].median_rel for q in QUANTITIES})
         row.update({f"{q}_within_2se": comp.summaries[q].within_2se for q in QUANTITIES})

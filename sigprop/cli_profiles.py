@@ -34,9 +34,9 @@ AttentionHeads = Annotated[int, typer.Option(
 TokenResolved = Annotated[bool, typer.Option(
     "--token-resolved/--exchangeable",
     help="Moments from each sequence's token Gram matrix (repeated tokens, [MASK], the labelled positions and a "
-         "decoder's positions kept apart). Default with a batch of token ids and its labels: both sweeps. "
-         "--token-resolved: fail where a model is not covered (patch input, encoder-decoder) instead of falling "
-         "back. --exchangeable: one correlation for every token pair, as the paper.")]
+         "decoder's positions kept apart). Default with a batch of token ids: the forward sweep, and a decoder's "
+         "backward sweep. --token-resolved: an encoder's backward sweep too, from its labelled positions. "
+         "--exchangeable: one correlation for every token pair, as the paper.")]
 
 
 def resolve_config(preset: str | None, config_file: Path | None, overrides: list[str] | None):

@@ -216,21 +216,25 @@ NO_GRADIENTS = "not computed (gradients=False: the forward sweep only)"
 def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, pad_id,
                      token_resolved: bool | None) -> torch.Tensor | None:
     """The labels the token-resolved backward sweep starts from, or None where the backward sweep stays exchangeable.
-    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`); an encoder: the given
-    labels (without them the loss's positions are unknown); neither with ``token_resolved=False``.
+    A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
+    ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
 
     Measured (README, token-resolved backward sweep): for decoders it is far closer (192 layers: R² of the gradient
-    variance 0.84 → 0.9994); for masked-LM encoders it is closer on the 192-layer DeepScaleLM presets and within the
-    measurement's noise in 1–2-layer models, whose gradient correlations (~0.002) it predicts within 1 SE even where
-    their relative error looks large (0.0016 against 0.0018 ± 0.0002 at one layer, d = 128)."""
+    variance 0.84 → 0.9994). For masked-LM encoders it is closer on the DeepScaleLM Post-LN gradient correlation
+    (192 layers: 5.7% → 1.5% median error) but not across depth and width (``bench/accuracy_sweep.py
+    --token-resolved``): it takes the top layer's gradient correlation from the loss, which at two layers and
+    d = 512 is 6% off, outside 2 SE at every layer, and at 768 layers its gradient correlation is 8.9% off against
+    the exchangeable sweep's 5.2%, which starts from the measured top layer. So encoders opt in."""
     if token_resolved is False:
         return None
-    if labels is not None:
-        return torch.as_tensor(labels).reshape(token_ids.shape)
     if config.arch == "decoder":
+        if labels is not None:
+            return torch.as_tensor(labels).reshape(token_ids.shape)
         from .data.mlm import causal_lm_labels
 
         return causal_lm_labels(token_ids, pad_id)
+    if token_resolved and labels is not None:
+        return torch.as_tensor(labels).reshape(token_ids.shape)
     return None
 
 
@@ -283,13 +287,13 @@ def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
                      token_resolved: bool | None = None, labels_given: bool = False, gradients: bool = True) -> int:
     """The number of ``progress`` steps :func:`predict` reports: a layer per sweep. Exchangeable: forward and
     backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved for a
-    decoder, or for an encoder with ``labels_given``; else the token-resolved forward on top of both exchangeable
-    sweeps. ``gradients=False``: the forward sweeps only."""
+    decoder, or for an encoder with ``labels_given`` and ``token_resolved=True``; else the token-resolved forward on
+    top of both exchangeable sweeps. ``gradients=False``: the forward sweeps only."""
     from .resolved import resolved_supported
 
     sweeps = 2 if gradients else 1
     resolved = token_ids_given and token_resolved is not False and resolved_supported(config) is None
-    if resolved and (config.arch == "decoder" or labels_given):
+    if resolved and (config.arch == "decoder" or (labels_given and token_resolved)):
         return sweeps * config.n_layers
     return sweeps * config.total_layers + (config.n_layers if resolved else 0)
 
@@ -388,8 +392,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     :func:`~sigprop.resolved.resolved_supported`): the forward rows come from :func:`~sigprop.resolved.forward_sweep`,
     which carries each sequence's token Gram matrix instead of one correlation for all token pairs (repeated tokens,
     [MASK], and a decoder's positions kept apart), sampling ⌈``attention_heads``/B⌉ heads per sequence for each
-    attention layer. For a decoder (labels: ``labels``, else its next tokens), and for an encoder with ``labels``,
-    the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
+    attention layer. For a decoder (labels: ``labels``, else its next tokens), and for an encoder with ``labels`` and
+    ``token_resolved=True``, the gradient rows come from :func:`~sigprop.resolved_backward.resolved_backward` too:
     each sequence's gradient Gram matrix, from the loss's gradient at the labelled positions
     (:func:`~sigprop.resolved_backward.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's
     scale (the sweep is linear in it), and the exchangeable sweeps are not run. Otherwise the backward sweep is
@@ -459,7 +463,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
         resolved_fwd, _, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
                                                                 attention_heads, int(attention_seed), tick)
         fwd_rows.update(resolved_fwd)
-        meta["backward_state"] = "exchangeable tokens (an encoder without labels, or token_resolved=False)"
+        meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "
+                                  "resolves it too)")
     else:
         meta["forward_state"] = "exchangeable tokens (one correlation for every token pair)"
         meta["backward_state"] = "exchangeable tokens"

@@ -151,9 +151,10 @@ def test_resolved_decoder_gradients_within_measurement_noise():
 @pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),
                                        dict(norm_position="post", init="xavier")])
 def test_resolved_encoder_gradients_within_measurement_noise(overrides):
-    """An encoder's token-resolved backward sweep (its default with masked-LM labels: gradient at the 15% labelled
-    positions only, most of them [MASK]): every site's gradient variance and correlation within Z SE."""
-    z, pred = _gradient_z(TransformerConfig(**{**SMALL, **overrides}), token_resolved=None)
+    """An encoder's opt-in token-resolved backward sweep (``token_resolved=True`` with masked-LM labels: gradient at
+    the 15% labelled positions only, most of them [MASK]): every site's gradient variance and correlation within
+    Z SE."""
+    z, pred = _gradient_z(TransformerConfig(**{**SMALL, **overrides}), token_resolved=True)
     assert pred.meta["backward_state"].startswith("token-resolved")
     bad = {k: round(v, 1) for k, v in z.items() if not abs(v) <= Z}
     assert not bad, bad
@@ -184,8 +185,8 @@ def test_first_layer_norm_fluctuation_gap():
 
 
 def test_resolved_backward_switch_scaling_and_progress():
-    """A decoder's labels follow from its ids; an encoder's backward sweep is token-resolved when its labels are
-    given (they say where the loss is), else exchangeable; a given top gradient rescales the sweep (it is linear),
+    """A decoder's labels follow from its ids; an encoder keeps the exchangeable backward sweep unless it opts in with
+    its labels; a given top gradient rescales the sweep (it is linear),
     exactly; the progress count matches the sweeps run."""
     config = TransformerConfig(**{**DECODER, "n_layers": 3})
     batch = token_batch(config, batch_size=2, synthetic=True)
@@ -202,7 +203,7 @@ def test_resolved_backward_switch_scaling_and_progress():
     encoder = TransformerConfig(**{**SMALL, "n_layers": 2})
     enc_batch = token_batch(encoder, batch_size=2, synthetic=True)
     ids, labels = enc_batch["inputs"], enc_batch["labels"]
-    for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "token-resolved", 2),
+    for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "exchangeable", 3),
                                ({"labels": labels, "token_resolved": True}, "token-resolved", 2)]:
         steps = []
         enc = predict(encoder, token_ids=ids, progress=steps.append, **kw)
@@ -268,7 +269,7 @@ def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact(
 
     config = TransformerConfig(**{**SMALL, "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
-    kw = {"token_ids": batch["inputs"], "labels": batch["labels"]}
+    kw = {"token_ids": batch["inputs"], "labels": batch["labels"], "token_resolved": True}
     theory._RESOLVED_CACHE.clear()
     fresh = predict(config, **kw)
     theory._RESOLVED_CACHE.clear()

@@ -13,8 +13,7 @@ import argparse
 import numpy as np
 
 from sigprop.cli_profiles import resolve_config
-from sigprop.experiment import measure_seeds, predict_for_batch, token_batch
-from sigprop.moments import GradMoments
+from sigprop.experiment import measure_seeds, measured_boundary, predict_for_batch, token_batch
 
 DEFAULTS = ["n_layers=24", "d_model=128", "n_heads=2", "seq_len=64", "max_len=64", "init=dslm"]
 
@@ -36,8 +35,7 @@ def main():
     batch = token_batch(config, batch_size=args.batch_size)
     meas = measure_seeds(config, batch, seeds=args.seeds)
     ml, se = meas.lookup(), meas.meta["stderr"]
-    top = ml[(config.n_layers - 1, "layer")]
-    grad_top = GradMoments(var=top.grad_var, corr=top.grad_corr)
+    grad_top = measured_boundary(meas)
     print(f"{config.n_layers} layers, d = {config.d_model}, init {config.init}, {args.seeds} seeds")
     for resolved in (False, True):
         pred = predict_for_batch(config, batch, grad_top, token_resolved=resolved).lookup()

@@ -18,7 +18,8 @@ from .model.transformer import Transformer
 from .moments import GradMoments
 from .profile import QUANTITIES, Profile, Row
 
-__all__ = ["token_batch", "measure_seeds", "predict_for_batch", "compare_config", "compare_steps", "GRAD_BOUNDARIES"]
+__all__ = ["token_batch", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config", "compare_steps",
+           "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -85,6 +86,13 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     return _average(profiles, config.to_dict(), {"seeds": list(range(seed0, seed0 + seeds)), "tokens": n_tok})
 
 
+def measured_boundary(measured: Profile) -> GradMoments:
+    """The gradient boundary a measurement gives :func:`sigprop.predict` (``grad_top``): the variance and token
+    correlation of the gradient at the last layer's output, the correlation clipped to [−1, 1]."""
+    top = measured.site("layer")[-1]
+    return GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
+
+
 def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
                       attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
@@ -141,8 +149,7 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
         return predicted, measured, compare(predicted, measured)
     predict_for_batch(config, batch, gradients=False, **kw)
     measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-    top = measured.site("layer")[-1]
-    grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
-    predicted = predict_for_batch(config, batch, grad_top, **kw)
-    predicted.meta["grad_source"] = f"measured at the output of layer {top.layer}: " + predicted.meta["grad_source"]
+    predicted = predict_for_batch(config, batch, measured_boundary(measured), **kw)
+    top_layer = measured.site("layer")[-1].layer
+    predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
     return predicted, measured, compare(predicted, measured)

@@ -280,3 +280,20 @@ def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact(
     steps = []
     again = predict(config, progress=steps.append, **kw)
     assert again.rows == fresh.rows and sum(steps) == 2 * config.n_layers
+
+
+@pytest.mark.parametrize("arch,grad_boundary,token_resolved", [("encoder", "measured", None),
+                                                                ("encoder", "measured", True),
+                                                                ("decoder", "measured", None),
+                                                                ("encoder", "theory", None)])
+def test_compare_reports_the_progress_it_announces(arch, grad_boundary, token_resolved):
+    """``compare_config``'s prediction progress adds up to :func:`compare_steps` on every route (forward sweeps
+    before measuring, the prediction after), so the CLI's bar ends full."""
+    from sigprop.experiment import compare_config, compare_steps
+
+    config = TransformerConfig(**{**(DECODER if arch == "decoder" else SMALL), "n_layers": 2})
+    batch = token_batch(config, batch_size=2, synthetic=True)
+    steps = []
+    compare_config(config, batch, seeds=2, grad_boundary=grad_boundary, predict_progress=steps.append,
+                   token_resolved=token_resolved)
+    assert sum(steps) == compare_steps(config, grad_boundary, token_resolved)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import measure_seeds, predict_for_batch, token_batch
+from sigprop.experiment import measure_seeds, measured_boundary, predict_for_batch, token_batch
 from sigprop.model import TransformerConfig
 from sigprop.moments import GradMoments
 from sigprop.theory import predict
@@ -27,8 +27,7 @@ def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked
     over ``attention_seeds`` draws, and SE combines both, √(SE_meas² + SE_pred²)."""
     batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
     meas = measure_seeds(config, batch, seeds=seeds)
-    top = meas.site("layer")[-1]
-    grad_top = GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
+    grad_top = measured_boundary(meas)
     looks = [predict_for_batch(config, batch, grad_top, attention_seed=s).lookup() for s in range(attention_seeds)]
     ml, se = meas.lookup(), meas.meta["stderr"]
     bad = []

@@ -100,8 +100,8 @@ def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
 @lru_cache(maxsize=2)
 def _draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) -> tuple:
     """Standard-normal input and weight draws (and uniforms for dropout) of ``heads`` heads, in chunks of
-    :data:`_CHUNK`: (Z, Z_q, Z_k, U or None). Kept between calls, so a layer-by-layer sweep draws them once (the same
-    draws for every layer: common random numbers)."""
+    :data:`_CHUNK`: (Z, Z_q, Z_k, U or None). The last two seeds' draws are kept, so calls with the same seed
+    reuse them (common random numbers; the token-resolved sweeps give each layer a seed of its own)."""
     gen = torch.Generator().manual_seed(seed)
     chunks, done = [], 0
     while done < heads:

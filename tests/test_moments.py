@@ -35,3 +35,24 @@ def test_arrays_are_validated_elementwise():
     assert m.var.shape == (3,)
     with pytest.raises(ValueError, match="Moments.corr"):
         Moments(var=np.ones(2), corr=np.array([0.1, 1.2]))
+
+
+@pytest.mark.parametrize("value", [1, 2.5, 0.0, -3, 10.0, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("bounds", [{}, {"lo": 0.0}, {"lo": 0.0, "lo_open": True}, {"hi": 2.5, "hi_open": True},
+                                    {"lo": 1.0, "hi": 2.5, "allowed": "[1, 2.5]"}])
+def test_scalar_fast_path_agrees_with_the_array_path(value, bounds):
+    """check_range takes a shortcut for Python floats and ints: same value returned, same error message."""
+    from sigprop.moments import check_range
+
+    def outcome(v):
+        try:
+            return ("ok", check_range(v, "x", **bounds))
+        except ValueError as e:
+            return ("error", str(e).replace("np.float64(", "").replace(")", ""))  # the repr of the input differs
+
+    fast, slow = outcome(value), outcome(np.float64(value))
+    assert fast[0] == slow[0]
+    if fast[0] == "ok":
+        assert type(fast[1]) is float and fast[1] == slow[1]
+    else:
+        assert fast[1] == slow[1]

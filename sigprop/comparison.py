@@ -16,7 +16,7 @@ ceiling is limited by the measurement, not by the theory; a quantity that barely
 variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
 measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
 ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
-few seeds is itself uncertain; see the README's accuracy section.)
+few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceiling".)
 """
 
 from __future__ import annotations

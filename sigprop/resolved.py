@@ -24,8 +24,9 @@ The site statistics are then pooled as :mod:`sigprop.measurement` pools them: th
 entry over the real tokens, the token covariance the mean off-diagonal entry over the real token pairs within each
 sequence, the correlation their ratio (:func:`gram_moments`).
 
-What it adds (measured in the README's token-resolved section): attention, the only component that is not token-wise,
-responds to the spread of the pair correlations and to position (a causal mask), not only to their mean.
+What it adds (measured in docs/accuracy.md, "The token-resolved forward state"): attention, the only component that
+is not token-wise, responds to the spread of the pair correlations and to position (a causal mask), not only to their
+mean.
 Assumes: the components' own assumptions (Gaussian given the Gram matrix, weights independent of the input), zero-mean
 sites (true at every site of a transformer at initialisation: each branch ends in a zero-mean linear layer). Encoder
 and decoder stacks of standard softmax attention; cross-attention and shaped attention have no Gram rule yet.
@@ -182,7 +183,7 @@ def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) ->
     factors), so an error shared by every layer adds up linearly over depth, where independent errors add like
     √depth. Measured: with one set of draws for every layer, 192-layer presets were 1.5–2.6% off in forward variance
     (DSLM Pre-LN, the decoder, Q/K 2×) and `qk-2x-xavier`'s gradient correlation 3.7% off (68% of layers within
-    2 SE); with a seed per layer 0.6–0.8% and 1.5% (99%) (README, "Sampling errors must not compound")."""
+    2 SE); with a seed per layer 0.6–0.8% and 1.5% (99%) (docs/accuracy.md, "Sampling errors must not compound")."""
     return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
 
 

@@ -189,7 +189,7 @@ def _layer_backward(layer, g: GradMoments, saved, ctx: dict, skip_fraction: floa
 DECODER_CAVEAT = ("decoder with exchangeable sweeps: the moments passed from layer to layer are averages over "
                   "positions, which a causal mask makes unequal; Pre-LN variances are verified within measurement "
                   "noise, token correlations and Post-LN gradients are approximate (the token-resolved sweeps keep "
-                  "positions apart; see the README's accuracy section)")
+                  "positions apart; see docs/accuracy.md, \"Decoders\")")
 
 
 def _use_resolved(model: Transformer, token_ids, token_resolved: bool | None, input_given: bool) -> bool:
@@ -219,9 +219,9 @@ def _resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels,
     A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
     ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
 
-    Measured (README, token-resolved backward sweep): for decoders it is far closer (192 layers: R² of the gradient
-    variance 0.84 → 0.9994). For masked-LM encoders it is closer on the DeepScaleLM Post-LN gradient correlation
-    (192 layers: 5.7% → 1.5% median error) but not across depth and width (``bench/accuracy_sweep.py
+    Measured (docs/accuracy.md, "The token-resolved backward sweep"): for decoders it is far closer (192 layers: R²
+    of the gradient variance 0.84 → 0.9994). For masked-LM encoders it is closer on the DeepScaleLM Post-LN gradient
+    correlation (192 layers: 5.7% → 1.5% median error) but not across depth and width (``bench/accuracy_sweep.py
     --token-resolved``): it takes the top layer's gradient correlation from the loss, which at two layers and
     d = 512 is 6% off, outside 2 SE at every layer, and at 768 layers its gradient correlation is 8.9% off against
     the exchangeable sweep's 5.2%, which starts from the measured top layer. So encoders opt in."""

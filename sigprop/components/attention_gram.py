@@ -8,7 +8,8 @@ few pairs far more correlated than the rest, and a causal mask makes positions d
 pair correlations (a query's scores for two keys move together in proportion to the keys' correlation, so the
 softmax weights two similar keys alike), so the mean correlation alone does not fix its output. At layer 0 of
 DeepScaleLM's 192-layer Pre-LN model on real text the exchangeable rule puts the attention branch's token
-correlation at 0.485 and its variance at 4.84; measured: 0.425 and 5.32 (``README``, token-resolved theory).
+correlation at 0.485 and its variance at 4.84; measured: 0.425 and 5.32 (``docs/accuracy.md``, "The token-resolved
+forward state").
 
 Model. One sequence of L tokens with per-element covariance Cov(x_j^a, x_l^b) = G_jl δ_ab (no hidden correlation, zero
 mean): X = G^{1/2} Z with Z ∈ R^{L×d_in} i.i.d. N(0, 1) (G^{1/2} from the eigendecomposition, so a singular G, two

@@ -42,6 +42,7 @@ import torch
 
 from .components.attention import MultiHeadAttention
 from .components.attention_gram import DEFAULT_GRAM_HEADS, pooled_gram_means
+from .components.draws import layer_seed
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
 from .components.rmsnorm import RMSNorm
@@ -172,19 +173,6 @@ def resolved_supported(config) -> str | None:
 def fixes_length(module) -> bool:
     """Whether ``module``'s output rows have a fixed length (|x|² = d·var: LayerNorm, RMSNorm at initialisation)."""
     return isinstance(module, (LayerNorm, RMSNorm))
-
-
-def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) -> int:
-    """The seed of the sampled attention heads of layer ``layer_index`` in the forward (or ``backward``) sweep: a
-    stream of its own per layer and sweep.
-
-    Why. A sweep's sampling errors must be independent from layer to layer. A variance or a gradient deep in the
-    model accumulates the per-layer results (a Pre-LN stream adds its branches; a gradient multiplies the per-layer
-    factors), so an error shared by every layer adds up linearly over depth, where independent errors add like
-    √depth. Measured: with one set of draws for every layer, 192-layer presets were 1.5–2.6% off in forward variance
-    (DSLM Pre-LN, the decoder, Q/K 2×) and `qk-2x-xavier`'s gradient correlation 3.7% off (68% of layers within
-    2 SE); with a seed per layer 0.6–0.8% and 1.5% (99%) (docs/accuracy.md, "Sampling errors must not compound")."""
-    return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
 
 
 def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:

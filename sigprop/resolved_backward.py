@@ -36,7 +36,7 @@ Rules, each the backward form of the forward rule :mod:`sigprop.resolved` uses:
   (G_jj, G_ll, G_jl) and the gradient pair (H_jj, H_ll, H_jl): the component's exchangeable backward rule applied to
   every pair at once (:func:`~sigprop.resolved.pairwise_backward`; the diagonal from the variance, as going forward);
 * attention: :meth:`MultiHeadAttention.gram_backward` (autograd on the sampled heads, values, keys and queries),
-  with heads drawn from a seed of each layer's own (:func:`~sigprop.resolved.layer_seed`). The gradient reaching
+  with heads drawn from a seed of each layer's own (:func:`~sigprop.components.draws.layer_seed`). The gradient reaching
   layer l is a product of the per-layer factors above it, so a sampling error common to every layer would add up
   linearly over depth; independent draws make the errors add like √depth. The key and query paths need it (the
   value path's draws are exact, see :func:`~sigprop.components.attention_gram.gram_attention_backward`): on the
@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from .components.attention import MultiHeadAttention
+from .components.draws import layer_seed
 from .components.residual import Residual
 from .moments import GradMoments
 from .resolved import (
@@ -68,7 +69,6 @@ from .resolved import (
     fixes_length,
     gram_moments,
     layer_forward,
-    layer_seed,
     mixes_tokens,
     pairwise_backward,
     pairwise_forward,

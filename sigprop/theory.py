@@ -27,6 +27,7 @@ import torch
 from .components.attention import MultiHeadAttention
 from .components.attention_sampled import DEFAULT_HEADS
 from .components.cross_attention import CrossAttention
+from .components.draws import layer_seed
 from .components.embedding import repetition_correlation, zipf_correlation
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
@@ -329,13 +330,20 @@ def _tick(progress):
     return progress if progress is not None else (lambda k: None)
 
 
+def _layer_ctx(ctx: dict, layer) -> dict:
+    """The rule context of one layer: its own seed for the sampled attention rule
+    (:func:`~sigprop.components.draws.layer_seed`), the same in the forward and the backward sweep, so the backward
+    rule reuses the forward's draw of that layer (the rule caches it)."""
+    return {**ctx, "attention_seed": layer_seed(ctx["attention_seed"], layer.index)}
+
+
 def _forward_stack(layers, m: Moments, ctx: dict, rows: dict, progress) -> tuple[Moments, list]:
     """Forward sweep through ``layers`` from input moments ``m``: records every site's moments in ``rows`` and
     returns the output moments and what the backward sweep needs."""
     saved, normalised = [], False
     for layer in layers:
         try:
-            inputs, branches, m, normalised = _layer_forward(layer, m, ctx, normalised)
+            inputs, branches, m, normalised = _layer_forward(layer, m, _layer_ctx(ctx, layer), normalised)
         except ValueError as err:
             raise ValueError(f"layer {layer.index}: {err}") from None
         saved.append(inputs)
@@ -353,7 +361,8 @@ def _backward_stack(layers, saved: list, g: GradMoments, ctx: dict, rows: dict, 
     memory_grads: list[tuple[int, GradMoments]] = []
     for layer, inputs in zip(reversed(layers), reversed(saved), strict=True):
         rows[(layer.index, "layer")] = g
-        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, ctx, skip_fraction, memory_grads)
+        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, _layer_ctx(ctx, layer), skip_fraction,
+                                                         memory_grads)
         rows.update({(layer.index, name): gb for name, gb in branch_grads.items()})
         progress(1)
     return g, memory_grads
@@ -384,7 +393,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (bidirectional,
     score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
-    attention) with ``attention_heads`` heads drawn from ``attention_seed``. ``progress(k)`` is called after every
+    attention) with ``attention_heads`` heads per layer, each layer drawing from a seed of its own derived from
+    ``attention_seed`` (:func:`~sigprop.components.draws.layer_seed`). ``progress(k)`` is called after every
     k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.3 s per layer at d = 256,
     L = 128.
 
@@ -458,7 +468,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
                          labels, batch_size, ctx, dec_ctx, grad_rows, meta, tick)
     meta["attention_rule"] = _attention_rules(model)
     if "sampled" in meta["attention_rule"]:
-        meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed})"
+        meta["attention_rule"] += f" ({attention_heads} heads per layer, seed {attention_seed}, one stream per layer)"
     if resolved:
         resolved_fwd, _, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, None,
                                                                 attention_heads, int(attention_seed), tick)

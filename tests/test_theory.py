@@ -178,3 +178,25 @@ def test_encoder_decoder_meta_lists_each_decoder_layer_s_memory_gradient():
     var = sum(s["var"] for s in shares)
     assert top.grad_var == pytest.approx(var, rel=1e-12)
     assert top.grad_corr == pytest.approx(sum(s["var"] * s["corr"] for s in shares) / var, rel=1e-12)
+
+
+def test_the_exchangeable_sweeps_draw_each_layers_attention_from_a_seed_of_its_own(monkeypatch):
+    """A sampling error shared by every layer compounds over depth (:mod:`sigprop.components.draws`): in the
+    exchangeable sweeps every layer's sampled attention rule gets a seed of its own, and its backward rule the
+    forward's (it reuses that draw). A decoder's causal attention takes the sampled rule at every layer."""
+    from sigprop.components import attention_sampled
+
+    seeds = []
+    real = attention_sampled._sample
+
+    def spy(*args):
+        seeds.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(attention_sampled, "_sample", spy)
+    config = TransformerConfig(**{**SMALL, "n_layers": 4, "arch": "decoder", "norm_position": "pre"})
+    predict(config, attention_heads=4, attention_seed=3)
+    forward, backward = seeds[:config.n_layers], seeds[config.n_layers:]
+    assert len(set(forward)) == config.n_layers
+    assert set(backward) == set(forward)
+    assert backward == sorted(backward, key=forward.index, reverse=True)  # walked from the top layer down

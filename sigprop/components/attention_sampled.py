@@ -21,9 +21,11 @@ so one forward pass and two backward passes per configuration serve every output
 
 Accuracy. Unbiased for the variances and covariances; a correlation is a ratio of two unbiased means (bias
 O(1/S)). The standard error over heads is returned with every estimate (:func:`sample_attention`) and is what the
-tests' tolerances are built from. Float64 throughout; a fixed seed makes a prediction reproducible (the same draws
-for every layer: common random numbers). Cost: O(S·L·d_in·d_k + S·L²·d_k) per configuration; results are cached, so
-the backward rule reuses the forward's draw.
+tests' tolerances are built from. Float64 throughout (the draws themselves are generated in float32,
+:func:`~sigprop.components.draws.standard_normal`); a fixed seed makes a result reproducible, and
+:func:`sigprop.predict` gives every layer a seed of its own (:func:`~sigprop.components.draws.layer_seed`).
+Cost: O(S·L·d_in·d_k + S·L²·d_k) per configuration; results are cached, so the backward rule reuses the forward's
+draw.
 
 Assumes: Gaussian input with token correlation r ∈ [0, 1] and zero hidden correlation (``corr_hidden`` is ignored,
 as in the closed form); weights independent of the input (initialisation); the output gradient zero-mean and
@@ -41,6 +43,7 @@ import torch
 
 from ..gaussian import clip_corr
 from ..moments import GradMoments, Moments, check_range
+from .draws import standard_normal, uniform
 
 __all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward", "DEFAULT_HEADS"]
 
@@ -86,8 +89,8 @@ def _head_stats(c: torch.Tensor):
     return sq, cov
 
 
-#: Base draws up to this many float64 numbers are kept between calls (common random numbers make every layer of a
-#: prediction reuse them); larger ones are drawn per call.
+#: Base draws up to this many float64 numbers are kept for the next call with the same sizes and seed; larger ones
+#: are drawn per call.
 _CACHE_NUMBERS = 40_000_000
 
 
@@ -95,17 +98,16 @@ def _draw_base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
     """Standard-normal (and uniform, for dropout) draws for ``heads`` heads, in chunks; scaled per configuration.
     ``L_kv`` > 0 adds a separate key/value input of ``L_kv`` tokens (cross-attention)."""
     gen = torch.Generator().manual_seed(seed)
-    kw = {"generator": gen, "dtype": torch.float64}
     chunks, done = [], 0
     while done < heads:
         n = min(_CHUNK, heads - done)
-        chunk = {"c": torch.randn(n, 1, d_in, **kw), "delta": torch.randn(n, L, d_in, **kw),
-                 "zq": torch.randn(n, d_in, d_k, **kw), "zk": torch.randn(n, d_in, d_k, **kw),
-                 "u": torch.rand(n, L, L_kv or L, **kw) if p_used else None,
-                 "w_sh": torch.randn(n, 1, d_in, **kw).expand(n, L, d_in),
-                 "w_in": torch.randn(n, L, d_in, **kw)}
+        chunk = {"c": standard_normal((n, 1, d_in), gen), "delta": standard_normal((n, L, d_in), gen),
+                 "zq": standard_normal((n, d_in, d_k), gen), "zk": standard_normal((n, d_in, d_k), gen),
+                 "u": uniform((n, L, L_kv or L), gen) if p_used else None,
+                 "w_sh": standard_normal((n, 1, d_in), gen).expand(n, L, d_in),
+                 "w_in": standard_normal((n, L, d_in), gen)}
         if L_kv:
-            chunk["c_kv"], chunk["delta_kv"] = torch.randn(n, 1, d_in, **kw), torch.randn(n, L_kv, d_in, **kw)
+            chunk["c_kv"], chunk["delta_kv"] = standard_normal((n, 1, d_in), gen), standard_normal((n, L_kv, d_in), gen)
         chunks.append(chunk)
         done += n
     return chunks

@@ -4,8 +4,9 @@ form across the score variance s², in one run.
     python bench/attention_sampled.py
 
 Configuration: the presets' attention (d_in = 256, d_k = 64, L = 128, dropout 0.1), Gaussian input with variance 1
-and token correlation r. Times are wall seconds per configuration (forward and backward bases; the draws are
-cached between configurations, as in a prediction), minimum of 3 repeats after a warm-up.
+and token correlation r. Times are wall seconds per configuration (forward and backward bases), the heads drawn
+afresh each time, as each layer of a prediction draws its own (:func:`sigprop.components.draws.layer_seed`);
+minimum of 3 repeats after a warm-up.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def qk_var(s2, r):
 def timed(heads, s2, r):
     best = float("inf")
     for rep in range(4):
-        sampled._sample.cache_clear()  # keep the base draws, recompute the statistics
+        sampled._sample.cache_clear()
+        sampled._draw_base_cached.cache_clear()
         t = time.perf_counter()
         s = sampled.sample_attention(1.0, r, D, DK, L, qk_var(s2, r), qk_var(s2, r), 1.0 / D, P, heads=heads)
         if rep:

@@ -1,4 +1,4 @@
-"""The model-level acceptance numbers from the comparison JSONs that `sigprop compare --preset NAME --json
+"""The model-level laws from the comparison JSONs that `sigprop compare --preset NAME --json
 docs/compare-NAME.json` writes: growth laws (Kedia et al. App. E), the Post-LN per-layer factor, DeepScaleLM's
 bounds, rank collapse (App. F) and the Q/K blow-up (Sec. 3.3), measured and predicted side by side.
 

@@ -224,7 +224,7 @@ def test_resolved_backward_rejects_a_mismatched_boundary():
 
 def test_each_layer_draws_its_own_heads(monkeypatch):
     """Both sweeps draw each layer's sampled heads from a seed of its own (a sampling error shared by every layer
-    would compound over depth; :func:`sigprop.resolved.layer_seed`), no two alike."""
+    would compound over depth; :func:`sigprop.components.draws.layer_seed`), no two alike."""
     from sigprop.components.attention import MultiHeadAttention
 
     seeds = {"forward": [], "backward": []}

@@ -29,7 +29,7 @@ Synthetic = Annotated[bool, typer.Option(help="Use i.i.d. Zipf(1) tokens instead
 Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu).")]
 AttentionHeads = Annotated[int, typer.Option(
     help="Heads drawn per layer by the sampled attention rule (used for large attention scores and causal masks; "
-         "its standard error falls like 1/sqrt(heads); ~0.3 s per layer at 128 heads, d = 256, L = 128).")]
+         "its standard error falls like 1/sqrt(heads); ~0.45 s per layer at 128 heads, d = 256, L = 128).")]
 
 TokenResolved = Annotated[bool, typer.Option(
     "--token-resolved/--exchangeable",

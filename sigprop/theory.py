@@ -395,7 +395,7 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
     attention) with ``attention_heads`` heads per layer, each layer drawing from a seed of its own derived from
     ``attention_seed`` (:func:`~sigprop.components.draws.layer_seed`). ``progress(k)`` is called after every
-    k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.3 s per layer at d = 256,
+    k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.45 s per layer at d = 256,
     L = 128.
 
     Token-resolved moments (``token_resolved``; default: whenever ``token_ids`` are given and the model is covered,

@@ -14,6 +14,7 @@ its per-layer seed switched off.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from unittest import mock
 
@@ -33,8 +34,7 @@ def _quantities(profile) -> dict[str, float]:
 
 
 def run(config, heads: int, seeds: int, shared: bool) -> tuple[dict[str, np.ndarray], float]:
-    patch = mock.patch.object(theory, "_layer_ctx", lambda ctx, layer: ctx) if shared else mock.patch.object(
-        theory, "_layer_ctx", theory._layer_ctx)
+    patch = mock.patch.object(theory, "_layer_ctx", lambda ctx, layer: ctx) if shared else contextlib.nullcontext()
     values: dict[str, list[float]] = {}
     t = time.time()
     with patch:

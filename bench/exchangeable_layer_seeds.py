@@ -34,7 +34,8 @@ def _quantities(profile) -> dict[str, float]:
 
 
 def run(config, heads: int, seeds: int, shared: bool) -> tuple[dict[str, np.ndarray], float]:
-    patch = mock.patch.object(theory, "_layer_ctx", lambda ctx, layer: ctx) if shared else contextlib.nullcontext()
+    one_draw_for_all = mock.patch.object(theory, "layer_context", lambda ctx, layer_index: ctx)
+    patch = one_draw_for_all if shared else contextlib.nullcontext()
     values: dict[str, list[float]] = {}
     t = time.time()
     with patch:

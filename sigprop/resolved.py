@@ -42,7 +42,7 @@ import torch
 
 from .components.attention import MultiHeadAttention
 from .components.attention_gram import DEFAULT_GRAM_HEADS, pooled_gram_means
-from .components.draws import layer_seed
+from .components.draws import layer_context
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
 from .components.rmsnorm import RMSNorm
@@ -185,7 +185,7 @@ def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Te
         cache = ctx.setdefault("attention_out", {})
         if id(module) not in cache:
             cache[id(module)] = module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"],
-                                                    ctx.get("layer_seed", ctx["attention_seed"]), fixed)
+                                                    ctx["attention_seed"], fixed)
         return cache[id(module)]
     if mixes_tokens(module):
         for child in module.children():
@@ -249,16 +249,14 @@ def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | No
     previous, inputs = None, []
     for layer in model.layers:
         inputs.append((gram, previous))
-        ctx["layer_seed"] = layer_seed(attention_seed, layer.index)
         try:
-            branches, gram, previous, _ = layer_forward(layer, gram, ctx, previous)
+            branches, gram, previous, _ = layer_forward(layer, gram, layer_context(ctx, layer.index), previous)
         except ValueError as err:
             raise ValueError(f"layer {layer.index}: {err}") from None
         rows.update({(layer.index, name): gram_moments(g, mask) for name, g in branches.items()})
         rows[(layer.index, "layer")] = gram_moments(gram, mask)
         if progress is not None:
             progress(1)
-    ctx.pop("layer_seed", None)
     return ForwardSweep(rows, inputs, gram, mask, ctx)
 
 

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from .components.attention import MultiHeadAttention
-from .components.draws import layer_seed
+from .components.draws import layer_context
 from .components.residual import Residual
 from .moments import GradMoments
 from .resolved import (
@@ -123,7 +123,7 @@ def walk_backward(module, grad: torch.Tensor, gram: torch.Tensor, ctx: dict, fix
         return lam**2 * grad + beta**2 * walk_backward(module.branch, grad, gram, ctx, fixed)
     if isinstance(module, MultiHeadAttention):
         return module.gram_backward(grad, gram, ctx.get("key_mask"), ctx["attention_heads"],
-                                    ctx.get("layer_seed", ctx["attention_seed"]), fixed)
+                                    ctx["attention_seed"], fixed)
     if mixes_tokens(module):
         inputs = []
         for child in module.children():
@@ -170,15 +170,14 @@ def resolved_backward(model, sweep: ForwardSweep, grad_top: torch.Tensor,
     for layer, (gram_in, previous) in zip(reversed(list(model.layers)), reversed(sweep.layer_inputs), strict=True):
         grams[(layer.index, "layer")] = grad
         *_, children = layer_forward(layer, gram_in, sweep.ctx, previous)
-        sweep.ctx["layer_seed"] = layer_seed(sweep.ctx["attention_seed"], layer.index, backward=True)
         try:
-            grad, branches, skip = layer_backward(children, grad, sweep.ctx, skip)
+            grad, branches, skip = layer_backward(children, grad, layer_context(sweep.ctx, layer.index, backward=True),
+                                                  skip)
         except ValueError as err:
             raise ValueError(f"layer {layer.index}: {err}") from None
         grams.update({(layer.index, name): g for name, g in branches.items()})
         if progress is not None:
             progress(1)
-    sweep.ctx.pop("layer_seed", None)
     grams[(-1, "input")] = grad
     return grams
 

@@ -27,7 +27,7 @@ import torch
 from .components.attention import MultiHeadAttention
 from .components.attention_sampled import DEFAULT_HEADS
 from .components.cross_attention import CrossAttention
-from .components.draws import layer_seed
+from .components.draws import layer_context
 from .components.embedding import repetition_correlation, zipf_correlation
 from .components.layernorm import LayerNorm
 from .components.residual import Residual
@@ -330,20 +330,13 @@ def _tick(progress):
     return progress if progress is not None else (lambda k: None)
 
 
-def _layer_ctx(ctx: dict, layer) -> dict:
-    """The rule context of one layer: its own seed for the sampled attention rule
-    (:func:`~sigprop.components.draws.layer_seed`), the same in the forward and the backward sweep, so the backward
-    rule reuses the forward's draw of that layer (the rule caches it)."""
-    return {**ctx, "attention_seed": layer_seed(ctx["attention_seed"], layer.index)}
-
-
 def _forward_stack(layers, m: Moments, ctx: dict, rows: dict, progress) -> tuple[Moments, list]:
     """Forward sweep through ``layers`` from input moments ``m``: records every site's moments in ``rows`` and
     returns the output moments and what the backward sweep needs."""
     saved, normalised = [], False
     for layer in layers:
         try:
-            inputs, branches, m, normalised = _layer_forward(layer, m, _layer_ctx(ctx, layer), normalised)
+            inputs, branches, m, normalised = _layer_forward(layer, m, layer_context(ctx, layer.index), normalised)
         except ValueError as err:
             raise ValueError(f"layer {layer.index}: {err}") from None
         saved.append(inputs)
@@ -361,7 +354,8 @@ def _backward_stack(layers, saved: list, g: GradMoments, ctx: dict, rows: dict, 
     memory_grads: list[tuple[int, GradMoments]] = []
     for layer, inputs in zip(reversed(layers), reversed(saved), strict=True):
         rows[(layer.index, "layer")] = g
-        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, _layer_ctx(ctx, layer), skip_fraction,
+        layer_ctx = layer_context(ctx, layer.index)  # the forward's seed: the backward rule reuses its draw
+        g, branch_grads, skip_fraction = _layer_backward(layer, g, inputs, layer_ctx, skip_fraction,
                                                          memory_grads)
         rows.update({(layer.index, name): gb for name, gb in branch_grads.items()})
         progress(1)

@@ -4,14 +4,15 @@
 A sweep's sampling errors must be independent from layer to layer. A variance or a gradient deep in the model
 accumulates the per-layer results (a Pre-LN stream adds its branches; a gradient multiplies the per-layer factors),
 so an error shared by every layer adds up linearly over depth, where independent errors add like √depth. Every
-sweep of :func:`sigprop.predict` therefore gives each layer a seed of its own (:func:`layer_seed`).
+sweep of :func:`sigprop.predict` therefore gives each layer a seed of its own (:func:`layer_seed`), through one
+function every walker calls (:func:`layer_context`).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["layer_seed", "standard_normal", "uniform"]
+__all__ = ["layer_context", "layer_seed", "standard_normal", "uniform"]
 
 
 def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) -> int:
@@ -25,6 +26,18 @@ def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) ->
     the prediction across seeds fell from 12.3% to 4.7% (first-to-last gradient ratio) and from 1.65% to 0.08%
     (last layer's forward variance) (docs/accuracy.md, "Sampling errors must not compound")."""
     return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
+
+
+def layer_context(ctx: dict, layer_index: int, backward: bool = False) -> dict:
+    """The rule context of layer ``layer_index``: ``ctx`` (a sweep's context, whose ``"attention_seed"`` is the
+    sweep's seed) with ``"attention_seed"`` replaced by the layer's own (:func:`layer_seed`). A shallow copy: what
+    ``ctx`` shares by reference (the forward sweep's cache of attention draws) stays shared.
+
+    The exchangeable walker passes ``backward=False`` in both sweeps, so a layer's backward rule reuses its forward
+    draw (the sampled rule caches it; the backward rule needs the forward's attention probabilities). The
+    token-resolved backward sweep draws its gradient heads afresh and takes ``backward=True``: a stream independent
+    of the forward's."""
+    return {**ctx, "attention_seed": layer_seed(ctx["attention_seed"], layer_index, backward)}
 
 
 def standard_normal(shape: tuple, generator: torch.Generator) -> torch.Tensor:

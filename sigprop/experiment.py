@@ -4,7 +4,6 @@ initialised seeds, the prediction for the same batch, and their comparison. The 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +15,8 @@ from .model.config import TransformerConfig
 from .model.objective import make_batch
 from .model.transformer import Transformer
 from .moments import GradMoments
-from .profile import QUANTITIES, Profile, Row
+from .profile import Profile
+from .seed_average import average_profiles
 
 __all__ = ["token_batch", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config", "compare_steps",
            "GRAD_BOUNDARIES"]
@@ -44,21 +44,6 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
     return make_batch(config, ids, generator=gen)
 
 
-def _average(profiles: list[Profile], config: dict, meta: dict) -> Profile:
-    """Row-wise mean over seeds; the standard error of each mean goes to ``meta["stderr"]``."""
-    keys = [(r.layer, r.site) for r in profiles[0].rows]
-    looks = [p.lookup() for p in profiles]
-    rows, stderr = [], {}
-    for key in keys:
-        vals = np.array([[getattr(lk[key], q) for q in QUANTITIES] for lk in looks], dtype=np.float64)
-        mean = vals.mean(axis=0)
-        rows.append(Row(key[0], key[1], *map(float, mean)))
-        if len(profiles) > 1:
-            se = vals.std(axis=0, ddof=1) / math.sqrt(len(profiles))
-            stderr[f"{key[0]}:{key[1]}"] = {q: float(v) for q, v in zip(QUANTITIES, se, strict=True)}
-    return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr})
-
-
 def _to(batch: dict, device) -> dict:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
@@ -66,7 +51,8 @@ def _to(batch: dict, device) -> dict:
 def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
                   progress: Callable[[int], None] | None = None, device=None) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` on ``batch`` (training mode: dropout on,
-    as the theory assumes) and average their per-site statistics; ``meta`` holds the seeds and standard errors.
+    as the theory assumes) and average their per-site statistics, correlations pooled as mean covariance over mean
+    variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds and standard errors.
     Weights are drawn on the CPU from the seed (identical on every device), then moved to ``device``."""
     from .measurement import measure
 
@@ -83,7 +69,7 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
         if progress is not None:
             progress(1)
     n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
-    return _average(profiles, config.to_dict(), {"seeds": list(range(seed0, seed0 + seeds)), "tokens": n_tok})
+    return average_profiles(profiles, config.to_dict(), {"seeds": list(range(seed0, seed0 + seeds)), "tokens": n_tok})
 
 
 def measured_boundary(measured: Profile) -> GradMoments:

@@ -37,6 +37,7 @@ from sigprop.measurement import masked_sums
 from sigprop.model import Transformer
 from sigprop.model.config import apply_overrides
 from sigprop.presets import PRESETS
+from sigprop.seed_average import pooled_ratio
 from sigprop.terminal import progress_bar
 
 SITES = ("attn", "ffn", "layer")
@@ -68,14 +69,11 @@ def seed_mean(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.mean(axis=0), values.std(axis=0, ddof=1) / np.sqrt(values.shape[0])
 
 
-def pooled_ratio(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer: the ratio of the seed means Σ num / Σ den (a correlation as covariance over variance, pooled over
-    seeds) and its jackknife standard error over seeds."""
-    n = num.shape[0]
-    ratio = num.sum(axis=0) / den.sum(axis=0)
-    leave_one_out = (num.sum(axis=0) - num) / (den.sum(axis=0) - den)
-    se = np.sqrt((n - 1) / n * ((leave_one_out - leave_one_out.mean(axis=0)) ** 2).sum(axis=0))
-    return ratio, se
+def pooled(corr: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer: the correlation pooled over seeds (axis 0) as mean covariance over mean variance, and its jackknife
+    standard error (:func:`sigprop.seed_average.pooled_ratio`)."""
+    per_layer = np.array([pooled_ratio(corr[:, i], var[:, i]) for i in range(corr.shape[1])])
+    return per_layer[:, 0], per_layer[:, 1]
 
 
 def score(pred: np.ndarray, mean: np.ndarray, se: np.ndarray) -> str:
@@ -115,9 +113,12 @@ def main():
     if config.arch == "encoder_decoder":
         ap.error("encoder-decoder presets have no token-resolved theory")
     batch = token_batch(config, batch_size=preset.batch_size, seed=0)
-    runs = [np.load(path) for path in args.load]
+    try:
+        runs = [np.load(path) for path in args.load]
+    except (OSError, ValueError) as err:
+        ap.error(f"--load: not a run this bench saved ({err})")
     for run in runs:
-        if str(run["preset"]) != args.preset or str(run["config"]) != fields:
+        if "config" not in run.files or str(run["preset"]) != args.preset or str(run["config"]) != fields:
             ap.error(f"--load: a run of another configuration (preset {run['preset']}), not this one")
     t0 = time.perf_counter()
     with progress_bar() as bar:
@@ -152,7 +153,7 @@ def main():
           f"{args.prediction_seeds} attention seed(s) averaged")
     for j, site in enumerate(SITES):
         measured = {"fwd_var": seed_mean(var[:, :, j]), "fwd_corr": seed_mean(corr[:, :, j]),
-                    "fwd_corr pooled": pooled_ratio(corr[:, :, j] * var[:, :, j], var[:, :, j])}
+                    "fwd_corr pooled": pooled(corr[:, :, j], var[:, :, j])}
         for q, (mean, se) in measured.items():
             print(f"{site:5s} {q}")
             for name in ("exchangeable", "token-resolved"):
@@ -160,6 +161,7 @@ def main():
                 pred = draws.mean(axis=1)
                 pred_se = draws.std(axis=1, ddof=1) / np.sqrt(k) if k > 1 else np.zeros_like(pred)
                 print(f"    {name:14s} {score(pred, mean, np.hypot(se, pred_se))}")
+
 
 if __name__ == "__main__":
     main()

@@ -199,6 +199,15 @@ def _print_rules(profile) -> None:
         console.print(f"[yellow]note:[/yellow] {profile.meta['caveat']}")
 
 
+def _print_seed_spread(measured) -> None:
+    """A note for each quantity whose seed mean is heavy-tailed at some layer (:mod:`sigprop.seed_spread`)."""
+    from .seed_spread import heavy_tails
+
+    for note in heavy_tails(measured):
+        console.print(f"[yellow]note:[/yellow] {note.describe()}; read those layers on the log scale, or add seeds "
+                      "(--seeds) or width (docs/accuracy.md, \"Post-LN gradients: the spread across seeds\").")
+
+
 def measure_command(
     preset: Preset = None,
     config_file: ConfigFile = None,
@@ -232,6 +241,7 @@ def measure_command(
 
         plot_profiles(plot, measured=profile, title=preset or "measurement")
     console.print(_profile_table(f"measured ({seeds} seeds, {profile.meta['tokens']} tokens)", measured=profile))
+    _print_seed_spread(profile)
     _print_written(("profile JSON", json_path), ("figure", plot))
 
 
@@ -293,6 +303,7 @@ def compare_command(
                                  f"{predicted.meta.get('grad_source')})", predicted, measured))
     console.print(_summary_table(comparison))
     _print_rules(predicted)
+    _print_seed_spread(measured)
     _print_written(("comparison JSON", json_path), ("figure", plot))
 
 

@@ -16,11 +16,13 @@ ceiling is limited by the measurement, not by the theory; a quantity that barely
 variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
 measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
 ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
-few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceiling".)
+few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceiling". The comparison's
+``meta["heavy_tails"]`` names the layers where Cochran's rule says the seeds are too few: :mod:`sigprop.seed_spread`.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -28,6 +30,7 @@ import numpy as np
 
 from .jsonio import write_json_atomic
 from .profile import QUANTITIES, Profile
+from .seed_spread import heavy_tails
 
 __all__ = ["Comparison", "QuantitySummary", "compare", "summarise"]
 
@@ -121,7 +124,8 @@ def _num(v):
 def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
             quantities=QUANTITIES) -> Comparison:
     """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
-    summarise each quantity (:func:`summarise`)."""
+    summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
+    heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any."""
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
     pred, meas = predicted.lookup(), measured.lookup()
@@ -136,4 +140,5 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
                               [getattr(meas[(lyr, site)], q) for lyr in common],
                               [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
                  for q in quantities}
-    return Comparison(predicted, measured, site, tuple(common), summaries)
+    tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
+    return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {})

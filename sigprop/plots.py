@@ -10,6 +10,7 @@ import numpy as np
 
 from .figures import pyplot, save_figure
 from .profile import Profile
+from .seed_spread import heavy_tails
 
 __all__ = ["plot_profiles"]
 
@@ -48,13 +49,15 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
     """Write a PNG with three panels over the layers (−1 = embedding output; an encoder–decoder's decoder follows
     its encoder, marked by a dashed line): forward variance, gradient variance (log axis when it spans more than a
     decade) and the token correlations of activations and gradients. Theory is
-    a line, measurement points with ±1 standard error bars (over seeds) where known. ``summary`` (per quantity,
+    a line, measurement points with ±1 standard error bars (over seeds) where known, hollow where the seed mean is
+    heavy-tailed (:func:`sigprop.seed_spread.heavy_tails`: that error bar understates it). ``summary`` (per quantity,
     from :func:`sigprop.compare`) is printed in each panel's corner."""
     plt = pyplot()
 
     if predicted is None and measured is None:
         raise ValueError("plot_profiles needs a predicted or a measured profile")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    tails = {note.quantity: note.layers for note in heavy_tails(measured)} if measured is not None else {}
     panels = (("fwd_var", "forward variance σ²_x"), ("grad_var", "gradient variance σ²_g"),
               (("fwd_corr", "grad_corr"), "token correlation r"))
     for ax, (qs, label) in zip(axes, panels, strict=True):
@@ -69,9 +72,13 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
             x, y, e = _series(measured, q)
             if x is not None:
                 step = max(1, len(x) // 64)
-                sl = slice(None, None, step)
-                ax.errorbar(x[sl], y[sl], yerr=np.where(np.isfinite(e), e, 0.0)[sl], fmt="o", ms=3, color=colour,
-                            alpha=0.75, elinewidth=0.8, label=f"measured {name}".strip())
+                x, y, e = x[::step], y[::step], np.where(np.isfinite(e), e, 0.0)[::step]
+                heavy = np.isin(x, tails.get(q, ()))
+                for pick, hollow in ((~heavy, False), (heavy, True)):
+                    if pick.any():
+                        tag = f"measured {name}".strip() + (", heavy-tailed over seeds" if hollow else "")
+                        ax.errorbar(x[pick], y[pick], yerr=e[pick], fmt="o", ms=3, color=colour, alpha=0.75,
+                                    elinewidth=0.8, mfc="none" if hollow else colour, label=tag)
                 spans.append(y)
         vals = np.concatenate([s[np.isfinite(s)] for s in spans]) if spans else np.array([])
         if qs[0] != "fwd_corr" and vals.size and vals.min() > 0 and vals.max() / vals.min() > 10:

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from .profile import QUANTITIES, Profile, Row
+from .seed_spread import SPREAD_QUANTITIES, log_sd
 
 __all__ = ["average_profiles", "pooled_ratio", "POOLED"]
 
@@ -56,12 +57,13 @@ def pooled_ratio(corr: np.ndarray, var: np.ndarray) -> tuple[float, float]:
 def average_profiles(profiles: list[Profile], config: dict, meta: dict) -> Profile:
     """The seed average of ``profiles`` (one per seed, the same sites in the same order): per site, the mean over
     seeds of mean and variances and the pooled correlations (module docstring); the standard error of each goes to
-    ``meta["stderr"]`` (with two seeds or more)."""
+    ``meta["stderr"]`` and the sd over seeds of each variance's log to ``meta["seed_log_sd"]`` (None where a value is
+    not positive; with two seeds or more; :mod:`sigprop.seed_spread`)."""
     if not profiles:
         raise ValueError("average_profiles: no profiles to average")
     keys = [(r.layer, r.site) for r in profiles[0].rows]
     looks = [p.lookup() for p in profiles]
-    rows, stderr = [], {}
+    rows, stderr, spread = [], {}, {}
     n = len(profiles)
     for key in keys:
         vals = {q: np.array([getattr(lk[key], q) for lk in looks], dtype=np.float64) for q in QUANTITIES}
@@ -75,4 +77,6 @@ def average_profiles(profiles: list[Profile], config: dict, meta: dict) -> Profi
         rows.append(Row(key[0], key[1], **mean))
         if n > 1:
             stderr[f"{key[0]}:{key[1]}"] = se
-    return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr})
+            sds = {q: log_sd(vals[q]) for q in SPREAD_QUANTITIES}
+            spread[f"{key[0]}:{key[1]}"] = {q: (v if math.isfinite(v) else None) for q, v in sds.items()}
+    return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr, "seed_log_sd": spread})

@@ -204,8 +204,7 @@ def _print_seed_spread(measured) -> None:
     from .seed_spread import heavy_tails
 
     for note in heavy_tails(measured):
-        console.print(f"[yellow]note:[/yellow] {note.describe()}; read those layers on the log scale, or add seeds "
-                      "(--seeds) or width (docs/accuracy.md, \"Post-LN gradients: the spread across seeds\").")
+        console.print(f"[yellow]note:[/yellow] {note.describe()}")
 
 
 def measure_command(

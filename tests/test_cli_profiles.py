@@ -109,4 +109,4 @@ def test_measure_notes_a_heavy_tailed_seed_mean(tmp_path):
     assert result.exit_code == 0, result.output
     assert fig.stat().st_size > 10_000
     text = " ".join(result.output.split())
-    assert "grad_var is heavy-tailed across seeds" in text and "Cochran's rule asks for" in text
+    assert "grad_var is skewed across seeds" in text and "Cochran's rule asks for" in text

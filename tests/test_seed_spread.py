@@ -3,6 +3,7 @@ a seed-averaged profile that it flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -78,6 +79,9 @@ def test_heavy_tails_flags_the_layers_whose_seed_mean_is_not_normal(tmp_path):
     assert note.seeds_needed == seeds_for_normal_mean(note.worst_sd) > 16
     text = note.describe()
     assert "grad_var" in text and "3 of 5 layers" in text and f"{note.seeds_needed:,} seeds" in text
+    assert "unreliable" in text  # skewness > 1: the strong form
+    mild = dataclasses.replace(note, layers=(0,), worst_sd=0.28, mean_skewness=0.22)
+    assert "at layer 0:" in mild.describe() and "unreliable" not in mild.describe()
     # the spread survives the JSON round trip, and enough seeds clear the flag
     path = tmp_path / "m.json"
     avg.write_json(path)

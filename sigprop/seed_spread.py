@@ -96,10 +96,11 @@ class SpreadNote:
         """One or two sentences for a terminal or a report, stronger where the mean's skewness exceeds
         :data:`STRONG_SKEWNESS`."""
         span = f"layer {self.layers[0]}" if len(self.layers) == 1 else f"{len(self.layers)} of {self.n_layers} layers"
+        needed = f"{self.seeds_needed:,}" if self.seeds_needed <= 10_000 else "more than 10,000"
         text = (f"{self.quantity} is skewed across seeds at {span}: at layer {self.worst_layer} the sd of its log is "
                 f"{self.worst_sd:.2f}, so the mean of {self.seeds} seeds has skewness {self.mean_skewness:.2g} and a "
                 f"relative standard error of about {100 * self.rel_se:.0f}% (log-normal fit; Cochran's rule asks for "
-                f"{self.seeds_needed:,} seeds before reading it as normal).")
+                f"{needed} seeds before reading it as normal).")
         if self.mean_skewness > STRONG_SKEWNESS:
             text += (" There the mean usually falls below the expectation the theory predicts and its reported "
                      "standard error is unreliable: read those layers on the log scale, or add seeds or width "

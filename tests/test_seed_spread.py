@@ -78,10 +78,12 @@ def test_heavy_tails_flags_the_layers_whose_seed_mean_is_not_normal(tmp_path):
     assert note.rel_se == pytest.approx(math.sqrt(math.expm1(note.worst_sd**2) / 16))
     assert note.seeds_needed == seeds_for_normal_mean(note.worst_sd) > 16
     text = note.describe()
-    assert "grad_var" in text and "3 of 5 layers" in text and f"{note.seeds_needed:,} seeds" in text
+    assert "grad_var" in text and "3 of 5 layers" in text and "seeds before reading it as normal" in text
     assert "unreliable" in text  # skewness > 1: the strong form
     mild = dataclasses.replace(note, layers=(0,), worst_sd=0.28, mean_skewness=0.22)
     assert "at layer 0:" in mild.describe() and "unreliable" not in mild.describe()
+    assert "asks for 19 seeds" in dataclasses.replace(mild, seeds_needed=19).describe()
+    assert "more than 10,000 seeds" in dataclasses.replace(note, seeds_needed=2_345_315).describe()
     # the spread survives the JSON round trip, and enough seeds clear the flag
     path = tmp_path / "m.json"
     avg.write_json(path)

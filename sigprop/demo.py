@@ -24,14 +24,16 @@ DEMO_CONFIGS = {
 def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size: int = 4,
              progress: Callable[[str, int], None] | None = None) -> dict:
     """Predict, measure and compare each of :data:`DEMO_CONFIGS`; write ``demo-<name>.png`` / ``.json`` and
-    ``demo.md`` into ``out_dir``. Returns {name: {"comparison": Comparison, "figure": path, "json": path}} plus
-    "summary" (the Markdown path)."""
+    ``demo.md`` into ``out_dir`` (with a note for each quantity whose seed mean is skewed,
+    :func:`sigprop.seed_spread.heavy_tails`). Returns {name: {"comparison": Comparison, "figure": path, "json":
+    path}} plus "summary" (the Markdown path)."""
     from .experiment import compare_config, token_batch
     from .plots import plot_profiles
+    from .seed_spread import heavy_tails
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    results = {}
+    results, notes = {}, []
     lines = ["# sigprop demo: theory vs measurement", "",
              f"{_BASE['n_layers']} layers, d = {_BASE['d_model']}, masked LM on the Python standard library's "
              f"source, {seeds} seeds × {batch_size} sequences of {_BASE['seq_len']} tokens.", "",
@@ -51,6 +53,10 @@ def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size:
                      f"{100 * s['fwd_var'].median_rel:.1f}% | {100 * s['grad_var'].median_rel:.1f}% | "
                      f"{s['fwd_corr'].max_abs:.3f} |")
         results[name] = {"comparison": comp, "figure": fig, "json": js}
+        notes.extend(f"- {name}: {note.describe()}" for note in heavy_tails(meas))
+    if notes:
+        lines += ["", f"Seed spread (hollow points in the figures; with {seeds} seeds a mildly skewed mean is common):",
+                  "", *notes]
     summary = out / "demo.md"
     summary.write_text("\n".join(lines) + "\n", encoding="utf-8")
     results["summary"] = summary

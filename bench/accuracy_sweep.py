@@ -4,7 +4,8 @@ within 10%"). Each cell: a Pre-LN or Post-LN Xavier encoder (dropout 0.1, masked
 of the standard library's source), measured over several seeds, gradient boundary measured at the top layer.
 Entries are median relative errors over the layers (for correlations: of the correlation itself), and the share
 of layers within two standard errors of the seed average (a 1–2-layer model's gradient correlation is ~0.002, so
-a relative error of one standard error there can exceed 10%).
+a relative error of one standard error there can exceed 10%), and how many layers' gradient-variance seed mean is
+too skewed to read as normal (Cochran's rule, :mod:`sigprop.seed_spread`).
 
     python bench/accuracy_sweep.py --markdown docs/accuracy-sweep.md --json docs/accuracy-sweep.json
     python bench/accuracy_sweep.py --token-resolved --depths 1 12 48 --widths 64 128 --positions pre
@@ -36,6 +37,13 @@ def _share(v) -> str:
     return "n/a" if v is None or v != v else f"{100 * v:.0f}%"
 
 
+def _skewed(row) -> str:
+    """How many layers' gradient-variance seed mean fails Cochran's rule, and the largest skewness of such a mean
+    (:mod:`sigprop.seed_spread`)."""
+    n = row.get("grad_var_skewed_layers", 0)
+    return "0" if not n else f"{n} ({row['grad_var_mean_skewness']:.2g})"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depths", type=int, nargs="+", default=[1, 12, 48, 192, 768])
@@ -65,6 +73,9 @@ def main():
         row = {"norm_position": pos, "n_layers": n, "d_model": d, "seeds": seeds, "seconds": round(time.time() - t, 1)}
         row.update({q: comp.summaries[q].median_rel for q in QUANTITIES})
         row.update({f"{q}_within_2se": comp.summaries[q].within_2se for q in QUANTITIES})
+        tails = {t["quantity"]: t for t in comp.meta.get("heavy_tails", [])}
+        row["grad_var_skewed_layers"] = len(tails["grad_var"]["layers"]) if "grad_var" in tails else 0
+        row["grad_var_mean_skewness"] = tails["grad_var"]["mean_skewness"] if "grad_var" in tails else None
         results.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
@@ -72,12 +83,14 @@ def main():
             json.dump({"settings": vars(args), "torch": torch.__version__, "cells": results}, f, indent=1)
     if args.markdown:
         lines = ["| norm | layers | width | seeds | fwd var | fwd corr | grad var | grad corr | "
-                 "within 2 SE: fwd corr, grad var, grad corr | seconds |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 "within 2 SE: fwd corr, grad var, grad corr | grad var: skewed seed mean, layers (max skewness) | "
+                 "seconds |",
+                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in results:
             within = ", ".join(_share(r[f"{q}_within_2se"]) for q in ("fwd_corr", "grad_var", "grad_corr"))
             lines.append(f"| {r['norm_position']}-LN | {r['n_layers']} | {r['d_model']} | {r['seeds']} | "
-                         + " | ".join(f"{100 * r[q]:.1f}%" for q in QUANTITIES) + f" | {within} | {r['seconds']} |")
+                         + " | ".join(f"{100 * r[q]:.1f}%" for q in QUANTITIES) + f" | {within} | {_skewed(r)} | "
+                         f"{r['seconds']} |")
         with open(args.markdown, "w") as f:
             f.write("\n".join(lines) + "\n")
 

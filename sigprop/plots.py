@@ -71,12 +71,15 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
                 spans.append(y)
             x, y, e = _series(measured, q)
             if x is not None:
-                step = max(1, len(x) // 64)
-                x, y, e = x[::step], y[::step], np.where(np.isfinite(e), e, 0.0)[::step]
-                heavy = np.isin(x, tails.get(q, ()))
+                flagged = np.isin(x, tails.get(q, ()))
+                keep = np.zeros(len(x), dtype=bool)
+                keep[::max(1, len(x) // 64)] = True  # ~64 points; a few flagged layers are shown wherever they are
+                if flagged.sum() <= 8:
+                    keep |= flagged
+                x, y, e, heavy = x[keep], y[keep], np.where(np.isfinite(e), e, 0.0)[keep], flagged[keep]
                 for pick, hollow in ((~heavy, False), (heavy, True)):
                     if pick.any():
-                        tag = f"measured {name}".strip() + (", heavy-tailed over seeds" if hollow else "")
+                        tag = f"measured {name}".strip() + (", seed mean skewed" if hollow else "")
                         ax.errorbar(x[pick], y[pick], yerr=e[pick], fmt="o", ms=3, color=colour, alpha=0.75,
                                     elinewidth=0.8, mfc="none" if hollow else colour, label=tag)
                 spans.append(y)

@@ -73,9 +73,9 @@ def main():
         row = {"norm_position": pos, "n_layers": n, "d_model": d, "seeds": seeds, "seconds": round(time.time() - t, 1)}
         row.update({q: comp.summaries[q].median_rel for q in QUANTITIES})
         row.update({f"{q}_within_2se": comp.summaries[q].within_2se for q in QUANTITIES})
-        tails = {t["quantity"]: t for t in comp.meta.get("heavy_tails", [])}
-        row["grad_var_skewed_layers"] = len(tails["grad_var"]["layers"]) if "grad_var" in tails else 0
-        row["grad_var_mean_skewness"] = tails["grad_var"]["mean_skewness"] if "grad_var" in tails else None
+        skewed = next((t for t in comp.meta.get("heavy_tails", []) if t["quantity"] == "grad_var"), None)
+        row["grad_var_skewed_layers"] = len(skewed["layers"]) if skewed else 0
+        row["grad_var_mean_skewness"] = skewed["mean_skewness"] if skewed else None
         results.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

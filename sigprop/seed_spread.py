@@ -123,7 +123,7 @@ def heavy_tails(measured: Profile, site: str = "layer", quantities=SPREAD_QUANTI
         by_layer = {k: float(v) for k, v in by_layer.items() if v is not None and math.isfinite(v)}
         if not by_layer:
             continue
-        flagged = tuple(k for k, s in by_layer.items() if n <= COCHRAN * lognormal_skewness(s) ** 2)
+        flagged = tuple(k for k, s in by_layer.items() if n < seeds_for_normal_mean(s))
         if not flagged:
             continue
         worst = max(by_layer, key=by_layer.get)

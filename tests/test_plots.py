@@ -8,16 +8,13 @@ import sigprop.plots as plots
 from sigprop.profile import Profile, Row
 from sigprop.seed_average import average_profiles
 
+from .helpers import lognormal_seed_profiles
+
 
 def _profiles(layers: int, skewed_layer: int):
-    rng = np.random.default_rng(0)
-    seeds = []
-    for _ in range(16):
-        rows = tuple(Row(lyr, "layer", 0.0, 1.0 + 0.01 * rng.standard_normal(), 0.5,
-                         float(rng.lognormal(0.0, 1.5 if lyr == skewed_layer else 0.01)), 0.3)
-                     for lyr in range(layers))
-        seeds.append(Profile("measured", {}, rows, {}))
-    measured = average_profiles(seeds, {}, {"seeds": list(range(16))})
+    sds = {lyr: 1.5 if lyr == skewed_layer else 0.01 for lyr in range(layers)}
+    measured = average_profiles(lognormal_seed_profiles(np.random.default_rng(0), sds, 16), {},
+                                {"seeds": list(range(16))})
     predicted = Profile("predicted", {}, tuple(Row(lyr, "layer", 0.0, 1.0, 0.5, 1.0, 0.3) for lyr in range(layers)))
     return predicted, measured
 

@@ -15,7 +15,7 @@ from sigprop.profile import Profile, Row
 from sigprop.seed_average import average_profiles
 from sigprop.seed_spread import heavy_tails, log_sd, lognormal_skewness, seeds_for_normal_mean
 
-from .helpers import Z
+from .helpers import Z, lognormal_seed_profiles
 
 
 def _skewness(x: np.ndarray) -> float:
@@ -55,22 +55,11 @@ def test_log_sd_and_its_undefined_cases():
         lognormal_skewness(-0.1)
 
 
-def _seed_profiles(rng, sds: dict[int, float], seeds: int) -> list[Profile]:
-    """Per seed, layers 0..len(sds)−1 whose gradient variance is log-normal with log-sd ``sds[layer]`` and whose
-    forward variance barely varies."""
-    out = []
-    for _ in range(seeds):
-        rows = tuple(Row(layer, "layer", 0.0, 1.0 + 0.01 * rng.standard_normal(), 0.5,
-                         float(rng.lognormal(0.0, s)), 0.3) for layer, s in sds.items())
-        out.append(Profile("measured", {}, rows, {}))
-    return out
-
-
 def test_heavy_tails_flags_the_layers_whose_seed_mean_is_not_normal(tmp_path):
     """16 seeds: layers with a log-sd of 1.2 are flagged (16 seeds' estimate of it is 1.2 ± 0.22, and the threshold
     at 16 seeds is s ≈ 0.26), layers with 0.02 are not; the forward variance (log-sd 0.01) is not flagged."""
     sds = {0: 1.2, 1: 1.2, 2: 0.02, 3: 1.2, 4: 0.02}
-    avg = average_profiles(_seed_profiles(np.random.default_rng(5), sds, 16), {}, {"seeds": list(range(16))})
+    avg = average_profiles(lognormal_seed_profiles(np.random.default_rng(5), sds, 16), {}, {"seeds": list(range(16))})
     (note,) = heavy_tails(avg)
     assert note.quantity == "grad_var" and note.layers == (0, 1, 3) and note.n_layers == 5 and note.seeds == 16
     assert note.worst_sd == pytest.approx(1.2, abs=Z * 1.2 / math.sqrt(30))
@@ -93,12 +82,12 @@ def test_heavy_tails_flags_the_layers_whose_seed_mean_is_not_normal(tmp_path):
     comparison = compare(predicted, avg)
     assert comparison.meta["heavy_tails"][0]["layers"] == (0, 1, 3)
     comparison.write_json(tmp_path / "c.json")
-    many = average_profiles(_seed_profiles(np.random.default_rng(6), {0: 0.1, 1: 0.1}, 64), {}, {"seeds": 64})
+    many = average_profiles(lognormal_seed_profiles(np.random.default_rng(6), {0: 0.1, 1: 0.1}, 64), {}, {"seeds": 64})
     assert heavy_tails(many) == []
 
 
 def test_heavy_tails_needs_two_seeds_and_positive_values():
-    one = average_profiles(_seed_profiles(np.random.default_rng(0), {0: 1.0}, 1), {}, {"seeds": [0]})
+    one = average_profiles(lognormal_seed_profiles(np.random.default_rng(0), {0: 1.0}, 1), {}, {"seeds": [0]})
     assert heavy_tails(one) == [] and "seed_log_sd" in one.meta
     rows = [Profile("measured", {}, (Row(0, "layer", 0.0, 1.0, 0.5, g, 0.3),), {}) for g in (0.0, 1.0, 2.0)]
     avg = average_profiles(rows, {}, {"seeds": [0, 1, 2]})

@@ -47,7 +47,9 @@ equicorrelated G this is the exchangeable rule's expectation.
 Accuracy. Unbiased for every entry of G_y given G; the draws are common to every call with the same sizes and seed
 (the token-resolved sweeps pass each layer a seed of its own, :func:`sigprop.components.draws.layer_seed`). Float64.
 Cost per sequence and head: O(L² d_in + L d_in d_k) for the input and projections plus O(L² d_k + L² d_in) for
-scores and output.
+scores and output. For L < d_in the forward rule carries X Xᵀ instead of the rows X (:func:`_value_free_gram`):
+O(L² d_in + L d_in d_k) per head shared by the sequences, then O(L³ + L² d_k) per sequence, about a quarter fewer
+operations at L = 128, d_in = 256 (same draws, same result to rounding).
 
 Assumes: given the Gram matrix, Gaussian input (as the exchangeable rules do); weights independent of the input
 (initialisation); zero-mean input.
@@ -172,16 +174,38 @@ def _sampled_input(maps: tuple, z: torch.Tensor, fixed_norm: bool) -> torch.Tens
     return x
 
 
-def _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked) -> torch.Tensor:
-    """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
-    averaged exactly)."""
-    q = x @ (math.sqrt(sq) * zq)
-    k = x @ (math.sqrt(sk) * zk)
+def _attention_weights(q, k, u, d_k, p, blocked) -> torch.Tensor:
+    """A = Dropout_p(softmax(Q Kᵀ/√d_k + masks)) of a chunk of heads, the dropout mask from the uniforms ``u``."""
     scores = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(blocked, float("-inf"))
     a = torch.softmax(scores, dim=-1)
     if u is not None:
         a = a * (u >= p).to(torch.float64) / (1.0 - p)
+    return a
+
+
+def _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked) -> torch.Tensor:
+    """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
+    averaged exactly)."""
+    a = _attention_weights(x @ (math.sqrt(sq) * zq), x @ (math.sqrt(sk) * zk), u, d_k, p, blocked)
     return a @ x
+
+
+def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bool) -> torch.Tensor:
+    """O Oᵀ for the value-free output O = A X of a chunk of heads (B, n, L, L), computed without the rows
+    X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,
+    X W_Q = D G^{1/2} (Z W_Q), so every product is L × L or L × d_k and Z Zᵀ, Z W_Q, Z W_K are shared by the B
+    sequences. Equal to ``O @ O.T`` from :func:`_value_free` on the same draws (to rounding); for L < d_in it takes
+    about a quarter fewer operations (tested against it)."""
+    root, length = maps
+    xxt = (root @ (z @ z.transpose(-1, -2))) @ root  # G^{1/2} is symmetric
+    q = root @ (z @ (math.sqrt(sq) * zq))
+    k = root @ (z @ (math.sqrt(sk) * zk))
+    if fixed_norm:
+        scale = length / torch.diagonal(xxt, dim1=-2, dim2=-1).sqrt().clamp_min(1e-300)[..., None]
+        xxt = xxt * scale * scale.transpose(-1, -2)
+        q, k = q * scale, k * scale
+    a = _attention_weights(q, k, u, d_k, p, blocked)
+    return (a @ xxt) @ a.transpose(-1, -2)
 
 
 def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sigma_k2: float, sigma_v2: float,
@@ -201,8 +225,11 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     total = torch.zeros(B, L, L, dtype=torch.float64)
     diag_means, offdiag_means = [], []
     for z, zq, zk, u in _draws(heads, L, d_in, d_k, p > 0.0, int(seed)):
-        o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, d_k, p, blocked)
-        per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
+        if d_in > L:  # carrying X Xᵀ (L × L) is cheaper than carrying the rows X (L × d_in)
+            per_head = sv * _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm)
+        else:
+            o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, d_k, p, blocked)
+            per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
         total += per_head.sum(dim=1)
         dm, om = pooled_gram_means(per_head, keep)
         diag_means.append(dm)

@@ -12,7 +12,15 @@ import pytest
 import torch
 
 from sigprop.components.attention import MultiHeadAttention
-from sigprop.components.attention_gram import gram_attention, gram_sqrt
+from sigprop.components.attention_gram import (
+    _draws,
+    _input_maps,
+    _sampled_input,
+    _value_free,
+    _value_free_gram,
+    gram_attention,
+    gram_sqrt,
+)
 from sigprop.components.attention_sampled import sample_attention
 from tests.helpers import Z
 
@@ -144,6 +152,28 @@ def test_fixed_length_rows_match_a_norm_output(causal):
     if not causal:
         (a, sa), (b, sb) = _rule_means(gram, s2, causal, 0.0, seeds=64)["diag"], mod["diag"]
         assert a - b > Z * math.hypot(sa, sb), (a, b, sa, sb)
+
+
+@pytest.mark.parametrize("fixed_norm,causal,p,padded", [(True, False, 0.1, False), (False, True, 0.0, False),
+                                                        (True, True, 0.2, True)])
+def test_the_gram_path_equals_the_row_path_on_the_same_draws(fixed_norm, causal, p, padded):
+    """For L < d_in the forward rule carries X Xᵀ instead of the rows X; on the same draws both give the same O Oᵀ to
+    rounding (so the Monte Carlo tests of the rule, which run at L < d_in, cover the row path too)."""
+    gram = _token_gram()
+    key_mask = torch.ones(B, L, dtype=torch.bool)
+    if padded:
+        key_mask[1, -6:] = False
+    blocked = ~key_mask[:, None, None, :]
+    if causal:
+        blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
+    maps = _input_maps(gram, D)
+    sq, sk = _sigma_qk(2.0), 0.7 * _sigma_qk(2.0)
+    z, zq, zk, u = _draws(8, L, D, DK, p > 0.0, 5)[0]
+    o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, DK, p, blocked)
+    rows = o @ o.transpose(-1, -2)
+    grams = _value_free_gram(maps, z, zq, zk, u, sq, sk, DK, p, blocked, fixed_norm)
+    assert grams.shape == rows.shape == (B, 8, L, L)
+    assert torch.allclose(grams, rows, rtol=1e-10, atol=1e-12 * float(rows.abs().max()))
 
 
 def test_gram_sqrt_handles_a_singular_gram():

@@ -8,9 +8,9 @@ figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we
 of 128 tokens, and average over 16 independently initialised models (``seeds``): the theory is an expectation
 over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
 per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
-shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.6 minutes for each
-of the four figure presets on 2 CPU cores (1.9–3.2 for all eight; README, "Performance"): about 100 s to
-measure, the rest the prediction's sampled attention heads.
+shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.9 minutes for each
+of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all eight; README, "Performance"):
+about 100 s to measure, the rest the prediction's sampled attention heads.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ Run: python bench/map_consistency.py [--preset fig4-dslm-pre] [--seeds 48] [--la
         [--set d_model=128 --set n_heads=2] [--heads 64]
 
 A whole-model comparison cannot tell a small bias of one rule from the seed-to-seed spread of a deep stream (the
-stream's token correlation varies by ~10% between seeds at depth 100 of `fig4-dslm-pre`, so a bias of 0.003 needs
-~1,000 seeds). A single map can be tested far more finely. For a rule f and the seeds' actual inputs X_s with Gram
-matrices G_s, the sweep is unbiased where E_s[truth(X_s)] = f(E_s[G_s]); both sides move together with the seeds'
-mean input, so their difference has a small spread. Per layer l of a Pre-LN encoder preset, on the batch `compare`
-uses, with the seeds' dropout masks as `measure_seeds` draws them:
+stream's token correlation differs by ~0.024 from one seed to the next at depth 100 of `fig4-dslm-pre`, so a bias of
+0.003 needs ~600 seeds to reach three standard errors). A single map can be tested far more finely. For a rule f and
+the seeds' actual inputs X_s with Gram matrices G_s, the sweep is unbiased where E_s[truth(X_s)] = f(E_s[G_s]); both
+sides move together with the seeds' mean input, so their difference has a small spread. Per layer l of a Pre-LN
+encoder preset, on the batch `compare` uses, with the seeds' dropout masks as `measure_seeds` draws them:
 
 * LayerNorm (the attention's and the FFN's): the seeds' mean Gram of the norm's output against the LayerNorm rule
   (pairwise, :func:`sigprop.resolved.pairwise_forward`) on the seeds' mean Gram of its input. The rule lowers each
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -42,6 +41,7 @@ from sigprop.components import attention_gram as ag
 from sigprop.components.sequential import call_rule
 from sigprop.experiment import token_batch
 from sigprop.model import Transformer
+from sigprop.model.config import apply_overrides
 from sigprop.presets import PRESETS
 from sigprop.resolved import forward_sweep, pairwise_forward
 from sigprop.terminal import progress_bar
@@ -49,13 +49,6 @@ from sigprop.terminal import progress_bar
 
 class _Captured(Exception):
     """Raised by the last hook: the layers above are not needed."""
-
-
-def parse_set(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE (got {text!r})")
-    return key, value
 
 
 def pooled(gram: torch.Tensor, keep: torch.Tensor) -> np.ndarray:
@@ -120,15 +113,16 @@ def exact_attention(mha, x: torch.Tensor, keep: torch.Tensor, heads: int, seed: 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="fig4-dslm-pre", choices=sorted(PRESETS))
-    ap.add_argument("--set", type=parse_set, action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     ap.add_argument("--layers", type=int, nargs="+", default=[10, 50, 100, 150])
     ap.add_argument("--seeds", type=int, default=48)
     ap.add_argument("--heads", type=int, default=64, help="attention draws per sequence (truth and rule)")
     args = ap.parse_args()
     preset = PRESETS[args.preset]
-    cfg = preset.config()
-    if args.set:
-        cfg = replace(cfg, **{k: type(getattr(cfg, k))(v) for k, v in args.set})
+    try:
+        cfg = apply_overrides(preset.config(), args.set)
+    except ValueError as err:
+        ap.error(str(err))
     if cfg.arch != "encoder" or cfg.norm_position != "pre" or cfg.norm != "layernorm":
         ap.error("a Pre-LN LayerNorm encoder is needed (its attention and FFN read a norm's output)")
     if args.seeds < 3 or any(not 0 <= layer < cfg.n_layers for layer in args.layers):
@@ -170,7 +164,7 @@ def main():
                 attn_truth[layer].append(pooled(exact_attention(mha, got[(layer, "x")], keep, args.heads,
                                                                 seed=7_000 + seed), keep))
             bar.advance(task)
-    print(f"{args.preset}{''.join(f' {k}={v}' for k, v in args.set)}: d = {cfg.d_model}, {args.seeds} seeds, "
+    print(f"{args.preset}{''.join(f' {kv}' for kv in args.set)}: d = {cfg.d_model}, {args.seeds} seeds, "
           f"batch {B} x {cfg.seq_len}; Δ = seeds' mean − rule on the seeds' mean input (jackknife SE)")
     print("layer | stream corr: sweep / seeds ± SE | norm² spread | attn LN corr Δ ± SE (z) xK | "
           "FFN LN corr Δ ± SE (z) xK | attention var Δ% ± SE (z) | attention corr Δ ± SE (z) | FFN var Δ% / cov Δ%")

@@ -19,13 +19,20 @@ draws them; Δ = the seeds' mean minus the rule at the seeds' mean input, with i
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 import torch
 
 from sigprop.experiment import token_batch
-from sigprop.in_situ import attention_delta, check_supported, collect_seed_inputs, ffn_delta, layernorm_delta, pooled
+from sigprop.in_situ import (
+    attention_delta,
+    check_supported,
+    collect_seed_inputs,
+    ffn_delta,
+    jackknife,
+    layernorm_delta,
+    pooled,
+)
 from sigprop.model import Transformer
 from sigprop.model.config import apply_overrides
 from sigprop.presets import PRESETS
@@ -36,13 +43,12 @@ from sigprop.terminal import progress_bar
 def stream_cells(sweep, stream: torch.Tensor, keep: torch.Tensor, layer: int, d: int) -> str:
     """The sweep's stream correlation against the seeds' pooled one (jackknife SE), and the norm² spread."""
     per_seed = np.array([pooled(g, keep) for g in stream])
-    total, n = per_seed.sum(0), len(per_seed)
-    loo = np.array([(total[1] - row[1]) / (total[0] - row[0]) for row in per_seed])  # leave one seed out
-    corr_se = math.sqrt((n - 1) / n * ((loo - loo.mean()) ** 2).sum())
     th = pooled(sweep.layer_inputs[layer][0], keep)
+    # the sweep's value stands as a constant "rule": the jackknife is then that of the seeds' pooled correlation
+    delta, se = jackknife(per_seed, lambda s: th, lambda v: v[1] / v[0])
     norms = torch.diagonal(stream, dim1=-2, dim2=-1)  # (seeds, B, L): |x_j|²/d
     spread = float((norms.var(0) / norms.mean(0) ** 2).mean()) / (2.0 / d)
-    return f"{th[1] / th[0]:.4f} / {total[1] / total[0]:.4f} ± {corr_se:.4f} | {spread:.2f}"
+    return f"{th[1] / th[0]:.4f} / {th[1] / th[0] + delta:.4f} ± {se:.4f} | {spread:.2f}"
 
 
 def main():

@@ -84,9 +84,7 @@ def exact_attention_gram(mha, x: torch.Tensor, keep: torch.Tensor, heads: int, s
     sq, sk, sv = (float(np.asarray(v)) for v in mha._declared())
     p, d_k = float(mha.dropout_p), mha.d_head
     B, L, d = x.shape
-    blocked = ~keep[:, None, None, :]
-    if mha.causal:
-        blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
+    blocked = ag.blocked_scores(keep, mha.causal)
     total = torch.zeros(B, L, L, dtype=torch.float64)
     for _, zq, zk, u in ag._draws(heads, L, d, d_k, p > 0.0, seed):
         o = ag._value_free(x.double()[:, None], zq, zk, u, sq, sk, d_k, p, blocked)

@@ -151,11 +151,17 @@ def _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2, p, causal, key_mask,
         raise ValueError(f"key_mask must have shape {(B, L)}, got {tuple(keep.shape)}")
     if not bool(keep.any(dim=1).all()):
         raise ValueError("key_mask: every sequence needs at least one real token")
-    blocked = ~keep[:, None, None, :]  # (B, 1 head, 1 query, L keys)
+    return B, L, d_in, d_k, sq, sk, sv, p, heads, keep, blocked_scores(keep, causal)
+
+
+def blocked_scores(keep: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The score mask (B, 1 head, L queries, L keys), True where a score is blocked: padded keys (``keep`` (B, L) False)
+    and, ``causal``, future keys. A padded query with no visible key is left unblocked (finite, unused)."""
+    L = keep.shape[-1]
+    blocked = ~keep[:, None, None, :]
     if causal:
         blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
-    blocked = blocked & ~blocked.all(dim=-1, keepdim=True)  # a padded query with no visible key: finite, unused
-    return B, L, d_in, d_k, sq, sk, sv, p, heads, keep, blocked
+    return blocked & ~blocked.all(dim=-1, keepdim=True)
 
 
 def _input_maps(gram: torch.Tensor, d_in: int) -> tuple[torch.Tensor, torch.Tensor]:

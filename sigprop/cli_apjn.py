@@ -135,6 +135,7 @@ def apjn_command(
     inputs (q⁰, p⁰) = (1, 0.2), 64 blocks, pre-LN and Derf α ∈ {0.5, 1, 1.5}.
     """
     from .apjn.experiment import compare_apjn, curve_checks, growth_order
+    from .devices import check_device
     from .jsonio import write_json_atomic
 
     try:
@@ -145,6 +146,8 @@ def apjn_command(
         setups = _setups(norm, alpha, blocks=blocks, sigma_21=sigma_ffn, sigma_ov=sigma_attn, d_model=width,
                          n_heads=heads, tokens=tokens, activation=activation, q0=q0, p0=p0, inputs=inputs,
                          samples=samples, probes=probes, seeds=seeds, stride=stride, kind=kind)
+        if device is not None:
+            check_device(device)
     except ValueError as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from None

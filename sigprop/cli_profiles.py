@@ -26,7 +26,9 @@ Seeds = Annotated[int, typer.Option(help="Independently initialised models to av
 BatchSize = Annotated[int, typer.Option(help="Sequences per batch (default: the preset's, else 8).")]
 Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library).")]
 Synthetic = Annotated[bool, typer.Option(help="Use i.i.d. Zipf(1) tokens instead of real text.")]
-Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu).")]
+Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu); a "
+                                     "comma-separated list (cuda:0,cuda:1) measures the seeds on all of them in "
+                                     "parallel, one process each, with the same result.")]
 AttentionHeads = Annotated[int, typer.Option(
     help="Heads drawn per layer by the sampled attention rule (used for large attention scores and causal masks; "
          "its standard error falls like 1/sqrt(heads); ~0.45 s per layer at 128 heads, d = 256, L = 128).")]
@@ -288,7 +290,7 @@ def compare_command(
                                                              predict_progress=lambda k: bar.advance(ptask, k),
                                                              attention_heads=attention_heads,
                                                              token_resolved=token_resolved)
-    except (ValueError, NotImplementedError, FileNotFoundError) as err:
+    except (ValueError, NotImplementedError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
     if json_path:
         comparison.write_json(json_path)

@@ -18,8 +18,8 @@ from .moments import GradMoments
 from .profile import Profile
 from .seed_average import average_profiles
 
-__all__ = ["token_batch", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config", "compare_steps",
-           "GRAD_BOUNDARIES"]
+__all__ = ["token_batch", "measure_seed", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config",
+           "compare_steps", "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -48,28 +48,46 @@ def _to(batch: dict, device) -> dict:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
 
-def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
-                  progress: Callable[[int], None] | None = None, device=None) -> Profile:
-    """Measure ``seeds`` independently initialised models of ``config`` on ``batch`` (training mode: dropout on,
-    as the theory assumes) and average their per-site statistics, correlations pooled as mean covariance over mean
-    variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds and standard errors.
-    Weights are drawn on the CPU from the seed (identical on every device), then moved to ``device``."""
+def measure_seed(config: TransformerConfig, batch: dict, seed: int, device=None) -> Profile:
+    """The measured profile of one model of ``config``, its weights drawn on the CPU from ``seed`` (identical on
+    every device) and moved to ``device``, in training mode (dropout on, masks from ``torch.manual_seed(10_000 +
+    seed)``), on ``batch`` (moved to ``device``; a no-op where it is already there)."""
     from .measurement import measure
 
-    profiles = []
-    on_device = _to(batch, device) if device is not None else batch
-    for s in range(seed0, seed0 + seeds):
-        model = Transformer(config, generator=torch.Generator().manual_seed(s))
-        if device is not None:
-            model = model.to(device)
-        model.train()
-        torch.manual_seed(10_000 + s)  # dropout masks
-        profiles.append(measure(model, on_device))
-        del model
-        if progress is not None:
-            progress(1)
+    model = Transformer(config, generator=torch.Generator().manual_seed(seed))
+    if device is not None:
+        model, batch = model.to(device), _to(batch, device)
+    model.train()
+    torch.manual_seed(10_000 + seed)  # dropout masks
+    return measure(model, batch)
+
+
+def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
+                  progress: Callable[[int], None] | None = None, device=None) -> Profile:
+    """Measure ``seeds`` independently initialised models of ``config`` (seeds ``seed0`` … ``seed0 + seeds − 1``,
+    :func:`measure_seed`) on ``batch`` and average their per-site statistics, correlations pooled as mean covariance
+    over mean variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds, the devices and standard errors.
+    ``device``: a torch device, or several (a comma-separated string or a list, :func:`sigprop.devices.parse_devices`),
+    which then measure the seeds in parallel, one process each (:mod:`sigprop.seed_workers`), with the same result.
+    ``ValueError`` for an unavailable device, before anything is measured."""
+    from .devices import parse_devices
+
+    devices = parse_devices(device)
+    seed_list = list(range(seed0, seed0 + seeds))
+    if len(devices) > 1:
+        from .seed_workers import measure_on_devices
+
+        profiles = measure_on_devices(config, batch, seed_list, devices, progress)
+    else:
+        on_device = _to(batch, devices[0])
+        profiles = []
+        for s in seed_list:
+            profiles.append(measure_seed(config, on_device, s, devices[0]))
+            if progress is not None:
+                progress(1)
     n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
-    return average_profiles(profiles, config.to_dict(), {"seeds": list(range(seed0, seed0 + seeds)), "tokens": n_tok})
+    return average_profiles(profiles, config.to_dict(), {"seeds": seed_list, "tokens": n_tok,
+                                                         "devices": [str(d) for d in devices]})
 
 
 def measured_boundary(measured: Profile) -> GradMoments:
@@ -125,9 +143,13 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     ``predict_progress(k)``: k layer sweeps of the prediction done (:func:`compare_steps` in all). With the
     measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
     minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the
-    backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`."""
+    backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
+    :func:`measure_seeds`."""
+    from .devices import parse_devices
+
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
+    device = parse_devices(device)  # a missing device stops the run before minutes of predicting
     kw = {"attention_heads": attention_heads, "token_resolved": token_resolved, "progress": predict_progress}
     if grad_boundary == "theory":
         predicted = predict_for_batch(config, batch, **kw)

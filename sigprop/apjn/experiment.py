@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..devices import check_device
 from ..model.vit import vit_config
 from ..validate import check_choice, check_integer, check_number
 from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
@@ -246,7 +247,9 @@ def compare_apjn(setup: ApjnSetup, progress: Callable[[int], None] | None = None
     """Theory vs Hutchinson measurement for ``setup``: one :class:`ApjnCurve` for equiangular inputs, one per
     digits image (the first ``samples`` images of the data set) otherwise. ``progress`` is called with 1 after each
     measured model (``setup.seeds`` per curve); ``device`` runs the models there (weights are drawn on the CPU from
-    the seed, so every device measures the same models)."""
+    the seed, so every device measures the same models); ``ValueError`` if this machine lacks it."""
+    if device is not None:
+        device = check_device(device)
     if setup.inputs == "equiangular":
         seen: list = []
         return [_one_curve(setup, _equiangular_source(setup), seen, None, progress, device)]

@@ -101,8 +101,8 @@ def _profile_table(title: str, predicted=None, measured=None) -> Table:
             if predicted is not None:
                 cells.append(f"{getattr(r, q):.4g}")
             if measured is not None:
-                m = other[(r.layer, r.site)] if other is not None else r
-                cells.append(f"{getattr(m, q):.4g}")
+                m = other.get((r.layer, r.site)) if other is not None else r
+                cells.append("–" if m is None else f"{getattr(m, q):.4g}")  # a comparison file holds no input row
         table.add_row(*cells)
     return table
 
@@ -136,6 +136,33 @@ def _measured_setup(preset, config_file, overrides, seeds, batch_size, data, syn
     seeds = seeds or (chosen.seeds if chosen else 4)
     batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
     return config, seeds, batch
+
+
+def _batch_source(data, synthetic) -> str:
+    """What a measurement's batch was read from, as its meta records it and ``--measured`` reads it back."""
+    return "synthetic" if synthetic else (str(data) if data is not None else "stdlib")
+
+
+def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data, synthetic, device):
+    """(config, measured profile, batch) for ``compare --measured PATH``: the file's configuration, and its batch
+    rebuilt (same size and source unless ``--batch-size`` / ``--data`` / ``--synthetic`` say otherwise)."""
+    from .comparison import read_measured
+    from .model.config import config_from_dict
+
+    clashing = [flag for flag, v in (("--preset", preset), ("--config", config_file), ("--set", overrides),
+                                     ("--seeds", seeds), ("--device", device)) if v]
+    if clashing:
+        raise ValueError(f"--measured takes the model and its seeds from the file: leave out {', '.join(clashing)}")
+    measured = read_measured(path)
+    config = config_from_dict(measured.config)
+    if batch_size is None:
+        batch_size = measured.meta.get("sequences") or int(measured.meta.get("tokens", 0)) // config.seq_len or None
+    if batch_size is None:
+        raise ValueError(f"{path} does not say how many sequences were measured: pass --batch-size")
+    source = measured.meta.get("batch_source", "stdlib")
+    if data is None and not synthetic:
+        synthetic, data = source == "synthetic", (None if source in ("stdlib", "synthetic") else Path(source))
+    return config, measured, _batch(config, int(batch_size), data, synthetic, 0)
 
 
 def _print_written(*labelled):
@@ -233,6 +260,7 @@ def measure_command(
         with progress_bar() as bar:
             task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
             profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k), device=device)
+        profile.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
     if json_path:
@@ -264,6 +292,10 @@ def compare_command(
     list_presets: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
     attention_heads: AttentionHeads = DEFAULT_HEADS,
     token_resolved: TokenResolved = None,
+    measured_path: Path = typer.Option(None, "--measured", help="Compare against this measurement instead of "
+                                       "measuring: a `sigprop measure --json` or `sigprop compare --json` file "
+                                       "(from other machines, or an earlier run). Its model and batch are reused "
+                                       "and only the prediction runs."),
 ):
     """Predict and measure the same model and report how well the theory predicts every layer.
 
@@ -280,16 +312,26 @@ def compare_command(
                           f"{p.seeds} seeds × {p.batch_size}×{c.seq_len} tokens")
         raise typer.Exit()
     try:
-        config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
+        stored = None
+        if measured_path is not None:
+            config, stored, batch = _stored_setup(measured_path, preset, config_file, overrides, seeds, batch_size,
+                                                  data, synthetic, device)
+            seeds = len(stored.meta.get("seeds", []))
+        else:
+            config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data,
+                                                   synthetic)
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                 total=compare_steps(config, grad_boundary, token_resolved))
-            task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
+                                 total=compare_steps(config, grad_boundary, token_resolved, stored is not None))
+            task = None if stored else bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds",
+                                                    total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,
                                                              progress=lambda k: bar.advance(task, k), device=device,
                                                              predict_progress=lambda k: bar.advance(ptask, k),
                                                              attention_heads=attention_heads,
-                                                             token_resolved=token_resolved)
+                                                             token_resolved=token_resolved, measured=stored)
+        if stored is None:
+            measured.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, NotImplementedError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
     if json_path:
@@ -297,7 +339,8 @@ def compare_command(
     if plot:
         from .plots import plot_profiles
 
-        name = (preset or "model") + (f" ({', '.join(overrides)})" if overrides else "")
+        name = (preset or (measured_path.stem if measured_path else "model")) + (f" ({', '.join(overrides)})"
+                                                                                 if overrides else "")
         plot_profiles(plot, predicted, measured, title=f"{name}: theory vs measurement",
                       summary={q: s.to_dict() for q, s in comparison.summaries.items()})
     console.print(_profile_table(f"theory vs measurement ({seeds} seeds; gradient boundary: "

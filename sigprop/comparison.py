@@ -32,7 +32,7 @@ from .jsonio import write_json_atomic
 from .profile import QUANTITIES, Profile
 from .seed_spread import heavy_tails
 
-__all__ = ["Comparison", "QuantitySummary", "compare", "summarise"]
+__all__ = ["Comparison", "QuantitySummary", "compare", "summarise", "measured_from_json", "read_measured"]
 
 
 @dataclass(frozen=True)
@@ -142,3 +142,41 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
                  for q in quantities}
     tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
     return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {})
+
+
+def measured_from_json(data: dict) -> Profile:
+    """The measured :class:`~sigprop.profile.Profile` held by a JSON object: a measured profile (``sigprop measure
+    --json``, every site) or a comparison (``sigprop compare --json``: the compared site's rows, its ``meas_*``
+    columns, and the measurement's meta with the standard errors of every site). Plain JSON; nothing is unpickled.
+    ``ValueError`` for any other object."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "measured":
+        return Profile.from_json(data)
+    if kind == "comparison":
+        rows = [{"layer": r["layer"], "site": r.get("site", data.get("site", "layer")),
+                 **{q: r.get(f"meas_{q}") for q in QUANTITIES}} for r in data.get("per_layer", [])]
+        return Profile.from_json({"kind": "measured", "config": data.get("config", {}),
+                                  "meta": data.get("measured_meta", {}), "per_site": rows})
+    raise ValueError("expected a measured profile (sigprop measure --json) or a comparison (sigprop compare --json), "
+                     f"got an object of kind {kind!r}")
+
+
+def read_measured(path) -> Profile:
+    """:func:`measured_from_json` of the JSON file at ``path``; ``ValueError`` naming the file if it is missing,
+    not JSON, or not a measurement."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"measurement file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    try:
+        profile = measured_from_json(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+    if not profile.rows:
+        raise ValueError(f"{path}: the measurement has no rows")
+    return profile

@@ -19,7 +19,7 @@ from .profile import Profile
 from .seed_average import average_profiles
 
 __all__ = ["token_batch", "measure_seed", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config",
-           "compare_steps", "GRAD_BOUNDARIES"]
+           "compare_steps", "batch_fingerprint", "check_same_batch", "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -42,6 +42,19 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
 
         ids = load_batch(batch_size, config.seq_len, path=data, vocab_size=config.vocab_size, seed=seed)
     return make_batch(config, ids, generator=gen)
+
+
+def batch_fingerprint(batch: dict) -> str:
+    """SHA-256 of a batch's tensors (name, dtype, shape and values, in name order): a measurement records it so that
+    a later comparison against it (:func:`compare_config` with ``measured``) can check it predicts the same batch."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for key in sorted(k for k, v in batch.items() if isinstance(v, torch.Tensor)):
+        t = batch[key].detach().cpu().contiguous()
+        h.update(f"{key}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
 
 
 def _to(batch: dict, device) -> dict:
@@ -69,7 +82,8 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     over mean variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds, the devices and standard errors.
     ``device``: a torch device, or several (a comma-separated string or a list, :func:`sigprop.devices.parse_devices`),
     which then measure the seeds in parallel, one process each (:mod:`sigprop.seed_workers`), with the same result.
-    ``ValueError`` for an unavailable device, before anything is measured."""
+    ``ValueError`` for an unavailable device, before anything is measured. ``meta["batch_sha256"]``:
+    :func:`batch_fingerprint` of ``batch``."""
     from .devices import parse_devices
 
     devices = parse_devices(device)
@@ -87,6 +101,8 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
                 progress(1)
     n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
     return average_profiles(profiles, config.to_dict(), {"seeds": seed_list, "tokens": n_tok,
+                                                         "sequences": int(batch["inputs"].shape[0]),
+                                                         "batch_sha256": batch_fingerprint(batch),
                                                          "devices": [str(d) for d in devices]})
 
 
@@ -120,23 +136,37 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
 
 
 def compare_steps(config: TransformerConfig, grad_boundary: str = "measured",
-                  token_resolved: bool | None = None) -> int:
+                  token_resolved: bool | None = None, measured_given: bool = False) -> int:
     """The number of ``predict_progress`` steps :func:`compare_config` reports for a batch of ``config``'s input:
     the forward sweeps before measuring, then the whole prediction from the measured boundary (its cached forward
-    sweep counted again, instantly), or one prediction from theory (:func:`sigprop.theory.prediction_steps`)."""
+    sweep counted again, instantly), or one prediction from theory (:func:`sigprop.theory.prediction_steps`); one
+    prediction when the measurement is given (``measured_given``)."""
     from .theory import prediction_steps
 
     tokens = config.input == "tokens"
     steps = prediction_steps(config, tokens, token_resolved, labels_given=True)
-    if grad_boundary == "measured":
+    if grad_boundary == "measured" and not measured_given:
         steps += prediction_steps(config, tokens, token_resolved, labels_given=True, gradients=False)
     return steps
+
+
+def check_same_batch(measured: Profile, batch: dict) -> None:
+    """``ValueError`` unless ``batch`` is the batch ``measured`` was measured on (its ``meta["batch_sha256"]``;
+    a measurement without one, written before it was recorded, is taken on trust) and ``measured`` is of one
+    model's configuration at all (a ``config`` present)."""
+    if not measured.config:
+        raise ValueError("the measurement holds no model configuration")
+    want = measured.meta.get("batch_sha256")
+    if want is not None and want != batch_fingerprint(batch):
+        raise ValueError("the batch rebuilt for the prediction is not the one measured (another corpus, tokenizer "
+                         "cache or batch size?): pass the --data / --synthetic / --batch-size of the measurement")
 
 
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
                    progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
-                   token_resolved: bool | None = None) -> tuple[Profile, Profile, Comparison]:
+                   token_resolved: bool | None = None,
+                   measured: Profile | None = None) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
@@ -144,20 +174,28 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
     minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the
     backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
-    :func:`measure_seeds`."""
+    :func:`measure_seeds`. ``measured``: a measurement made before (e.g. on other machines, :func:`read_measured
+    <sigprop.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`): nothing is
+    measured and ``seeds``, ``device`` and ``progress`` are unused."""
     from .devices import parse_devices
 
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
-    device = parse_devices(device)  # a missing device stops the run before minutes of predicting
     kw = {"attention_heads": attention_heads, "token_resolved": token_resolved, "progress": predict_progress}
-    if grad_boundary == "theory":
-        predicted = predict_for_batch(config, batch, **kw)
+    predicted = None
+    if measured is None:
+        device = parse_devices(device)  # a missing device stops the run before minutes of predicting
+        # predict first: a model outside the rules' domain fails before minutes of measuring
+        predicted = predict_for_batch(config, batch, gradients=grad_boundary == "theory", **kw)
         measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-        return predicted, measured, compare(predicted, measured)
-    predict_for_batch(config, batch, gradients=False, **kw)
-    measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-    predicted = predict_for_batch(config, batch, measured_boundary(measured), **kw)
-    top_layer = measured.site("layer")[-1].layer
-    predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
+    elif measured.kind != "measured":
+        raise ValueError(f"compare_config: measured must be a measured profile (got kind {measured.kind!r})")
+    else:
+        check_same_batch(measured, batch)
+    if grad_boundary == "measured":
+        predicted = predict_for_batch(config, batch, measured_boundary(measured), **kw)
+        top_layer = measured.site("layer")[-1].layer
+        predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
+    elif predicted is None:
+        predicted = predict_for_batch(config, batch, **kw)
     return predicted, measured, compare(predicted, measured)

@@ -110,3 +110,31 @@ def test_measure_notes_a_heavy_tailed_seed_mean(tmp_path):
     assert fig.stat().st_size > 10_000
     text = " ".join(result.output.split())
     assert "grad_var is skewed across seeds" in text and "Cochran's rule asks for" in text
+
+
+def test_compare_against_a_stored_measurement(tmp_path):
+    """--measured reuses a measurement (a measure or a compare JSON) and its batch: the same comparison, no
+    measuring; a different batch or a clashing option is refused."""
+    small = [*SMALL, "--synthetic", "--batch-size", "2"]
+    first, measured = tmp_path / "c.json", tmp_path / "m.json"
+    assert runner.invoke(app, ["compare", *small, "--seeds", "2", "--json", str(first)]).exit_code == 0
+    assert runner.invoke(app, ["measure", *small, "--seeds", "2", "--json", str(measured)]).exit_code == 0
+    again, from_measure = tmp_path / "c2.json", tmp_path / "c3.json"
+    result = runner.invoke(app, ["compare", "--measured", str(first), "--json", str(again)])
+    assert result.exit_code == 0, result.output
+    assert "measure 3 layers" not in result.output
+    a, b = json.loads(first.read_text()), json.loads(again.read_text())
+    assert a["per_layer"] == b["per_layer"] and a["summary"] == b["summary"]
+    assert a["measured_meta"]["batch_source"] == "synthetic"
+    result = runner.invoke(app, ["compare", "--measured", str(measured), "--json", str(from_measure)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(from_measure.read_text())["per_layer"] == a["per_layer"]  # same seeds, same batch
+    for extra, message in ((["--seeds", "3"], "leave out --seeds"), (["--set", "n_layers=2"], "leave out --set"),
+                           (["--batch-size", "3"], "not the one measured")):
+        result = runner.invoke(app, ["compare", "--measured", str(measured), *extra])
+        assert result.exit_code == 2 and message in result.output, result.output
+    (tmp_path / "p.json").write_text(json.dumps({"kind": "predicted", "per_layer": []}))
+    for path, message in ((tmp_path / "p.json", "got an object of kind 'predicted'"),
+                          (tmp_path / "none.json", "not found")):
+        result = runner.invoke(app, ["compare", "--measured", str(path)])
+        assert result.exit_code == 2 and message in result.output, result.output

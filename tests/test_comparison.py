@@ -53,3 +53,4 @@ def test_noise_ceiling_needs_every_row_s_standard_error():
     s = summarise("fwd_var", [1.0, 1.5, 2.0], [1.1, 1.4, 2.0], [0.1, 0.1, 0.1])
     ss_tot = np.sum((np.array([1.1, 1.4, 2.0]) - np.mean([1.1, 1.4, 2.0])) ** 2)
     assert s.r2_noise_ceiling == pytest.approx(1 - 0.03 / ss_tot, rel=1e-12)
+

@@ -94,7 +94,7 @@ def main():
         out.append(f"| Post-LN Xavier: per-layer gradient factor exp(slope of log σ²_g), layers {lo:.0f}–{hi:.0f} "
                    f"(App. E.2) | {np.exp(sp):.4f} | {np.exp(sm):.4f} (R² of log fit {r2m:.4f}) | within 1% |")
 
-    for name in ("fig4-dslm-pre", "fig4-dslm-post"):
+    for name in ("fig4-dslm-pre", "fig4-dslm-post", "vit-dslm"):
         d = load(folder, name)
         if d:
             _, get = d
@@ -105,7 +105,7 @@ def main():
                        "[0.8, 1.25] |")
             out.append(f"| {name}: first-to-last gradient variance ratio | {gp[0] / gp[-1]:.3f} | "
                        f"{gm[0] / gm[-1]:.3f} | [0.5, 2] |")
-            if name.endswith("pre"):
+            if d[0]["config"]["norm_position"] == "pre":
                 c = d[0]["config"]
                 c6 = float(np.mean(get("meas_grad_corr") / get("meas_fwd_corr")))
                 law = float(np.exp(-c["beta_k"] * (1.0 - c6)))

@@ -124,17 +124,23 @@ def _summary_table(comparison, title: str = "agreement per quantity (layer outpu
 
 
 def _batch(config, batch_size, data, synthetic, seed):
-    from .experiment import token_batch
+    """(config, batch) of :func:`sigprop.experiment.config_batch`, saying so when a DSLM patch model's input
+    correlation was taken from the batch."""
+    from .experiment import config_batch
 
-    with console.status("reading the corpus and tokenising (cached after the first run) ..."):
-        return token_batch(config, batch_size=batch_size, data=data, seed=seed, synthetic=synthetic)
+    with console.status("building the batch (a corpus is tokenised once, then cached) ..."):
+        filled, batch = config_batch(config, batch_size=batch_size, data=data, seed=seed, synthetic=synthetic)
+    if filled.input_corr != config.input_corr:
+        console.print(f"input_corr = {filled.input_corr:.4f}: the token correlation of this batch's images after the "
+                      "patch embedding (DSLM's schedule starts from it, App. H)")
+    return filled, batch
 
 
 def _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic):
     """(config, seeds, batch) for measure / compare: the preset's seeds and batch size unless given."""
     config, chosen = resolve_config(preset, config_file, overrides)
     seeds = seeds or (chosen.seeds if chosen else 4)
-    batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
+    config, batch = _batch(config, batch_size or (chosen.batch_size if chosen else 8), data, synthetic, 0)
     return config, seeds, batch
 
 
@@ -162,7 +168,8 @@ def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data,
     source = measured.meta.get("batch_source", "stdlib")
     if data is None and not synthetic:
         synthetic, data = source == "synthetic", (None if source in ("stdlib", "synthetic") else Path(source))
-    return config, measured, _batch(config, int(batch_size), data, synthetic, 0)
+    config, batch = _batch(config, int(batch_size), data, synthetic, 0)
+    return config, measured, batch
 
 
 def _print_written(*labelled):
@@ -195,7 +202,9 @@ def predict_command(
 
     try:
         config, _ = resolve_config(preset, config_file, overrides)
-        batch = _batch(config, batch_size, data, False, 0) if (data is not None or real) else None
+        batch = None
+        if data is not None or real or config.input == "patches":  # a patch model's input moments need images
+            config, batch = _batch(config, batch_size, data, False, 0)
         with progress_bar() as bar:
             task = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
                                 total=prediction_steps(config, batch is not None, token_resolved,

@@ -19,7 +19,7 @@ from .profile import Profile
 from .seed_average import average_profiles
 
 __all__ = ["token_batch", "measure_seed", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config",
-           "compare_steps", "batch_fingerprint", "check_same_batch", "GRAD_BOUNDARIES"]
+           "compare_steps", "image_batch", "config_batch", "batch_fingerprint", "check_same_batch", "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -42,6 +42,56 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
 
         ids = load_batch(batch_size, config.seq_len, path=data, vocab_size=config.vocab_size, seed=seed)
     return make_batch(config, ids, generator=gen)
+
+
+def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, synthetic: bool = False) -> dict:
+    """A batch for a patch model of ``config``: ``batch_size`` of scikit-learn's digits (bundled, nothing
+    downloaded; drawn at random from ``seed``), upsampled to ``config.image_size``, pixels scaled to unit mean
+    square over the data set and copied to every channel, with their digit as the class
+    (:func:`sigprop.data.digits.digits`, ``normalise="rms"``), or with ``synthetic`` i.i.d. uniform pixels of unit
+    mean square and uniformly random classes. Kedia et al. App. H normalises images to about unit variance; keeping
+    the pixels non-negative keeps the patches' inner products, hence the input token correlation the rules need,
+    non-negative (standardised digits give about −0.007; App. H measures 0.46 for ImageNet). ``ValueError`` for a
+    token model, a batch larger than the data set, or fewer classes than digits."""
+    from .data.digits import N_DIGIT_CLASSES, N_DIGITS, digits
+
+    if config.input != "patches":
+        raise ValueError("image_batch: this config takes tokens, not image patches")
+    gen = torch.Generator().manual_seed(seed)
+    shape = (batch_size, config.channels, config.image_size, config.image_size)
+    if synthetic:
+        return make_batch(config, torch.rand(shape, generator=gen) * 3.0**0.5,  # E[u²] = 1 for u ~ U(0, √3)
+                          labels=torch.randint(config.n_classes, (batch_size,), generator=gen))
+    if config.n_classes < N_DIGIT_CLASSES:
+        raise ValueError(f"the digits have {N_DIGIT_CLASSES} classes but the model has n_classes = {config.n_classes}: "
+                         "set n_classes >= 10, or use synthetic images")
+    if batch_size > N_DIGITS:
+        raise ValueError(f"batch_size must be <= {N_DIGITS} (the digits data set)")
+    images, labels = digits(count=batch_size, size=config.image_size, channels=config.channels, generator=gen,
+                            normalise="rms")
+    return make_batch(config, images, labels=labels)
+
+
+def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
+                 synthetic: bool = False) -> tuple[TransformerConfig, dict]:
+    """(config, batch) for measuring and predicting ``config``: :func:`token_batch` for a token model,
+    :func:`image_batch` for a patch model (``data`` must then be None: the images are the bundled digits). A DSLM
+    patch model without ``input_corr`` gets the one of this batch (:func:`sigprop.theory.patch_input_correlation`,
+    Kedia et al. App. H: measured on the images, not assumed), so the returned config may differ from ``config``
+    in that field alone."""
+    if config.input == "tokens":
+        return config, token_batch(config, batch_size, data, seed, synthetic)
+    if data is not None:
+        raise ValueError("a patch model reads images: the bundled digits by default, or --synthetic; --data takes "
+                         "text")
+    batch = image_batch(config, batch_size, seed, synthetic)
+    if config.init == "dslm" and config.input_corr is None:
+        import dataclasses
+
+        from .theory import patch_input_correlation
+
+        config = dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
+    return config, batch
 
 
 def batch_fingerprint(batch: dict) -> str:
@@ -131,6 +181,8 @@ def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad
         kw["pad_id"] = PAD_ID
     if batch is None:
         return predict(config, batch_size=batch_size, **kw)
+    if config.input == "patches":
+        return predict(config, images=batch["inputs"], labels=batch["labels"], **kw)
     return predict(config, token_ids=batch["inputs"], labels=batch["labels"], segment_ids=batch.get("segment_ids"),
                    decoder_token_ids=batch.get("decoder_inputs"), **kw)
 
@@ -143,10 +195,9 @@ def compare_steps(config: TransformerConfig, grad_boundary: str = "measured",
     prediction when the measurement is given (``measured_given``)."""
     from .theory import prediction_steps
 
-    tokens = config.input == "tokens"
-    steps = prediction_steps(config, tokens, token_resolved, labels_given=True)
+    steps = prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
     if grad_boundary == "measured" and not measured_given:
-        steps += prediction_steps(config, tokens, token_resolved, labels_given=True, gradients=False)
+        steps += prediction_steps(config, True, token_resolved, labels_given=True, gradients=False)
     return steps
 
 

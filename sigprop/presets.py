@@ -1,6 +1,6 @@
 """Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
-rank-collapse and Q/K experiments of Secs. 3.3–3.4 (and the decoder form of Fig. 1), at a width a 2-core CPU
-measures in about two minutes.
+rank-collapse and Q/K experiments of Secs. 3.3–3.4, the decoder form of Fig. 1 and App. H's DeepScaleLM ViT, at a
+width a 2-core CPU measures in about two minutes.
 
 Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
 figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective
@@ -9,8 +9,9 @@ of 128 tokens, and average over 16 independently initialised models (``seeds``):
 over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
 per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
 shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.9 minutes for each
-of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all eight; README, "Performance"):
-about 100 s to measure, the rest the prediction's sampled attention heads.
+of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all nine; README, "Performance"):
+about 100 s to measure, the rest the prediction's sampled attention heads. ``vit-dslm`` classifies 8 of
+scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ PRESETS = {
     "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
                             "rule, moments averaged over positions",
                             dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "vit-dslm": Preset("DeepScaleLM ViT, Pre-LN: a patch model classifying images (digits, 8 × 64 patches), its "
+                       "input correlation from the images; forward and backward moments controlled (App. H, Fig. 11)",
+                       dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,
+                            norm_position="pre", init="dslm"), batch_size=8, figure="Kedia et al. App. H, Fig. 11"),
     "encdec-preln": Preset("Pre-LN encoder-decoder, 96 + 96 layers, Xavier: cross-attention (sampled rule); the "
                            "encoder's gradient arrives through the 96 cross-attentions",
                            dict(arch="encoder_decoder", n_layers=96, n_decoder_layers=96, norm_position="pre",

@@ -3,7 +3,8 @@
 The exchangeable state (:class:`~sigprop.moments.Moments`) gives every token pair one correlation. Here the state of a
 site is, per sequence of the batch, the per-element Gram matrix G_jl = E[x_j^a x_l^a] over the weights (B × L × L,
 zero mean, no hidden correlation), starting from the batch's own token ids (:meth:`Embedding.gram`: a repeated id,
-[MASK] included, shares its embedding row). Each component maps it with the rule it already has:
+[MASK] included, shares its embedding row) or a patch model's images (:meth:`PatchEmbedding.gram`: the patches'
+inner products). Each component maps it with the rule it already has:
 
 * a *token-wise* component (norm, linear, activation, FFN, dropout) acts on each token alone, so the joint law of
   its outputs at tokens j and l depends only on the pair's (G_jj, G_ll, G_jl): its exchangeable rule, applied to
@@ -29,7 +30,8 @@ is not token-wise, responds to the spread of the pair correlations and to positi
 mean.
 Assumes: the components' own assumptions (Gaussian given the Gram matrix, weights independent of the input), zero-mean
 sites (true at every site of a transformer at initialisation: each branch ends in a zero-mean linear layer). Encoder
-and decoder stacks of standard softmax attention; cross-attention and shaped attention have no Gram rule yet.
+(token or patch input) and decoder stacks of standard softmax attention; cross-attention and shaped attention have no
+Gram rule yet.
 """
 
 from __future__ import annotations
@@ -159,10 +161,8 @@ def mixes_tokens(module) -> bool:
 
 
 def resolved_supported(config) -> str | None:
-    """None if :func:`resolved_forward` covers models of ``config`` (a :class:`~sigprop.model.TransformerConfig`: a
-    token-input encoder or decoder of standard softmax attention), else the reason it does not."""
-    if config.input != "tokens":
-        return "patch input (the token-resolved state starts from token ids)"
+    """None if :func:`resolved_forward` covers models of ``config`` (a :class:`~sigprop.model.TransformerConfig`: an
+    encoder (token or patch input) or decoder of standard softmax attention), else the reason it does not."""
     if config.arch == "encoder_decoder":
         return "encoder-decoder (cross-attention has no token-resolved rule)"
     if config.attention != "standard":
@@ -239,12 +239,11 @@ def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | No
     reason = resolved_supported(model.config)
     if reason is not None:
         raise NotImplementedError(f"token-resolved theory: {reason}")
-    ids = torch.as_tensor(token_ids)
-    ids = ids[None] if ids.dim() == 1 else ids
-    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(ids.shape)
-    ctx = {"L": ids.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
+    start = model.embed.gram(torch.as_tensor(token_ids), segment_ids)  # (B, L, L)
+    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(start.shape[:2])
+    ctx = {"L": start.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
            "attention_seed": int(attention_seed), "attention_out": {}}
-    gram = pairwise_forward(model.embed_drop.forward_moments, model.embed.gram(ids, segment_ids))
+    gram = pairwise_forward(model.embed_drop.forward_moments, start)
     rows = {(-1, "input"): gram_moments(gram, mask)}
     previous, inputs = None, []
     for layer in model.layers:
@@ -264,7 +263,8 @@ def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor |
                      padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
                      attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> dict:
     """Token-resolved forward sweep of ``model`` (a :class:`~sigprop.model.Transformer`, its plan's declared
-    values; weights are never read) on the batch ``token_ids`` (B, L): {(layer, site): Moments} for the input
+    values; weights are never read) on the batch ``token_ids`` (B, L), or a patch model's images (B, C, H, W)
+    (:meth:`~sigprop.model.patch.PatchEmbedding.gram`): {(layer, site): Moments} for the input
     (−1, "input"), every branch output and every layer output, pooled as the measurement pools them
     (:func:`gram_moments`; ``padding_mask`` (B, L), True at real tokens, excludes padding from the pooling and from
     every softmax). ``attention_heads`` heads per sequence are sampled for each attention layer from

@@ -37,23 +37,30 @@ from .model.transformer import Transformer
 from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
-__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "head_gradient_scale", "different_target_term",
-           "sum_gradients", "prediction_steps", "DECODER_CAVEAT"]
+__all__ = ["predict", "input_moments_theory", "head_gradient_moments", "pooled_head_gradient_moments",
+           "head_gradient_scale", "patch_input_correlation", "different_target_term", "sum_gradients",
+           "prediction_steps", "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
-                         segment_ids: torch.Tensor | None = None, decoder: bool = False) -> tuple[Moments, str]:
+                         segment_ids: torch.Tensor | None = None, decoder: bool = False,
+                         images: torch.Tensor | None = None) -> tuple[Moments, str]:
     """Moments of the embedding output after its dropout (App. A.1), and a description of their source; with
     ``decoder`` those of an encoder–decoder's decoder input (the same embedding, its own dropout).
 
     With ``token_ids`` the token correlation is the batch's exact repetition correlation; without, the expectation
     for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
-    Segment embeddings: the exact repetition correlation of ``segment_ids``, else the embedding's default.
+    Segment embeddings: the exact repetition correlation of ``segment_ids``, else the embedding's default. A patch
+    model: the expectation over the patch embedding's weights on ``images`` (the batch's own images, App. A.2 and H;
+    :meth:`~sigprop.model.patch.PatchEmbedding.forward_moments`).
     """
     c = model.config
     if c.input != "tokens":
-        raise ValueError("a patch model's input moments come from data: pass input_moments= (e.g. "
-                         "model.embed.measured_moments(images))")
+        if images is None:
+            raise ValueError("a patch model's input moments come from its images: pass images= (a batch of "
+                             "(batch, channels, height, width)) or input_moments=")
+        return (model.embed_drop.forward_moments(model.embed.forward_moments(torch.as_tensor(images))),
+                "the batch's images through the patch embedding, in expectation over its weights (App. A.2, H)")
     if token_ids is not None:
         r, source = repetition_correlation(token_ids, pad_id=pad_id), "token ids of the batch (App. A.1)"
     else:
@@ -61,6 +68,21 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
     seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
     m = model.embed.forward_moments(r, **seg)
     return (model.dec_embed_drop if decoder else model.embed_drop).forward_moments(m), source
+
+
+def patch_input_correlation(config: TransformerConfig, images: torch.Tensor) -> float:
+    """The token correlation a patch model of ``config`` feeds its first layer on ``images`` (after the patch and
+    position embedding and the embedding dropout, in expectation over the weights: :func:`input_moments_theory`):
+    the ``input_corr`` that ``init="dslm"`` starts its correlation schedule from (Kedia et al. App. H, which
+    measures it as 0.46 for ViT on ImageNet). The embedding's standard deviations do not depend on ``input_corr``,
+    so any placeholder builds the model that computes it. ``ValueError`` for a token model."""
+    import dataclasses
+
+    if config.input != "patches":
+        raise ValueError("patch_input_correlation: the config takes tokens, not image patches")
+    model = Transformer(dataclasses.replace(config, input_corr=config.input_corr or 0.5), sample=False)
+    moments, _ = input_moments_theory(model, images=images)
+    return float(moments.corr)
 
 
 def head_gradient_scale(model: Transformer) -> tuple[float, int]:
@@ -76,6 +98,37 @@ def different_target_term(logit_cov, V):
     """(2 − exp C)/V: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − (2 − exp C)/V subtracts for two positions whose
     logits have covariance C (:func:`head_gradient_moments`)."""
     return (2.0 - np.exp(logit_cov)) / V
+
+
+def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: int = 1,
+                                 seq_len: int | None = None) -> tuple[GradMoments, str]:
+    """Gradient moments at the last layer's output for a patch model's objective: the mean cross-entropy over
+    ``n_images`` images of a classifier on the tokens' mean, z = W_head·(s·mean_t Norm(h_t)) (a ViT's mean-pooled
+    head, Kedia et al. App. H), at initialisation.
+
+    Every token of an image receives the same gradient, (s/L)·W_headᵀ(p − e_y)/B, so the gradient's token
+    correlation is exactly 1 and its per-element variance is s²σ²_h k/(L²B²), with B = ``n_images``, L the tokens
+    per image and k = E|p − e_y|² = V·E[p_1²] − 2/V + 1 (E[p_y] = 1/V exactly, the label being independent of the
+    logits). Given the pooled vector h̄ the V logits are i.i.d. N(0, Var z) with Var z = s²σ²_h d·E[h̄_i²],
+    E[h̄_i²] = μ² + σ²(1 + (L − 1)r)/L for Norm(h) of mean μ, variance σ² and token correlation r, and E[p_1²] is
+    the exact softmax moment (:func:`~sigprop.components.softmax.softmax_second_moment`: a ten-class head is far
+    from the V ≫ 1 of a language model's). The final norm's backward rule maps this to the last layer's output.
+    Assumes: the head independent of the hidden states (it is its own matrix); Var z the same for every image.
+    """
+    from .components.softmax import softmax_second_moment
+
+    c = model.config
+    scale, V = head_gradient_scale(model)
+    L = int(seq_len or c.seq_len)
+    B = int(check_range(n_images, "n_images", lo=1.0, allowed="integers >= 1"))
+    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var) * (1.0 + (L - 1.0) * np.asarray(normed.corr)) / L
+    var_z = scale * c.d_model * mean_sq
+    k = V * softmax_second_moment(var_z, V) - 2.0 / V + 1.0
+    g = GradMoments(var=scale * k / (L * L * B * B), corr=1.0 + 0.0 * np.asarray(k))
+    if model.final_norm is not None:
+        g = model.final_norm.backward_moments(g, m_top)
+    return g, f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
 
 
 def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
@@ -99,8 +152,12 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
     per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
     Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
+    A patch model's classifier reads the mean over tokens instead: :func:`pooled_head_gradient_moments`.
     """
     c = model.config
+    if c.input == "patches":
+        n_images = int(torch.as_tensor(labels).reshape(-1).shape[0]) if labels is not None else batch_size
+        return pooled_head_gradient_moments(model, m_top, n_images, seq_len)
     scale, V = head_gradient_scale(model)
     if labels is not None:
         lab = torch.as_tensor(labels)
@@ -251,7 +308,7 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, a
     and the backward sweep walks the layers again). ``compare`` runs the forward sweep before measuring and the
     backward sweep after, which a measured boundary only rescales; the layers' Gram matrices are freed after it."""
     from .resolved import forward_sweep
-    from .resolved_backward import gradient_rows, head_gradient_gram, resolved_backward
+    from .resolved_backward import gradient_rows, head_gradient_gram, pooled_head_gradient_gram, resolved_backward
 
     def key_of(t):
         return None if t is None else (tuple(t.shape), torch.as_tensor(t).cpu().numpy().tobytes())
@@ -274,7 +331,8 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, a
     if bkey is not None:
         if backward_pending:
             model, sweep = cached["model"], cached["sweep"]
-            top = head_gradient_gram(model, sweep.output, labels)
+            top = (pooled_head_gradient_gram(model, sweep.output) if model.config.input == "patches"
+                   else head_gradient_gram(model, sweep.output, labels))
             cached["backward"][bkey] = gradient_rows(resolved_backward(model, sweep, top, tick), padding)
             cached.update(model=None, sweep=None)  # 2 B·L² floats a layer: 0.8 GB at 768 layers, B = 4, L = 128
         else:
@@ -288,13 +346,15 @@ def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
                      token_resolved: bool | None = None, labels_given: bool = False, gradients: bool = True) -> int:
     """The number of ``progress`` steps :func:`predict` reports: a layer per sweep. Exchangeable: forward and
     backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved for a
-    decoder, or for an encoder with ``labels_given`` and ``token_resolved=True``; else the token-resolved forward on
-    top of both exchangeable sweeps. ``gradients=False``: the forward sweeps only."""
+    decoder and a patch model (its images given as ``token_ids_given``), or for an encoder with ``labels_given``
+    and ``token_resolved=True``; else the token-resolved forward on top of both exchangeable sweeps.
+    ``gradients=False``: the forward sweeps only."""
     from .resolved import resolved_supported
 
     sweeps = 2 if gradients else 1
     resolved = token_ids_given and token_resolved is not False and resolved_supported(config) is None
-    if resolved and (config.arch == "decoder" or (labels_given and token_resolved)):
+    both = config.arch == "decoder" or config.input == "patches" or (labels_given and token_resolved)
+    if resolved and both:
         return sweeps * config.n_layers
     return sweeps * config.total_layers + (config.n_layers if resolved else 0)
 
@@ -375,13 +435,15 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
             batch_size: int = 1, pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
             decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
             attention_seed: int = 0, token_resolved: bool | None = None,
-            progress: Callable[[int], None] | None = None, gradients: bool = True) -> Profile:
+            progress: Callable[[int], None] | None = None, gradients: bool = True,
+            images: torch.Tensor | None = None) -> Profile:
     """The predicted :class:`~sigprop.profile.Profile` of a freshly initialised model of ``config``.
 
-    ``token_ids`` (the model's input ids) sets the input correlation; ``input_moments`` overrides the input
-    boundary. ``grad_top`` sets the gradient moments at the last layer's output; otherwise they follow from the
-    loss (:func:`head_gradient_moments`) with ``labels`` (−100 = unlabelled; default: the config's masked-LM rate
-    or every position for a decoder, over ``batch_size`` sequences). ``seq_len`` (default ``config.seq_len``) is
+    ``token_ids`` (the model's input ids) sets the input correlation, or for a patch model ``images`` (its input
+    images, :func:`input_moments_theory`); ``input_moments`` overrides the input boundary. ``grad_top`` sets the
+    gradient moments at the last layer's output; otherwise they follow from the loss (:func:`head_gradient_moments`)
+    with ``labels`` (−100 = unlabelled; default: the config's masked-LM rate or every position for a decoder, over
+    ``batch_size`` sequences; a patch model's: one class per image). ``seq_len`` (default ``config.seq_len``) is
     the L of the attention rules.
 
     Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (bidirectional,
@@ -429,8 +491,18 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
     ctx = {"L": L, "attention_heads": int(attention_heads), "attention_seed": int(attention_seed)}
     tick = _tick(progress)
     meta = {"seq_len": L}
-    resolved = _use_resolved(model, token_ids, token_resolved, input_moments is not None)
-    if resolved:
+    patches = config.input == "patches"
+    resolved = _use_resolved(model, images if patches else token_ids, token_resolved, input_moments is not None)
+    if resolved and patches:  # both sweeps token by token, from the images and the pooled head's gradient
+        images = torch.as_tensor(images)
+        n_images = images.shape[0]
+        resolved_labels = torch.zeros(n_images, dtype=torch.long) if labels is None else torch.as_tensor(labels)
+        if resolved_labels.shape != (n_images,):
+            raise ValueError(f"a patch model's labels are one class per image: shape ({n_images},), got "
+                             f"{tuple(resolved_labels.shape)}")
+        return _predict_resolved(model, images, resolved_labels if gradients else None, None, None, grad_top,
+                                 int(attention_heads), int(attention_seed), tick, meta)
+    elif resolved:
         token_ids = torch.as_tensor(token_ids)
         token_ids = token_ids[None] if token_ids.dim() == 1 else token_ids
         resolved_labels = _resolved_labels(config, token_ids, labels, pad_id, token_resolved)
@@ -438,7 +510,8 @@ def predict(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
             return _predict_resolved(model, token_ids, resolved_labels if gradients else None, segment_ids, pad_id,
                                      grad_top, int(attention_heads), int(attention_seed), tick, meta)
     if input_moments is None:
-        input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids)
+        input_moments, meta["input_source"] = input_moments_theory(model, token_ids, pad_id, segment_ids,
+                                                                   images=images)
     else:
         meta["input_source"] = "given"
 
@@ -522,11 +595,15 @@ def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch
     it); which positions and pairs carry gradient, and how correlated, comes from the labels."""
     fwd_rows, grad_rows, meta["forward_state"] = _resolved_rows(model, token_ids, segment_ids, pad_id, labels, heads,
                                                                  seed, tick)
-    meta["input_source"] = "token ids of the batch (App. A.1), token by token"
+    patches = model.config.input == "patches"
+    meta["input_source"] = ("the batch's images through the patch embedding (App. A.2, H), token by token" if patches
+                            else "token ids of the batch (App. A.1), token by token")
     if labels is None:
         meta["grad_source"] = NO_GRADIENTS
     elif grad_top is None:
-        meta["grad_source"] = "cross-entropy of the batch's labels through the head (theory), token by token"
+        meta["grad_source"] = ("cross-entropy of the images' classes through the mean-pooled head (theory), token by "
+                               "token" if patches else
+                               "cross-entropy of the batch's labels through the head (theory), token by token")
     else:
         top = grad_rows[(model.config.n_layers - 1, "layer")]
         scale = _f(grad_top.var) / _f(top.var)
@@ -534,5 +611,6 @@ def _predict_resolved(model: Transformer, token_ids: torch.Tensor, labels: torch
         meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry gradient, "
                                "and how correlated, comes from the batch's labels")
     meta["attention_rule"] = f"token-resolved sampled: layers 0-{model.config.n_layers - 1}"
-    meta["backward_state"] = "token-resolved: each sequence's gradient Gram matrix, from the labelled positions"
+    meta["backward_state"] = ("token-resolved: each image's gradient Gram matrix, from the mean-pooled head" if patches
+                              else "token-resolved: each sequence's gradient Gram matrix, from the labelled positions")
     return _profile(model.config, fwd_rows, grad_rows or {}, meta)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import measure_seeds, measured_boundary, predict_for_batch, token_batch
+from sigprop.experiment import config_batch, measure_seeds, measured_boundary, predict_for_batch, token_batch
 from sigprop.model import TransformerConfig
 from sigprop.moments import GradMoments
 from sigprop.theory import predict
@@ -17,6 +17,7 @@ from tests.helpers import Z, draws_mean_se
 
 SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max_len=32, dropout=0.1)
 QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
+PATCHES = dict(input="patches", image_size=16, patch_size=4, seq_len=16, max_len=16)
 
 
 def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked=None, attention_seeds=4):
@@ -25,7 +26,10 @@ def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked
     boundary is measured at the top layer, as ``compare`` does. The sampled attention rules give the prediction a
     sampling error of its own (as large as the measurement's at some sites of these small models): it is averaged
     over ``attention_seeds`` draws, and SE combines both, √(SE_meas² + SE_pred²)."""
-    batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
+    if config.input == "tokens":
+        batch = token_batch(config, batch_size=batch_size, synthetic=True, seed=1)
+    else:  # a patch model: real images (digits); a DSLM one takes its input correlation from them
+        config, batch = config_batch(config, batch_size=batch_size, seed=1)
     meas = measure_seeds(config, batch, seeds=seeds)
     grad_top = measured_boundary(meas)
     looks = [predict_for_batch(config, batch, grad_top, attention_seed=s).lookup() for s in range(attention_seeds)]
@@ -51,6 +55,7 @@ def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked
     dict(norm_position="post", init="xavier"),
     dict(norm_position="pre", init="dslm"),
     dict(norm_position="pre", init="xavier", qk_gain=2.0),  # large scores: the sampled attention rule
+    dict(PATCHES, norm_position="pre", init="dslm"),  # a ViT on digits: token-resolved forward from the images
 ])
 def test_small_deep_model_prediction_within_measurement_noise(overrides):
     bad = _within_noise(TransformerConfig(**{**SMALL, **overrides}))

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ..data.digits import digits_images
 
 __all__ = ["equiangular_tokens", "estimate_q0_p0", "digits_images", "embed_images", "digits_hidden_states"]
 
@@ -89,67 +89,8 @@ def estimate_q0_p0(h: torch.Tensor):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# real inputs: scikit-learn's digits
+# real inputs: scikit-learn's digits (sigprop.data.digits) through a model's embedding
 # ----------------------------------------------------------------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def _digits_raw() -> np.ndarray:
-    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
-
-    return load_digits().images.astype(np.float64)  # (1797, 8, 8), values 0..16
-
-
-@lru_cache(maxsize=8)
-def _upsampled_stats(size: int, mode: str) -> tuple[float, float]:
-    x = _upsample(torch.from_numpy(_digits_raw()), size, mode)
-    return float(x.mean()), float(x.std())
-
-
-def _upsample(x: torch.Tensor, size: int, mode: str) -> torch.Tensor:
-    x = x[:, None]
-    if x.shape[-1] == size:
-        return x
-    kw = {} if mode == "nearest" else {"align_corners": False}
-    return F.interpolate(x, size=(size, size), mode=mode, **kw)
-
-
-def digits_images(indices: Sequence[int] | None = None, count: int | None = None, size: int = 32,
-                  channels: int = 1, mode: str = "bilinear", generator: torch.Generator | None = None,
-                  dtype: torch.dtype = torch.float32, normalise: str = "standard") -> torch.Tensor:
-    """Images of scikit-learn's digits data set (1797 grey 8×8 images, bundled with scikit-learn) as a tensor
-    (N, ``channels``, ``size``, ``size``): upsampled by ``mode`` ("bilinear", "bicubic" or "nearest"; the paper
-    resizes CIFAR-100 to 224×224, App. A) and, with ``normalise="standard"``, shifted and scaled to zero mean and
-    unit variance with the statistics of the whole upsampled data set (the same transform whatever the subset), or
-    with ``normalise="unit"`` scaled to [0, 1] (pixel/16); grey is copied to every channel. Chosen by ``indices``,
-    else ``count`` images (random ones if a ``generator`` is given, else the first), else all.
-
-    Digits have a uniform dark background, so after "standard" normalisation an image's pixels sum to about zero and
-    its tokens' mean pairwise product p⁰ (Eq. 21) comes out near zero or slightly negative; "unit" pixels are
-    non-negative and give p⁰ > 0 (the regime p⁰ ≥ 0 that Alekseev Sec. 3.1 analyses)."""
-    size = _integer(size, "size", 8)
-    channels = _integer(channels, "channels", 1)
-    if mode not in ("bilinear", "bicubic", "nearest"):
-        raise ValueError(f"mode must be one of bilinear, bicubic, nearest (got {mode!r})")
-    if normalise not in ("standard", "unit"):
-        raise ValueError(f"normalise must be 'standard' or 'unit' (got {normalise!r})")
-    raw = _digits_raw()
-    total = raw.shape[0]
-    if indices is not None:
-        idx = np.asarray(list(indices), dtype=np.int64)
-        if idx.size == 0 or idx.min() < 0 or idx.max() >= total:
-            raise ValueError(f"indices must be a non-empty list of integers in [0, {total})")
-    elif count is not None:
-        count = _integer(count, "count", 1)
-        if count > total:
-            raise ValueError(f"count must be <= {total} (the size of the digits data set); got {count}")
-        idx = (torch.randperm(total, generator=generator)[:count].numpy() if generator is not None
-               else np.arange(count))
-    else:
-        idx = np.arange(total)
-    mean, std = _upsampled_stats(size, mode) if normalise == "standard" else (0.0, 16.0)
-    x = (_upsample(torch.from_numpy(raw[idx]), size, mode) - mean) / std
-    return x.expand(-1, channels, -1, -1).to(dtype).contiguous()
-
 
 def embed_images(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     """The hidden states h⁰ before the first block of a sigprop patch Transformer: ``images`` (N, C, H, W) through

@@ -1,4 +1,4 @@
-"""sigprop.data: real and synthetic token inputs, with nothing downloaded (DESIGN.md, "Dependencies").
+"""sigprop.data: real and synthetic inputs (tokens, images), with nothing downloaded (DESIGN.md, "Dependencies").
 
 * :mod:`~sigprop.data.corpus`: the corpus, by default the Python standard library's own ``*.py`` sources on this
   machine, or a user's text file / folder (``--data PATH``).
@@ -6,10 +6,13 @@
 * :mod:`~sigprop.data.batches`: the corpus encoded once (cached ``.npy``), reproducible random windows as batches.
 * :mod:`~sigprop.data.zipf`: i.i.d. Zipf-distributed synthetic tokens (Kedia et al. App. A.1).
 * :mod:`~sigprop.data.mlm`: BERT masked-LM corruption and causal next-token labels.
+* :mod:`~sigprop.data.digits`: scikit-learn's bundled 8×8 digits, upsampled, with their classes: the images of
+  patch (ViT) models.
 """
 
 from .batches import TokenStream, encode_texts, load_batch, token_batches
 from .corpus import DEFAULT_MAX_BYTES, TEXT_SUFFIXES, corpus_files, default_corpus_path, read_texts
+from .digits import digits, digits_images
 from .mlm import IGNORE_INDEX, causal_lm_labels, mask_tokens
 from .tokenizer import (
     MIN_VOCAB_SIZE,
@@ -23,6 +26,8 @@ from .tokenizer import (
 from .zipf import zipf_probs, zipf_tokens
 
 __all__ = [
+    "digits",
+    "digits_images",
     "DEFAULT_MAX_BYTES",
     "TEXT_SUFFIXES",
     "default_corpus_path",

@@ -48,7 +48,8 @@ class TransformerConfig:
     3.3's "2× Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of
     Noci et al. 2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first
     layer's input that DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after
-    the embedding dropout; required for patch input, e.g. 0.46 for ViT on ImageNet, App. H).
+    the embedding dropout; a DSLM patch model needs it, e.g. 0.46 for ViT on ImageNet, App. H:
+    :func:`sigprop.theory.patch_input_correlation` computes it from images, and the command line from its batch).
 
     ``init="alekseev"`` is the parametrisation of Alekseev 2026 (Sec. 2.1, App. A): W_O, W_V with std
     √(``sigma_ov``/d) each (σ_O = σ_V = √σ_OV), W_1 with std √(``sigma_21``/d) and W_2 with std √(``sigma_21``/d_ff)
@@ -194,9 +195,6 @@ class TransformerConfig:
                 raise ValueError("patch input is supported for arch='encoder' (a ViT) only")
             if self.n_segments:
                 raise ValueError("n_segments applies to token input only")
-            if self.init == "dslm" and self.input_corr is None:
-                raise ValueError("init='dslm' with patch input needs input_corr (the token correlation of the "
-                                 "patch embedding's output, measured on your images; App. H reports 0.46)")
         if self.arch == "encoder_decoder" and self.n_segments:
             raise ValueError("n_segments is supported for arch='encoder' and 'decoder' only")
         if self.input == "patches" and self.seq_len != self.n_patches:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..components.embedding import input_moments
+from ..gaussian import clip_corr
 from ..moments import Moments, check_range
 
 __all__ = ["PatchEmbedding", "patchify"]
@@ -59,6 +60,44 @@ class PatchEmbedding(nn.Module):
                              f"{self.image_size}), got {tuple(images.shape)}")
         x = self.proj(patchify(images, self.patch_size))
         return x + self.position.weight
+
+    def forward_moments(self, images: torch.Tensor) -> Moments:
+        """Moments of this embedding's output on ``images`` in expectation over its weights (Kedia et al. App. A.2
+        applied to the patches, as App. H prescribes for ViT): with y_t = W p_t + e_t, W ~ N(0, σ²_p), the
+        position rows e_t ~ N(0, σ²_e) independent of W and of each other, and zero bias,
+
+            E[y_ti] = 0,   E[y_ti²] = σ²_p |p_t|² + σ²_e,   E[y_ti y_si] = σ²_p ⟨p_t, p_s⟩ (t ≠ s),
+
+        so the variance is σ²_p mean_t |p_t|² + σ²_e over the batch's patches and the token correlation is the mean
+        over images and ordered pairs t ≠ s of σ²_p ⟨p_t, p_s⟩, divided by it (the measurement's definition,
+        :func:`~sigprop.components.embedding.input_moments`); different units are uncorrelated (hidden correlation
+        0). Exact for the image's own patches, whatever their distribution; Gaussian in the weights. Float64."""
+        p = self._patches(images)
+        n = p.shape[1]
+        sq = (p * p).sum(-1)  # |p_t|²
+        tot = p.sum(1)  # Σ_t p_t per image
+        pair_sum = (tot * tot).sum(-1) - sq.sum(-1)  # Σ_{t≠s} ⟨p_t, p_s⟩ per image
+        sp2, se2 = self.patch_std**2, self.position_std**2
+        var = sp2 * float(sq.mean()) + se2
+        cov = sp2 * float(pair_sum.sum()) / (p.shape[0] * n * (n - 1)) if n > 1 else 0.0
+        return Moments(mean=0.0, var=var, corr=clip_corr(cov / var, tol=1e-9), corr_hidden=0.0)
+
+    def gram(self, images: torch.Tensor, segment_ids=None) -> torch.Tensor:
+        """Token-resolved moments (:mod:`sigprop.resolved`): the per-element token Gram matrix (batch, n, n) of the
+        output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64; the expectation of
+        :meth:`forward_moments` with each patch pair kept apart). ``segment_ids`` must be None (images have none)."""
+        if segment_ids is not None:
+            raise ValueError("a patch embedding has no segments")
+        p = self._patches(images)
+        eye = torch.eye(p.shape[1], dtype=torch.float64)
+        return self.patch_std**2 * (p @ p.transpose(-1, -2)) + self.position_std**2 * eye
+
+    def _patches(self, images: torch.Tensor) -> torch.Tensor:
+        images = torch.as_tensor(images)
+        if images.dim() != 4 or tuple(images.shape[-3:]) != (self.channels, self.image_size, self.image_size):
+            raise ValueError(f"expected images of shape (batch, {self.channels}, {self.image_size}, "
+                             f"{self.image_size}), got {tuple(images.shape)}")
+        return patchify(images.detach().double().cpu(), self.patch_size)  # (batch, n, C·P²)
 
     def measured_moments(self, images: torch.Tensor) -> Moments:
         """Moments of this embedding's output on ``images`` (statistics pooled over the batch)."""

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,3 +89,34 @@ def test_patch_embedding_default_init_and_measured_moments():
     assert m.mean == pytest.approx(float(y.mean()), rel=1e-9, abs=1e-12)
     assert m.var == pytest.approx(float(y.var(unbiased=False)), rel=1e-9)
     assert -1.0 <= m.corr <= 1.0
+
+
+def test_expected_moments_and_gram_against_weight_draws():
+    """forward_moments / gram: the expectation over the projection and position weights on fixed images, against
+    the mean over draws of each (tolerance Z standard errors of that mean)."""
+    emb = PatchEmbedding(image_size=8, patch_size=4, channels=2, d_model=16, patch_std=0.3, position_std=0.5)
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(3, 2, 8, 8, generator=gen)  # non-negative pixels: positive patch inner products
+    rule, gram = emb.forward_moments(images), emb.gram(images)
+    assert gram.shape == (3, 4, 4) and rule.mean == 0.0 and rule.corr_hidden == 0.0
+    draws = 4000
+    products, variances, covariances = [], [], []
+    for _ in range(draws):
+        with torch.no_grad():
+            emb.proj.weight.normal_(0.0, 0.3, generator=gen)
+            emb.position.weight.normal_(0.0, 0.5, generator=gen)
+            y = emb(images).double()  # (3, 4, 16)
+        products.append(torch.einsum("bti,bsi->bts", y, y) / y.shape[-1])
+        variances.append(float(y.pow(2).mean()))
+        col = y.sum(1)
+        covariances.append(float(((col * col).sum() - y.pow(2).sum()) / (3 * 4 * 3 * 16)))
+    products = torch.stack(products)
+    mean, se = products.mean(0), products.std(0) / math.sqrt(draws)
+    assert torch.all((mean - gram).abs() <= Z * se), (mean - gram).abs().max()
+    v, c = np.array(variances), np.array(covariances)
+    assert abs(v.mean() - rule.var) <= Z * v.std() / math.sqrt(draws)
+    assert abs(c.mean() - rule.corr * rule.var) <= Z * c.std() / math.sqrt(draws)
+    with pytest.raises(ValueError, match="expected images"):
+        emb.forward_moments(torch.rand(3, 1, 8, 8))
+    with pytest.raises(ValueError, match="no segments"):
+        emb.gram(images, segment_ids=torch.zeros(3, 4))

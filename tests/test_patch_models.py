@@ -1,0 +1,113 @@
+"""Patch (ViT) models end to end: their image batches, the input correlation DSLM starts from, the mean-pooled
+classifier's gradient at the top, and what the theory refuses (Kedia et al. App. H)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sigprop.experiment import config_batch, image_batch
+from sigprop.model import TransformerConfig
+from sigprop.model.transformer import Transformer
+from sigprop.moments import Moments
+from sigprop.theory import patch_input_correlation, pooled_head_gradient_moments, predict
+from tests.helpers import Z
+
+VIT = dict(input="patches", image_size=16, patch_size=4, seq_len=16, n_layers=2, d_model=32, n_heads=2)
+
+
+def test_image_batches():
+    c = TransformerConfig(**VIT)
+    b = image_batch(c, batch_size=5, seed=3)
+    assert b["inputs"].shape == (5, 1, 16, 16) and b["labels"].shape == (5,)
+    assert b["inputs"].min() >= 0 and int(b["labels"].min()) >= 0 and int(b["labels"].max()) <= 9
+    assert torch.equal(image_batch(c, 5, seed=3)["inputs"], b["inputs"])  # reproducible
+    s = image_batch(TransformerConfig(**{**VIT, "channels": 3, "n_classes": 4}), 6, synthetic=True)
+    assert s["inputs"].shape == (6, 3, 16, 16) and int(s["labels"].max()) < 4
+    with pytest.raises(ValueError, match="n_classes >= 10"):
+        image_batch(TransformerConfig(**{**VIT, "n_classes": 4}), 2)
+    with pytest.raises(ValueError, match="takes tokens"):
+        image_batch(TransformerConfig(n_layers=1, d_model=32, n_heads=2), 2)
+    with pytest.raises(ValueError, match="--data takes text"):
+        config_batch(c, 2, data="somewhere")
+
+
+def test_dslm_patch_model_takes_its_input_correlation_from_the_images():
+    c = TransformerConfig(**{**VIT, "init": "dslm"})
+    with pytest.raises(ValueError, match="patch_input_correlation"):
+        Transformer(c, sample=False)
+    filled, batch = config_batch(c, batch_size=4)
+    r = patch_input_correlation(c, batch["inputs"])
+    assert filled.input_corr == r and 0.0 < r < 1.0
+    assert filled.to_dict() == {**c.to_dict(), "input_corr": r}
+    same, _ = config_batch(filled, batch_size=4)  # a given input_corr is kept
+    assert same == filled
+    xavier = TransformerConfig(**VIT)
+    assert config_batch(xavier, batch_size=4)[0] == xavier
+
+
+def test_pooled_head_gradient_against_autograd():
+    """The gradient at the last layer's output of cross-entropy on the mean-pooled, final-normed tokens, over draws
+    of the head and of Gaussian hidden states with the given moments: per-element variance, and correlation 1
+    between the tokens of an image (up to the final LayerNorm's backward, whose rule maps it)."""
+    c = TransformerConfig(**{**VIT, "n_classes": 10, "d_model": 64})
+    model = Transformer(c, generator=torch.Generator().manual_seed(0))
+    B, L, d = 4, c.seq_len, c.d_model
+    var, r = 1.7, 0.6
+    rule, _ = pooled_head_gradient_moments(model, Moments(mean=0.0, var=var, corr=r), n_images=B)
+    gen = torch.Generator().manual_seed(1)
+    sq, cross = [], []
+    std = model.plan.std("head")
+    for _ in range(3000):
+        with torch.no_grad():
+            model.head.weight.normal_(0.0, std, generator=gen)
+        h = (math.sqrt(r * var) * torch.randn(B, 1, d, generator=gen)
+             + math.sqrt((1 - r) * var) * torch.randn(B, L, d, generator=gen)).double().requires_grad_(True)
+        normed = model.final_norm.double()(h) if model.final_norm is not None else h
+        logits = (normed * float(model.head_scale)).mean(1) @ model.head.weight.double().T
+        labels = torch.randint(10, (B,), generator=gen)
+        (g,) = torch.autograd.grad(F.cross_entropy(logits, labels), h)
+        sq.append(float(g.pow(2).mean()))
+        col = g.sum(1)
+        cross.append(float(((col * col).sum() - g.pow(2).sum()) / (B * L * (L - 1) * d)))
+    sq, cross = np.array(sq), np.array(cross)
+    n = len(sq)
+    assert abs(sq.mean() - rule.var) <= Z * sq.std() / math.sqrt(n), (sq.mean(), rule.var)
+    assert abs(cross.mean() - rule.corr * rule.var) <= Z * cross.std() / math.sqrt(n), (cross.mean() / sq.mean(),
+                                                                                       rule.corr)
+
+
+def test_patch_model_sweeps_and_what_the_theory_refuses():
+    c = TransformerConfig(**VIT)
+    with pytest.raises(ValueError, match="pass images="):
+        predict(c)
+    batch = image_batch(c, 2)
+    resolved = predict(c, images=batch["inputs"], labels=batch["labels"])
+    assert resolved.meta["backward_state"].startswith("token-resolved: each image's")
+    exchangeable = predict(c, images=batch["inputs"], labels=batch["labels"], token_resolved=False)
+    assert exchangeable.meta["forward_state"].startswith("exchangeable")
+    # the two states start from the same images: the same input variance, and the same token correlation pooled
+    inp_r, inp_e = resolved.lookup()[(-1, "input")], exchangeable.lookup()[(-1, "input")]
+    assert inp_r.fwd_var == pytest.approx(inp_e.fwd_var, rel=1e-12)
+    assert inp_r.fwd_corr == pytest.approx(inp_e.fwd_corr, rel=1e-9)
+    with pytest.raises(ValueError, match="one class per image"):
+        predict(c, images=batch["inputs"], labels=torch.zeros(2, 16, dtype=torch.long))
+
+
+def test_pooled_head_gradient_gram_is_the_exchangeable_rule_token_by_token():
+    """On a top Gram with one variance and one correlation for every pair, the token-resolved boundary pooled is
+    the exchangeable one (the same pooled head and final norm, pair by pair)."""
+    from sigprop.resolved import gram_moments
+    from sigprop.resolved_backward import pooled_head_gradient_gram
+
+    c = TransformerConfig(**{**VIT, "d_model": 64})
+    model = Transformer(c, sample=False)
+    var, r, B, L = 1.3, 0.45, 3, c.seq_len
+    top = var * ((1 - r) * torch.eye(L, dtype=torch.float64) + r * torch.ones(L, L, dtype=torch.float64))
+    gram = pooled_head_gradient_gram(model, top.expand(B, L, L).clone())
+    pooled = gram_moments(gram)
+    rule, _ = pooled_head_gradient_moments(model, Moments(mean=0.0, var=var, corr=r), n_images=B)
+    assert pooled.var == pytest.approx(float(rule.var), rel=1e-9)
+    assert pooled.corr == pytest.approx(float(rule.corr), rel=1e-9, abs=1e-12)

@@ -338,7 +338,8 @@ def _resolved_rows(model: Transformer, token_ids, segment_ids, pad_id, labels, a
         else:
             tick(len(model.layers))
         grads = cached["backward"][bkey]
-    state = f"token-resolved: each sequence's token Gram matrix ({heads} attention heads per sequence, seed {seed})"
+    unit = "image" if model.config.input == "patches" else "sequence"
+    state = f"token-resolved: each {unit}'s token Gram matrix ({heads} attention heads per {unit}, seed {seed})"
     return cached["rows"], grads, state
 
 

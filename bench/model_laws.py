@@ -122,6 +122,14 @@ def main():
             out.append(f"| {label}: first-to-last gradient variance ratio at N = {depths} layers | {pred} | {meas} | "
                        f"{target} |")
 
+    vit = load(folder, "vit-preln")
+    if vit:
+        _, get = vit
+        cells = [f"{get(f'{k}_fwd_var')[-1]:.4g}; {get(f'{k}_grad_var')[0] / get(f'{k}_grad_var')[-1]:.4g}"
+                 for k in ("pred", "meas")]
+        out.append(f"| vit-preln (Xavier ViT, App. H's baseline): output variance (last layer); first-to-last gradient "
+                   f"variance ratio | {cells[0]} | {cells[1]} | grow |")
+
     qk, base = load(folder, "qk-2x-xavier"), pre
     if qk and base:
         _, get = qk

@@ -9,8 +9,8 @@ of 128 tokens, and average over 16 independently initialised models (``seeds``):
 over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
 per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
 shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.9 minutes for each
-of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all nine; README, "Performance"):
-about 100 s to measure, the rest the prediction's sampled attention heads. ``vit-dslm`` classifies 8 of
+of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all ten; README, "Performance"):
+about 100 s to measure, the rest the prediction's sampled attention heads. ``vit-preln`` and ``vit-dslm`` classify 8 of
 scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
 """
 
@@ -57,6 +57,10 @@ PRESETS = {
     "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
                             "rule, moments averaged over positions",
                             dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "vit-preln": Preset("Pre-LN ViT, Xavier: the patch model of vit-dslm without DeepScaleLM: forward variance "
+                        "grows linearly, the gradient towards the input (App. H's baseline)",
+                        dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,
+                             norm_position="pre", init="xavier"), batch_size=8, figure="Kedia et al. App. H"),
     "vit-dslm": Preset("DeepScaleLM ViT, Pre-LN: a patch model classifying images (digits, 8 × 64 patches), its "
                        "input correlation from the images; forward and backward moments controlled (App. H, Fig. 11)",
                        dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,

@@ -26,6 +26,8 @@ Seeds = Annotated[int, typer.Option(help="Independently initialised models to av
 BatchSize = Annotated[int, typer.Option(help="Sequences per batch (default: the preset's, else 8).")]
 Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library).")]
 Synthetic = Annotated[bool, typer.Option(help="Use i.i.d. Zipf(1) tokens instead of real text.")]
+FirstSeed = Annotated[int, typer.Option(help="The first seed: models FIRST … FIRST + seeds − 1 are measured (disjoint "
+                                        "slices on several machines merge exactly with `sigprop measure --merge`).")]
 Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu); a "
                                      "comma-separated list (cuda:0,cuda:1) measures the seeds on all of them in "
                                      "parallel, one process each, with the same result.")]
@@ -149,6 +151,29 @@ def _batch_source(data, synthetic) -> str:
     return "synthetic" if synthetic else (str(data) if data is not None else "stdlib")
 
 
+def _merged(paths, preset, config_file, overrides, seeds, batch_size, data, synthetic, device, first_seed):
+    """(merged profile, number of seeds) for ``measure --merge``: :func:`sigprop.seed_merge.merge_measurements` of
+    the files, which must be measurements (``ValueError`` naming a file that is not, or an option that would
+    measure)."""
+    from .comparison import read_measured
+    from .seed_merge import merge_measurements
+
+    clashing = [flag for flag, v in (("--preset", preset), ("--config", config_file), ("--set", overrides),
+                                     ("--seeds", seeds), ("--batch-size", batch_size), ("--data", data),
+                                     ("--synthetic", synthetic), ("--device", device), ("--first-seed", first_seed))
+                if v]
+    if clashing:
+        raise ValueError(f"--merge measures nothing: leave out {', '.join(clashing)}")
+    parts = []
+    for path in paths:
+        part = read_measured(path)
+        if "per_seed" not in part.meta:
+            raise ValueError(f"{path} holds no per-seed rows: merge files written by sigprop measure --json")
+        parts.append(part)
+    profile = merge_measurements(parts)
+    return profile, len(profile.meta["seeds"])
+
+
 def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data, synthetic, device):
     """(config, measured profile, batch) for ``compare --measured PATH``: the file's configuration, and its batch
     rebuilt (same size and source unless ``--batch-size`` / ``--data`` / ``--synthetic`` say otherwise)."""
@@ -254,8 +279,13 @@ def measure_command(
     data: Data = None,
     synthetic: Synthetic = False,
     device: Device = None,
-    json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON) here."),
+    first_seed: FirstSeed = 0,
+    json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON, with every seed's rows) "
+                                   "here."),
     plot: Path = typer.Option(None, help="Write a PNG of the measured per-layer moments here."),
+    merge: list[Path] = typer.Option(None, "--merge", help="Measure nothing: merge these `sigprop measure --json` "
+                                     "files of disjoint seeds of one model and batch (repeatable) into the "
+                                     "measurement of all their seeds."),
 ):
     """Measure every layer's forward and gradient moments of real models on real text, with hooks.
 
@@ -265,11 +295,17 @@ def measure_command(
     from .experiment import measure_seeds
 
     try:
-        config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data, synthetic)
-        with progress_bar() as bar:
-            task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
-            profile = measure_seeds(config, batch, seeds, progress=lambda k: bar.advance(task, k), device=device)
-        profile.meta["batch_source"] = _batch_source(data, synthetic)
+        if merge:
+            profile, seeds = _merged(merge, preset, config_file, overrides, seeds, batch_size, data, synthetic,
+                                     device, first_seed)
+        else:
+            config, seeds, batch = _measured_setup(preset, config_file, overrides, seeds, batch_size, data,
+                                                   synthetic)
+            with progress_bar() as bar:
+                task = bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds", total=seeds)
+                profile = measure_seeds(config, batch, seeds, first_seed, progress=lambda k: bar.advance(task, k),
+                                        device=device, per_seed=True)
+            profile.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
     if json_path:

@@ -109,8 +109,9 @@ class Comparison:
                 row[f"pred_{q}"] = _num(getattr(rp, q))
                 row[f"meas_{q}"] = _num(getattr(rm, q))
             rows.append(row)
+        measured_meta = {k: v for k, v in self.measured.meta.items() if k != "per_seed"}  # the merge's, not ours
         return {"kind": "comparison", "site": self.site, "config": self.predicted.config,
-                "predicted_meta": self.predicted.meta, "measured_meta": self.measured.meta, "meta": self.meta,
+                "predicted_meta": self.predicted.meta, "measured_meta": measured_meta, "meta": self.meta,
                 "summary": {q: s.to_dict() for q, s in self.summaries.items()}, "per_layer": rows}
 
     def write_json(self, path) -> None:

@@ -126,16 +126,20 @@ def measure_seed(config: TransformerConfig, batch: dict, seed: int, device=None)
 
 
 def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
-                  progress: Callable[[int], None] | None = None, device=None) -> Profile:
+                  progress: Callable[[int], None] | None = None, device=None, per_seed: bool = False) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` (seeds ``seed0`` … ``seed0 + seeds − 1``,
     :func:`measure_seed`) on ``batch`` and average their per-site statistics, correlations pooled as mean covariance
     over mean variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds, the devices and standard errors.
     ``device``: a torch device, or several (a comma-separated string or a list, :func:`sigprop.devices.parse_devices`),
     which then measure the seeds in parallel, one process each (:mod:`sigprop.seed_workers`), with the same result.
     ``ValueError`` for an unavailable device, before anything is measured. ``meta["batch_sha256"]``:
-    :func:`batch_fingerprint` of ``batch``."""
+    :func:`batch_fingerprint` of ``batch``. ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that
+    measurements of disjoint seeds made apart merge exactly (:func:`sigprop.seed_merge.merge_measurements`)."""
     from .devices import parse_devices
 
+    for value, name, lo in ((seeds, "seeds", 1), (seed0, "the first seed", 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"{name} must be an integer >= {lo} (got {value!r})")
     devices = parse_devices(device)
     seed_list = list(range(seed0, seed0 + seeds))
     if len(devices) > 1:
@@ -150,10 +154,13 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
             if progress is not None:
                 progress(1)
     n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
-    return average_profiles(profiles, config.to_dict(), {"seeds": seed_list, "tokens": n_tok,
-                                                         "sequences": int(batch["inputs"].shape[0]),
-                                                         "batch_sha256": batch_fingerprint(batch),
-                                                         "devices": [str(d) for d in devices]})
+    meta = {"seeds": seed_list, "tokens": n_tok, "sequences": int(batch["inputs"].shape[0]),
+            "batch_sha256": batch_fingerprint(batch), "devices": [str(d) for d in devices]}
+    if per_seed:
+        from .seed_merge import per_seed_table
+
+        meta["per_seed"] = per_seed_table(profiles, seed_list)
+    return average_profiles(profiles, config.to_dict(), meta)
 
 
 def measured_boundary(measured: Profile) -> GradMoments:

@@ -138,3 +138,23 @@ def test_compare_against_a_stored_measurement(tmp_path):
                           (tmp_path / "none.json", "not found")):
         result = runner.invoke(app, ["compare", "--measured", str(path)])
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_measure_slices_and_merge(tmp_path):
+    small = [*SMALL, "--synthetic", "--batch-size", "2"]
+    paths = {name: tmp_path / f"{name}.json" for name in ("a", "b", "all", "merged")}
+    for name, extra in (("a", ["--seeds", "2"]), ("b", ["--seeds", "1", "--first-seed", "2"]),
+                        ("all", ["--seeds", "3"])):
+        result = runner.invoke(app, ["measure", *small, *extra, "--json", str(paths[name])])
+        assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["measure", "--merge", str(paths["b"]), "--merge", str(paths["a"]),
+                                 "--json", str(paths["merged"])])
+    assert result.exit_code == 0, result.output
+    whole, merged = json.loads(paths["all"].read_text()), json.loads(paths["merged"].read_text())
+    assert merged["per_site"] == whole["per_site"] and merged["meta"]["seeds"] == [0, 1, 2]
+    result = runner.invoke(app, ["measure", "--merge", str(paths["a"]), "--seeds", "2"])
+    assert result.exit_code == 2 and "leave out --seeds" in result.output
+    paths["c"] = tmp_path / "c.json"
+    assert runner.invoke(app, ["compare", *small, "--seeds", "2", "--json", str(paths["c"])]).exit_code == 0
+    result = runner.invoke(app, ["measure", "--merge", str(paths["a"]), "--merge", str(paths["c"])])
+    assert result.exit_code == 2 and "no per-seed rows" in result.output

@@ -24,8 +24,10 @@ Overrides = Annotated[list[str], typer.Option("--set", help="Override one config
 Seeds = Annotated[int, typer.Option(help="Independently initialised models to average (default: the preset's, "
                                     "else 4).")]
 BatchSize = Annotated[int, typer.Option(help="Sequences per batch (default: the preset's, else 8).")]
-Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library).")]
-Synthetic = Annotated[bool, typer.Option(help="Use i.i.d. Zipf(1) tokens instead of real text.")]
+Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library); a "
+                                   "patch (ViT) model reads scikit-learn's bundled digits.")]
+Synthetic = Annotated[bool, typer.Option(help="Synthetic inputs instead of real data: i.i.d. Zipf(1) tokens, or for "
+                                         "a patch model i.i.d. uniform pixels and random classes.")]
 FirstSeed = Annotated[int, typer.Option(help="The first seed: models FIRST … FIRST + seeds − 1 are measured (disjoint "
                                         "slices on several machines merge exactly with `sigprop measure --merge`).")]
 Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu); a "

@@ -24,7 +24,9 @@ def environment_report() -> dict[str, str]:
             out[name] = f"MISSING ({err})"
     out["torch threads"] = str(torch.get_num_threads())
     if torch.cuda.is_available():
-        out["cuda"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        n = torch.cuda.device_count()
+        out["cuda"] = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(n))
+        out["measure on all of them"] = "--device " + ",".join(f"cuda:{i}" for i in range(n))
     else:
         out["cuda"] = "not available (CPU only)"
     return out

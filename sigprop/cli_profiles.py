@@ -24,8 +24,9 @@ Overrides = Annotated[list[str], typer.Option("--set", help="Override one config
 Seeds = Annotated[int, typer.Option(help="Independently initialised models to average (default: the preset's, "
                                     "else 4).")]
 BatchSize = Annotated[int, typer.Option(help="Sequences per batch (default: the preset's, else 8).")]
-Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library); a "
-                                   "patch (ViT) model reads scikit-learn's bundled digits.")]
+Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library); for "
+                                   "a patch (ViT) model a folder of images (subfolders as classes) or a .npy array "
+                                   "(default: scikit-learn's bundled digits).")]
 Synthetic = Annotated[bool, typer.Option(help="Synthetic inputs instead of real data: i.i.d. Zipf(1) tokens, or for "
                                          "a patch model i.i.d. uniform pixels and random classes.")]
 FirstSeed = Annotated[int, typer.Option(help="The first seed: models FIRST … FIRST + seeds − 1 are measured (disjoint "
@@ -149,8 +150,9 @@ def _measured_setup(preset, config_file, overrides, seeds, batch_size, data, syn
 
 
 def _batch_source(data, synthetic) -> str:
-    """What a measurement's batch was read from, as its meta records it and ``--measured`` reads it back."""
-    return "synthetic" if synthetic else (str(data) if data is not None else "stdlib")
+    """What a measurement's batch was read from, as its meta records it and ``--measured`` reads it back: "default"
+    (the standard library's source, or the digits for a patch model), "synthetic", or the ``--data`` path."""
+    return "synthetic" if synthetic else (str(data) if data is not None else "default")
 
 
 def _merged(paths, preset, config_file, overrides, seeds, batch_size, data, synthetic, device, first_seed):
@@ -192,9 +194,10 @@ def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data,
         batch_size = measured.meta.get("sequences") or int(measured.meta.get("tokens", 0)) // config.seq_len or None
     if batch_size is None:
         raise ValueError(f"{path} does not say how many sequences were measured: pass --batch-size")
-    source = measured.meta.get("batch_source", "stdlib")
-    if data is None and not synthetic:
-        synthetic, data = source == "synthetic", (None if source in ("stdlib", "synthetic") else Path(source))
+    source = measured.meta.get("batch_source", "default")
+    if data is None and not synthetic:  # "stdlib": the default corpus, as files written before said
+        builtin = source in ("default", "stdlib", "synthetic")
+        synthetic, data = source == "synthetic", (None if builtin else Path(source))
     config, batch = _batch(config, int(batch_size), data, synthetic, 0)
     return config, measured, batch
 

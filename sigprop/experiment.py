@@ -44,21 +44,28 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
     return make_batch(config, ids, generator=gen)
 
 
-def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, synthetic: bool = False) -> dict:
+def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, synthetic: bool = False,
+                data=None) -> dict:
     """A batch for a patch model of ``config``: ``batch_size`` of scikit-learn's digits (bundled, nothing
     downloaded; drawn at random from ``seed``), upsampled to ``config.image_size``, pixels scaled to unit mean
     square over the data set and copied to every channel, with their digit as the class
     (:func:`sigprop.data.digits.digits`, ``normalise="rms"``), or with ``synthetic`` i.i.d. uniform pixels of unit
     mean square and uniformly random classes. Kedia et al. App. H normalises images to about unit variance; keeping
     the pixels non-negative keeps the patches' inner products, hence the input token correlation the rules need,
-    non-negative (standardised digits give about −0.007; App. H measures 0.46 for ImageNet). ``ValueError`` for a
-    token model, a batch larger than the data set, or fewer classes than digits."""
+    non-negative (standardised digits give about −0.007; App. H measures 0.46 for ImageNet). ``data``: your own
+    images instead, a folder (subfolders as classes) or a ``.npy`` array (:func:`sigprop.data.images.read_images`).
+    ``ValueError`` for a token model, a batch larger than the data set, or fewer classes than digits."""
     from .data.digits import N_DIGIT_CLASSES, N_DIGITS, digits
 
     if config.input != "patches":
         raise ValueError("image_batch: this config takes tokens, not image patches")
     gen = torch.Generator().manual_seed(seed)
     shape = (batch_size, config.channels, config.image_size, config.image_size)
+    if data is not None:
+        from .data.images import read_images
+
+        images, labels = read_images(data, batch_size, config.image_size, config.channels, config.n_classes, gen)
+        return make_batch(config, images, labels=labels)
     if synthetic:
         return make_batch(config, torch.rand(shape, generator=gen) * 3.0**0.5,  # E[u²] = 1 for u ~ U(0, √3)
                           labels=torch.randint(config.n_classes, (batch_size,), generator=gen))
@@ -75,16 +82,16 @@ def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, s
 def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
                  synthetic: bool = False) -> tuple[TransformerConfig, dict]:
     """(config, batch) for measuring and predicting ``config``: :func:`token_batch` for a token model,
-    :func:`image_batch` for a patch model (``data`` must then be None: the images are the bundled digits). A DSLM
+    :func:`image_batch` for a patch model (``data``: a folder of images or a ``.npy`` array; default the bundled
+    digits). A DSLM
     patch model without ``input_corr`` gets the one of this batch (:func:`sigprop.theory.patch_input_correlation`,
     Kedia et al. App. H: measured on the images, not assumed), so the returned config may differ from ``config``
     in that field alone."""
     if config.input == "tokens":
         return config, token_batch(config, batch_size, data, seed, synthetic)
-    if data is not None:
-        raise ValueError("a patch model reads images: the bundled digits by default, or --synthetic; --data takes "
-                         "text")
-    batch = image_batch(config, batch_size, seed, synthetic)
+    if data is not None and synthetic:
+        raise ValueError("--data and --synthetic exclude each other")
+    batch = image_batch(config, batch_size, seed, synthetic, data)
     if config.init == "dslm" and config.input_corr is None:
         import dataclasses
 

@@ -30,8 +30,28 @@ def test_image_batches():
         image_batch(TransformerConfig(**{**VIT, "n_classes": 4}), 2)
     with pytest.raises(ValueError, match="takes tokens"):
         image_batch(TransformerConfig(n_layers=1, d_model=32, n_heads=2), 2)
-    with pytest.raises(ValueError, match="--data takes text"):
+    with pytest.raises(ValueError, match="image data not found"):
         config_batch(c, 2, data="somewhere")
+    with pytest.raises(ValueError, match="exclude each other"):
+        config_batch(c, 2, data="somewhere", synthetic=True)
+
+
+def test_your_own_images(tmp_path):
+    """A folder of images (subfolders as classes) as a patch model's batch, through config_batch and predict."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        for i in range(3):
+            pixels = rng.integers(0, 256, size=(20, 20), dtype=np.uint8)
+            Image.fromarray(pixels, mode="L").save(tmp_path / cls / f"{i}.png")
+    c = TransformerConfig(**{**VIT, "init": "dslm"})
+    filled, batch = config_batch(c, batch_size=4, data=tmp_path)
+    assert batch["inputs"].shape == (4, 1, 16, 16) and set(batch["labels"].tolist()) <= {0, 1}
+    assert filled.input_corr == patch_input_correlation(c, batch["inputs"])
+    profile = predict(filled, images=batch["inputs"], labels=batch["labels"])
+    assert all(math.isfinite(r.fwd_var) and math.isfinite(r.grad_var) for r in profile.rows)
 
 
 def test_dslm_patch_model_takes_its_input_correlation_from_the_images():

@@ -1,0 +1,67 @@
+"""A user's images as a patch model's batch: folders as classes, .npy arrays, resizing, channels, scaling, errors."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from sigprop.data.images import image_files, read_images
+
+
+def _png(path, value, size=(10, 7), mode="L"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shape = size[::-1] + ((3,) if mode == "RGB" else ())
+    Image.fromarray(np.full(shape, value, dtype=np.uint8), mode=mode).save(path)
+
+
+def test_a_folder_with_class_subfolders(tmp_path):
+    for i in range(3):
+        _png(tmp_path / "cats" / f"{i}.png", 40 + i)
+        _png(tmp_path / "dogs" / f"{i}.jpg", 200, mode="RGB")
+    (tmp_path / "notes.txt").write_text("not an image")
+    files, classes, names = image_files(tmp_path)
+    assert names == ["cats", "dogs"] and len(files) == 6 and sorted(set(classes)) == [0, 1]
+    images, labels = read_images(tmp_path, 6, size=8, channels=3, n_classes=10)
+    assert images.shape == (6, 3, 8, 8) and images.dtype == torch.float32
+    assert labels.tolist() == classes  # the first six, in path order
+    assert float(images.double().pow(2).mean()) == pytest.approx(1.0, rel=1e-6)  # unit mean square, float32
+    assert float(images.min()) >= 0.0
+    some, _ = read_images(tmp_path, 2, size=8, channels=1, n_classes=10, generator=torch.Generator().manual_seed(0))
+    again, _ = read_images(tmp_path, 2, size=8, channels=1, n_classes=10, generator=torch.Generator().manual_seed(0))
+    assert some.shape == (2, 1, 8, 8) and torch.equal(some, again)
+
+
+def test_a_flat_folder_is_one_class(tmp_path):
+    for i in range(2):
+        _png(tmp_path / f"{i}.png", 10 * (i + 1))
+    _, labels = read_images(tmp_path, 2, size=4, channels=1, n_classes=2)
+    assert labels.tolist() == [0, 0]
+
+
+def test_a_numpy_array(tmp_path):
+    a = np.random.default_rng(0).uniform(0, 255, size=(5, 6, 6))
+    np.save(tmp_path / "x.npy", a)
+    images, labels = read_images(tmp_path / "x.npy", 3, size=6, channels=3, n_classes=10)
+    assert images.shape == (3, 3, 6, 6) and labels.tolist() == [0, 0, 0]
+    expected = a[:3] / np.sqrt(np.mean(a[:3] ** 2))
+    np.testing.assert_allclose(images[:, 0].numpy(), expected, rtol=1e-6)  # grey copied, no resize needed
+
+
+def test_what_is_refused(tmp_path):
+    np.save(tmp_path / "neg.npy", -np.ones((2, 4, 4)))
+    np.save(tmp_path / "zero.npy", np.zeros((2, 4, 4)))
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "x.png").write_bytes(b"not a png")
+    for i in range(3):
+        _png(tmp_path / "many" / f"c{i}" / "a.png", 9)
+    cases = [(tmp_path / "none", "not found"), (tmp_path / "neg.npy", "negative pixels"),
+             (tmp_path / "zero.npy", "all zero"), (tmp_path / "obj.npy", "pickled arrays are refused"),
+             (tmp_path / "empty", "no image files"), (tmp_path / "bad", "cannot read image"),
+             (tmp_path / "many", "3 class folders")]
+    for path, message in cases:
+        with pytest.raises(ValueError, match=message):
+            read_images(path, 1, size=4, channels=1, n_classes=2)
+    with pytest.raises(ValueError, match="holds 2 images"):
+        read_images(tmp_path / "neg.npy", 3, size=4, channels=1, n_classes=2)

@@ -506,7 +506,9 @@ def measure_apjn(config, h: torch.Tensor | Callable[[nn.Module], torch.Tensor], 
     chosen = None
     for seed in seeds:
         t0 = time.perf_counter()
-        model = Transformer(config, generator=torch.Generator().manual_seed(seed), device=device).to(dtype)
+        # drawn on the CPU from the seed (a CPU generator cannot fill a GPU tensor), then moved: the same models on
+        # every device
+        model = Transformer(config, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
         t1 = time.perf_counter()
         h0 = h(model) if callable(h) else h
         gen = torch.Generator().manual_seed(seed + 2**31)

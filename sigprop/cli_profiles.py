@@ -162,20 +162,18 @@ def _merged(paths, preset, config_file, overrides, seeds, batch_size, data, synt
     from .comparison import read_measured
     from .seed_merge import merge_measurements
 
-    clashing = [flag for flag, v in (("--preset", preset), ("--config", config_file), ("--set", overrides),
-                                     ("--seeds", seeds), ("--batch-size", batch_size), ("--data", data),
-                                     ("--synthetic", synthetic), ("--device", device), ("--first-seed", first_seed))
-                if v]
-    if clashing:
-        raise ValueError(f"--merge measures nothing: leave out {', '.join(clashing)}")
-    parts = []
-    for path in paths:
-        part = read_measured(path)
-        if "per_seed" not in part.meta:
-            raise ValueError(f"{path} holds no per-seed rows: merge files written by sigprop measure --json")
-        parts.append(part)
-    profile = merge_measurements(parts)
+    _refuse("--merge measures nothing", preset=preset, config=config_file, set=overrides, seeds=seeds,
+            batch_size=batch_size, data=data, synthetic=synthetic, device=device, first_seed=first_seed)
+    profile = merge_measurements([read_measured(path) for path in paths])
     return profile, len(profile.meta["seeds"])
+
+
+def _refuse(why: str, **options) -> None:
+    """``ValueError`` naming the command-line flags among ``options`` (keyword = flag without its dashes) that
+    were given, if any: ``why`` they do not apply."""
+    given = ["--" + name.replace("_", "-") for name, value in options.items() if value]
+    if given:
+        raise ValueError(f"{why}: leave out {', '.join(given)}")
 
 
 def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data, synthetic, device):
@@ -184,10 +182,8 @@ def _stored_setup(path, preset, config_file, overrides, seeds, batch_size, data,
     from .comparison import read_measured
     from .model.config import config_from_dict
 
-    clashing = [flag for flag, v in (("--preset", preset), ("--config", config_file), ("--set", overrides),
-                                     ("--seeds", seeds), ("--device", device)) if v]
-    if clashing:
-        raise ValueError(f"--measured takes the model and its seeds from the file: leave out {', '.join(clashing)}")
+    _refuse("--measured takes the model and its seeds from the file", preset=preset, config=config_file,
+            set=overrides, seeds=seeds, device=device)
     measured = read_measured(path)
     config = config_from_dict(measured.config)
     if batch_size is None:

@@ -60,13 +60,13 @@ def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, s
     if config.input != "patches":
         raise ValueError("image_batch: this config takes tokens, not image patches")
     gen = torch.Generator().manual_seed(seed)
-    shape = (batch_size, config.channels, config.image_size, config.image_size)
     if data is not None:
         from .data.images import read_images
 
         images, labels = read_images(data, batch_size, config.image_size, config.channels, config.n_classes, gen)
         return make_batch(config, images, labels=labels)
     if synthetic:
+        shape = (batch_size, config.channels, config.image_size, config.image_size)
         return make_batch(config, torch.rand(shape, generator=gen) * 3.0**0.5,  # E[u²] = 1 for u ~ U(0, √3)
                           labels=torch.randint(config.n_classes, (batch_size,), generator=gen))
     if config.n_classes < N_DIGIT_CLASSES:
@@ -83,10 +83,9 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
                  synthetic: bool = False) -> tuple[TransformerConfig, dict]:
     """(config, batch) for measuring and predicting ``config``: :func:`token_batch` for a token model,
     :func:`image_batch` for a patch model (``data``: a folder of images or a ``.npy`` array; default the bundled
-    digits). A DSLM
-    patch model without ``input_corr`` gets the one of this batch (:func:`sigprop.theory.patch_input_correlation`,
-    Kedia et al. App. H: measured on the images, not assumed), so the returned config may differ from ``config``
-    in that field alone."""
+    digits). A DSLM patch model without ``input_corr`` gets the one of this batch
+    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H: measured on the images, not assumed), so
+    the returned config may differ from ``config`` in that field alone."""
     if config.input == "tokens":
         return config, token_batch(config, batch_size, data, seed, synthetic)
     if data is not None and synthetic:
@@ -143,10 +142,9 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     :func:`batch_fingerprint` of ``batch``. ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that
     measurements of disjoint seeds made apart merge exactly (:func:`sigprop.seed_merge.merge_measurements`)."""
     from .devices import parse_devices
+    from .validate import integer_value
 
-    for value, name, lo in ((seeds, "seeds", 1), (seed0, "the first seed", 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise ValueError(f"{name} must be an integer >= {lo} (got {value!r})")
+    seeds, seed0 = integer_value(seeds, "seeds", 1), integer_value(seed0, "the first seed", 0)
     devices = parse_devices(device)
     seed_list = list(range(seed0, seed0 + seeds))
     if len(devices) > 1:

@@ -75,7 +75,7 @@ from .resolved import (
     pairwise_postnorm_backward,
     walk_forward,
 )
-from .theory import different_target_term, head_gradient_scale
+from .theory import different_target_term, head_gradient_scale, pooled_head_gradient_variance
 
 __all__ = ["head_gradient_gram", "pooled_head_gradient_gram", "resolved_backward", "gradient_rows"]
 
@@ -112,14 +112,10 @@ def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
     s²σ²_h k_b/(L²B²)·11ᵀ with k_b = V·E[p_1²](Var z_b) − 2/V + 1 and Var z_b = s²σ²_h d·Σ_ts N_ts/L² (N the
     final norm's output Gram of image b: the pooled vector's second moment); then the final norm's backward rule,
     pairwise, at the forward Gram ``top_gram``. Assumes the head independent of the hidden states."""
-    from .components.softmax import softmax_second_moment
-
-    scale, V = head_gradient_scale(model)
     B, L, _ = top_gram.shape
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
-    var_z = scale * model.config.d_model * normed.sum(dim=(1, 2)).numpy() / L**2
-    k = V * softmax_second_moment(var_z, V) - 2.0 / V + 1.0
-    grad = torch.from_numpy(scale * k / (L * L * B * B))[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
+    var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image
+    grad = torch.from_numpy(var)[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
     if model.final_norm is not None:
         grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
     return grad

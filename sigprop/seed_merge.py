@@ -63,7 +63,8 @@ def merge_measurements(measured: list[Profile]) -> Profile:
     seeds, profiles, devices = [], [], []
     for i, m in enumerate(measured):
         if m.kind != "measured" or "per_seed" not in m.meta:
-            raise ValueError(f"measurement {i + 1} holds no per-seed rows (write it with sigprop measure --json)")
+            raise ValueError(f"measurement {i + 1} holds no per-seed rows: merge files written by sigprop measure "
+                             "--json")
         if m.config != first.config:
             changed = sorted(k for k in set(m.config) | set(first.config) if m.config.get(k) != first.config.get(k))
             raise ValueError(f"measurement {i + 1} is of another model (fields {', '.join(changed)} differ)")

@@ -38,8 +38,8 @@ from .moments import GradMoments, Moments, check_range
 from .profile import Profile, Row
 
 __all__ = ["predict", "input_moments_theory", "head_gradient_moments", "pooled_head_gradient_moments",
-           "head_gradient_scale", "patch_input_correlation", "different_target_term", "sum_gradients",
-           "prediction_steps", "DECODER_CAVEAT"]
+           "pooled_head_gradient_variance", "head_gradient_scale", "patch_input_correlation", "different_target_term",
+           "sum_gradients", "prediction_steps", "DECODER_CAVEAT"]
 
 
 def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
@@ -115,20 +115,29 @@ def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: i
     from the V ≫ 1 of a language model's). The final norm's backward rule maps this to the last layer's output.
     Assumes: the head independent of the hidden states (it is its own matrix); Var z the same for every image.
     """
-    from .components.softmax import softmax_second_moment
-
     c = model.config
-    scale, V = head_gradient_scale(model)
     L = int(seq_len or c.seq_len)
     B = int(check_range(n_images, "n_images", lo=1.0, allowed="integers >= 1"))
     normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
     mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var) * (1.0 + (L - 1.0) * np.asarray(normed.corr)) / L
-    var_z = scale * c.d_model * mean_sq
-    k = V * softmax_second_moment(var_z, V) - 2.0 / V + 1.0
-    g = GradMoments(var=scale * k / (L * L * B * B), corr=1.0 + 0.0 * np.asarray(k))
+    var = pooled_head_gradient_variance(model, mean_sq, L, B)
+    g = GradMoments(var=var, corr=1.0 + 0.0 * np.asarray(var))
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
     return g, f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
+
+
+def pooled_head_gradient_variance(model: Transformer, pooled_mean_square, L: int, B: int):
+    """The per-element variance s²σ²_h k/(L²B²) of the gradient every token of an image receives from the
+    mean-pooled head (:func:`pooled_head_gradient_moments`), before the final norm's backward rule, for the pooled
+    vector's per-element second moment E[h̄_i²] = ``pooled_mean_square`` (broadcasts: one per image in the
+    token-resolved boundary). k = V·E[p_1²](Var z) − 2/V + 1 with Var z = s²σ²_h d·E[h̄_i²]."""
+    from .components.softmax import softmax_second_moment
+
+    scale, V = head_gradient_scale(model)
+    var_z = scale * model.config.d_model * np.asarray(pooled_mean_square, dtype=np.float64)
+    k = V * softmax_second_moment(var_z, V) - 2.0 / V + 1.0
+    return scale * k / (L * L * B * B)
 
 
 def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,

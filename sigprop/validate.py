@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["check_choice", "check_integer", "check_number"]
+__all__ = ["check_choice", "check_integer", "check_number", "integer_value"]
 
 
 def check_choice(obj, name: str, allowed) -> None:
@@ -13,6 +13,16 @@ def check_choice(obj, name: str, allowed) -> None:
     v = getattr(obj, name)
     if v not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))} (got {v!r})")
+
+
+def integer_value(v, name: str, lo: int) -> int:
+    """``v`` as an ``int`` if it is an integer (Python or NumPy) >= ``lo``; booleans are refused. For function
+    arguments; :func:`check_integer` is its form for a dataclass field."""
+    import numbers
+
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+    return int(v)
 
 
 def check_integer(obj, name: str, lo: int, optional: bool = False) -> None:

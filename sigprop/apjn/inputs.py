@@ -25,14 +25,9 @@ import torch
 from torch import nn
 
 from ..data.digits import digits_images
+from ..validate import integer_value
 
 __all__ = ["equiangular_tokens", "estimate_q0_p0", "digits_images", "embed_images", "digits_hidden_states"]
-
-
-def _integer(v, name, lo):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
-    return int(v)
 
 
 def _number(v, name):
@@ -47,7 +42,7 @@ def equiangular_tokens(n: int, d: int, q0: float, p0: float, generator: torch.Ge
     |h_s|²/d = q⁰ for every token and h_s·h_t/d = p⁰ for every pair s ≠ t, exactly (built in float64, then cast to
     ``dtype``). The frame is a Haar-random rotation drawn with ``generator``. Needs n ≥ 2, q⁰ > 0, 0 ≤ p⁰ ≤ q⁰
     (Alekseev restricts to p⁰ ≥ 0, Sec. 3.1) and n ≤ d unless p⁰ = q⁰ (the Gram matrix then has rank n)."""
-    n, d = _integer(n, "n (tokens)", 2), _integer(d, "d (width)", 1)
+    n, d = integer_value(n, "n (tokens)", 2), integer_value(d, "d (width)", 1)
     q0, p0 = _number(q0, "q0"), _number(p0, "p0")
     if q0 <= 0:
         raise ValueError(f"q0 must be > 0 (got {q0})")

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..validate import integer_value
+
 __all__ = ["digits", "digits_images", "N_DIGITS", "N_DIGIT_CLASSES"]
 
 #: Images in the data set, and their classes (0–9).
@@ -30,12 +32,6 @@ def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
 def _upsampled_stats(size: int, mode: str) -> tuple[float, float]:
     x = _upsample(torch.from_numpy(_digits_raw()[0]), size, mode)
     return float(x.mean()), float(x.std())
-
-
-def _integer(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
-    return int(v)
 
 
 @lru_cache(maxsize=8)
@@ -64,7 +60,7 @@ def digits(indices: Sequence[int] | None = None, count: int | None = None, size:
     mean inner product negative); grey is copied to every channel. Labels: the digit, 0–9
     (int64). Chosen by ``indices``, else ``count`` images (random ones if a ``generator`` is given, else the first),
     else all. ``ValueError`` on a bad argument."""
-    size, channels = _integer(size, "size", 8), _integer(channels, "channels", 1)
+    size, channels = integer_value(size, "size", 8), integer_value(channels, "channels", 1)
     if mode not in ("bilinear", "bicubic", "nearest"):
         raise ValueError(f"mode must be one of bilinear, bicubic, nearest (got {mode!r})")
     if normalise not in ("standard", "unit", "rms"):
@@ -75,7 +71,7 @@ def digits(indices: Sequence[int] | None = None, count: int | None = None, size:
         if idx.size == 0 or idx.min() < 0 or idx.max() >= N_DIGITS:
             raise ValueError(f"indices must be a non-empty list of integers in [0, {N_DIGITS})")
     elif count is not None:
-        count = _integer(count, "count", 1)
+        count = integer_value(count, "count", 1)
         if count > N_DIGITS:
             raise ValueError(f"count must be <= {N_DIGITS} (the size of the digits data set); got {count}")
         idx = (torch.randperm(N_DIGITS, generator=generator)[:count].numpy() if generator is not None

@@ -71,21 +71,19 @@ class PatchEmbedding(nn.Module):
         so the variance is σ²_p mean_t |p_t|² + σ²_e over the batch's patches and the token correlation is the mean
         over images and ordered pairs t ≠ s of σ²_p ⟨p_t, p_s⟩, divided by it (the measurement's definition,
         :func:`~sigprop.components.embedding.input_moments`); different units are uncorrelated (hidden correlation
-        0). Exact for the image's own patches, whatever their distribution; Gaussian in the weights. Float64."""
-        p = self._patches(images)
-        n = p.shape[1]
-        sq = (p * p).sum(-1)  # |p_t|²
-        tot = p.sum(1)  # Σ_t p_t per image
-        pair_sum = (tot * tot).sum(-1) - sq.sum(-1)  # Σ_{t≠s} ⟨p_t, p_s⟩ per image
-        sp2, se2 = self.patch_std**2, self.position_std**2
-        var = sp2 * float(sq.mean()) + se2
-        cov = sp2 * float(pair_sum.sum()) / (p.shape[0] * n * (n - 1)) if n > 1 else 0.0
+        0). These are :meth:`gram`'s diagonal and off-diagonal means. Exact for the image's own patches, whatever
+        their distribution; Gaussian in the weights. Float64."""
+        g = self.gram(images)
+        b, n, _ = g.shape
+        diagonal = torch.diagonal(g, dim1=-2, dim2=-1).sum()
+        var = float(diagonal) / (b * n)
+        cov = float(g.sum() - diagonal) / (b * n * (n - 1)) if n > 1 else 0.0
         return Moments(mean=0.0, var=var, corr=clip_corr(cov / var, tol=1e-9), corr_hidden=0.0)
 
     def gram(self, images: torch.Tensor, segment_ids=None) -> torch.Tensor:
         """Token-resolved moments (:mod:`sigprop.resolved`): the per-element token Gram matrix (batch, n, n) of the
-        output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64; the expectation of
-        :meth:`forward_moments` with each patch pair kept apart). ``segment_ids`` must be None (images have none)."""
+        output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64; :meth:`forward_moments`
+        pools it). ``segment_ids`` must be None (images have none)."""
         if segment_ids is not None:
             raise ValueError("a patch embedding has no segments")
         p = self._patches(images)

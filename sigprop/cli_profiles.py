@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .components.attention_sampled import DEFAULT_HEADS
+from .diagnosis import diagnose, side_by_side
 from .terminal import console, progress_bar
 
 __all__ = ["predict_command", "measure_command", "compare_command", "demo_command", "resolve_config"]
@@ -239,6 +241,8 @@ def predict_command(
                                         progress=lambda k: bar.advance(task, k), token_resolved=token_resolved)
     except (ValueError, NotImplementedError) as err:
         _fail(err)
+    diagnosis = diagnose(profile)
+    profile.meta["diagnosis"] = diagnosis.to_dict()
     if json_path:
         profile.write_json(json_path)
     if plot:
@@ -248,6 +252,7 @@ def predict_command(
     console.print(_profile_table(f"predicted ({profile.meta.get('input_source')}; gradient: "
                                  f"{profile.meta.get('grad_source')})", predicted=profile))
     _print_rules(profile)
+    _print_diagnosis(diagnosis.lines(), diagnosis.hint, "diagnosis (theory)")
     _print_written(("profile JSON", json_path), ("figure", plot))
 
 
@@ -261,6 +266,15 @@ def _print_rules(profile) -> None:
         console.print(f"attention rule: {profile.meta['attention_rule']}")
     if profile.meta.get("caveat"):
         console.print(f"[yellow]note:[/yellow] {profile.meta['caveat']}")
+
+
+def _print_diagnosis(lines: list[str], hint: str | None, title: str) -> None:
+    """The diagnosis (:func:`sigprop.diagnosis.diagnose`): explode, vanish, collapse, or bounded."""
+    console.print(f"[bold]{title}[/bold]")
+    for line in lines:
+        console.print(f"  {escape(line)}")
+    if hint:
+        console.print(f"  [cyan]hint:[/cyan] {escape(hint)}")
 
 
 def _print_seed_spread(measured) -> None:
@@ -309,6 +323,8 @@ def measure_command(
             profile.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
+    diagnosis = diagnose(profile)
+    profile.meta["diagnosis"] = diagnosis.to_dict()
     if json_path:
         profile.write_json(json_path)
     if plot:
@@ -317,6 +333,7 @@ def measure_command(
         plot_profiles(plot, measured=profile, title=preset or "measurement")
     console.print(_profile_table(f"measured ({seeds} seeds, {profile.meta['tokens']} tokens)", measured=profile))
     _print_seed_spread(profile)
+    _print_diagnosis(diagnosis.lines(), diagnosis.hint, "diagnosis (measured)")
     _print_written(("profile JSON", json_path), ("figure", plot))
 
 
@@ -380,6 +397,7 @@ def compare_command(
             measured.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, NotImplementedError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
+    diagnosis = {"predicted": diagnose(predicted), "measured": diagnose(measured)}  # in the JSON: compare()
     if json_path:
         comparison.write_json(json_path)
     if plot:
@@ -394,6 +412,8 @@ def compare_command(
     console.print(_summary_table(comparison))
     _print_rules(predicted)
     _print_seed_spread(measured)
+    _print_diagnosis(side_by_side(diagnosis["predicted"], diagnosis["measured"]), diagnosis["measured"].hint,
+                     "diagnosis (measured, theory beside it)")
     _print_written(("comparison JSON", json_path), ("figure", plot))
 
 

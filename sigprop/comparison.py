@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .diagnosis import diagnose
 from .jsonio import write_json_atomic
 from .profile import QUANTITIES, Profile
 from .seed_spread import heavy_tails
 
-__all__ = ["Comparison", "QuantitySummary", "compare", "summarise", "measured_from_json", "read_measured"]
+__all__ = ["Comparison", "QuantitySummary", "compare", "summarise", "comparison_side", "measured_from_json",
+           "read_measured"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
             quantities=QUANTITIES) -> Comparison:
     """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
     summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
-    heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any."""
+    heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any; for the layer outputs,
+    ``meta["diagnosis"]`` holds :func:`sigprop.diagnosis.diagnose` of each profile ("predicted", "measured")."""
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
     pred, meas = predicted.lookup(), measured.lookup()
@@ -142,7 +145,21 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
                               [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
                  for q in quantities}
     tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
-    return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {})
+    meta = {"heavy_tails": tails} if tails else {}
+    if site == "layer":
+        meta["diagnosis"] = {p.kind: diagnose(p).to_dict() for p in (predicted, measured)}
+    return Comparison(predicted, measured, site, tuple(common), summaries, meta)
+
+
+def comparison_side(data: dict, kind: str) -> Profile:
+    """One side of a comparison JSON (``sigprop compare --json``) as a profile: ``kind`` "predicted" (the
+    ``pred_*`` columns and ``predicted_meta``) or "measured" (``meas_*``, ``measured_meta``), the compared site's
+    rows only."""
+    prefix = {"predicted": "pred", "measured": "meas"}[kind]
+    rows = [{"layer": r["layer"], "site": r.get("site", data.get("site", "layer")),
+             **{q: r.get(f"{prefix}_{q}") for q in QUANTITIES}} for r in data.get("per_layer", [])]
+    return Profile.from_json({"kind": kind, "config": data.get("config", {}),
+                              "meta": data.get(f"{kind}_meta", {}), "per_site": rows})
 
 
 def measured_from_json(data: dict) -> Profile:
@@ -154,10 +171,7 @@ def measured_from_json(data: dict) -> Profile:
     if kind == "measured":
         return Profile.from_json(data)
     if kind == "comparison":
-        rows = [{"layer": r["layer"], "site": r.get("site", data.get("site", "layer")),
-                 **{q: r.get(f"meas_{q}") for q in QUANTITIES}} for r in data.get("per_layer", [])]
-        return Profile.from_json({"kind": "measured", "config": data.get("config", {}),
-                                  "meta": data.get("measured_meta", {}), "per_site": rows})
+        return comparison_side(data, "measured")
     raise ValueError("expected a measured profile (sigprop measure --json) or a comparison (sigprop compare --json), "
                      f"got an object of kind {kind!r}")
 

@@ -24,6 +24,8 @@ def test_predict_writes_a_profile(tmp_path):
     assert set(data["per_layer"][0]) >= {"layer", "fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"}
     assert Profile.from_json(data).kind == "predicted"
     assert fig.stat().st_size > 10_000
+    assert [f["quantity"] for f in data["meta"]["diagnosis"]["findings"]] == ["fwd_var", "grad_var", "fwd_corr"]
+    assert "diagnosis (theory)" in result.output and "forward variance" in result.output
 
 
 def test_measure_and_compare_on_synthetic_tokens(tmp_path):
@@ -40,6 +42,8 @@ def test_measure_and_compare_on_synthetic_tokens(tmp_path):
     for q in ("fwd_var", "grad_var", "fwd_corr", "grad_corr"):
         assert {"median_rel", "mean_rel", "p90_rel", "r2"} <= set(data["summary"][q])
     assert len(data["per_layer"]) == 3 and "grad_source" in data["predicted_meta"]
+    assert set(data["meta"]["diagnosis"]) == {"predicted", "measured"}
+    assert "(theory: " in result.output
     assert data["predicted_meta"]["forward_state"].startswith("token-resolved")
     assert "forward state: token-resolved" in " ".join(result.output.split())
     result = runner.invoke(app, ["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",

@@ -54,3 +54,26 @@ def test_noise_ceiling_needs_every_row_s_standard_error():
     ss_tot = np.sum((np.array([1.1, 1.4, 2.0]) - np.mean([1.1, 1.4, 2.0])) ** 2)
     assert s.r2_noise_ceiling == pytest.approx(1 - 0.03 / ss_tot, rel=1e-12)
 
+
+
+def test_a_comparison_json_gives_back_both_profiles_and_their_diagnosis():
+    """compare() → JSON → comparison_side(): the compared site's rows of each side come back exactly, and the JSON
+    carries each side's diagnosis."""
+    import json
+
+    from sigprop.comparison import compare, comparison_side
+    from sigprop.profile import Profile, Row
+
+    def profile(kind, scale):
+        rows = [Row(layer, "layer", 0.0, 1.0 + scale * layer, 0.5, 2.0**-layer, 0.4) for layer in range(12)]
+        return Profile(kind, {"arch": "encoder", "init": "xavier", "n_layers": 12},
+                       (*rows, Row(0, "attn", 0.0, 3.0, 0.2, 1.0, 0.1)))
+
+    predicted, measured = profile("predicted", 1.0), profile("measured", 1.1)
+    data = json.loads(json.dumps(compare(predicted, measured).to_json(), allow_nan=False))
+    for side in (predicted, measured):
+        back = comparison_side(data, side.kind)
+        assert back.kind == side.kind and back.rows == tuple(side.site("layer"))
+    verdicts = {kind: [f["verdict"] for f in d["findings"]] for kind, d in data["meta"]["diagnosis"].items()}
+    assert verdicts == {"predicted": ["grows", "explodes", "stays below rank collapse"],  # 2^l: grows to the input
+                        "measured": ["grows", "explodes", "stays below rank collapse"]}

@@ -25,3 +25,5 @@ def test_demo_writes_a_report_with_seed_spread_notes(tmp_path, monkeypatch):
         assert json.loads(results[name]["json"].read_text())["kind"] == "comparison"
         assert f"| {name} |" in text and calls.count(name) == 6
     assert "Seed spread" in text and "- small-post: grad_var is skewed across seeds" in text
+    assert "## Diagnosis" in text and "**small-post**" in text and "(theory: " in text
+    assert json.loads(results["small-pre"]["json"].read_text())["meta"]["diagnosis"]["measured"]["findings"]

@@ -1,0 +1,131 @@
+"""sigprop.diagnosis: growth laws on curves of known shape, verdicts and limits, stacks, and the theory's own
+profiles of Pre-LN, Post-LN and DeepScaleLM models."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sigprop import TransformerConfig, predict
+from sigprop.diagnosis import DiagnosisLimits, diagnose, growth_law, side_by_side
+from sigprop.profile import Profile, Row
+
+N = 96
+
+
+def _profile(fwd_var, grad_var, fwd_corr, kind="predicted", **config):
+    rows = [Row(layer, "layer", 0.0, float(v), float(r), float(g), 0.5)
+            for layer, (v, g, r) in enumerate(zip(fwd_var, grad_var, fwd_corr, strict=True))]
+    return Profile(kind, {"arch": "encoder", "init": "xavier", "n_layers": len(rows), **config}, tuple(rows))
+
+
+def _finding(diagnosis, quantity, stack=""):
+    (found,) = [f for f in diagnosis.findings if f.quantity == quantity and f.stack == stack]
+    return found
+
+
+LAYERS = np.arange(N, dtype=np.float64)
+FLAT = np.ones(N)
+CORR = np.full(N, 0.8)
+
+
+def test_growth_law_names_known_shapes():
+    linear = growth_law(0.4 + 1.3 * LAYERS)
+    assert linear.kind == "power" and abs(linear.rate - 1.0) < 0.1
+    assert "linearly" in linear.describe()
+    exponential = growth_law(1.05**LAYERS)
+    assert exponential.kind == "exponential" and exponential.rate == pytest.approx(1.05, rel=1e-12)
+    assert "×0.9524 per layer towards the input" in exponential.describe(towards_input=True)
+    hyperbolic = growth_law(N / (LAYERS + 1.0))
+    assert hyperbolic.kind == "power" and hyperbolic.rate == pytest.approx(-1.0, rel=1e-12)
+    assert "hyperbolically" in hyperbolic.describe()
+    assert growth_law(1.0 + 0.05 * np.sin(LAYERS)).kind == "flat"
+    assert growth_law(np.ones(5)) is None  # too few layers to fit
+    assert growth_law(np.r_[FLAT[:-1], 0.0]) is None
+
+
+def test_pre_ln_like_growth_and_post_ln_like_vanishing():
+    pre = diagnose(_profile(0.4 + 1.3 * LAYERS, 30.0 / (LAYERS + 1.0) ** 0.3, CORR))
+    fwd, grad = _finding(pre, "fwd_var"), _finding(pre, "grad_var")
+    assert (fwd.verdict, fwd.flagged) == ("grows", True) and fwd.change == pytest.approx(1 + 1.3 * 95 / 0.4)
+    assert grad.verdict == "bounded" and not grad.flagged  # 96^0.3 = 3.9 < 10
+    assert "init=dslm" in pre.hint
+    post = diagnose(_profile(FLAT, 0.96 ** (N - 1 - LAYERS), CORR))
+    grad = _finding(post, "grad_var")
+    assert grad.verdict == "vanishes" and grad.change == pytest.approx(0.96**95)
+    assert grad.law.kind == "exponential" and "×0.96 per layer towards the input" in grad.describe()
+    assert _finding(post, "fwd_var").verdict == "bounded"
+
+
+def test_limits_move_the_verdicts():
+    profile = _profile(0.4 + 1.3 * LAYERS, FLAT, np.full(N, 0.995))
+    assert _finding(diagnose(profile), "fwd_var").verdict == "grows"
+    assert _finding(diagnose(profile, DiagnosisLimits(growth=1e3)), "fwd_var").verdict == "bounded"
+    corr = _finding(diagnose(profile), "fwd_corr")
+    assert corr.verdict == "collapses" and corr.flagged and "rank collapse" in corr.describe()
+    assert not _finding(diagnose(profile, DiagnosisLimits(collapse=0.999)), "fwd_corr").flagged
+    for bad in (dict(growth=1.0), dict(growth=math.inf), dict(collapse=1.0), dict(collapse=0.0)):
+        with pytest.raises(ValueError):
+            DiagnosisLimits(**bad)
+
+
+def test_a_boundary_jump_varies_and_gets_no_depth_hint():
+    grad = np.r_[50.0, FLAT[:-2], 100.0]  # jumps at the first and last layer, nothing along the depth
+    diagnosis = diagnose(_profile(FLAT, grad, CORR))
+    found = _finding(diagnosis, "grad_var")
+    assert (found.verdict, found.flagged, found.spread) == ("varies", True, 100.0)
+    assert "varies ×100 between layers" in found.describe()
+    assert diagnosis.hint is None
+
+
+def test_deepscalelm_gets_no_deepscalelm_hint():
+    profile = _profile(0.4 + 1.3 * LAYERS, FLAT, CORR, init="dslm")
+    assert diagnose(profile).flagged and diagnose(profile).hint is None
+
+
+def test_overflow_is_not_finite():
+    fwd = np.r_[FLAT[:-1], math.inf]
+    found = _finding(diagnose(_profile(fwd, FLAT, CORR)), "fwd_var")
+    assert found.verdict == "not finite" and found.flagged
+    as_dict = diagnose(_profile(fwd, FLAT, CORR)).to_dict()
+    assert as_dict["findings"][0]["change"] is None and as_dict["findings"][1]["law"] == {"kind": "flat", "rate": None}
+    json.dumps(as_dict, allow_nan=False)  # plain JSON
+
+
+def test_encoder_and_decoder_are_read_apart():
+    fwd = np.r_[1.0 + LAYERS[:48], FLAT[:48]]
+    diagnosis = diagnose(_profile(fwd, FLAT, CORR, arch="encoder_decoder", n_layers=48))
+    assert _finding(diagnosis, "fwd_var", "encoder").verdict == "grows"
+    assert _finding(diagnosis, "fwd_var", "decoder").verdict == "bounded"
+    assert diagnosis.lines()[0].startswith("encoder: forward variance grows")
+
+
+def test_side_by_side_puts_the_theory_beside_each_finding():
+    predicted = diagnose(_profile(FLAT, 0.96 ** (N - 1 - LAYERS), CORR))
+    measured = diagnose(_profile(FLAT, 0.95 ** (N - 1 - LAYERS), CORR, kind="measured"))
+    lines = side_by_side(predicted, measured)
+    assert len(lines) == 3 and lines[1].endswith(f"(theory: ×{0.96**95:.3g})")
+    assert lines[2].endswith("(theory: 0.8000)")
+
+
+SMALL = dict(d_model=64, n_heads=2, seq_len=32, max_len=32, vocab_size=512, dropout=0.1)
+
+
+@pytest.mark.parametrize(("norm_position", "init", "fwd", "grad"), [
+    ("pre", "xavier", "grows", "grows"),      # App. E.1: linear forward growth, gradient growing towards the input
+    ("post", "xavier", "bounded", "vanishes"),  # App. E.2: exponential gradient change
+    ("pre", "dslm", "bounded", "bounded"),    # App. E.3
+    ("post", "dslm", "bounded", "bounded"),   # App. E.4
+])
+def test_the_theory_of_each_architecture(norm_position, init, fwd, grad):
+    """The paper's Table 3, read off sigprop's own predictions at 96 layers (exchangeable sweeps, seconds)."""
+    config = TransformerConfig(n_layers=N, norm_position=norm_position, init=init, **SMALL)
+    diagnosis = diagnose(predict(config))
+    assert (_finding(diagnosis, "fwd_var").verdict, _finding(diagnosis, "grad_var").verdict) == (fwd, grad)
+    if (norm_position, init) == ("pre", "xavier"):
+        law = _finding(diagnosis, "fwd_var").law
+        assert law.kind == "power" and abs(law.rate - 1.0) < 0.25
+    if (norm_position, init) == ("post", "xavier"):
+        assert _finding(diagnosis, "grad_var").law.kind == "exponential"
+    assert _finding(diagnosis, "fwd_corr").verdict == "stays below rank collapse"  # dropout 0.1: r_max < 1

@@ -119,6 +119,10 @@ app.command("measure")(measure_command)
 app.command("compare")(compare_command)
 app.command("demo")(demo_command)
 
+from .cli_inits import inits_command  # noqa: E402
+
+app.command("inits")(inits_command)
+
 from .cli_apjn import apjn_command  # noqa: E402
 
 app.command("apjn")(apjn_command)

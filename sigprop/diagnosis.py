@@ -19,6 +19,10 @@ A profile (predicted or measured) answers it layer by layer; :func:`diagnose` sa
   prediction, and nothing from it enters one.
 * **Token correlation** at the last layer: the tokens have collapsed to rank one when it reaches ``collapse``
   (default 0.99; Noci et al. 2022's rank collapse, Kedia et al. App. F, where dropout keeps it below r_max < 1).
+* **An identity stack**: when every layer's output has the first layer's variance (to 1e-6) and correlation
+  (to 1e-3),
+  the residual branches are scaled to nothing at initialisation (SkipInit, ReZero, LayerScale's β ≤ 1e-5 beyond 18
+  layers): everything is "bounded" because nothing propagates, which the diagnosis says rather than praise.
 
 Assumes the profile's "layer" rows are the stream after each layer (as :func:`sigprop.predict` and
 :func:`sigprop.measure` give them) and that variances are positive; a non-finite value is reported as such.
@@ -44,6 +48,11 @@ EXPONENT_TOLERANCE = 0.25
 #: Verdicts of a variance that changes with depth end to end (what DeepScaleLM's scaling addresses; a "varies" is
 #: often one boundary layer's jump, which it does not).
 DEPTH_VERDICTS = ("grows", "shrinks", "explodes", "vanishes")
+#: How close every layer's variance (relative) and token correlation (absolute) must stay to the first layer's for
+#: the stack to pass its input on: β ≤ 1e-5 moves them by ~1e-10 per layer, while the LayerNorm rule applied to
+#: an already normalised stream (a Post-LN SkipInit) moves the correlation by ~1e-6 per layer.
+IDENTITY_VAR_TOL = 1e-6
+IDENTITY_CORR_TOL = 1e-3
 #: Inits under which DeepScaleLM's hint would be redundant.
 DSLM_INITS = ("dslm", "dslm_simple")
 
@@ -92,7 +101,7 @@ class GrowthLaw:
 @dataclass(frozen=True)
 class Finding:
     """One quantity of one stack. ``verdict``: "bounded", "grows", "shrinks", "explodes", "vanishes", "varies"
-    (variances),
+    (variances), "identity" (quantity "stream": the layers pass the stream on unchanged),
     "collapses" or "stays below rank collapse" (correlation), or "not finite". ``change`` is last / first layer for
     the forward variance and first / last layer for the gradient (its growth towards the input); for the
     correlation, the last layer's value. ``flagged``: beyond the limits."""
@@ -107,6 +116,9 @@ class Finding:
 
     def describe(self) -> str:
         where = f"{self.stack}: " if self.stack else ""
+        if self.verdict == "identity":
+            return (f"{where}every layer passes the stream on unchanged (residual branches scaled to ~0 at "
+                    "initialisation): nothing propagates until training moves β")
         if self.verdict == "not finite":
             return f"{where}{_NAMES[self.quantity]} is not finite at some layer (overflow)"
         if self.quantity == "fwd_corr":
@@ -125,7 +137,8 @@ class Finding:
         return text
 
 
-_NAMES = {"fwd_var": "forward variance", "grad_var": "gradient variance", "fwd_corr": "token correlation"}
+_NAMES = {"fwd_var": "forward variance", "grad_var": "gradient variance", "fwd_corr": "token correlation",
+          "stream": "the stream"}
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,21 @@ def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits
     return Finding(stack, "fwd_corr", "collapses" if collapsed else "stays below rank collapse", collapsed, last)
 
 
+def _identity_finding(stack: str, rows: list) -> Finding | None:
+    """The residual branches contribute nothing (β = 0 or nearly, as SkipInit / ReZero / LayerScale at depth
+    start): every layer's output has the first layer's variance and token correlation (IDENTITY_VAR_TOL,
+    IDENTITY_CORR_TOL; a Post-LN stack normalises the embedding once, in its first layer, and passes it on)."""
+    if len(rows) < 2:
+        return None
+    first = rows[0]
+    for row in rows[1:]:
+        same_var = abs(row.fwd_var - first.fwd_var) <= IDENTITY_VAR_TOL * abs(first.fwd_var)
+        same_corr = abs(row.fwd_corr - first.fwd_corr) <= IDENTITY_CORR_TOL
+        if not (same_var and same_corr):  # NaN compares False: not the identity
+            return None
+    return Finding(stack, "stream", "identity", False, rows[-1].fwd_var / first.fwd_var)
+
+
 def _stacks(profile: Profile) -> list[tuple[str, list]]:
     rows = profile.site("layer")
     config = profile.config or {}
@@ -248,6 +276,9 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
                 findings.append(_correlation_finding(stack, values, limits))
             else:
                 findings.append(_variance_finding(stack, quantity, values, limits))
+        identity = _identity_finding(stack, rows)
+        if identity is not None:
+            findings.append(identity)
     return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))
 
 

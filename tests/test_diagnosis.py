@@ -27,7 +27,7 @@ def _finding(diagnosis, quantity, stack=""):
 
 LAYERS = np.arange(N, dtype=np.float64)
 FLAT = np.ones(N)
-CORR = np.full(N, 0.8)
+CORR = np.linspace(0.5, 0.8, N)
 
 
 def test_growth_law_names_known_shapes():
@@ -129,3 +129,24 @@ def test_the_theory_of_each_architecture(norm_position, init, fwd, grad):
     if (norm_position, init) == ("post", "xavier"):
         assert _finding(diagnosis, "grad_var").law.kind == "exponential"
     assert _finding(diagnosis, "fwd_corr").verdict == "stays below rank collapse"  # dropout 0.1: r_max < 1
+
+
+def test_a_stack_that_passes_its_input_on_is_called_the_identity():
+    """SkipInit-like: every layer passes the first layer's output on, so every variance is bounded for want of
+    propagation; the diagnosis says so, and does not say it of a stack whose correlation moves by 2e-3 or whose
+    variance moves by 1e-5."""
+    found = [f for f in diagnose(_profile(FLAT, FLAT, np.full(N, 0.8))).findings if f.quantity == "stream"]
+    assert len(found) == 1 and found[0].verdict == "identity" and not found[0].flagged
+    assert "nothing propagates" in found[0].describe()
+    moved = np.r_[np.full(N - 1, 0.8), 0.8 + 2e-3]
+    assert not [f for f in diagnose(_profile(FLAT, FLAT, moved)).findings if f.quantity == "stream"]
+    grown = np.r_[FLAT[:-1], 1.0 + 1e-5]
+    assert not [f for f in diagnose(_profile(grown, FLAT, np.full(N, 0.8))).findings if f.quantity == "stream"]
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_skipinit_is_diagnosed_as_the_identity_by_the_theory(norm_position):
+    config = TransformerConfig(n_layers=8, init="skipinit", norm_position=norm_position, **SMALL)
+    (found,) = [f for f in diagnose(predict(config)).findings if f.quantity == "stream"]
+    assert found.verdict == "identity"
+    assert not [f for f in diagnose(predict(config.replace(init="xavier"))).findings if f.quantity == "stream"]

@@ -1,0 +1,90 @@
+"""sigprop.init_sweep and ``sigprop inits``: every scheme and depth predicted and diagnosed, refused schemes kept
+with their error, and the order of growth in N read off the theory (Kedia et al. Table 3)."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sigprop import TransformerConfig
+from sigprop.cli import app
+from sigprop.init_sweep import _order, depth_orders, sweep_inits, sweep_steps
+
+SMALL = dict(d_model=32, n_heads=2, seq_len=16, max_len=16, vocab_size=300, dropout=0.1)
+DEPTHS = (4, 8, 16)
+
+
+def test_orders_of_known_curves():
+    n = np.array([12.0, 48.0, 192.0, 768.0])
+    assert _order("a", "fwd_var", n, 0.5 * n).describe() == "~N^1.00"
+    assert _order("a", "fwd_var", n, np.full(4, 0.25) * (1 + 0.01 * np.sin(n))).describe() == "O(1)"
+    exponential = _order("a", "grad_var", n, 0.96**n)
+    assert exponential.kind == "exponential" and exponential.rate == pytest.approx(0.96, rel=1e-12)
+    assert _order("a", "fwd_var", n[:2], n[:2]) is None  # two depths cannot tell a law
+
+
+def test_sweep_reads_table_3_off_the_theory():
+    """Pre-LN: Xavier's forward variance grows like N (App. E.1); DeepScaleLM's stays bounded at every depth and
+    grows far more slowly (App. E.3: O(1), reached as its first layers' share of the stream fades); every progress
+    step is reported."""
+    config = TransformerConfig(n_layers=4, norm_position="pre", **SMALL)
+    steps = []
+    rows = sweep_inits(config, ["xavier", "dslm"], DEPTHS, attention_heads=16, progress=steps.append)
+    assert [(r.init, r.n_layers) for r in rows] == [(i, n) for i in ("xavier", "dslm") for n in DEPTHS]
+    assert sum(steps) == sweep_steps(config, ["xavier", "dslm"], DEPTHS)
+    orders = {(o.init, o.quantity): o for o in depth_orders(rows)}
+    assert orders[("xavier", "fwd_var")].kind == "power" and 0.6 < orders[("xavier", "fwd_var")].rate < 1.3
+    assert all(r.finding("fwd_var").verdict == "bounded" for r in rows if r.init == "dslm")
+    assert orders[("dslm", "fwd_var")].rate < orders[("xavier", "fwd_var")].rate - 0.4
+
+
+def test_a_refused_scheme_is_a_row_with_its_error():
+    config = TransformerConfig(n_layers=4, **SMALL)
+    rows = sweep_inits(config, ["xavier", "no-such-init"], [4])
+    assert rows[0].error is None and rows[1].diagnosis is None and "no-such-init" in rows[1].error
+    with pytest.raises(ValueError, match="depths"):
+        sweep_inits(config, ["xavier"], [0])
+    with pytest.raises(ValueError, match="patch model"):
+        sweep_inits(config.replace(input="patches", seq_len=64, max_len=64, image_size=32, patch_size=4,
+                                   input_corr=0.2), ["xavier"], [4])
+
+
+def test_an_overflowing_theory_is_a_row_and_its_steps_are_counted(monkeypatch):
+    import sigprop.theory
+
+    def overflow(config, progress=None, **_):
+        progress(3)
+        raise ValueError("layer 120: Moments.var must be finite (got inf)")
+
+    monkeypatch.setattr(sigprop.theory, "predict", overflow)
+    config = TransformerConfig(n_layers=4, **SMALL)
+    steps = []
+    (row,) = sweep_inits(config, ["deepnorm"], [8], progress=steps.append)
+    assert row.diagnosis is None and row.error.startswith("overflow: layer 120")
+    assert sum(steps) == sweep_steps(config, ["deepnorm"], [8])
+
+
+def test_schemes_that_start_as_the_identity():
+    """SkipInit (β = 0) passes its input on at every depth; LayerScale's β is 0.1 up to 18 layers and 1e-5 or less
+    beyond (CaiT), so its depths mix the two and no order in N is read off them."""
+    config = TransformerConfig(n_layers=4, **SMALL)
+    rows = sweep_inits(config, ["skipinit", "layerscale"], [12, 24, 48], attention_heads=16)
+    orders = {(o.init, o.quantity): o.describe() for o in depth_orders(rows)}
+    assert orders[("skipinit", "fwd_var")] == "identity (β ≈ 0)"
+    assert orders[("layerscale", "grad_var")] == "β depends on N"
+
+
+def test_inits_command_writes_json_and_figure(tmp_path):
+    out, fig = tmp_path / "i.json", tmp_path / "i.png"
+    args = ["inits", "--set", "n_layers=4", *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
+            "--inits", "xavier,dslm", "--depths", ",".join(map(str, DEPTHS)), "--attention-heads", "16",
+            "--json", str(out), "--plot", str(fig)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["kind"] == "init_sweep" and len(data["rows"]) == 6
+    assert {o["init"] for o in data["orders"]} == {"xavier", "dslm"}
+    assert "Table 3" in result.output and fig.stat().st_size > 10_000
+    bad = CliRunner().invoke(app, ["inits", "--depths", "12,x"])
+    assert bad.exit_code == 2 and "comma-separated integers" in bad.output

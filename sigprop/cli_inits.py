@@ -100,12 +100,13 @@ def inits_command(
     if json_path:
         write_json_atomic(json_path, {"kind": "init_sweep", "config": config.to_dict(),
                                       "rows": [r.to_dict() for r in rows],
-                                      "orders": [vars(o) for o in orders]})
+                                      "orders": [o.to_dict() for o in orders]})
     if plot:
         from .plots_inits import plot_init_sweep
 
         try:
-            plot_init_sweep(plot, rows, title=f"{preset or 'model'}: init schemes against depth (theory)")
+            name = (preset or "model") + (f" ({', '.join(overrides)})" if overrides else "")
+            plot_init_sweep(plot, rows, title=f"{name}: init schemes against depth (theory)")
         except ValueError as err:
             _fail(err)
     for label, path in (("JSON", json_path), ("figure", plot)):

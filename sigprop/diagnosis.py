@@ -19,10 +19,9 @@ A profile (predicted or measured) answers it layer by layer; :func:`diagnose` sa
   prediction, and nothing from it enters one.
 * **Token correlation** at the last layer: the tokens have collapsed to rank one when it reaches ``collapse``
   (default 0.99; Noci et al. 2022's rank collapse, Kedia et al. App. F, where dropout keeps it below r_max < 1).
-* **An identity stack**: when every layer's output has the first layer's variance (to 1e-6) and correlation
-  (to 1e-3),
-  the residual branches are scaled to nothing at initialisation (SkipInit, ReZero, LayerScale's β ≤ 1e-5 beyond 18
-  layers): everything is "bounded" because nothing propagates, which the diagnosis says rather than praise.
+* **An identity stack**: when the config's init plan scales every residual branch by |β| ≤ 1e-4, the branches
+  contribute nothing at initialisation (SkipInit, ReZero, LayerScale's β ≤ 1e-5 beyond 18 layers): everything is
+  "bounded" because nothing propagates, which the diagnosis says rather than praise.
 
 Assumes the profile's "layer" rows are the stream after each layer (as :func:`sigprop.predict` and
 :func:`sigprop.measure` give them) and that variances are positive; a non-finite value is reported as such.
@@ -35,6 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .jsonio import finite_or_null
 from .profile import Profile
 
 __all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "growth_law", "side_by_side"]
@@ -48,11 +48,9 @@ EXPONENT_TOLERANCE = 0.25
 #: Verdicts of a variance that changes with depth end to end (what DeepScaleLM's scaling addresses; a "varies" is
 #: often one boundary layer's jump, which it does not).
 DEPTH_VERDICTS = ("grows", "shrinks", "explodes", "vanishes")
-#: How close every layer's variance (relative) and token correlation (absolute) must stay to the first layer's for
-#: the stack to pass its input on: β ≤ 1e-5 moves them by ~1e-10 per layer, while the LayerNorm rule applied to
-#: an already normalised stream (a Post-LN SkipInit) moves the correlation by ~1e-6 per layer.
-IDENTITY_VAR_TOL = 1e-6
-IDENTITY_CORR_TOL = 1e-3
+#: The largest residual-branch scale |β| under which a stack passes its input on at initialisation (a branch then
+#: adds at most 1e-8 of its variance per layer).
+IDENTITY_BETA = 1e-4
 #: Inits under which DeepScaleLM's hint would be redundant.
 DSLM_INITS = ("dslm", "dslm_simple")
 
@@ -159,16 +157,10 @@ class Diagnosis:
     def to_dict(self) -> dict:
         """Plain JSON (a value that is not finite becomes null), each finding with its ``text``."""
         def finding(f: Finding) -> dict:
-            return _json_safe({**asdict(f), "text": f.describe()})
+            return finite_or_null({**asdict(f), "text": f.describe()})
 
         return {"kind": self.kind, "flagged": self.flagged, "findings": [finding(f) for f in self.findings],
                 "hint": self.hint}
-
-
-def _json_safe(value):
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def growth_law(values) -> GrowthLaw | None:
@@ -221,19 +213,30 @@ def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits
     return Finding(stack, "fwd_corr", "collapses" if collapsed else "stays below rank collapse", collapsed, last)
 
 
-def _identity_finding(stack: str, rows: list) -> Finding | None:
-    """The residual branches contribute nothing (β = 0 or nearly, as SkipInit / ReZero / LayerScale at depth
-    start): every layer's output has the first layer's variance and token correlation (IDENTITY_VAR_TOL,
-    IDENTITY_CORR_TOL; a Post-LN stack normalises the embedding once, in its first layer, and passes it on)."""
-    if len(rows) < 2:
+def _branch_scales(config: dict) -> np.ndarray | None:
+    """|β| of every layer's attention and FFN residual branch under the config's init plan, shape (2, layers);
+    None when the profile's config cannot be rebuilt (a partial or foreign config)."""
+    from .model.config import config_from_dict
+    from .model.init import make_plan
+
+    try:
+        plan = make_plan(config_from_dict(config))
+    except (ValueError, KeyError, TypeError, NotImplementedError):
         return None
-    first = rows[0]
-    for row in rows[1:]:
-        same_var = abs(row.fwd_var - first.fwd_var) <= IDENTITY_VAR_TOL * abs(first.fwd_var)
-        same_corr = abs(row.fwd_corr - first.fwd_corr) <= IDENTITY_CORR_TOL
-        if not (same_var and same_corr):  # NaN compares False: not the identity
-            return None
-    return Finding(stack, "stream", "identity", False, rows[-1].fwd_var / first.fwd_var)
+    return np.abs(np.stack([np.asarray(plan.beta[site], dtype=np.float64) for site in ("attn", "ffn")]))
+
+
+def _identity_finding(stack: str, rows: list, scales: np.ndarray | None) -> Finding | None:
+    """The residual branches are scaled to (almost) nothing at initialisation: every |β| of the stack's layers at
+    most IDENTITY_BETA (SkipInit and ReZero's 0, LayerScale's ≤ 1e-5 beyond 18 layers). The statistics cannot tell
+    this apart from a stack whose blocks preserve them (a Post-LN stream's variance is 1 whatever its blocks do), so
+    the init plan is asked."""
+    if scales is None or not rows:
+        return None
+    layers = [r.layer for r in rows if 0 <= r.layer < scales.shape[1]]
+    if len(layers) != len(rows) or scales[:, layers].max() > IDENTITY_BETA:
+        return None
+    return Finding(stack, "stream", "identity", False, rows[-1].fwd_var / rows[0].fwd_var)
 
 
 def _stacks(profile: Profile) -> list[tuple[str, list]]:
@@ -265,6 +268,7 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
     skipped."""
     limits = limits or DiagnosisLimits()
     findings = []
+    scales = _branch_scales(profile.config) if profile.config else None
     for stack, rows in _stacks(profile):
         if not rows:
             continue
@@ -276,7 +280,7 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
                 findings.append(_correlation_finding(stack, values, limits))
             else:
                 findings.append(_variance_finding(stack, quantity, values, limits))
-        identity = _identity_finding(stack, rows)
+        identity = _identity_finding(stack, rows, scales)
         if identity is not None:
             findings.append(identity)
     return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))

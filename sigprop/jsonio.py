@@ -4,11 +4,22 @@ half-written file behind."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json_atomic"]
+__all__ = ["write_json_atomic", "finite_or_null"]
+
+
+def finite_or_null(value):
+    """``value`` with every float that is not finite (NaN, ±inf) replaced by None, through dicts, lists and tuples:
+    JSON has no NaN, and a missing number is null."""
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def write_json_atomic(path, data, indent: int = 1) -> Path:

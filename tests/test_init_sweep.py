@@ -73,6 +73,7 @@ def test_schemes_that_start_as_the_identity():
     orders = {(o.init, o.quantity): o.describe() for o in depth_orders(rows)}
     assert orders[("skipinit", "fwd_var")] == "identity (β ≈ 0)"
     assert orders[("layerscale", "grad_var")] == "β depends on N"
+    json.dumps([o.to_dict() for o in depth_orders(rows)] + [r.to_dict() for r in rows], allow_nan=False)
 
 
 def test_inits_command_writes_json_and_figure(tmp_path):

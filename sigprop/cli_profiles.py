@@ -437,6 +437,10 @@ def demo_command(
             bar.stop()
             _fail(err)
     for name in DEMO_CONFIGS:
-        console.print(_summary_table(results[name]["comparison"], f"{name}: agreement per quantity"))
+        comparison = results[name]["comparison"]
+        console.print(_summary_table(comparison, f"{name}: agreement per quantity"))
+        measured = diagnose(comparison.measured)
+        _print_diagnosis(side_by_side(diagnose(comparison.predicted), measured), measured.hint,
+                         f"{name}: diagnosis (measured, theory beside it)")
         console.print(f"[bold]{name}[/bold]: figure {results[name]['figure']}, JSON {results[name]['json']}")
     console.print(f"report: {results['summary']} (and the figures beside it)")

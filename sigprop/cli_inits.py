@@ -9,20 +9,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_profiles import AttentionHeads, ConfigFile, Overrides, Preset, _fail, resolve_config
-from .terminal import console, progress_bar
+from .cli_profiles import AttentionHeads, ConfigFile, Overrides, Preset, _fail, _print_written, resolve_config
+from .terminal import console, parse_ints, progress_bar
 
 __all__ = ["inits_command"]
-
-
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers, e.g. 12,48,192 (got {text!r})") from None
-    if not values:
-        raise ValueError(f"{name} is empty")
-    return values
 
 
 def _cell(row, quantity: str) -> str:
@@ -63,7 +53,7 @@ def inits_command(
     try:
         config, _ = resolve_config(preset, config_file, overrides)
         names = [s.strip() for s in inits.split(",") if s.strip()] if inits else list(DEFAULT_INITS)
-        layer_counts = _int_list(depths, "--depths") if depths else [config.n_layers]
+        layer_counts = parse_ints(depths, "--depths") or [config.n_layers]
         with progress_bar() as bar:
             task = bar.add_task(f"predict {len(names)} schemes × {len(layer_counts)} depths",
                                 total=sweep_steps(config, names, layer_counts))
@@ -109,6 +99,4 @@ def inits_command(
             plot_init_sweep(plot, rows, title=f"{name}: init schemes against depth (theory)")
         except ValueError as err:
             _fail(err)
-    for label, path in (("JSON", json_path), ("figure", plot)):
-        if path:
-            console.print(f"{label}: {path}")
+    _print_written(("JSON", json_path), ("figure", plot))

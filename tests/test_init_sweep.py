@@ -88,4 +88,4 @@ def test_inits_command_writes_json_and_figure(tmp_path):
     assert {o["init"] for o in data["orders"]} == {"xavier", "dslm"}
     assert "Table 3" in result.output and fig.stat().st_size > 10_000
     bad = CliRunner().invoke(app, ["inits", "--depths", "12,x"])
-    assert bad.exit_code == 2 and "comma-separated integers" in bad.output
+    assert bad.exit_code == 2 and "comma-separated list of integers" in bad.output

@@ -77,3 +77,27 @@ def test_a_comparison_json_gives_back_both_profiles_and_their_diagnosis():
     verdicts = {kind: [f["verdict"] for f in d["findings"]] for kind, d in data["meta"]["diagnosis"].items()}
     assert verdicts == {"predicted": ["grows", "explodes", "stays below rank collapse"],  # 2^l: grows to the input
                         "measured": ["grows", "explodes", "stays below rank collapse"]}
+
+
+def test_a_comparison_file_gives_back_its_measurement(tmp_path):
+    """A measurement stored as JSON (a measured profile or a comparison) read back for ``compare --measured``."""
+    from sigprop.comparison import compare, measured_from_json, read_measured
+    from sigprop.profile import Profile, Row
+
+    pred = Profile("predicted", {"n_layers": 2}, (Row(0, "layer", 0.0, 1.0, 0.5, 2.0, 0.1),
+                                                  Row(1, "layer", 0.0, 1.5, 0.6, 1.0, 0.2)), {})
+    meas = Profile("measured", {"n_layers": 2}, (Row(0, "layer", 0.01, 1.1, 0.55, 2.2, 0.12),
+                                                 Row(1, "layer", -0.01, 1.4, 0.62, 1.0, 0.2)),
+                   {"seeds": [0, 1], "stderr": {"0:layer": {"fwd_var": 0.1}}})
+    back = measured_from_json(compare(pred, meas).to_json())
+    assert back.kind == "measured" and back.rows == meas.rows and back.meta == meas.meta
+    assert back.config == pred.config
+    assert measured_from_json(meas.to_json()).rows == meas.rows
+    path = tmp_path / "m.json"
+    meas.write_json(path)
+    assert read_measured(path).rows == meas.rows
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_measured(path)
+    with pytest.raises(ValueError, match="kind"):
+        measured_from_json([1, 2])

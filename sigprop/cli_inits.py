@@ -9,7 +9,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_profiles import AttentionHeads, ConfigFile, Overrides, Preset, _fail, _print_written, resolve_config
+from .cli_profiles import (
+    AttentionHeads,
+    ConfigFile,
+    Overrides,
+    Preset,
+    TokenResolved,
+    _batch,
+    _fail,
+    _print_written,
+    resolve_config,
+)
 from .terminal import console, parse_ints, progress_bar
 
 __all__ = ["inits_command"]
@@ -36,16 +46,24 @@ def inits_command(
     depths: str = typer.Option(None, help="Comma-separated depths N (default: the config's n_layers); with three or "
                                "more, each scheme's order of growth in N is fitted, as in Kedia et al. Table 3."),
     attention_heads: AttentionHeads = 32,
+    data: Path = typer.Option(None, help="Take the input (and the loss's labels) from a real batch: a text file or "
+                              "folder, or for a patch model a folder of images or a .npy array; default: theory "
+                              "(Zipf tokens, App. A.1), and for a patch model scikit-learn's digits."),
+    real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
+                              "library) for the input boundary."),
+    batch_size: int = typer.Option(8, help="Sequences (or images) per batch."),
+    token_resolved: TokenResolved = None,
     json_path: Path = typer.Option(None, "--json", help="Write every scheme's diagnosis per depth (JSON) here."),
     plot: Path = typer.Option(None, help="Write a PNG of each scheme's change with depth (needs two depths)."),
 ):
     """Compare init schemes on one configuration, from theory alone: does each keep the forward and gradient
     variance bounded with depth, and do the tokens collapse?
 
-    Every scheme and depth is predicted (no weights; Zipf tokens in, the loss's gradient at the top) and diagnosed
-    as `sigprop predict` does. With --depths 12,48,192,768 the order of each change in N is fitted, reproducing
-    Kedia et al. Table 3 from the full theory. The sampled attention rule draws 32 heads per layer here (relative
-    standard error ~2%; --attention-heads for more).
+    Every scheme and depth is predicted (no weights; Zipf tokens in, or a batch with --data / --real, and always
+    images for a patch model; the loss's gradient at the top) and diagnosed as `sigprop predict` does. With
+    --depths 12,48,192,768 the order of each change in N is fitted, reproducing Kedia et al. Table 3 from the full
+    theory. The sampled attention rule draws 32 heads per layer here (relative standard error ~2%;
+    --attention-heads for more).
     """
     from .init_sweep import DEFAULT_INITS, depth_orders, sweep_inits, sweep_steps
     from .jsonio import write_json_atomic
@@ -54,12 +72,15 @@ def inits_command(
         config, _ = resolve_config(preset, config_file, overrides)
         names = [s.strip() for s in inits.split(",") if s.strip()] if inits else list(DEFAULT_INITS)
         layer_counts = parse_ints(depths, "--depths") or [config.n_layers]
+        batch = None
+        if data is not None or real or config.input == "patches":
+            config, batch = _batch(config, batch_size, data, False, 0)
         with progress_bar() as bar:
             task = bar.add_task(f"predict {len(names)} schemes × {len(layer_counts)} depths",
-                                total=sweep_steps(config, names, layer_counts))
+                                total=sweep_steps(config, names, layer_counts, batch, token_resolved))
             rows = sweep_inits(config, names, layer_counts, attention_heads=attention_heads,
-                               progress=lambda k: bar.advance(task, k))
-    except (ValueError, NotImplementedError) as err:
+                               progress=lambda k: bar.advance(task, k), batch=batch, token_resolved=token_resolved)
+    except (ValueError, NotImplementedError, FileNotFoundError) as err:
         _fail(err)
     table = Table(title=f"init schemes ({config.norm_position}-LN {config.arch}, d = {config.d_model}; theory)",
                   title_justify="left")

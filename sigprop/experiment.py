@@ -19,7 +19,8 @@ from .profile import Profile
 from .seed_average import average_profiles
 
 __all__ = ["token_batch", "measure_seed", "measure_seeds", "measured_boundary", "predict_for_batch", "compare_config",
-           "compare_steps", "image_batch", "config_batch", "batch_fingerprint", "check_same_batch", "GRAD_BOUNDARIES"]
+           "compare_steps", "image_batch", "config_batch", "with_batch_input_correlation", "batch_fingerprint",
+           "check_same_batch", "GRAD_BOUNDARIES"]
 
 GRAD_BOUNDARIES = ("measured", "theory")
 
@@ -91,13 +92,20 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
     if data is not None and synthetic:
         raise ValueError("--data and --synthetic exclude each other")
     batch = image_batch(config, batch_size, seed, synthetic, data)
-    if config.init == "dslm" and config.input_corr is None:
-        import dataclasses
+    return with_batch_input_correlation(config, batch), batch
 
-        from .theory import patch_input_correlation
 
-        config = dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
-    return config, batch
+def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> TransformerConfig:
+    """``config`` with ``input_corr`` set from the batch's images when DSLM needs it and it is unset: a DSLM patch
+    model's correlation schedule starts from its images' token correlation after the patch embedding
+    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H). Any other config comes back as it is."""
+    if config.input != "patches" or config.init != "dslm" or config.input_corr is not None:
+        return config
+    import dataclasses
+
+    from .theory import patch_input_correlation
+
+    return dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
 
 
 def batch_fingerprint(batch: dict) -> str:

@@ -2,7 +2,8 @@
 and depths, diagnosed side by side, and the order of growth with depth that Kedia et al. Table 3 states per method.
 
 For each scheme and depth N, :func:`sweep_inits` predicts the model (:func:`sigprop.predict`: theory only, no
-weights; the input from Zipf(1) tokens, App. A.1, the gradient from the masked-LM or LM loss) and diagnoses it
+weights; the input from Zipf(1) tokens, App. A.1, or from a batch, which a patch model needs for its images; the
+gradient from the loss) and diagnoses it
 (:func:`sigprop.diagnosis.diagnose`): the forward variance's change from the first layer to the last, the gradient
 variance's from the last layer to the first, the last layer's token correlation. A scheme the configuration refuses
 is kept as a row with its error ("refused: …"), and so is one whose variance overflows in the theory before the
@@ -86,37 +87,46 @@ class DepthOrder:
         return "β depends on N"
 
 
-def sweep_steps(config, inits: Sequence[str], depths: Sequence[int]) -> int:
-    """The progress steps :func:`sweep_inits` reports: a layer per sweep (forward, backward) per scheme and
-    depth."""
-    per_depth = sum(2 * config.replace(n_layers=n).total_layers for n in depths)
-    return len(inits) * per_depth
+def sweep_steps(config, inits: Sequence[str], depths: Sequence[int], batch: dict | None = None,
+                token_resolved: bool | None = None) -> int:
+    """The progress steps :func:`sweep_inits` reports: a layer per sweep per scheme and depth
+    (:func:`sigprop.theory.prediction_steps`)."""
+    from .theory import prediction_steps
+
+    given = batch is not None
+    return len(inits) * sum(prediction_steps(config.replace(n_layers=n), given, token_resolved, labels_given=given)
+                            for n in depths)
 
 
 def sweep_inits(config, inits: Sequence[str] = DEFAULT_INITS, depths: Sequence[int] | None = None,
-                attention_heads: int | None = None, progress: Callable[[int], None] | None = None) -> list[InitRow]:
+                attention_heads: int | None = None, progress: Callable[[int], None] | None = None,
+                batch: dict | None = None, token_resolved: bool | None = None) -> list[InitRow]:
     """Predict and diagnose ``config`` under each of ``inits`` at each of ``depths`` (default: its own n_layers;
-    an encoder–decoder's decoder keeps its n_decoder_layers, or follows n_layers when that is None). Token models
-    only: a patch model's input moments need its images (``sigprop predict --preset … --data``)."""
+    an encoder–decoder's decoder keeps its n_decoder_layers, or follows n_layers when that is None).
+
+    Without ``batch`` the input is Zipf(1) tokens in theory (App. A.1) and the gradient the loss's; with one (token
+    ids, or a patch model's images, which it needs: :func:`sigprop.experiment.config_batch`) the boundaries come
+    from the batch as in :func:`sigprop.experiment.predict_for_batch`, token-resolved by default
+    (``token_resolved``), and a DSLM patch model's input correlation from its images (App. H)."""
     from .components.attention_sampled import DEFAULT_HEADS
 
-    if config.input != "tokens":
-        raise ValueError("the init sweep predicts token models from theory alone; a patch model's input moments "
-                         "need its images: run `sigprop predict --set init=NAME` per scheme instead")
+    if config.input != "tokens" and batch is None:
+        raise ValueError("a patch model's input moments come from its images: pass batch= (sigprop.experiment."
+                         "config_batch), or on the command line let `sigprop inits` draw the digits")
     if not inits:
         raise ValueError("no init schemes to compare")
     depths = [config.n_layers] if depths is None else [int(n) for n in depths]
     if not depths or any(n < 1 for n in depths):
         raise ValueError(f"depths must be layer counts >= 1 (got {depths})")
     heads = attention_heads or DEFAULT_HEADS
-    return [_predict_one(config, init, n, heads, progress) for init in inits for n in depths]
+    return [_predict_one(config, init, n, heads, progress, batch, token_resolved) for init in inits for n in depths]
 
 
-def _predict_one(config, init: str, n_layers: int, attention_heads: int, progress) -> InitRow:
+def _predict_one(config, init: str, n_layers: int, attention_heads: int, progress, batch, token_resolved) -> InitRow:
     """One row of :func:`sweep_inits`; a refused scheme or an overflowing theory still reports all its steps."""
+    from .experiment import predict_for_batch, with_batch_input_correlation
     from .model.config import config_from_dict
     from .model.init import make_plan
-    from .theory import predict
 
     t0 = time.perf_counter()
     done = []
@@ -128,19 +138,22 @@ def _predict_one(config, init: str, n_layers: int, attention_heads: int, progres
 
     try:
         variant = config_from_dict({**config.to_dict(), "init": init, "n_layers": n_layers})
+        if batch is not None:
+            variant = with_batch_input_correlation(variant, batch)
         make_plan(variant)
     except (ValueError, NotImplementedError, KeyError) as err:
         error = f"refused: {err}"
     else:
         try:
-            profile = predict(variant, attention_heads=attention_heads, progress=step)
+            profile = predict_for_batch(variant, batch, progress=step, attention_heads=attention_heads,
+                                        token_resolved=token_resolved)
             return InitRow(init, n_layers, diagnose(profile), time.perf_counter() - t0)
         except (ValueError, FloatingPointError, OverflowError) as err:
             if "finite" not in str(err):
                 raise
             error = f"overflow: {err}"
     if progress is not None:
-        progress(2 * config.replace(n_layers=n_layers).total_layers - sum(done))
+        progress(sweep_steps(config, [init], [n_layers], batch, token_resolved) - sum(done))
     return InitRow(init, n_layers, None, time.perf_counter() - t0, error)
 
 

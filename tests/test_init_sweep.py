@@ -50,6 +50,22 @@ def test_a_refused_scheme_is_a_row_with_its_error():
                                    input_corr=0.2), ["xavier"], [4])
 
 
+def test_a_patch_model_is_swept_on_its_images():
+    """A ViT: the boundaries come from a batch of digits, both sweeps token-resolved; DeepScaleLM takes its input
+    correlation from the images (App. H) although the swept config started from Xavier without one."""
+    from sigprop.experiment import config_batch
+
+    config = TransformerConfig(n_layers=4, input="patches", image_size=16, patch_size=4, seq_len=16, max_len=16,
+                               d_model=32, n_heads=2, dropout=0.1)
+    config, batch = config_batch(config, batch_size=4)
+    assert config.input_corr is None  # Xavier needs none
+    steps = []
+    rows = sweep_inits(config, ["xavier", "dslm"], [4, 8], attention_heads=16, progress=steps.append, batch=batch)
+    assert all(r.error is None for r in rows), [r.error for r in rows]
+    assert sum(steps) == sweep_steps(config, ["xavier", "dslm"], [4, 8], batch)
+    assert all(r.finding("fwd_var").verdict == "bounded" for r in rows if r.init == "dslm")
+
+
 def test_an_overflowing_theory_is_a_row_and_its_steps_are_counted(monkeypatch):
     import sigprop.theory
 

@@ -252,6 +252,10 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
     variance = any(f.verdict in DEPTH_VERDICTS for f in findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
     hints = []
+    if variance and config.get("init") == "deepnorm" and config.get("norm_position", "pre") != "post":
+        hints.append("DeepNet (deepnorm) is a Post-LN scheme (Wang et al. 2022; Kedia et al. Table 3 gives it no "
+                     "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
+                     "compounds here")
     if variance and config.get("init") not in DSLM_INITS:
         hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth: --set init=dslm "
                      "(Kedia et al. Sec. 3.5, App. E.3–E.4)")

@@ -84,6 +84,13 @@ def test_deepscalelm_gets_no_deepscalelm_hint():
     assert diagnose(profile).flagged and diagnose(profile).hint is None
 
 
+def test_deepnet_in_a_pre_ln_stack_is_named_as_the_cause():
+    growing = 1.1**LAYERS
+    pre = diagnose(_profile(growing, FLAT, CORR, init="deepnorm", norm_position="pre"))
+    assert "Post-LN scheme" in pre.hint and "init=dslm" in pre.hint
+    assert diagnose(_profile(growing, FLAT, CORR, init="deepnorm", norm_position="post")).hint.count("DeepNet") == 0
+
+
 def test_overflow_is_not_finite():
     fwd = np.r_[FLAT[:-1], math.inf]
     found = _finding(diagnose(_profile(fwd, FLAT, CORR)), "fwd_var")

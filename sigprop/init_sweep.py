@@ -14,8 +14,9 @@ as Table 3 states orders: log c(N) = a + e·log N (a power, "~N^e"; "O(1)" when 
 log c(N) = a + b·N (exponential, "~c^N" with c = e^b per layer), whichever leaves the smaller squared residual;
 exponential only where it also changes c by more than 2× over the depths. Table 3's orders are limits, and a
 bounded change can still drift over finite depths: DeepScaleLM's gradient change, Π(1 + k(C6,n − 1)/N) (App. E.3),
-goes from ×0.15 at 12 layers to ×0.35 at 768 in the masked-LM encoder (the effective C6 rises with depth), which
-reads ~N^0.2. It describes the predictions; nothing is fitted to a measurement.
+goes from ×0.15 at 12 layers to ×0.35 at 768 in the masked-LM encoder, which reads ~N^0.2; the drift is all in
+the bottom quarter, where the stream's token correlation is still near the input's and C6 > 1
+(``bench/dslm_gradient_drift.py``). It describes the predictions; nothing is fitted to a measurement.
 """
 
 from __future__ import annotations

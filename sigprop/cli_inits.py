@@ -25,14 +25,12 @@ from .terminal import console, parse_ints, progress_bar
 __all__ = ["inits_command"]
 
 
-def _cell(row, quantity: str) -> str:
-    if row.diagnosis is None:
-        return "–"
-    f = row.finding(quantity)
+def _cell(row, quantity: str, stack: str) -> str:
+    f = row.finding(quantity, stack)
     if f is None:
         return "–"
     if quantity == "fwd_corr":
-        identity = row.finding("stream") is not None
+        identity = row.finding("stream", stack) is not None
         return f"{f.change:.4f}" + (" collapsed" if f.flagged else "") + (" (identity: β ≈ 0)" if identity else "")
     return f"{f.verdict} ×{f.change:.3g}"
 
@@ -92,8 +90,10 @@ def inits_command(
             kind, _, why = row.error.partition(": ")
             table.add_row(row.init, str(row.n_layers), f"[red]{kind}[/red]: {escape(why)}", "", "", "")
             continue
-        table.add_row(row.init, str(row.n_layers), _cell(row, "fwd_var"), _cell(row, "grad_var"),
-                      _cell(row, "fwd_corr"), f"{row.seconds:.1f}")
+        for stack in row.stacks():
+            table.add_row(row.init + (f" ({stack})" if stack else ""), str(row.n_layers),
+                          _cell(row, "fwd_var", stack), _cell(row, "grad_var", stack), _cell(row, "fwd_corr", stack),
+                          f"{row.seconds:.1f}")
     console.print(table)
     orders = depth_orders(rows)
     if orders:

@@ -50,11 +50,17 @@ class InitRow:
     seconds: float = 0.0
     error: str | None = None
 
-    def finding(self, quantity: str) -> Finding | None:
-        """The first stack's finding on ``quantity`` (an encoder–decoder's encoder)."""
+    def finding(self, quantity: str, stack: str | None = None) -> Finding | None:
+        """The finding on ``quantity`` of ``stack`` ("encoder" / "decoder" of an encoder–decoder; default: the
+        first stack)."""
         if self.diagnosis is None:
             return None
-        return next((f for f in self.diagnosis.findings if f.quantity == quantity), None)
+        return next((f for f in self.diagnosis.findings if f.quantity == quantity and stack in (None, f.stack)),
+                    None)
+
+    def stacks(self) -> list[str]:
+        """The stacks diagnosed ("" for an encoder or a decoder alone)."""
+        return [] if self.diagnosis is None else list(dict.fromkeys(f.stack for f in self.diagnosis.findings))
 
     def to_dict(self) -> dict:
         return {"init": self.init, "n_layers": self.n_layers, "seconds": self.seconds, "error": self.error,

@@ -105,3 +105,16 @@ def test_inits_command_writes_json_and_figure(tmp_path):
     assert "Table 3" in result.output and fig.stat().st_size > 10_000
     bad = CliRunner().invoke(app, ["inits", "--depths", "12,x"])
     assert bad.exit_code == 2 and "comma-separated list of integers" in bad.output
+
+
+def test_an_encoder_decoder_is_diagnosed_per_stack():
+    config = TransformerConfig(n_layers=3, arch="encoder_decoder", n_decoder_layers=3, **SMALL)
+    (row,) = sweep_inits(config, ["xavier"], [3], attention_heads=16)
+    assert row.stacks() == ["encoder", "decoder"]
+    assert row.finding("grad_var", "decoder") is not row.finding("grad_var", "encoder")
+    result = CliRunner().invoke(app, ["inits", "--set", "arch=encoder_decoder", "--set", "n_layers=3",
+                                      "--set", "n_decoder_layers=3",
+                                      *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
+                                      "--inits", "xavier", "--attention-heads", "16"])
+    assert result.exit_code == 0, result.output
+    assert "xavier (encoder)" in result.output and "xavier (decoder)" in result.output

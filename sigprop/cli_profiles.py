@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .components.attention_sampled import DEFAULT_HEADS
-from .diagnosis import diagnose, side_by_side
+from .diagnosis import diagnose
 from .terminal import console, progress_bar
 
 __all__ = ["predict_command", "measure_command", "compare_command", "demo_command", "resolve_config"]
@@ -241,8 +241,7 @@ def predict_command(
                                         progress=lambda k: bar.advance(task, k), token_resolved=token_resolved)
     except (ValueError, NotImplementedError) as err:
         _fail(err)
-    diagnosis = diagnose(profile)
-    profile.meta["diagnosis"] = diagnosis.to_dict()
+    diagnosis = _diagnosed(profile)
     if json_path:
         profile.write_json(json_path)
     if plot:
@@ -266,6 +265,13 @@ def _print_rules(profile) -> None:
         console.print(f"attention rule: {profile.meta['attention_rule']}")
     if profile.meta.get("caveat"):
         console.print(f"[yellow]note:[/yellow] {profile.meta['caveat']}")
+
+
+def _diagnosed(profile):
+    """:func:`sigprop.diagnosis.diagnose` of ``profile``, also recorded in its meta (and so in its JSON)."""
+    diagnosis = diagnose(profile)
+    profile.meta["diagnosis"] = diagnosis.to_dict()
+    return diagnosis
 
 
 def _print_diagnosis(lines: list[str], hint: str | None, title: str) -> None:
@@ -323,8 +329,7 @@ def measure_command(
             profile.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
-    diagnosis = diagnose(profile)
-    profile.meta["diagnosis"] = diagnosis.to_dict()
+    diagnosis = _diagnosed(profile)
     if json_path:
         profile.write_json(json_path)
     if plot:
@@ -397,7 +402,6 @@ def compare_command(
             measured.meta["batch_source"] = _batch_source(data, synthetic)
     except (ValueError, NotImplementedError, FileNotFoundError, RuntimeError) as err:
         _fail(err)
-    diagnosis = {"predicted": diagnose(predicted), "measured": diagnose(measured)}  # in the JSON: compare()
     if json_path:
         comparison.write_json(json_path)
     if plot:
@@ -412,8 +416,7 @@ def compare_command(
     console.print(_summary_table(comparison))
     _print_rules(predicted)
     _print_seed_spread(measured)
-    _print_diagnosis(side_by_side(diagnosis["predicted"], diagnosis["measured"]), diagnosis["measured"].hint,
-                     "diagnosis (measured, theory beside it)")
+    _print_diagnosis(*comparison.diagnosis_lines(), "diagnosis (measured, theory beside it)")
     _print_written(("comparison JSON", json_path), ("figure", plot))
 
 
@@ -439,8 +442,6 @@ def demo_command(
     for name in DEMO_CONFIGS:
         comparison = results[name]["comparison"]
         console.print(_summary_table(comparison, f"{name}: agreement per quantity"))
-        measured = diagnose(comparison.measured)
-        _print_diagnosis(side_by_side(diagnose(comparison.predicted), measured), measured.hint,
-                         f"{name}: diagnosis (measured, theory beside it)")
+        _print_diagnosis(*comparison.diagnosis_lines(), f"{name}: diagnosis (measured, theory beside it)")
         console.print(f"[bold]{name}[/bold]: figure {results[name]['figure']}, JSON {results[name]['json']}")
     console.print(f"report: {results['summary']} (and the figures beside it)")

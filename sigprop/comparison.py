@@ -23,13 +23,12 @@ few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceil
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .diagnosis import diagnose
-from .jsonio import write_json_atomic
+from .diagnosis import diagnose, side_by_side
+from .jsonio import finite_or_null, json_number, write_json_atomic
 from .profile import QUANTITIES, Profile
 from .seed_spread import heavy_tails
 
@@ -55,7 +54,7 @@ class QuantitySummary:
     r2_noise_ceiling: float = float("nan")
 
     def to_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+        return finite_or_null(dict(self.__dict__))
 
 
 def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
@@ -92,7 +91,8 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The joined rows and per-quantity summaries of one site (default: the layer outputs)."""
+    """The joined rows and per-quantity summaries of one site (default: the layer outputs), and for the layer
+    outputs each side's :class:`~sigprop.diagnosis.Diagnosis` (``diagnoses``: "predicted", "measured")."""
 
     predicted: Profile
     measured: Profile
@@ -100,6 +100,13 @@ class Comparison:
     layers: tuple[int, ...]
     summaries: dict
     meta: dict = field(default_factory=dict)
+    diagnoses: dict = field(default_factory=dict)
+
+    def diagnosis_lines(self) -> tuple[list[str], str | None]:
+        """The measured findings with the theory's number beside each (:func:`sigprop.diagnosis.side_by_side`),
+        and the measured diagnosis's hint."""
+        measured = self.diagnoses["measured"]
+        return side_by_side(self.diagnoses["predicted"], measured), measured.hint
 
     def to_json(self) -> dict:
         pred, meas = self.predicted.lookup(), self.measured.lookup()
@@ -108,20 +115,19 @@ class Comparison:
             rp, rm = pred[(layer, self.site)], meas[(layer, self.site)]
             row = {"layer": layer, "site": self.site}
             for q in QUANTITIES:
-                row[f"pred_{q}"] = _num(getattr(rp, q))
-                row[f"meas_{q}"] = _num(getattr(rm, q))
+                row[f"pred_{q}"] = json_number(getattr(rp, q))
+                row[f"meas_{q}"] = json_number(getattr(rm, q))
             rows.append(row)
         measured_meta = {k: v for k, v in self.measured.meta.items() if k != "per_seed"}  # the merge's, not ours
+        meta = dict(self.meta)
+        if self.diagnoses:
+            meta["diagnosis"] = {kind: d.to_dict() for kind, d in self.diagnoses.items()}
         return {"kind": "comparison", "site": self.site, "config": self.predicted.config,
-                "predicted_meta": self.predicted.meta, "measured_meta": measured_meta, "meta": self.meta,
+                "predicted_meta": self.predicted.meta, "measured_meta": measured_meta, "meta": meta,
                 "summary": {q: s.to_dict() for q, s in self.summaries.items()}, "per_layer": rows}
 
     def write_json(self, path) -> None:
         write_json_atomic(path, self.to_json())
-
-
-def _num(v):
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
@@ -129,7 +135,7 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
     """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
     summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
     heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any; for the layer outputs,
-    ``meta["diagnosis"]`` holds :func:`sigprop.diagnosis.diagnose` of each profile ("predicted", "measured")."""
+    ``diagnoses`` holds :func:`sigprop.diagnosis.diagnose` of each profile (in the JSON: ``meta["diagnosis"]``)."""
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
     pred, meas = predicted.lookup(), measured.lookup()
@@ -145,10 +151,9 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
                               [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
                  for q in quantities}
     tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
-    meta = {"heavy_tails": tails} if tails else {}
-    if site == "layer":
-        meta["diagnosis"] = {p.kind: diagnose(p).to_dict() for p in (predicted, measured)}
-    return Comparison(predicted, measured, site, tuple(common), summaries, meta)
+    diagnoses = {p.kind: diagnose(p) for p in (predicted, measured)} if site == "layer" else {}
+    return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {},
+                      diagnoses)
 
 
 def comparison_side(data: dict, kind: str) -> Profile:

@@ -24,10 +24,9 @@ DEMO_CONFIGS = {
 def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size: int = 4,
              progress: Callable[[str, int], None] | None = None) -> dict:
     """Predict, measure and compare each of :data:`DEMO_CONFIGS`; write ``demo-<name>.png`` / ``.json`` and
-    ``demo.md`` into ``out_dir`` (with each model's :func:`sigprop.diagnosis.diagnose`, and a note for each
+    ``demo.md`` into ``out_dir`` (with each model's diagnosis, :meth:`Comparison.diagnosis_lines`, and a note for each
     quantity whose seed mean is skewed, :func:`sigprop.seed_spread.heavy_tails`). Returns {name: {"comparison":
     Comparison, "figure": path, "json": path}} plus "summary" (the Markdown path)."""
-    from .diagnosis import diagnose, side_by_side
     from .experiment import compare_config, token_batch
     from .plots import plot_profiles
     from .seed_spread import heavy_tails
@@ -54,9 +53,9 @@ def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size:
                      f"{100 * s['fwd_var'].median_rel:.1f}% | {100 * s['grad_var'].median_rel:.1f}% | "
                      f"{s['fwd_corr'].max_abs:.3f} |")
         results[name] = {"comparison": comp, "figure": fig, "json": js}
-        measured = diagnose(meas)
-        diagnoses += [f"**{name}**", "", *(f"- {line}" for line in side_by_side(diagnose(pred), measured))]
-        diagnoses += [f"- hint: {measured.hint}", ""] if measured.hint else [""]
+        found, hint = comp.diagnosis_lines()
+        diagnoses += [f"**{name}**", "", *(f"- {line}" for line in found)]
+        diagnoses += [f"- hint: {hint}", ""] if hint else [""]
         notes.extend(f"- {name}: {note.describe()}" for note in heavy_tails(meas))
     lines += ["", "## Diagnosis (measured, theory beside it)", "", *diagnoses]
     if notes:

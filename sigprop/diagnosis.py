@@ -37,7 +37,8 @@ import numpy as np
 from .jsonio import finite_or_null
 from .profile import Profile
 
-__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "growth_law", "side_by_side"]
+__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "growth_law",
+           "exponential_and_power_fits", "side_by_side"]
 
 #: Fewest layers in the fitting window for a growth law to be named.
 MIN_LAW_LAYERS = 6
@@ -163,11 +164,23 @@ class Diagnosis:
                 "hint": self.hint}
 
 
+def exponential_and_power_fits(x: np.ndarray, log_y: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Least-squares fits of log y = a + b·x ("exponential": its factor e^b) and log y = a + p·log x ("power": its
+    exponent p), each as (squared residual, rate); x > 0."""
+    fits = {}
+    for kind, regressor in (("exponential", x), ("power", np.log(x))):
+        design = np.stack([np.ones_like(regressor), regressor], axis=1)
+        coef, *_ = np.linalg.lstsq(design, log_y, rcond=None)
+        slope = float(coef[1])
+        fits[kind] = (float(np.sum((log_y - design @ coef) ** 2)), math.exp(slope) if kind == "exponential" else slope)
+    return fits
+
+
 def growth_law(values) -> GrowthLaw | None:
     """The law of a positive per-layer quantity (index l = 0 … N − 1), fitted on l ∈ [N/8, N − N/8): "flat" when it
-    changes by less than 2× there, else the better of log y = a + b·l (exponential, rate e^b) and
-    log y = a + p·log(l + 1) (power, rate p) by squared residual. None for fewer than 6 layers in the window or a
-    value that is not finite and positive."""
+    changes by less than FLAT_FACTOR (1.2×) there, else the better by squared residual of
+    :func:`exponential_and_power_fits` in l + 1 (an exponential's factor per layer is the same in l and l + 1). None
+    for fewer than 6 layers in the window or a value that is not finite and positive."""
     y = np.asarray(values, dtype=np.float64)
     n = y.size
     lo, hi = n // 8, n - max(1, n // 8)
@@ -177,14 +190,9 @@ def growth_law(values) -> GrowthLaw | None:
     logs = np.log(y[lo:hi])
     if logs.max() - logs.min() < math.log(FLAT_FACTOR):
         return GrowthLaw("flat")
-    fits = {}
-    for kind, x in (("exponential", layers), ("power", np.log(layers + 1.0))):
-        design = np.stack([np.ones_like(x), x], axis=1)
-        coef, *_ = np.linalg.lstsq(design, logs, rcond=None)
-        fits[kind] = (float(np.sum((logs - design @ coef) ** 2)), float(coef[1]))
+    fits = exponential_and_power_fits(layers + 1.0, logs)
     kind = min(fits, key=lambda k: fits[k][0])
-    slope = fits[kind][1]
-    return GrowthLaw(kind, math.exp(slope) if kind == "exponential" else slope)
+    return GrowthLaw(kind, fits[kind][1])
 
 
 def _variance_finding(stack: str, quantity: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .diagnosis import Diagnosis, Finding, diagnose
+from .diagnosis import Diagnosis, Finding, diagnose, exponential_and_power_fits
 from .jsonio import finite_or_null
 
 __all__ = ["InitRow", "DepthOrder", "sweep_inits", "depth_orders", "sweep_steps", "DEFAULT_INITS"]
@@ -168,14 +168,9 @@ def _order(init: str, quantity: str, depths: np.ndarray, changes: np.ndarray) ->
     if depths.size < 3 or np.unique(depths).size < 3 or not np.all(np.isfinite(changes)) or np.any(changes <= 0):
         return None
     logs = np.log(changes)
-    fits = {}
-    for kind, x in (("exponential", depths), ("power", np.log(depths))):
-        design = np.stack([np.ones_like(x), x], axis=1)
-        coef, *_ = np.linalg.lstsq(design, logs, rcond=None)
-        fits[kind] = (float(np.sum((logs - design @ coef) ** 2)), float(coef[1]))
-    exponential = fits["exponential"][0] < fits["power"][0] and logs.max() - logs.min() > math.log(2.0)
-    if exponential:
-        return DepthOrder(init, quantity, "exponential", math.exp(fits["exponential"][1]))
+    fits = exponential_and_power_fits(depths, logs)
+    if fits["exponential"][0] < fits["power"][0] and logs.max() - logs.min() > math.log(2.0):
+        return DepthOrder(init, quantity, "exponential", fits["exponential"][1])
     exponent = fits["power"][1]
     if abs(exponent) < CONSTANT_EXPONENT:
         return DepthOrder(init, quantity, "constant", exponent)

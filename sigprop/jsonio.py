@@ -9,7 +9,15 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json_atomic", "finite_or_null"]
+__all__ = ["write_json_atomic", "finite_or_null", "json_number"]
+
+
+def json_number(value) -> float | None:
+    """A number for JSON: a float, or None for a missing or non-finite one (JSON has neither NaN nor infinity)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def finite_or_null(value):

@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .jsonio import write_json_atomic
+from .jsonio import json_number, write_json_atomic
 
 __all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
 
@@ -39,8 +39,7 @@ class Row:
     def to_dict(self) -> dict:
         out = {"layer": self.layer, "site": self.site}
         for q in QUANTITIES:
-            v = getattr(self, q)
-            out[q] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+            out[q] = json_number(getattr(self, q))
         return out
 
     @classmethod

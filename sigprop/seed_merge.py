@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import math
 
+from .jsonio import json_number
 from .profile import QUANTITIES, Profile, Row
 from .seed_average import average_profiles
 
 __all__ = ["per_seed_table", "profiles_from_table", "merge_measurements"]
-
-
-def _num(v: float):
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def per_seed_table(profiles: list[Profile], seeds: list[int]) -> dict:
@@ -28,7 +25,7 @@ def per_seed_table(profiles: list[Profile], seeds: list[int]) -> dict:
     if len(profiles) != len(seeds) or not profiles:
         raise ValueError("per_seed_table: one profile per seed, at least one")
     sites = [[r.layer, r.site] for r in profiles[0].rows]
-    values = [[[_num(getattr(r, q)) for q in QUANTITIES] for r in p.rows] for p in profiles]
+    values = [[[json_number(getattr(r, q)) for q in QUANTITIES] for r in p.rows] for p in profiles]
     return {"seeds": list(map(int, seeds)), "sites": sites, "quantities": list(QUANTITIES), "values": values}
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..devices import check_device
+from ..jsonio import json_number
 from ..model.vit import vit_config
 from ..validate import check_choice, check_integer, check_number
 from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
@@ -163,7 +164,7 @@ class ApjnCurve:
         return (self.full if kind == "full" else self.simplified)[self.blocks]
 
     def to_dict(self) -> dict:
-        nan_none = lambda a: [None if not np.isfinite(v) else float(v) for v in np.asarray(a)]  # noqa: E731
+        nan_none = lambda a: [json_number(v) for v in np.asarray(a)]  # noqa: E731
         return {"label": self.label, "setup": self.setup.to_dict(), "sample": self.sample, "q0": self.q0,
                 "p0": self.p0, "theory": {"simplified": nan_none(self.simplified), "full": nan_none(self.full),
                                           "asymptotic": nan_none(self.asymptotic)},

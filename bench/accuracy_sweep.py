@@ -19,8 +19,9 @@ import time
 
 import torch
 
-from sigprop.experiment import compare_config, token_batch
+from sigprop.analysis.experiment import compare_config
 from sigprop.model import TransformerConfig
+from sigprop.model.batches import token_batch
 
 QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
 

@@ -18,7 +18,7 @@ import torch
 
 from sigprop.components import attention_sampled as sampled
 from sigprop.components.attention import attention_backward
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 
 D, DK, L, P = 256, 64, 128, 0.1
 

@@ -25,8 +25,8 @@ import time
 
 import torch
 
-from sigprop import measurement
-from sigprop.measurement import Recorder, measure
+from sigprop.measurement import hooks as measurement
+from sigprop.measurement.hooks import Recorder, measure
 from sigprop.model import Transformer, TransformerConfig, make_batch
 
 

@@ -20,12 +20,12 @@ import math
 import numpy as np
 import torch
 
+from sigprop.cli.terminal import progress_bar
 from sigprop.components.sequential import call_rule
-from sigprop.measurement import masked_sums, pool_sums
+from sigprop.core.moments import Moments
+from sigprop.measurement.hooks import masked_sums, pool_sums
 from sigprop.model import Transformer
-from sigprop.moments import Moments
-from sigprop.presets import PRESETS
-from sigprop.terminal import progress_bar
+from sigprop.model.presets import PRESETS
 
 
 def parse_input(text: str) -> tuple[float, float]:

@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sigprop.comparison import comparison_side
-from sigprop.diagnosis import diagnose
+from sigprop.analysis.comparison import comparison_side
+from sigprop.analysis.diagnosis import diagnose
 
 
 def law(finding) -> str:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from sigprop import predict
-from sigprop.presets import PRESETS
+from sigprop.model.presets import PRESETS
 
 
 def main():

@@ -19,11 +19,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sigprop.experiment import predict_for_batch, token_batch
-from sigprop.measurement import masked_sums, pool_sums
+from sigprop.analysis.experiment import predict_for_batch
+from sigprop.core.moments import GradMoments
+from sigprop.measurement.hooks import masked_sums, pool_sums
 from sigprop.model import Transformer, TransformerConfig
-from sigprop.moments import GradMoments
-from sigprop.theory import sum_gradients
+from sigprop.model.batches import token_batch
+from sigprop.theory.predict import sum_gradients
 
 
 def measured_shares(config: TransformerConfig, batch: dict, seed: int):

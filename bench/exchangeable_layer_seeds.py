@@ -20,8 +20,8 @@ from unittest import mock
 
 import numpy as np
 
-import sigprop.theory as theory
-from sigprop.presets import PRESETS, preset_config
+import sigprop.theory.predict as theory
+from sigprop.model.presets import PRESETS, preset_config
 
 
 def _quantities(profile) -> dict[str, float]:

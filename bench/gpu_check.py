@@ -24,10 +24,11 @@ import time
 import numpy as np
 import torch
 
-from sigprop.experiment import config_batch, measure_seeds
+from sigprop.analysis.experiment import config_batch
+from sigprop.core.profile import QUANTITIES
+from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import TransformerConfig
-from sigprop.presets import preset_config
-from sigprop.profile import QUANTITIES
+from sigprop.model.presets import preset_config
 
 
 def table(profile) -> np.ndarray:

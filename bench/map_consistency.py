@@ -23,8 +23,12 @@ import argparse
 import numpy as np
 import torch
 
-from sigprop.experiment import token_batch
-from sigprop.in_situ import (
+from sigprop.cli.terminal import progress_bar
+from sigprop.model import Transformer
+from sigprop.model.batches import token_batch
+from sigprop.model.config import apply_overrides
+from sigprop.model.presets import PRESETS
+from sigprop.theory.in_situ import (
     attention_delta,
     check_supported,
     collect_seed_inputs,
@@ -33,11 +37,7 @@ from sigprop.in_situ import (
     layernorm_delta,
     pooled,
 )
-from sigprop.model import Transformer
-from sigprop.model.config import apply_overrides
-from sigprop.presets import PRESETS
-from sigprop.resolved import forward_sweep
-from sigprop.terminal import progress_bar
+from sigprop.theory.resolved import forward_sweep
 
 
 def stream_cells(sweep, stream: torch.Tensor, keep: torch.Tensor, layer: int, d: int) -> str:

@@ -32,12 +32,12 @@ import math
 import numpy as np
 import torch
 
-from sigprop.experiment import token_batch
-from sigprop.measurement import measure
+from sigprop.measurement.hooks import measure
+from sigprop.model.batches import token_batch
 from sigprop.model.config import TransformerConfig
 from sigprop.model.transformer import Transformer
-from sigprop.resolved import forward_sweep, gram_moments
-from sigprop.resolved_backward import head_gradient_gram, resolved_backward
+from sigprop.theory.resolved import forward_sweep, gram_moments
+from sigprop.theory.resolved_backward import head_gradient_gram, resolved_backward
 
 
 def seed_log_gains(config, batch, seeds: int) -> np.ndarray:

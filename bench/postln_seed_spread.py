@@ -26,11 +26,12 @@ import math
 import numpy as np
 import torch
 
-from sigprop.experiment import predict_for_batch, token_batch
-from sigprop.measurement import measure
+from sigprop.analysis.experiment import predict_for_batch
+from sigprop.core.moments import GradMoments
+from sigprop.measurement.hooks import measure
+from sigprop.model.batches import token_batch
 from sigprop.model.config import TransformerConfig
 from sigprop.model.transformer import Transformer
-from sigprop.moments import GradMoments
 
 
 def seed_logs(config: TransformerConfig, batch: dict, seeds: int) -> tuple[np.ndarray, float]:

@@ -10,8 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sigprop.comparison import summarise
-from sigprop.presets import PRESETS
+from sigprop.analysis.comparison import summarise
+from sigprop.model.presets import PRESETS
 
 
 def cell(s, key="median_rel"):

@@ -32,13 +32,14 @@ import time
 import numpy as np
 import torch
 
-from sigprop.experiment import predict_for_batch, token_batch
-from sigprop.measurement import masked_sums
+from sigprop.analysis.experiment import predict_for_batch
+from sigprop.cli.terminal import progress_bar
+from sigprop.measurement.average import pooled_ratio
+from sigprop.measurement.hooks import masked_sums
 from sigprop.model import Transformer
+from sigprop.model.batches import token_batch
 from sigprop.model.config import apply_overrides
-from sigprop.presets import PRESETS
-from sigprop.seed_average import pooled_ratio
-from sigprop.terminal import progress_bar
+from sigprop.model.presets import PRESETS
 
 SITES = ("attn", "ffn", "layer")
 

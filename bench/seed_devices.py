@@ -17,10 +17,11 @@ import time
 
 import numpy as np
 
-from sigprop.devices import parse_devices
-from sigprop.experiment import config_batch, measure_seeds
-from sigprop.presets import PRESETS
-from sigprop.profile import QUANTITIES
+from sigprop.analysis.experiment import config_batch
+from sigprop.core.devices import parse_devices
+from sigprop.core.profile import QUANTITIES
+from sigprop.measurement.seeds import measure_seeds
+from sigprop.model.presets import PRESETS
 
 
 def table(profile) -> np.ndarray:

@@ -1,23 +1,41 @@
 """sigprop: signal propagation in deep transformers.
 
 Closed-form moment theory of every transformer component and of whole models (Kedia et al. 2024; Alekseev 2026;
-Noci et al. 2023), measured against real PyTorch models with hooks.
+Noci et al. 2023), measured against real PyTorch models with hooks. The architecture: ``ARCHITECTURE.md``.
 
-Public names (DESIGN.md): ``Moments``, ``GradMoments``, ``TransformerConfig``, ``Transformer``,
-``predict(config) -> Profile``, ``measure(model, batch) -> Profile``, ``compare(predicted, measured) -> Comparison``;
-and ``diagnose(profile) -> Diagnosis``: does it explode, vanish or collapse to rank one with depth.
+Public names: ``Moments``, ``GradMoments``, ``TransformerConfig``, ``Transformer``, ``InitPlan``,
+``predict(model_or_config) -> Profile``, ``measure(model, batch) -> Profile``,
+``compare(predicted, measured) -> Comparison``, ``diagnose(profile) -> Diagnosis``: does it explode, vanish or
+collapse to rank one with depth. They are imported on first use, so ``import sigprop`` (and the command line's
+``--help``) stays fast.
 """
 
-from .comparison import Comparison, compare
-from .diagnosis import Diagnosis, diagnose
-from .measurement import Recorder, measure
-from .model import InitPlan, Transformer, TransformerConfig, make_batch, make_plan
-from .moments import GradMoments, Moments
-from .profile import Profile
-from .theory import predict
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["Moments", "GradMoments", "TransformerConfig", "Transformer", "InitPlan", "make_plan", "make_batch",
-           "predict", "measure", "compare", "diagnose", "Diagnosis", "Recorder", "Profile", "Comparison",
-           "__version__"]
+#: public name -> the module that defines it
+_PUBLIC = {
+    "Moments": "core.moments", "GradMoments": "core.moments", "Profile": "core.profile",
+    "TransformerConfig": "model.config", "Transformer": "model.transformer", "InitPlan": "model.init",
+    "make_plan": "model.init", "make_batch": "model.objective",
+    "predict": "theory.predict", "measure": "measurement.hooks", "Recorder": "measurement.hooks",
+    "compare": "analysis.comparison", "Comparison": "analysis.comparison",
+    "diagnose": "analysis.diagnosis", "Diagnosis": "analysis.diagnosis",
+}
+
+__all__ = [*_PUBLIC, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sigprop' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -35,7 +35,7 @@ def draws_mean_se(looks: list[dict], key, quantity: str) -> tuple[float, float]:
 def lognormal_seed_profiles(rng: np.random.Generator, sds: dict[int, float], seeds: int):
     """Per seed, a measured profile of layers ``sds`` whose gradient variance is log-normal with log-sd ``sds[layer]``
     and whose forward variance barely varies (sd 0.01): stand-ins for a seed average whose mean is skewed."""
-    from sigprop.profile import Profile, Row
+    from sigprop.core.profile import Profile, Row
 
     return [Profile("measured", {}, tuple(Row(layer, "layer", 0.0, 1.0 + 0.01 * rng.standard_normal(), 0.5,
                                               float(rng.lognormal(0.0, s)), 0.3) for layer, s in sds.items()), {})

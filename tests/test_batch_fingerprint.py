@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from sigprop.experiment import batch_fingerprint, check_same_batch
-from sigprop.profile import Profile, Row
+from sigprop.analysis.experiment import check_same_batch
+from sigprop.core.profile import Profile, Row
+from sigprop.model.batches import batch_fingerprint
 
 
 def test_batch_fingerprint_and_the_stored_measurement_check():

@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from sigprop.cli import app
+from sigprop.cli.app import app
 
 runner = CliRunner()
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sigprop.cli import app
+from sigprop.cli.app import app
 
 runner = CliRunner()
 TINY = ["--blocks", "3", "--width", "32", "--heads", "2", "--tokens", "16", "--seeds", "2", "--probes", "3"]

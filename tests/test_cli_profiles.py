@@ -5,9 +5,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sigprop.cli import app
-from sigprop.cli_profiles import resolve_config
-from sigprop.profile import Profile
+from sigprop.cli.app import app
+from sigprop.cli.profiles import resolve_config
+from sigprop.core.profile import Profile
 
 runner = CliRunner()
 SMALL = ["--set", "n_layers=3", "--set", "d_model=32", "--set", "n_heads=2", "--set", "vocab_size=300",

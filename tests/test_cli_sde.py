@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sigprop.cli_sde import sde_command
+from sigprop.cli.sde import sde_command
 
 app = typer.Typer()
 app.command("sde")(sde_command)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sigprop.comparison import summarise
+from sigprop.analysis.comparison import summarise
 
 
 def test_share_within_two_standard_errors_and_median_z():
@@ -61,8 +61,8 @@ def test_a_comparison_json_gives_back_both_profiles_and_their_diagnosis():
     carries each side's diagnosis."""
     import json
 
-    from sigprop.comparison import compare, comparison_side
-    from sigprop.profile import Profile, Row
+    from sigprop.analysis.comparison import compare, comparison_side
+    from sigprop.core.profile import Profile, Row
 
     def profile(kind, scale):
         rows = [Row(layer, "layer", 0.0, 1.0 + scale * layer, 0.5, 2.0**-layer, 0.4) for layer in range(12)]
@@ -81,8 +81,8 @@ def test_a_comparison_json_gives_back_both_profiles_and_their_diagnosis():
 
 def test_a_comparison_file_gives_back_its_measurement(tmp_path):
     """A measurement stored as JSON (a measured profile or a comparison) read back for ``compare --measured``."""
-    from sigprop.comparison import compare, measured_from_json, read_measured
-    from sigprop.profile import Profile, Row
+    from sigprop.analysis.comparison import compare, measured_from_json, read_measured
+    from sigprop.core.profile import Profile, Row
 
     pred = Profile("predicted", {"n_layers": 2}, (Row(0, "layer", 0.0, 1.0, 0.5, 2.0, 0.1),
                                                   Row(1, "layer", 0.0, 1.5, 0.6, 1.0, 0.2)), {})

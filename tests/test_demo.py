@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import sigprop.demo as demo
+import sigprop.report.demo as demo
 from sigprop.model.config import TransformerConfig
 
 SMALL = dict(n_layers=12, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16, dropout=0.1)

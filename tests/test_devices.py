@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sigprop.devices import check_device, parse_devices
+from sigprop.core.devices import check_device, parse_devices
 
 
 def test_default_and_lists():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sigprop import TransformerConfig, predict
-from sigprop.diagnosis import DiagnosisLimits, diagnose, growth_law, side_by_side
-from sigprop.profile import Profile, Row
+from sigprop.analysis.diagnosis import DiagnosisLimits, diagnose, growth_law, side_by_side
+from sigprop.core.profile import Profile, Row
 
 N = 96
 

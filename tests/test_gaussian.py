@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from sigprop.gaussian import bvn_cdf, clip_corr, expect_1d, expect_2d
+from sigprop.core.gaussian import bvn_cdf, clip_corr, expect_1d, expect_2d
 
 
 def test_expect_1d_polynomials_exact():

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import token_batch
-from sigprop.in_situ import (
+from sigprop.model import Transformer, TransformerConfig
+from sigprop.model.batches import token_batch
+from sigprop.model.presets import preset_config
+from sigprop.theory.in_situ import (
     attention_delta,
     check_supported,
     collect_seed_inputs,
@@ -20,9 +22,7 @@ from sigprop.in_situ import (
     layernorm_delta,
     pooled,
 )
-from sigprop.model import Transformer, TransformerConfig
-from sigprop.presets import preset_config
-from sigprop.resolved import pairwise_forward
+from sigprop.theory.resolved import pairwise_forward
 from tests.helpers import Z
 
 LAYERS = (6, 9, 12)

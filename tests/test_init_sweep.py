@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sigprop import TransformerConfig
-from sigprop.cli import app
-from sigprop.init_sweep import _order, depth_orders, sweep_inits, sweep_steps
+from sigprop.analysis.init_sweep import _order, depth_orders, sweep_inits, sweep_steps
+from sigprop.cli.app import app
 
 SMALL = dict(d_model=32, n_heads=2, seq_len=16, max_len=16, vocab_size=300, dropout=0.1)
 DEPTHS = (4, 8, 16)
@@ -53,7 +53,7 @@ def test_a_refused_scheme_is_a_row_with_its_error():
 def test_a_patch_model_is_swept_on_its_images():
     """A ViT: the boundaries come from a batch of digits, both sweeps token-resolved; DeepScaleLM takes its input
     correlation from the images (App. H) although the swept config started from Xavier without one."""
-    from sigprop.experiment import config_batch
+    from sigprop.analysis.experiment import config_batch
 
     config = TransformerConfig(n_layers=4, input="patches", image_size=16, patch_size=4, seq_len=16, max_len=16,
                                d_model=32, n_heads=2, dropout=0.1)
@@ -67,13 +67,13 @@ def test_a_patch_model_is_swept_on_its_images():
 
 
 def test_an_overflowing_theory_is_a_row_and_its_steps_are_counted(monkeypatch):
-    import sigprop.theory
+    import sigprop.theory.predict
 
     def overflow(config, progress=None, **_):
         progress(3)
         raise ValueError("layer 120: Moments.var must be finite (got inf)")
 
-    monkeypatch.setattr(sigprop.theory, "predict", overflow)
+    monkeypatch.setattr(sigprop.theory.predict, "predict", overflow)
     config = TransformerConfig(n_layers=4, **SMALL)
     steps = []
     (row,) = sweep_inits(config, ["deepnorm"], [8], progress=steps.append)

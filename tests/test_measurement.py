@@ -22,9 +22,9 @@ from sigprop.components.attention_block import AttentionBlock
 from sigprop.components.embedding import Embedding
 from sigprop.components.ffn import FFNBlock
 from sigprop.components.residual import Residual
-from sigprop.measurement import Recorder, TokenSums, masked_sums, measure, merge_sums, pool_sums
-from sigprop.profile import QUANTITIES
-from sigprop.stats import moment_sums
+from sigprop.core.profile import QUANTITIES
+from sigprop.core.stats import moment_sums
+from sigprop.measurement.hooks import Recorder, TokenSums, masked_sums, measure, merge_sums, pool_sums
 
 
 class StandIn(nn.Module):
@@ -201,7 +201,7 @@ def test_accumulation_over_batches_and_seeds_equals_pooled(flush_every_record, m
     concatenating along the batch, with the shorter batch padded). Hook records are finished in batches: once
     all together (records of both shapes and masks in one batch) and once each on its own."""
     if flush_every_record:
-        monkeypatch.setattr("sigprop.measurement._FLUSH_ELEMENTS", 1)
+        monkeypatch.setattr("sigprop.measurement.hooks._FLUSH_ELEMENTS", 1)
     b1 = make_batch(3, 8, pad_lengths=[8, 6, 3])
     b2 = make_batch(2, 6)
     b2 = (*b2[:2], torch.ones(2, 6, dtype=torch.bool))

@@ -42,7 +42,7 @@ def test_arrays_are_validated_elementwise():
                                     {"lo": 1.0, "hi": 2.5, "allowed": "[1, 2.5]"}])
 def test_scalar_fast_path_agrees_with_the_array_path(value, bounds):
     """check_range takes a shortcut for Python floats and ints: same value returned, same error message."""
-    from sigprop.moments import check_range
+    from sigprop.core.validate import check_range
 
     def outcome(v):
         try:

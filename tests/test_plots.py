@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import sigprop.plots as plots
-from sigprop.profile import Profile, Row
-from sigprop.seed_average import average_profiles
+import sigprop.report.profiles as plots
+from sigprop.core.profile import Profile, Row
+from sigprop.measurement.average import average_profiles
 
 from .helpers import lognormal_seed_profiles
 

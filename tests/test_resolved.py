@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from sigprop.analysis.experiment import predict_for_batch
 from sigprop.components.attention_gram import gram_sqrt
 from sigprop.components.embedding import Embedding
 from sigprop.components.ffn import FFNBlock
-from sigprop.experiment import measure_seeds, predict_for_batch, token_batch
-from sigprop.measurement import masked_sums
+from sigprop.core.moments import Moments
+from sigprop.measurement.hooks import masked_sums
+from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import Transformer, TransformerConfig
-from sigprop.moments import Moments
-from sigprop.resolved import gram_moments, pairwise_forward, resolved_forward, resolved_supported
-from sigprop.theory import predict, prediction_steps
+from sigprop.model.batches import token_batch
+from sigprop.theory.predict import predict, prediction_steps
+from sigprop.theory.resolved import gram_moments, pairwise_forward, resolved_forward, resolved_supported
 from tests.helpers import Z, draws_mean_se
 
 IDS = torch.tensor([[5, 6, 5, 7, 5, 8, 9, 6], [10, 10, 11, 12, 10, 13, 14, 15]])

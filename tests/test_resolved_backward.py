@@ -9,10 +9,12 @@ import torch
 
 from sigprop.components.ffn import FFNBlock
 from sigprop.components.layernorm import LayerNorm
-from sigprop.experiment import measure_seeds, token_batch
+from sigprop.core.moments import GradMoments, Moments
+from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import Transformer, TransformerConfig
-from sigprop.moments import GradMoments, Moments
-from sigprop.resolved import (
+from sigprop.model.batches import token_batch
+from sigprop.theory.predict import head_gradient_moments, predict, prediction_steps
+from sigprop.theory.resolved import (
     _pairwise_postnorm,
     forward_sweep,
     gram_moments,
@@ -20,8 +22,7 @@ from sigprop.resolved import (
     pairwise_forward,
     pairwise_postnorm_backward,
 )
-from sigprop.resolved_backward import head_gradient_gram, resolved_backward
-from sigprop.theory import head_gradient_moments, predict, prediction_steps
+from sigprop.theory.resolved_backward import head_gradient_gram, resolved_backward
 from tests.helpers import Z
 from tests.test_resolved import SMALL, site_z
 
@@ -265,7 +266,7 @@ def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact(
     """compare's order (forward only, then a measured boundary, then the loss's boundary again) gives the rows of
     fresh predictions, one backward sweep serves both boundaries, and no layer Gram matrices are kept once a backward
     sweep has used them."""
-    from sigprop import theory
+    from sigprop.theory import predict as theory
 
     config = TransformerConfig(**{**SMALL, "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
@@ -289,7 +290,7 @@ def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact(
 def test_compare_reports_the_progress_it_announces(arch, grad_boundary, token_resolved):
     """``compare_config``'s prediction progress adds up to :func:`compare_steps` on every route (forward sweeps
     before measuring, the prediction after), so the CLI's bar ends full."""
-    from sigprop.experiment import compare_config, compare_steps
+    from sigprop.analysis.experiment import compare_config, compare_steps
 
     config = TransformerConfig(**{**(DECODER if arch == "decoder" else SMALL), "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)

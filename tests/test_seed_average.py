@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from sigprop.profile import Profile, Row
-from sigprop.seed_average import average_profiles, pooled_ratio
+from sigprop.core.profile import Profile, Row
+from sigprop.measurement.average import average_profiles, pooled_ratio
 
 from .helpers import Z
 

@@ -5,10 +5,12 @@ import dataclasses
 
 import pytest
 
-from sigprop.comparison import compare
-from sigprop.experiment import measure_seeds, predict_for_batch, token_batch
+from sigprop.analysis.comparison import compare
+from sigprop.analysis.experiment import predict_for_batch
+from sigprop.measurement.merge import merge_measurements, per_seed_table, profiles_from_table
+from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import TransformerConfig
-from sigprop.seed_merge import merge_measurements, per_seed_table, profiles_from_table
+from sigprop.model.batches import token_batch
 
 SMALL = TransformerConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16)
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sigprop.comparison import compare
-from sigprop.profile import Profile, Row
-from sigprop.seed_average import average_profiles
-from sigprop.seed_spread import heavy_tails, log_sd, lognormal_skewness, seeds_for_normal_mean
+from sigprop.analysis.comparison import compare
+from sigprop.core.profile import Profile, Row
+from sigprop.measurement.average import average_profiles
+from sigprop.measurement.spread import heavy_tails, log_sd, lognormal_skewness, seeds_for_normal_mean
 
 from .helpers import Z, lognormal_seed_profiles
 

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import measure_seeds, token_batch
+from sigprop.measurement.seeds import measure_seeds
+from sigprop.measurement.workers import _check_alive, seeds_for_devices
+from sigprop.model.batches import token_batch
 from sigprop.model.config import TransformerConfig
-from sigprop.seed_workers import _check_alive, seeds_for_devices
 
 SMALL = TransformerConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16)
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from sigprop.stats import moment_sums
+from sigprop.core.stats import moment_sums
 
 
 def test_sums_match_direct_definitions():

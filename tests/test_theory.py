@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import config_batch, measure_seeds, measured_boundary, predict_for_batch, token_batch
+from sigprop.analysis.experiment import config_batch, measured_boundary, predict_for_batch
+from sigprop.core.moments import GradMoments
+from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import TransformerConfig
-from sigprop.moments import GradMoments
-from sigprop.theory import predict
+from sigprop.model.batches import token_batch
+from sigprop.theory.predict import predict
 from tests.helpers import Z, draws_mean_se
 
 SMALL = dict(n_layers=10, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max_len=32, dropout=0.1)

@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import integrate
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .elementwise import resolve_norm
 from .recurrence import kappa
 

@@ -40,8 +40,9 @@ import numpy as np
 
 from ..components.derf import erf_p_hat, erf_p_tilde, erf_q_hat, erf_q_tilde
 from ..components.dyt import tanh_expectations
-from ..gaussian import expect_1d, expect_2d
-from ..moments import Moments, check_range
+from ..core.gaussian import expect_1d, expect_2d
+from ..core.moments import Moments
+from ..core.validate import check_range
 
 __all__ = [
     "NORMS",

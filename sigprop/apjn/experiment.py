@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..devices import check_device
-from ..jsonio import json_number
+from ..core.devices import check_device
+from ..core.jsonio import json_number
+from ..core.validate import check_choice, check_integer, check_number
 from ..model.vit import vit_config
-from ..validate import check_choice, check_integer, check_number
 from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
 from .gmfe import gmfe_by_third
 from .hutchinson import measure_apjn

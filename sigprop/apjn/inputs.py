@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..core.validate import integer_value
 from ..data.digits import digits_images
-from ..validate import integer_value
 
 __all__ = ["equiangular_tokens", "estimate_q0_p0", "digits_images", "embed_images", "digits_hidden_states"]
 

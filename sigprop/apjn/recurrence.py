@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .elementwise import Norm, _propagate_unchecked, check_qp, propagate, resolve_norm
 
 __all__ = [

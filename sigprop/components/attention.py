@@ -59,8 +59,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention, gram_attention_backward
 from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .attention import MultiHeadAttention
 from .cross_attention import CrossAttention
 from .dropout import Dropout

@@ -63,7 +63,7 @@ from functools import lru_cache
 
 import torch
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .draws import standard_normal, uniform
 
 __all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means",

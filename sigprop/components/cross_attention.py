@@ -38,8 +38,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .attention import MultiHeadAttention
 from .attention_sampled import (
     DEFAULT_HEADS,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 
 __all__ = ["Dropout", "dropout_forward", "dropout_backward"]
 

@@ -36,7 +36,8 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..moments import GradMoments, Moments, check_range
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .derf import (
     APPROXES,
     PhiExpectations,

@@ -7,8 +7,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import Moments
+from ..core.validate import check_range
 
 __all__ = [
     "Embedding",

@@ -11,8 +11,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .dropout import Dropout
 from .factory import make_activation, make_norm
 from .linear import Linear

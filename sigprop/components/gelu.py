@@ -29,8 +29,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
-from ..moments import GradMoments, Moments, check_approx
+from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_approx
 from .relu import check_standardized_mean, truncated_bvn_moments
 
 __all__ = [

@@ -37,8 +37,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_approx, check_corr_hidden, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_approx, check_corr_hidden, check_range
 
 __all__ = ["LayerNorm", "layernorm_forward", "layernorm_backward", "layernorm_forward_postnorm",
            "layernorm_backward_postnorm", "LAYERNORM_APPROX"]

@@ -7,8 +7,9 @@ import math
 import torch
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 
 __all__ = ["Linear", "linear_forward", "linear_backward"]
 

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
-from ..moments import GradMoments, Moments, check_approx
+from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_approx
 
 __all__ = [
     "ReLU",

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .sequential import call_rule
 
 __all__ = ["Residual", "residual_forward", "residual_backward"]

@@ -8,7 +8,7 @@ import inspect
 
 from torch import nn
 
-from ..moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments
 
 __all__ = ["Sequential", "call_rule"]
 

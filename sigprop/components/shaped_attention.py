@@ -76,8 +76,9 @@ import torch.nn.functional as F
 from scipy import special
 from torch import nn
 
-from ..gaussian import clip_corr
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .shaped_relu import check_shaped_mode, linear_anneal
 
 __all__ = [

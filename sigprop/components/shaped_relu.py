@@ -42,8 +42,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 from .relu import check_standardized_mean, relu_cross_moment
 
 __all__ = [

@@ -33,8 +33,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..gaussian import clip_corr, expect_1d, expect_2d
-from ..moments import GradMoments, Moments, check_range
+from ..core.gaussian import clip_corr, expect_1d, expect_2d
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
 
 __all__ = [
     "Softmax",

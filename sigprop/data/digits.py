@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..validate import integer_value
+from ..core.validate import integer_value
 
 __all__ = ["digits", "digits_images", "N_DIGITS", "N_DIGIT_CLASSES"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .rank_collapse import _check_n_layers, _check_p, _out, _per_layer, ffn_corr_exact, ffn_corr_kedia
 
 __all__ = [

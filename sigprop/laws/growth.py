@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 
 __all__ = [
     "GROWTH_TABLE",

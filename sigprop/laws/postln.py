@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .rank_collapse import _check_n_layers, _out
 
 __all__ = ["postln_gradient_factor", "postln_gradient_profile", "postln_layers_for_change"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .rank_collapse import _check_gains, _check_n_layers, _out, _per_layer
 
 __all__ = [

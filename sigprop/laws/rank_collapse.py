@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..moments import check_range
+from ..core.validate import check_range
 
 __all__ = [
     "block_constants",

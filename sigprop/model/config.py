@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
-from ..validate import check_choice, check_integer, check_number
+from ..core.validate import check_choice, check_integer, check_number
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "config_from_dict", "apply_overrides"]
 
@@ -129,7 +129,7 @@ class TransformerConfig:
     shaped_gamma: float = 8.0**-0.5
 
     def __post_init__(self):
-        from .init import SCHEMES  # the scheme registry lives beside the schemes
+        from .init import SCHEMES
 
         def choice(name, allowed):
             check_choice(self, name, allowed)

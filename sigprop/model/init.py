@@ -105,7 +105,7 @@ class InitPlan:
         """Sample every parameter of ``model`` (a :class:`~sigprop.model.transformer.Transformer`) from the plan
         and set the declared values its moment rules read. Raises if a parameter is left without a plan.
         ``sample=False`` skips drawing the random matrices (what :func:`sigprop.predict` needs)."""
-        from .roles import initialise_from_plan  # the role table lives beside the model's structure
+        from .roles import initialise_from_plan
 
         done = initialise_from_plan(model, self, generator, sample)
         missing = [n for n, p in model.named_parameters() if id(p) not in done]

@@ -12,11 +12,11 @@ from ..components.dyt import DyT
 from ..components.embedding import Embedding
 from ..components.layernorm import LayerNorm
 from ..components.linear import Linear
+from ..components.patch import PatchEmbedding
 from ..components.residual import Residual
 from ..components.rmsnorm import RMSNorm
 from ..components.shaped_attention import ShapedAttention
 from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
-from .patch import PatchEmbedding
 
 __all__ = ["initialise_from_plan", "LINEAR_ROLES"]
 

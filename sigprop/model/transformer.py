@@ -9,10 +9,10 @@ from torch import nn
 from ..components.dropout import Dropout
 from ..components.embedding import Embedding
 from ..components.factory import make_norm
+from ..components.patch import PatchEmbedding
 from .config import TransformerConfig
 from .init import InitPlan, make_plan
 from .layer import TransformerLayer, norm_kwargs
-from .patch import PatchEmbedding
 
 __all__ = ["Transformer"]
 

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from ..experiment import token_batch
+from ..model.batches import token_batch
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .stopping import EIG_BOUNDS, check_eig_bounds, exited
 from .transformer import SDECoefficients
 from .triu import as_cov_batch, correlation, from_triu, to_triu

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from ..components.shaped_attention import shaped_attention
 from ..components.shaped_relu import ShapedReLU
-from ..moments import check_range
+from ..core.validate import check_range
 from .residual_mlp import check_gamma
 from .shaped_attention import check_tau0
 from .stopping import EIG_BOUNDS, stopping_times

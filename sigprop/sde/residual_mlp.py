@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .triu import as_cov_batch, correlation, sigma_lin, to_triu
 
 __all__ = ["nu_shaped_relu", "resnet_relu_drift", "resnet_relu_diffusion", "check_gamma"]

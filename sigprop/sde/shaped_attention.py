@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from ..moments import check_range
+from ..core.validate import check_range
 from .residual_mlp import check_gamma
 from .triu import as_cov_batch, pair_products, sigma_lin, to_triu
 

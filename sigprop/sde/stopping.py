@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..moments import check_range
+from ..core.validate import check_range
 
 __all__ = ["EIG_BOUNDS", "check_eig_bounds", "exited", "stopping_times"]
 

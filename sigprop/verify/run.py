@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..jsonio import write_json_atomic
+from ..core.jsonio import write_json_atomic
 from .harness import NORMALISATION, ComponentResult, run_component
 from .registry import COMPONENTS, available, load_spec
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..stats import MomentSums, moment_sums
+from ..core.stats import MomentSums, moment_sums
 from .spec import Estimate
 
 __all__ = ["correlated_gaussian", "column", "estimates", "forward_backward_estimates"]

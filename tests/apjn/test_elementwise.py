@@ -24,7 +24,7 @@ from sigprop.apjn.elementwise import (
     tanh_propagated,
 )
 from sigprop.components.derf import erf_p_hat, erf_p_tilde, erf_q_hat, erf_q_tilde
-from sigprop.moments import Moments
+from sigprop.core.moments import Moments
 from tests.helpers import Z, assert_close_mc, mc_mean
 
 # (q, p, alpha): the paper's input (1, 0.2), deep-layer sizes (q ~ 10), anti-correlated tokens, near-identical tokens

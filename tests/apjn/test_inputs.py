@@ -7,13 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.apjn.inputs import (
-    digits_hidden_states,
-    digits_images,
-    embed_images,
-    equiangular_tokens,
-    estimate_q0_p0,
-)
+from sigprop.apjn.inputs import digits_hidden_states, digits_images, embed_images, equiangular_tokens, estimate_q0_p0
 from sigprop.model import Transformer
 from sigprop.model.vit import vit_config
 

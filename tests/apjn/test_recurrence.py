@@ -10,13 +10,7 @@ import pytest
 import torch
 
 from sigprop.apjn.elementwise import propagate
-from sigprop.apjn.recurrence import (
-    apjn_profile,
-    final_norm_factor,
-    kappa,
-    kappa_hat,
-    with_final_norm,
-)
+from sigprop.apjn.recurrence import apjn_profile, final_norm_factor, kappa, kappa_hat, with_final_norm
 from sigprop.components.derf import erf_q_hat
 from tests.helpers import Z, assert_close_mc, mc_mean
 

@@ -16,12 +16,8 @@ from sigprop.components.attention import (
     mha_forward,
 )
 from sigprop.components.attention_theory import mm_moments
-from sigprop.moments import GradMoments, Moments
-from sigprop.verify.specs.attention import (
-    estimates_from_replicates,
-    simulate_attention,
-    surrogate_expectations,
-)
+from sigprop.core.moments import GradMoments, Moments
+from sigprop.verify.specs.attention import estimates_from_replicates, simulate_attention, surrogate_expectations
 from tests.helpers import Z, assert_close_mc, mc_mean
 
 #: Accuracy of the "exact" rules documented in sigprop.components.attention for Table 22's ranges (measured by the

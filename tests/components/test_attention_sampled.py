@@ -18,7 +18,7 @@ from sigprop.components.attention import (
     resolve_approx,
 )
 from sigprop.components.attention_sampled import sample_attention, sampled_backward, sampled_forward
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import Z
 
 D, DK, L = 64, 16, 32

@@ -12,7 +12,7 @@ import torch
 
 from sigprop.components.attention_block import CrossAttentionBlock
 from sigprop.components.cross_attention import CrossAttention, sample_cross_attention
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import Z
 
 D, DK, H = 64, 16, 2

@@ -21,8 +21,8 @@ from sigprop.components.derf import (
     erf_q_hat,
     erf_q_tilde,
 )
-from sigprop.gaussian import bvn_cdf, norm_cdf
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.gaussian import bvn_cdf, norm_cdf
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 # (pre-activation mean m, variance v, correlation r): centred, shifted, saturated, wide, anti-correlated, narrow

@@ -11,8 +11,8 @@ import torch
 from scipy import integrate
 
 from sigprop.components.dyt import DyT, dyt_backward, dyt_forward, tanh_expectations
-from sigprop.gaussian import expect_1d, expect_2d
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.gaussian import expect_1d, expect_2d
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 # (pre-activation mean m, variance v, correlation r): centred, shifted, saturated (tanh ≈ 1 − 2e^{−2h}),

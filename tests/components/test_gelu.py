@@ -21,8 +21,8 @@ from sigprop.components.gelu import (
     gelu_mean,
 )
 from sigprop.components.relu import MIN_STANDARDIZED_MEAN
-from sigprop.gaussian import expect_1d, expect_2d, norm_cdf, norm_pdf
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.gaussian import expect_1d, expect_2d, norm_cdf, norm_pdf
+from sigprop.core.moments import GradMoments, Moments
 from tests.components.test_relu import check_mc
 
 QUAD_TOL = 1e-13

@@ -20,7 +20,7 @@ from sigprop.components.layernorm import (
     normalised_grad_corr,
 )
 from sigprop.components.rmsnorm import rmsnorm_expectations
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 RHOS = (0.0, 0.3, 0.8, 0.99, 1.0)

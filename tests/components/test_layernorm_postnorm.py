@@ -11,7 +11,7 @@ import torch
 
 from sigprop.components.layernorm import layernorm_forward, layernorm_forward_postnorm
 from sigprop.components.residual import residual_forward
-from sigprop.moments import Moments
+from sigprop.core.moments import Moments
 from sigprop.verify.sampling import correlated_gaussian
 from tests.helpers import Z
 
@@ -80,7 +80,7 @@ def test_monte_carlo_on_the_real_modules(d, lam2, beta2, rx, rf, n_seq):
 
 def test_backward_without_fresh_direction_keeps_the_gradient_correlation():
     from sigprop.components.layernorm import layernorm_backward_postnorm
-    from sigprop.moments import GradMoments
+    from sigprop.core.moments import GradMoments
 
     d = 64
     g = GradMoments(2.0, 0.3)
@@ -93,7 +93,7 @@ def test_backward_without_skip_is_the_gaussian_rule():
     variance differs from it only by the first-order treatment of E[1/σ̂²]: (1 + 2/n)/n against 1/(n − 2), an exact
     ratio of (d² − 2d − 3)/(d² − 2d + 1) = 1 − O(1/d²)."""
     from sigprop.components.layernorm import layernorm_backward, layernorm_backward_postnorm
-    from sigprop.moments import GradMoments
+    from sigprop.core.moments import GradMoments
 
     d, g, branch = 64, GradMoments(2.0, 0.3), Moments(0.0, 1.4, 0.6, 0.0)
     a = layernorm_backward_postnorm(g, _skip(d, 0.5), branch, 0.0, 1.0, d, skip_fraction=0.0)
@@ -107,8 +107,8 @@ def test_post_ln_chain_on_real_modules_keeps_gradient_correlation():
     back: the composed postnorm rules against the measured correlation at the bottom (standard error from
     independent replicates; the rules are first order in 1/n, so N/n² is part of the tolerance)."""
     from sigprop.components.layernorm import layernorm_backward, layernorm_backward_postnorm
-    from sigprop.moments import GradMoments
-    from sigprop.stats import moment_sums
+    from sigprop.core.moments import GradMoments
+    from sigprop.core.stats import moment_sums
 
     d, b, L, n_steps, beta2, rf, vf = 128, 16, 16, 30, 0.05, 0.5, 1.0
     lam, beta = math.sqrt(1 - beta2), math.sqrt(beta2)
@@ -144,8 +144,8 @@ def test_post_ln_chain_on_real_modules_gradient_variance():
     """N Post-LN steps with β = λ = 1 (Xavier Post-LN), gradient pushed back through the skip path only (φ = 1):
     the postnorm rule's variance against the measured one; the Gaussian rule's −0.3% per step is resolved."""
     from sigprop.components.layernorm import layernorm_backward, layernorm_backward_postnorm
-    from sigprop.moments import GradMoments
-    from sigprop.stats import moment_sums
+    from sigprop.core.moments import GradMoments
+    from sigprop.core.stats import moment_sums
 
     d, b, L, n_steps, rf, vf = 256, 16, 16, 20, 0.5, 0.36
     g = torch.Generator().manual_seed(4)

@@ -18,8 +18,8 @@ from sigprop.components.relu import (
     relu_forward,
     truncated_bvn_moments,
 )
-from sigprop.gaussian import norm_cdf, norm_pdf
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.gaussian import norm_cdf, norm_pdf
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 #: scipy.integrate tolerances used below, and the agreement they allow.

@@ -20,7 +20,7 @@ from sigprop.components.rmsnorm import (
     rmsnorm_expectations,
     rmsnorm_forward,
 )
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 #: Quadrature error bound documented in :func:`quadrature_orders` for corr_hidden ≤ ½ (relative).

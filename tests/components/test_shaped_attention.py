@@ -20,7 +20,7 @@ from sigprop.components.shaped_attention import (
     shaped_mask_sums,
     shaped_temperature,
 )
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import Z, assert_close_mc, mc_mean
 
 

@@ -17,7 +17,7 @@ from sigprop.components.shaped_relu import (
     shaped_relu_nu,
     shaped_relu_slopes,
 )
-from sigprop.moments import GradMoments, Moments
+from sigprop.core.moments import GradMoments, Moments
 from tests.helpers import assert_close_mc, mc_mean
 
 M_IN = Moments(mean=0.4, var=1.7, corr=0.35, corr_hidden=-0.2)

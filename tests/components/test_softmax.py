@@ -9,14 +9,8 @@ import pytest
 import torch
 from scipy import special
 
-from sigprop.components.softmax import (
-    SOFTMAX_APPROX,
-    Softmax,
-    softmax_backward,
-    softmax_forward,
-    softmax_power_moments,
-)
-from sigprop.moments import GradMoments, Moments
+from sigprop.components.softmax import SOFTMAX_APPROX, Softmax, softmax_backward, softmax_forward, softmax_power_moments
+from sigprop.core.moments import GradMoments, Moments
 from sigprop.verify.specs.softmax import surrogate_moments
 from tests.helpers import Z, assert_close_mc, mc_mean
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.model.patch import PatchEmbedding, patchify
+from sigprop.components.patch import PatchEmbedding, patchify
 from tests.helpers import Z
 
 

@@ -150,7 +150,7 @@ def test_predict_walks_a_shaped_encoder():
 def test_shaped_decoder_is_predicted_with_the_decoder_caveat():
     """The shaped rules average over a causal mask's positions (their docstring): a decoder is predicted, with the
     caveat every decoder prediction carries."""
-    from sigprop.theory import DECODER_CAVEAT
+    from sigprop.theory.predict import DECODER_CAVEAT
 
     p = sigprop.predict(shaped(arch="decoder"))
     assert p.meta["caveat"] == DECODER_CAVEAT

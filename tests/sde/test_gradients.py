@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.experiment import token_batch
+from sigprop.model.batches import token_batch
 from sigprop.model.transformer import Transformer
 from sigprop.sde.gradients import ARCHS, figure2, gradient_config, weight_gradient_norms
 

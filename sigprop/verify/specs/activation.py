@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

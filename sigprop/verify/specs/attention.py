@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ...components.attention import SingleHeadAttention, attention_backward, attention_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Estimate, Param
 from .common import CORR_MAX
 

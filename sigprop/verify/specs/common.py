@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, Param
 
 __all__ = ["FORWARD_BACKWARD", "CORR_MAX", "gaussian_input_params", "as_quantities", "predict_each"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ...components.derf import Derf, derf_backward, derf_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..sampling import column
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...components.dropout import Dropout, dropout_backward, dropout_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

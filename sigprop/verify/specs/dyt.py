@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ...components.dyt import DyT, dyt_backward, dyt_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..sampling import column
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise

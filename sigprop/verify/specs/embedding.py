@@ -8,7 +8,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from ...components.embedding import Embedding, embedding_forward, zipf_correlation
-from ...stats import moment_sums
+from ...core.stats import moment_sums
 from ..sampling import column, estimates
 from ..spec import ComponentSpec, Param
 

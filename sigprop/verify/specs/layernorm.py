@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...components.layernorm import LayerNorm, layernorm_backward, layernorm_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

@@ -8,7 +8,7 @@ import numpy as np
 from torch.func import functional_call, vmap
 
 from ...components.linear import Linear, linear_backward, linear_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

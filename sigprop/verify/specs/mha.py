@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...components.attention import MultiHeadAttention, mha_backward, mha_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Param
 from .attention import _class_stats, _col, _extrapolate, estimates_from_replicates, surrogate_expectations
 from .common import CORR_MAX

@@ -11,7 +11,7 @@ from torch.func import functional_call, vmap
 
 from ...components.linear import Linear, linear_backward, linear_forward
 from ...components.residual import Residual, residual_backward, residual_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..sampling import column, correlated_gaussian, forward_backward_estimates, linear_weights
 from ..spec import ComponentSpec, Param
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

@@ -7,7 +7,7 @@ mean does not drop out of RMSNorm) and has no paper errors to compare with.
 from __future__ import annotations
 
 from ...components.rmsnorm import RMSNorm, rmsnorm_backward, rmsnorm_forward
-from ...moments import GradMoments, Moments
+from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec
 from ..tokenwise import CHUNK, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params

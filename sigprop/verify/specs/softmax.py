@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from ...components.softmax import Softmax, softmax_backward, softmax_forward
-from ...gaussian import expect_1d
-from ...moments import GradMoments, Moments
-from ...stats import moment_sums
+from ...core.gaussian import expect_1d
+from ...core.moments import GradMoments, Moments
+from ...core.stats import moment_sums
 from ..sampling import column, estimates
 from ..spec import ComponentSpec, Estimate, Param
 from .common import CORR_MAX, as_quantities

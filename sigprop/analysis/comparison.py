@@ -1,0 +1,202 @@
+"""``sigprop.compare`` (this module): join a predicted and a measured :class:`~sigprop.profile.Profile` on
+(layer, site) and summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
+
+For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute
+error, and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the layers — computed on log values when the
+measured quantity spans more than a decade (gradient variances of deep models), as the paper's Figures 2–3 are
+read; it is NaN for a quantity that does not vary across layers. Correlations are also judged by absolute error
+(a relative error of a correlation near 0 means little).
+
+When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the
+share of rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy
+is larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R²
+that an exact theory scores against this measurement in expectation (its residuals are then the measurement errors,
+E Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its
+ceiling is limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward
+variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
+measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
+ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
+few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceiling". The comparison's
+``meta["heavy_tails"]`` names the layers where Cochran's rule says the seeds are too few: :mod:`sigprop.seed_spread`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.jsonio import finite_or_null, json_number, write_json_atomic
+from ..core.profile import QUANTITIES, Profile
+from ..measurement.spread import heavy_tails
+from .diagnosis import diagnose, side_by_side
+
+__all__ = ["Comparison", "QuantitySummary", "compare", "summarise", "comparison_side", "measured_from_json",
+           "read_measured"]
+
+
+@dataclass(frozen=True)
+class QuantitySummary:
+    """Agreement of one quantity over the compared rows."""
+
+    quantity: str
+    n: int
+    median_rel: float
+    mean_rel: float
+    p90_rel: float
+    max_abs: float
+    median_abs: float
+    r2: float
+    r2_log: bool
+    within_2se: float = float("nan")
+    median_z: float = float("nan")
+    r2_noise_ceiling: float = float("nan")
+
+    def to_dict(self) -> dict:
+        return finite_or_null(dict(self.__dict__))
+
+
+def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
+    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped); ``se``: the measurement's
+    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers)."""
+    p, m = np.asarray(pred, dtype=np.float64), np.asarray(meas, dtype=np.float64)
+    e = np.full(p.shape, np.nan) if se is None else np.asarray(se, dtype=np.float64)
+    keep = np.isfinite(p) & np.isfinite(m)
+    p, m, e = p[keep], m[keep], e[keep]
+    nan = float("nan")
+    if p.size == 0:
+        return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False)
+    abs_err = np.abs(p - m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(m != 0, abs_err / np.abs(m), np.where(abs_err == 0, 0.0, np.inf))
+    positive = bool(np.all(m > 0) and np.all(p > 0))
+    use_log = positive and m.size > 1 and float(m.max() / m.min()) > 10.0
+    a, b = (np.log(p), np.log(m)) if use_log else (p, m)
+    ss_tot = float(np.sum((b - b.mean()) ** 2))
+    # R² is undefined for a quantity that does not vary (a Post-LN forward variance is 1 by construction)
+    flat = float(np.ptp(m)) <= 1e-6 * max(float(np.max(np.abs(m))), 1e-300)
+    r2 = 1.0 - float(np.sum((a - b) ** 2)) / ss_tot if ss_tot > 0 and not flat else nan
+    has_se = np.isfinite(e) & (e > 0)
+    z = abs_err[has_se] / e[has_se]
+    within, median_z = (float(np.mean(z <= 2.0)), float(np.median(z))) if z.size else (nan, nan)
+    ceiling = nan
+    if not np.isnan(r2) and bool(np.all(has_se)):
+        noise = e / m if use_log else e  # d log m = dm / m
+        ceiling = 1.0 - float(np.sum(noise ** 2)) / ss_tot
+    return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
+                           float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
+                           use_log, within, median_z, ceiling)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The joined rows and per-quantity summaries of one site (default: the layer outputs), and for the layer
+    outputs each side's :class:`~sigprop.diagnosis.Diagnosis` (``diagnoses``: "predicted", "measured")."""
+
+    predicted: Profile
+    measured: Profile
+    site: str
+    layers: tuple[int, ...]
+    summaries: dict
+    meta: dict = field(default_factory=dict)
+    diagnoses: dict = field(default_factory=dict)
+
+    def diagnosis_lines(self) -> tuple[list[str], str | None]:
+        """The measured findings with the theory's number beside each (:func:`sigprop.diagnosis.side_by_side`),
+        and the measured diagnosis's hint."""
+        measured = self.diagnoses["measured"]
+        return side_by_side(self.diagnoses["predicted"], measured), measured.hint
+
+    def to_json(self) -> dict:
+        pred, meas = self.predicted.lookup(), self.measured.lookup()
+        rows = []
+        for layer in self.layers:
+            rp, rm = pred[(layer, self.site)], meas[(layer, self.site)]
+            row = {"layer": layer, "site": self.site}
+            for q in QUANTITIES:
+                row[f"pred_{q}"] = json_number(getattr(rp, q))
+                row[f"meas_{q}"] = json_number(getattr(rm, q))
+            rows.append(row)
+        measured_meta = {k: v for k, v in self.measured.meta.items() if k != "per_seed"}  # the merge's, not ours
+        meta = dict(self.meta)
+        if self.diagnoses:
+            meta["diagnosis"] = {kind: d.to_dict() for kind, d in self.diagnoses.items()}
+        return {"kind": "comparison", "site": self.site, "config": self.predicted.config,
+                "predicted_meta": self.predicted.meta, "measured_meta": measured_meta, "meta": meta,
+                "summary": {q: s.to_dict() for q, s in self.summaries.items()}, "per_layer": rows}
+
+    def write_json(self, path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
+            quantities=QUANTITIES) -> Comparison:
+    """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
+    summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
+    heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any; for the layer outputs,
+    ``diagnoses`` holds :func:`sigprop.diagnosis.diagnose` of each profile (in the JSON: ``meta["diagnosis"]``)."""
+    if predicted.kind != "predicted" or measured.kind != "measured":
+        raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
+    pred, meas = predicted.lookup(), measured.lookup()
+    common = sorted(layer for (layer, s) in pred if s == site and (layer, site) in meas)
+    if layers is not None:
+        wanted = set(int(x) for x in layers)
+        common = [layer for layer in common if layer in wanted]
+    if not common:
+        raise ValueError(f"the profiles share no rows of site {site!r}")
+    stderr = measured.meta.get("stderr") or {}
+    summaries = {q: summarise(q, [getattr(pred[(lyr, site)], q) for lyr in common],
+                              [getattr(meas[(lyr, site)], q) for lyr in common],
+                              [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
+                 for q in quantities}
+    tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
+    diagnoses = {p.kind: diagnose(p) for p in (predicted, measured)} if site == "layer" else {}
+    return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {},
+                      diagnoses)
+
+
+def comparison_side(data: dict, kind: str) -> Profile:
+    """One side of a comparison JSON (``sigprop compare --json``) as a profile: ``kind`` "predicted" (the
+    ``pred_*`` columns and ``predicted_meta``) or "measured" (``meas_*``, ``measured_meta``), the compared site's
+    rows only."""
+    prefix = {"predicted": "pred", "measured": "meas"}[kind]
+    rows = [{"layer": r["layer"], "site": r.get("site", data.get("site", "layer")),
+             **{q: r.get(f"{prefix}_{q}") for q in QUANTITIES}} for r in data.get("per_layer", [])]
+    return Profile.from_json({"kind": kind, "config": data.get("config", {}),
+                              "meta": data.get(f"{kind}_meta", {}), "per_site": rows})
+
+
+def measured_from_json(data: dict) -> Profile:
+    """The measured :class:`~sigprop.profile.Profile` held by a JSON object: a measured profile (``sigprop measure
+    --json``, every site) or a comparison (``sigprop compare --json``: the compared site's rows, its ``meas_*``
+    columns, and the measurement's meta with the standard errors of every site). Plain JSON; nothing is unpickled.
+    ``ValueError`` for any other object."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == "measured":
+        return Profile.from_json(data)
+    if kind == "comparison":
+        return comparison_side(data, "measured")
+    raise ValueError("expected a measured profile (sigprop measure --json) or a comparison (sigprop compare --json), "
+                     f"got an object of kind {kind!r}")
+
+
+def read_measured(path) -> Profile:
+    """:func:`measured_from_json` of the JSON file at ``path``; ``ValueError`` naming the file if it is missing,
+    not JSON, or not a measurement."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"measurement file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    try:
+        profile = measured_from_json(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+    if not profile.rows:
+        raise ValueError(f"{path}: the measurement has no rows")
+    return profile

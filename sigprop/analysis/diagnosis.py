@@ -1,0 +1,314 @@
+"""Diagnosis: do this model's activations and gradients explode, vanish or collapse to rank one with depth?
+
+A profile (predicted or measured) answers it layer by layer; :func:`diagnose` says it in a few lines, per stack
+(an encoder–decoder's encoder and decoder are read apart, since the decoder's stream starts afresh):
+
+* **Forward variance** of the layer outputs, from the first layer to the last, and **gradient variance**, from the
+  last layer down to the first (the direction a gradient travels). Each is called *bounded* when its largest and
+  smallest value over the stack are within a factor ``growth`` (default 10) of each other; otherwise it *grows* or
+  *shrinks*, or *explodes* / *vanishes* where the change is exponential in depth; one whose end-to-end change is
+  within the factor while its layers are not (a boundary layer's jump, a dip in the middle) *varies*. Kedia et al.
+  Sec. 3.1 and Table 3 give the laws to expect at initialisation: Pre-LN's forward variance grows linearly in N and
+  its gradient as a power of depth (App. E.1), Post-LN's gradient changes like c^{±N} (App. E.2), DeepScaleLM keeps
+  both O(1) (App. E.3–E.4).
+* **The law** of that change, fitted to the profile itself over the stack's middle layers l ∈ [N/8, N − N/8) (the
+  first layers carry the embedding's transient, the last the head's boundary): log σ² = a + b·l (exponential,
+  factor e^b per layer) against log σ² = a + p·log(l + 1) (power law σ² ∝ l^p; "linear" for p near 1,
+  "hyperbolic" for p near −1, App. E.1's σ²_g,n = σ²_g,N (N/n)^C with C ≈ 1), whichever leaves the smaller
+  squared residual. A change below 1.2× over that window is "flat". This describes the curve; it is not a
+  prediction, and nothing from it enters one.
+* **Token correlation** at the last layer: the tokens have collapsed to rank one when it reaches ``collapse``
+  (default 0.99; Noci et al. 2022's rank collapse, Kedia et al. App. F, where dropout keeps it below r_max < 1).
+* **An identity stack**: when the config's init plan scales every residual branch by |β| ≤ 1e-4, the branches
+  contribute nothing at initialisation (SkipInit, ReZero, LayerScale's β ≤ 1e-5 beyond 18 layers): everything is
+  "bounded" because nothing propagates, which the diagnosis says rather than praise.
+
+Assumes the profile's "layer" rows are the stream after each layer (as :func:`sigprop.predict` and
+:func:`sigprop.measure` give them) and that variances are positive; a non-finite value is reported as such.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..core.jsonio import finite_or_null
+from ..core.profile import Profile
+
+__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "growth_law",
+           "exponential_and_power_fits", "side_by_side"]
+
+#: Fewest layers in the fitting window for a growth law to be named.
+MIN_LAW_LAYERS = 6
+#: Below this change across the fitting window a variance is "flat".
+FLAT_FACTOR = 1.2
+#: A power-law exponent within this distance of ±1 is called linear / hyperbolic.
+EXPONENT_TOLERANCE = 0.25
+#: Verdicts of a variance that changes with depth end to end (what DeepScaleLM's scaling addresses; a "varies" is
+#: often one boundary layer's jump, which it does not).
+DEPTH_VERDICTS = ("grows", "shrinks", "explodes", "vanishes")
+#: The largest residual-branch scale |β| under which a stack passes its input on at initialisation (a branch then
+#: adds at most 1e-8 of its variance per layer).
+IDENTITY_BETA = 1e-4
+#: Inits under which DeepScaleLM's hint would be redundant.
+DSLM_INITS = ("dslm", "dslm_simple")
+
+
+@dataclass(frozen=True)
+class DiagnosisLimits:
+    """Where a change becomes a finding: ``growth``, the factor between a variance's largest and smallest value over
+    a stack beyond which it is not bounded (> 1); ``collapse``, the last layer's token correlation at or above which
+    the tokens count as collapsed to rank one (in (0, 1))."""
+
+    growth: float = 10.0
+    collapse: float = 0.99
+
+    def __post_init__(self):
+        if not (isinstance(self.growth, int | float) and math.isfinite(self.growth) and self.growth > 1.0):
+            raise ValueError(f"growth must be a finite factor > 1 (got {self.growth!r})")
+        if not (isinstance(self.collapse, int | float) and 0.0 < self.collapse < 1.0):
+            raise ValueError(f"collapse must be a correlation in (0, 1) (got {self.collapse!r})")
+
+
+@dataclass(frozen=True)
+class GrowthLaw:
+    """How a positive quantity changes with the layer index l: ``kind`` "flat", "power" (∝ (l + 1)^rate) or
+    "exponential" (× rate per layer, upward in l)."""
+
+    kind: str
+    rate: float = math.nan
+
+    def describe(self, towards_input: bool = False) -> str:
+        """In words; ``towards_input`` states an exponential factor per layer downwards (for gradients)."""
+        if self.kind == "flat":
+            return "flat over the middle layers"
+        if self.kind == "power":
+            if abs(self.rate - 1.0) <= EXPONENT_TOLERANCE:
+                name = "linearly in depth"
+            elif abs(self.rate + 1.0) <= EXPONENT_TOLERANCE:
+                name = "hyperbolically in depth"
+            else:
+                name = "as a power of depth"
+            return f"over the middle layers {name} (∝ l^{self.rate:.2f})"
+        factor = 1.0 / self.rate if towards_input else self.rate
+        direction = " towards the input" if towards_input else ""
+        return f"over the middle layers exponentially (×{factor:.4g} per layer{direction})"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One quantity of one stack. ``verdict``: "bounded", "grows", "shrinks", "explodes", "vanishes", "varies"
+    (variances), "identity" (quantity "stream": the layers pass the stream on unchanged),
+    "collapses" or "stays below rank collapse" (correlation), or "not finite". ``change`` is last / first layer for
+    the forward variance and first / last layer for the gradient (its growth towards the input); for the
+    correlation, the last layer's value. ``flagged``: beyond the limits."""
+
+    stack: str
+    quantity: str
+    verdict: str
+    flagged: bool
+    change: float
+    spread: float = math.nan
+    law: GrowthLaw | None = None
+
+    def describe(self) -> str:
+        where = f"{self.stack}: " if self.stack else ""
+        if self.verdict == "identity":
+            return (f"{where}every layer passes the stream on unchanged (residual branches scaled to ~0 at "
+                    "initialisation): nothing propagates until training moves β")
+        if self.verdict == "not finite":
+            return f"{where}{_NAMES[self.quantity]} is not finite at some layer (overflow)"
+        if self.quantity == "fwd_corr":
+            if self.verdict == "collapses":
+                return f"{where}token correlation reaches {self.change:.4f} at the last layer: rank collapse"
+            return f"{where}token correlation at the last layer {self.change:.4f} (below rank collapse)"
+        towards_input = self.quantity == "grad_var"
+        span = "from the last layer to the first" if towards_input else "from the first layer to the last"
+        if self.verdict == "varies":
+            text = (f"{where}{_NAMES[self.quantity]} varies ×{self.spread:.3g} between layers (×{self.change:.3g} "
+                    f"{span})")
+        else:
+            text = f"{where}{_NAMES[self.quantity]} {self.verdict}: ×{self.change:.3g} {span}"
+        if self.law is not None and self.verdict != "bounded":
+            text += f"; {self.law.describe(towards_input)}"
+        return text
+
+
+_NAMES = {"fwd_var": "forward variance", "grad_var": "gradient variance", "fwd_corr": "token correlation",
+          "stream": "the stream"}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The findings on one profile (``kind``: "predicted" or "measured") and, when something is flagged, a hint."""
+
+    kind: str
+    findings: tuple[Finding, ...]
+    hint: str | None = None
+
+    @property
+    def flagged(self) -> bool:
+        return any(f.flagged for f in self.findings)
+
+    def lines(self) -> list[str]:
+        return [f.describe() for f in self.findings]
+
+    def to_dict(self) -> dict:
+        """Plain JSON (a value that is not finite becomes null), each finding with its ``text``."""
+        def finding(f: Finding) -> dict:
+            return finite_or_null({**asdict(f), "text": f.describe()})
+
+        return {"kind": self.kind, "flagged": self.flagged, "findings": [finding(f) for f in self.findings],
+                "hint": self.hint}
+
+
+def exponential_and_power_fits(x: np.ndarray, log_y: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Least-squares fits of log y = a + b·x ("exponential": its factor e^b) and log y = a + p·log x ("power": its
+    exponent p), each as (squared residual, rate); x > 0."""
+    fits = {}
+    for kind, regressor in (("exponential", x), ("power", np.log(x))):
+        design = np.stack([np.ones_like(regressor), regressor], axis=1)
+        coef, *_ = np.linalg.lstsq(design, log_y, rcond=None)
+        slope = float(coef[1])
+        fits[kind] = (float(np.sum((log_y - design @ coef) ** 2)), math.exp(slope) if kind == "exponential" else slope)
+    return fits
+
+
+def growth_law(values) -> GrowthLaw | None:
+    """The law of a positive per-layer quantity (index l = 0 … N − 1), fitted on l ∈ [N/8, N − N/8): "flat" when it
+    changes by less than FLAT_FACTOR (1.2×) there, else the better by squared residual of
+    :func:`exponential_and_power_fits` in l + 1 (an exponential's factor per layer is the same in l and l + 1). None
+    for fewer than 6 layers in the window or a value that is not finite and positive."""
+    y = np.asarray(values, dtype=np.float64)
+    n = y.size
+    lo, hi = n // 8, n - max(1, n // 8)
+    if hi - lo < MIN_LAW_LAYERS or not np.all(np.isfinite(y)) or np.any(y <= 0.0):
+        return None
+    layers = np.arange(lo, hi, dtype=np.float64)
+    logs = np.log(y[lo:hi])
+    if logs.max() - logs.min() < math.log(FLAT_FACTOR):
+        return GrowthLaw("flat")
+    fits = exponential_and_power_fits(layers + 1.0, logs)
+    kind = min(fits, key=lambda k: fits[k][0])
+    return GrowthLaw(kind, fits[kind][1])
+
+
+def _variance_finding(stack: str, quantity: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
+    if not np.all(np.isfinite(values)) or np.any(values <= 0.0):
+        return Finding(stack, quantity, "not finite", True, math.nan)
+    change = values[-1] / values[0] if quantity == "fwd_var" else values[0] / values[-1]
+    spread = float(values.max() / values.min())
+    law = growth_law(values)
+    if spread <= limits.growth:
+        return Finding(stack, quantity, "bounded", False, float(change), spread, law)
+    if 1.0 / limits.growth <= change <= limits.growth:
+        return Finding(stack, quantity, "varies", True, float(change), spread, law)
+    upward = change > 1.0  # forward: larger at the top; gradient: larger at the input
+    if law is not None and law.kind == "exponential":
+        verdict = "explodes" if upward else "vanishes"
+    else:
+        verdict = "grows" if upward else "shrinks"
+    return Finding(stack, quantity, verdict, True, float(change), spread, law)
+
+
+def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
+    last = float(values[-1])
+    if not math.isfinite(last):
+        return Finding(stack, "fwd_corr", "not finite", True, math.nan)
+    collapsed = last >= limits.collapse
+    return Finding(stack, "fwd_corr", "collapses" if collapsed else "stays below rank collapse", collapsed, last)
+
+
+def _branch_scales(config: dict) -> np.ndarray | None:
+    """|β| of every layer's attention and FFN residual branch under the config's init plan, shape (2, layers);
+    None when the profile's config cannot be rebuilt (a partial or foreign config)."""
+    from ..model.config import config_from_dict
+    from ..model.init import make_plan
+
+    try:
+        plan = make_plan(config_from_dict(config))
+    except (ValueError, KeyError, TypeError, NotImplementedError):
+        return None
+    return np.abs(np.stack([np.asarray(plan.beta[site], dtype=np.float64) for site in ("attn", "ffn")]))
+
+
+def _identity_finding(stack: str, rows: list, scales: np.ndarray | None) -> Finding | None:
+    """The residual branches are scaled to (almost) nothing at initialisation: every |β| of the stack's layers at
+    most IDENTITY_BETA (SkipInit and ReZero's 0, LayerScale's ≤ 1e-5 beyond 18 layers). The statistics cannot tell
+    this apart from a stack whose blocks preserve them (a Post-LN stream's variance is 1 whatever its blocks do), so
+    the init plan is asked."""
+    if scales is None or not rows:
+        return None
+    layers = [r.layer for r in rows if 0 <= r.layer < scales.shape[1]]
+    if len(layers) != len(rows) or scales[:, layers].max() > IDENTITY_BETA:
+        return None
+    return Finding(stack, "stream", "identity", False, rows[-1].fwd_var / rows[0].fwd_var)
+
+
+def _stacks(profile: Profile) -> list[tuple[str, list]]:
+    rows = profile.site("layer")
+    config = profile.config or {}
+    if config.get("arch") == "encoder_decoder":
+        n_enc = int(config["n_layers"])
+        return [("encoder", [r for r in rows if r.layer < n_enc]), ("decoder", [r for r in rows if r.layer >= n_enc])]
+    return [("", rows)]
+
+
+def _hint(config: dict, findings: list[Finding]) -> str | None:
+    variance = any(f.verdict in DEPTH_VERDICTS for f in findings)
+    collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
+    hints = []
+    if variance and config.get("init") == "deepnorm" and config.get("norm_position", "pre") != "post":
+        hints.append("DeepNet (deepnorm) is a Post-LN scheme (Wang et al. 2022; Kedia et al. Table 3 gives it no "
+                     "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
+                     "compounds here")
+    if variance and config.get("init") not in DSLM_INITS:
+        hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth: --set init=dslm "
+                     "(Kedia et al. Sec. 3.5, App. E.3–E.4)")
+    if collapse:
+        hints.append("dropout caps the token correlation at r_max < 1 (Kedia et al. App. F; e.g. --set dropout=0.1), "
+                     "and shaped attention keeps tokens apart by design (Noci et al. 2023; --set attention=shaped "
+                     "--set attn_dropout=0)")
+    return "; ".join(hints) or None
+
+
+def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnosis:
+    """Findings on forward variance, gradient variance and token correlation of each stack of ``profile`` (module
+    docstring), with a hint when something is flagged. Quantities the profile does not carry (all NaN) are
+    skipped."""
+    limits = limits or DiagnosisLimits()
+    findings = []
+    scales = _branch_scales(profile.config) if profile.config else None
+    for stack, rows in _stacks(profile):
+        if not rows:
+            continue
+        for quantity in ("fwd_var", "grad_var", "fwd_corr"):
+            values = np.array([getattr(r, quantity) for r in rows], dtype=np.float64)
+            if np.all(np.isnan(values)):
+                continue
+            if quantity == "fwd_corr":
+                findings.append(_correlation_finding(stack, values, limits))
+            else:
+                findings.append(_variance_finding(stack, quantity, values, limits))
+        identity = _identity_finding(stack, rows, scales)
+        if identity is not None:
+            findings.append(identity)
+    return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))
+
+
+def side_by_side(predicted: Diagnosis, measured: Diagnosis) -> list[str]:
+    """The measured findings, each followed by the theory's value of the same change (for ``sigprop compare``).
+    The numbers, not the verdicts, are set side by side: a change near a limit can fall on either side of it in
+    the theory and the measurement while the two agree closely."""
+    theory = {(f.stack, f.quantity): f for f in predicted.findings}
+    lines = []
+    for f in measured.findings:
+        t = theory.get((f.stack, f.quantity))
+        if t is None:
+            lines.append(f.describe())
+            continue
+        value = f"{t.change:.4f}" if f.quantity == "fwd_corr" else f"×{t.change:.3g}"
+        lines.append(f"{f.describe()} (theory: {value})")
+    return lines

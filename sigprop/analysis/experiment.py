@@ -1,0 +1,147 @@
+"""Theory against measurement for one configuration: a real batch, the model measured over independently
+initialised seeds, the prediction for the same batch, and their comparison. The CLI's ``predict`` / ``measure`` /
+``compare`` are thin wrappers over these functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..components.attention_sampled import DEFAULT_HEADS
+from ..core.moments import GradMoments
+from ..core.profile import Profile
+from ..measurement.seeds import measure_seeds
+from ..model.batches import batch_fingerprint, image_batch, token_batch
+from ..model.config import TransformerConfig
+from .comparison import Comparison, compare
+
+__all__ = ["measured_boundary", "predict_for_batch", "compare_config", "compare_steps", "config_batch",
+           "with_batch_input_correlation", "check_same_batch", "GRAD_BOUNDARIES"]
+
+
+GRAD_BOUNDARIES = ("measured", "theory")
+
+
+def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
+                 synthetic: bool = False) -> tuple[TransformerConfig, dict]:
+    """(config, batch) for measuring and predicting ``config``: :func:`token_batch` for a token model,
+    :func:`image_batch` for a patch model (``data``: a folder of images or a ``.npy`` array; default the bundled
+    digits). A DSLM patch model without ``input_corr`` gets the one of this batch
+    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H: measured on the images, not assumed), so
+    the returned config may differ from ``config`` in that field alone."""
+    if config.input == "tokens":
+        return config, token_batch(config, batch_size, data, seed, synthetic)
+    if data is not None and synthetic:
+        raise ValueError("--data and --synthetic exclude each other")
+    batch = image_batch(config, batch_size, seed, synthetic, data)
+    return with_batch_input_correlation(config, batch), batch
+
+
+def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> TransformerConfig:
+    """``config`` with ``input_corr`` set from the batch's images when DSLM needs it and it is unset: a DSLM patch
+    model's correlation schedule starts from its images' token correlation after the patch embedding
+    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H). Any other config comes back as it is."""
+    if config.input != "patches" or config.init != "dslm" or config.input_corr is not None:
+        return config
+    import dataclasses
+
+    from ..theory.predict import patch_input_correlation
+
+    return dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
+
+
+def measured_boundary(measured: Profile) -> GradMoments:
+    """The gradient boundary a measurement gives :func:`sigprop.predict` (``grad_top``): the variance and token
+    correlation of the gradient at the last layer's output, the correlation clipped to [−1, 1]."""
+    top = measured.site("layer")[-1]
+    return GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
+
+
+def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
+                      batch_size: int = 1, progress: Callable[[int], None] | None = None,
+                      attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
+                      attention_seed: int = 0, gradients: bool = True) -> Profile:
+    """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
+    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads``, ``attention_seed``,
+    ``token_resolved`` and ``gradients`` as in :func:`sigprop.predict` (by default the moments are token-resolved on
+    the batch's own ids)."""
+    from ..theory.predict import predict
+
+    kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
+          "token_resolved": token_resolved, "attention_seed": attention_seed, "gradients": gradients}
+    if batch is not None and batch.get("padding_mask") is not None:
+        from ..model.objective import PAD_ID
+
+        kw["pad_id"] = PAD_ID
+    if batch is None:
+        return predict(config, batch_size=batch_size, **kw)
+    if config.input == "patches":
+        return predict(config, images=batch["inputs"], labels=batch["labels"], **kw)
+    return predict(config, token_ids=batch["inputs"], labels=batch["labels"], segment_ids=batch.get("segment_ids"),
+                   decoder_token_ids=batch.get("decoder_inputs"), **kw)
+
+
+def compare_steps(config: TransformerConfig, grad_boundary: str = "measured",
+                  token_resolved: bool | None = None, measured_given: bool = False) -> int:
+    """The number of ``predict_progress`` steps :func:`compare_config` reports for a batch of ``config``'s input:
+    the forward sweeps before measuring, then the whole prediction from the measured boundary (its cached forward
+    sweep counted again, instantly), or one prediction from theory (:func:`sigprop.theory.prediction_steps`); one
+    prediction when the measurement is given (``measured_given``)."""
+    from ..theory.predict import prediction_steps
+
+    steps = prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
+    if grad_boundary == "measured" and not measured_given:
+        steps += prediction_steps(config, True, token_resolved, labels_given=True, gradients=False)
+    return steps
+
+
+def check_same_batch(measured: Profile, batch: dict) -> None:
+    """``ValueError`` unless ``batch`` is the batch ``measured`` was measured on (its ``meta["batch_sha256"]``;
+    a measurement without one, written before it was recorded, is taken on trust) and ``measured`` is of one
+    model's configuration at all (a ``config`` present)."""
+    if not measured.config:
+        raise ValueError("the measurement holds no model configuration")
+    want = measured.meta.get("batch_sha256")
+    if want is not None and want != batch_fingerprint(batch):
+        raise ValueError("the batch rebuilt for the prediction is not the one measured (another corpus, tokenizer "
+                         "cache or batch size?): pass the --data / --synthetic / --batch-size of the measurement")
+
+
+def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
+                   progress: Callable[[int], None] | None = None, device=None,
+                   predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
+                   token_resolved: bool | None = None,
+                   measured: Profile | None = None) -> tuple[Profile, Profile, Comparison]:
+    """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
+    output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
+    them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
+    ``predict_progress(k)``: k layer sweeps of the prediction done (:func:`compare_steps` in all). With the
+    measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
+    minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the
+    backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
+    :func:`measure_seeds`. ``measured``: a measurement made before (e.g. on other machines, :func:`read_measured
+    <sigprop.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`): nothing is
+    measured and ``seeds``, ``device`` and ``progress`` are unused."""
+    from ..core.devices import parse_devices
+
+    if grad_boundary not in GRAD_BOUNDARIES:
+        raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
+    kw = {"attention_heads": attention_heads, "token_resolved": token_resolved, "progress": predict_progress}
+    predicted = None
+    if measured is None:
+        device = parse_devices(device)  # a missing device stops the run before minutes of predicting
+        # predict first: a model outside the rules' domain fails before minutes of measuring
+        predicted = predict_for_batch(config, batch, gradients=grad_boundary == "theory", **kw)
+        measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
+    elif measured.kind != "measured":
+        raise ValueError(f"compare_config: measured must be a measured profile (got kind {measured.kind!r})")
+    else:
+        check_same_batch(measured, batch)
+    if grad_boundary == "measured":
+        predicted = predict_for_batch(config, batch, measured_boundary(measured), **kw)
+        top_layer = measured.site("layer")[-1].layer
+        predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
+    elif predicted is None:
+        predicted = predict_for_batch(config, batch, **kw)
+    return predicted, measured, compare(predicted, measured)

@@ -1,0 +1,97 @@
+"""The state that every moment rule transforms: :class:`Moments` (forward) and :class:`GradMoments` (backward).
+
+A *site* is a point in the network where a tensor ``x`` of shape (batch, tokens, hidden) lives, together with its
+gradient ``g = dLoss/dx``. All statistics are per element, averaged over batch, tokens and hidden units.
+
+Notation (how the papers name these fields):
+
+==========================  ===============================  ====================================================
+field                       symbol in the papers             meaning
+==========================  ===============================  ====================================================
+``Moments.mean``            μ_x                              mean of one element
+``Moments.var``             σ²_x                             variance of one element
+``Moments.corr``            r^l_x (Kedia), p/q (Alekseev),   correlation between the same hidden unit at two
+                            ρ (Noci)                         different tokens of one sequence
+``Moments.corr_hidden``     r^d_x (Kedia)                    correlation between two hidden units of one token
+``GradMoments.var``         σ²_g                             variance of one gradient element
+``GradMoments.corr``        r^l_g (Kedia)                    correlation of the gradient at two tokens
+==========================  ===============================  ====================================================
+
+Alekseev's quantities map onto these as q = var + mean² and p = corr·var + mean².
+
+Covariance model assumed by the rules (stated once here): the token and hidden-unit correlations are *separable*,
+Cov(x_ti, x_sj) = σ² R_ts H_ij with R_ts = corr for t ≠ s and H_ij = corr_hidden for i ≠ j, and every element shares
+the same mean. Gradients are zero-mean (a gradient mean is not tracked).
+
+Fields may be Python floats or numpy arrays of one common shape: rules are written with numpy so that a whole sweep
+of configurations is transformed in one call. Everything is stored as float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from .validate import as_float64, check_range
+
+__all__ = ["Moments", "GradMoments"]
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Forward statistics of one site: mean, variance, token correlation and hidden-unit correlation.
+
+    See the module docstring for the notation table (μ_x, σ²_x, r^l_x, r^d_x) and the covariance model.
+
+    Raises ``ValueError`` if ``var <= 0``, a correlation lies outside [-1, 1], or any field is not finite.
+    """
+
+    mean: float | np.ndarray = 0.0
+    var: float | np.ndarray = 1.0
+    corr: float | np.ndarray = 0.0
+    corr_hidden: float | np.ndarray = field(default=0.0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "mean", as_float64(self.mean, "Moments.mean"))
+        object.__setattr__(self, "var", check_range(self.var, "Moments.var", lo=0.0, lo_open=True,
+                                                     allowed="(0, inf)"))
+        object.__setattr__(self, "corr", check_range(self.corr, "Moments.corr", lo=-1.0, hi=1.0))
+        object.__setattr__(self, "corr_hidden",
+                           check_range(self.corr_hidden, "Moments.corr_hidden", lo=-1.0, hi=1.0))
+
+    @property
+    def second_moment(self):
+        """E[x²] = σ² + μ² (Alekseev's q)."""
+        return self.var + self.mean**2
+
+    @property
+    def token_second_moment(self):
+        """E[x_t x_s] for t ≠ s: r σ² + μ² (Alekseev's p)."""
+        return self.corr * self.var + self.mean**2
+
+    def as_dict(self) -> dict:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class GradMoments:
+    """Backward statistics of one site: variance σ²_g and token correlation r^l_g of the (zero-mean) gradient.
+
+    Raises ``ValueError`` if ``var <= 0``, ``corr`` lies outside [-1, 1], or a field is not finite.
+    """
+
+    var: float | np.ndarray = 1.0
+    corr: float | np.ndarray = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "var", check_range(self.var, "GradMoments.var", lo=0.0, lo_open=True,
+                                                     allowed="(0, inf)"))
+        object.__setattr__(self, "corr", check_range(self.corr, "GradMoments.corr", lo=-1.0, hi=1.0))
+
+    def as_dict(self) -> dict:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
+
+
+def _jsonable(v):
+    return v.tolist() if isinstance(v, np.ndarray) else float(v)

@@ -1,0 +1,121 @@
+"""Field checks for the frozen configuration dataclasses (validation lives in one place: each dataclass's
+``__post_init__`` calls these), with messages that name the field and what it allows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["check_choice", "check_integer", "check_number", "integer_value", "check_range", "check_approx",
+           "check_corr_hidden", "as_float64"]
+
+
+def check_choice(obj, name: str, allowed) -> None:
+    """``obj.name`` must be one of ``allowed``."""
+    v = getattr(obj, name)
+    if v not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))} (got {v!r})")
+
+
+def integer_value(v, name: str, lo: int) -> int:
+    """``v`` as an ``int`` if it is an integer (Python or NumPy) >= ``lo``; booleans are refused. For function
+    arguments; :func:`check_integer` is its form for a dataclass field."""
+    import numbers
+
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+    return int(v)
+
+
+def check_integer(obj, name: str, lo: int, optional: bool = False) -> None:
+    """``obj.name`` must be an integer >= ``lo`` (or None when ``optional``); booleans are refused."""
+    v = getattr(obj, name)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
+
+
+def check_number(obj, name: str, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False,
+                 optional: bool = False) -> None:
+    """``obj.name`` must be a finite number in the interval [lo, hi] (ends open with ``lo_open`` / ``hi_open``,
+    unbounded where None), or None when ``optional``; booleans are refused."""
+    v = getattr(obj, name)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number (got {v!r})")
+    bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (
+        hi is not None and (v >= hi if hi_open else v > hi))
+    if bad:
+        lb = "(" if lo_open else "["
+        hb = ")" if hi_open else "]"
+        raise ValueError(f"{name} must be in {lb}{lo if lo is not None else '-inf'}, "
+                         f"{hi if hi is not None else 'inf'}{hb} (got {v!r})")
+
+
+def as_float64(value, name: str):
+    """``value`` (a number or an array of numbers) as float64: a float for a scalar, else an array; ``ValueError``
+    naming ``name`` for a boolean, a string or anything else that is not a real number, and for a non-finite value."""
+    raw = np.asarray(value)
+    if isinstance(value, (bool, np.bool_)) or raw.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be a real number (got {value!r})")
+    arr = raw.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (got {value!r})")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _allowed(lo, hi, lo_open: bool, hi_open: bool, allowed: str | None) -> str:
+    """The text describing an allowed range: ``allowed`` if given, else the interval, e.g. "(0, inf)"."""
+    if allowed is not None:
+        return allowed
+    left = "(" if lo_open else "["
+    right = ")" if hi_open else "]"
+    return f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+
+
+def check_range(value, name: str, *, lo=None, hi=None, lo_open=False, hi_open=False, allowed: str | None = None):
+    """Validate that ``value`` (scalar or array) is finite and inside [lo, hi]; raise ``ValueError`` naming ``name``.
+
+    ``lo_open``/``hi_open`` make the bound strict. ``allowed`` overrides the text describing the allowed range.
+    Returns the value as float64 (a float for scalars, an array otherwise).
+    """
+    if type(value) in (float, int):  # the common case, without numpy's per-call overhead (same checks, same errors)
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite (got {value!r})")
+        below = lo is not None and (v <= lo if lo_open else v < lo)
+        if below or (hi is not None and (v >= hi if hi_open else v > hi)):
+            raise ValueError(f"{name} must be in {_allowed(lo, hi, lo_open, hi_open, allowed)} (got {v!r})")
+        return v
+    v = as_float64(value, name)
+    arr = np.asarray(v)
+    bad = np.zeros(arr.shape, dtype=bool)
+    if lo is not None:
+        bad |= (arr <= lo) if lo_open else (arr < lo)
+    if hi is not None:
+        bad |= (arr >= hi) if hi_open else (arr > hi)
+    if np.any(bad):
+        got = arr[bad].flat[0] if arr.ndim else float(arr)
+        raise ValueError(f"{name} must be in {_allowed(lo, hi, lo_open, hi_open, allowed)} (got {got!r})")
+    return v
+
+
+def check_approx(approx: str, allowed: tuple[str, ...], what: str) -> str:
+    """Validate a rule's ``approx`` name against the ones it offers; raise ``ValueError`` listing them."""
+    if approx not in allowed:
+        raise ValueError(f"{what} approx must be one of {allowed} (got {approx!r})")
+    return approx
+
+
+def check_corr_hidden(c, d, what: str):
+    """A normaliser's input must have a valid hidden covariance (corr_hidden ≥ −1/(d−1)) and variance left to
+    normalise (corr_hidden < 1); raise ``ValueError`` naming ``Moments.corr_hidden`` otherwise."""
+    c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
+    bad = (c_arr < -1.0 / (d_arr - 1.0) - 1e-12) | (c_arr >= 1.0)
+    if np.any(bad):
+        got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
+        raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for {what} input (got {got!r})")
+    return c

@@ -1,0 +1,79 @@
+"""Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
+rank-collapse and Q/K experiments of Secs. 3.3–3.4, the decoder form of Fig. 1 and App. H's DeepScaleLM ViT, at a
+width a 2-core CPU measures in about two minutes.
+
+Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
+figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective
+(masked LM on real tokens) and the dropout, and use width ``d = 256`` (4 heads of 64, d_ff = 1024), 4 sequences
+of 128 tokens, and average over 16 independently initialised models (``seeds``): the theory is an expectation
+over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
+per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
+shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.9 minutes for each
+of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all ten; README, "Performance"):
+about 100 s to measure, the rest the prediction's sampled attention heads. ``vit-preln`` and ``vit-dslm`` classify 8 of
+scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .config import TransformerConfig
+
+__all__ = ["Preset", "PRESETS", "preset_config"]
+
+_BASE = dict(arch="encoder", n_layers=192, d_model=256, n_heads=4, dropout=0.1, activation="relu",
+             norm="layernorm", seq_len=128, max_len=128, vocab_size=8192)
+
+
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    overrides: dict
+    seeds: int = 16
+    batch_size: int = 4
+    figure: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def config(self) -> TransformerConfig:
+        return TransformerConfig(**{**_BASE, **self.overrides})
+
+
+PRESETS = {
+    "fig1-preln": Preset("Pre-LN, Xavier: forward variance grows linearly, gradient hyperbolically (Figs. 1, 2)",
+                         dict(norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "fig3-postln": Preset("Post-LN, Xavier: gradient changes exponentially with depth (Fig. 3); with dropout 0.1 "
+                          "the token correlation settles below 1 (Fig. 8, App. F)",
+                          dict(norm_position="post", init="xavier"), figure="Kedia et al. Fig. 3"),
+    "fig4-dslm-pre": Preset("DeepScaleLM, Pre-LN: forward and backward variances conserved (Fig. 4)",
+                            dict(norm_position="pre", init="dslm"), figure="Kedia et al. Fig. 4"),
+    "fig4-dslm-post": Preset("DeepScaleLM, Post-LN: forward and backward variances conserved (Fig. 4)",
+                             dict(norm_position="post", init="dslm"), figure="Kedia et al. Fig. 4"),
+    "qk-2x-xavier": Preset("Pre-LN with Q/K at 2x Xavier: the gradient explodes (Sec. 3.3)",
+                           dict(norm_position="pre", init="xavier", qk_gain=2.0), figure="Kedia et al. Sec. 3.3"),
+    "rank-collapse-noci": Preset("No dropout, V at 1/fan_out (Noci et al.): rank collapse, correlation -> 1 (App. F)",
+                                 dict(norm_position="post", init="xavier", dropout=0.0, v_init="noci"),
+                                 figure="Kedia et al. App. F"),
+    "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
+                            "rule, moments averaged over positions",
+                            dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "vit-preln": Preset("Pre-LN ViT, Xavier: the patch model of vit-dslm without DeepScaleLM: forward variance "
+                        "grows linearly, the gradient towards the input (App. H's baseline)",
+                        dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,
+                             norm_position="pre", init="xavier"), batch_size=8, figure="Kedia et al. App. H"),
+    "vit-dslm": Preset("DeepScaleLM ViT, Pre-LN: a patch model classifying images (digits, 8 × 64 patches), its "
+                       "input correlation from the images; forward and backward moments controlled (App. H, Fig. 11)",
+                       dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,
+                            norm_position="pre", init="dslm"), batch_size=8, figure="Kedia et al. App. H, Fig. 11"),
+    "encdec-preln": Preset("Pre-LN encoder-decoder, 96 + 96 layers, Xavier: cross-attention (sampled rule); the "
+                           "encoder's gradient arrives through the 96 cross-attentions",
+                           dict(arch="encoder_decoder", n_layers=96, n_decoder_layers=96, norm_position="pre",
+                                init="xavier"), figure="Kedia et al. Figs. 1-2"),
+}
+
+
+def preset_config(name: str) -> TransformerConfig:
+    """The configuration of preset ``name``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name].config()

@@ -28,12 +28,12 @@ def main():
     maps = ag._input_maps(gram, D)
     blocked = torch.zeros(B, 1, 1, L, dtype=torch.bool)
     sq = sk = 1.0 / D
-    draws = ag._draws(HEADS, L, D, DK, True, 1)
+    draws = ag.head_draws(HEADS, L, D, DK, True, 1)
 
     def rows():
         out = []
         for z, zq, zk, u in draws:
-            o = ag._value_free(ag._sampled_input(maps, z, True), zq, zk, u, sq, sk, DK, P, blocked)
+            o = ag.value_free_output(ag._sampled_input(maps, z, True), zq, zk, u, sq, sk, DK, P, blocked)
             out.append(o @ o.transpose(-1, -2))
         return torch.cat(out, dim=1)
 

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from sigprop.cli.terminal import progress_bar
-from sigprop.components.sequential import call_rule
 from sigprop.core.moments import Moments
 from sigprop.measurement.hooks import masked_sums, pool_sums
 from sigprop.model import Transformer
@@ -74,7 +73,7 @@ def main():
     for layer in args.layers:
         rule_branch = dict(theory.layers[layer].branches())[args.branch]
         for var, corr in args.input:
-            m = call_rule(rule_branch.forward_moments, Moments(var=var, corr=corr), L=L)
+            m = rule_branch.forward_moments(Moments(var=var, corr=corr), L=L)
             s = sums[(layer, (var, corr))]
             pooled = pool_sums(s)
             se_v = np.std([x.var() for x in s], ddof=1) / math.sqrt(len(s))

@@ -20,11 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from sigprop.analysis.experiment import predict_for_batch
-from sigprop.core.moments import GradMoments
+from sigprop.core.moments import GradMoments, independent_grad_sum
 from sigprop.measurement.hooks import masked_sums, pool_sums
 from sigprop.model import Transformer, TransformerConfig
 from sigprop.model.batches import token_batch
-from sigprop.theory.predict import sum_gradients
 
 
 def measured_shares(config: TransformerConfig, batch: dict, seed: int):
@@ -51,7 +50,7 @@ def predicted_shares(config: TransformerConfig, batch: dict):
     predicted (``meta["memory_gradient"]``)."""
     shares = [GradMoments(var=s["var"], corr=s["corr"])
               for s in predict_for_batch(config, batch).meta["memory_gradient"]]
-    return shares, sum_gradients(shares)
+    return shares, independent_grad_sum([(1.0, s) for s in shares])
 
 
 def mean_se(sums) -> tuple[float, float]:

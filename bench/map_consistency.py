@@ -37,13 +37,13 @@ from sigprop.theory.in_situ import (
     layernorm_delta,
     pooled,
 )
-from sigprop.theory.resolved import forward_sweep
+from sigprop.theory.sweep import gram_forward_sweep
 
 
 def stream_cells(sweep, stream: torch.Tensor, keep: torch.Tensor, layer: int, d: int) -> str:
     """The sweep's stream correlation against the seeds' pooled one (jackknife SE), and the norm² spread."""
     per_seed = np.array([pooled(g, keep) for g in stream])
-    th = pooled(sweep.layer_inputs[layer][0], keep)
+    th = pooled(sweep.stacks[0].saved[layer].value, keep)
     # the sweep's value stands as a constant "rule": the jackknife is then that of the seeds' pooled correlation
     delta, se = jackknife(per_seed, lambda s: th, lambda v: v[1] / v[0])
     norms = torch.diagonal(stream, dim1=-2, dim2=-1)  # (seeds, B, L): |x_j|²/d
@@ -73,7 +73,7 @@ def main():
     theory = Transformer(cfg, sample=False)
     with progress_bar() as bar:
         task = bar.add_task("forward sweep (theory)", total=cfg.n_layers)
-        sweep = forward_sweep(theory, batch["inputs"], batch.get("segment_ids"),
+        sweep = gram_forward_sweep(theory, batch["inputs"], batch.get("segment_ids"),
                               progress=lambda k: bar.advance(task, k))
         task = bar.add_task(f"{args.seeds} models of {args.preset}", total=args.seeds)
         seeds = collect_seed_inputs(cfg, batch, layers, args.seeds, args.heads, lambda k: bar.advance(task, k))
@@ -91,14 +91,14 @@ def main():
         cells = [stream_cells(sweep, seeds[(layer, "stream")], keep, layer, cfg.d_model)]
         for inp, out, norm in (("stream", "attn_norm", blocks.attn.branch.norm),
                                ("ffn_in", "ffn_norm", blocks.ffn.branch.norm)):
-            delta, se, lowering = layernorm_delta(norm, seeds[(layer, inp)], seeds[(layer, out)], keep, cfg.seq_len)
+            delta, se, lowering = layernorm_delta(norm, seeds[(layer, inp)], seeds[(layer, out)], keep)
             times = (lowering - delta[1]) / lowering
             cells.append(f"{delta[1]:+.5f} ± {se[1]:.5f} ({delta[1] / se[1]:+.1f}) x{times:.1f}")
         delta, se, ref = attention_delta(blocks.attn.branch.attn, seeds[(layer, "attn_norm")],
                                          seeds[(layer, "attn_exact")], keep, args.heads)
         cells += [f"{100 * delta[0] / ref[0]:+.2f}% ± {100 * se[0] / ref[0]:.2f}% ({delta[0] / se[0]:+.1f})",
                   f"{delta[2]:+.5f} ± {se[2]:.5f} ({delta[2] / se[2]:+.1f})"]
-        delta, se, ref = ffn_delta(blocks.ffn.branch, seeds[(layer, "ffn_norm")], keep, cfg.seq_len)
+        delta, se, ref = ffn_delta(blocks.ffn.branch, seeds[(layer, "ffn_norm")], keep)
         cells.append(" / ".join(f"{100 * delta[i] / ref[i]:+.2f}% ± {100 * se[i] / ref[i]:.2f}%" for i in (0, 1)))
         print(f"{layer:5d} | " + " | ".join(cells))
 

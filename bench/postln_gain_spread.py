@@ -36,8 +36,9 @@ from sigprop.measurement.hooks import measure
 from sigprop.model.batches import token_batch
 from sigprop.model.config import TransformerConfig
 from sigprop.model.transformer import Transformer
-from sigprop.theory.resolved import forward_sweep, gram_moments
-from sigprop.theory.resolved_backward import head_gradient_gram, resolved_backward
+from sigprop.theory.boundaries import head_gradient_gram
+from sigprop.theory.resolved import gram_moments
+from sigprop.theory.sweep import backward_sweep, gram_forward_sweep
 
 
 def seed_log_gains(config, batch, seeds: int) -> np.ndarray:
@@ -147,9 +148,9 @@ def main():
         print(line(f"seed {seed}'s X and G, each rotated (Gram matrices kept)",
                    redrawn_gains(model, k, turned(x, g, kw), args.draws)))
     theory = Transformer(config, sample=False)
-    sweep = forward_sweep(theory, batch["inputs"], attention_heads=16)
-    gram_in = sweep.layer_inputs[k][0].clone()
-    grads = resolved_backward(theory, sweep, head_gradient_gram(theory, sweep.output, batch["labels"]))
+    sweep = gram_forward_sweep(theory, batch["inputs"], attention_heads=16, pooled=False)
+    gram_in = sweep.stacks[0].saved[k].value.clone()
+    grads = backward_sweep(theory, sweep, head_gradient_gram(theory, sweep.output, batch["labels"])).rows
     gram_g = grads[(k, "layer")]
     print(line("Gaussian rows, the expected token-resolved Gram matrices",
                redrawn_gains(model, k, lambda gen: (layer_norm_rows(gaussian_rows(gram_in, d, gen)),

@@ -67,7 +67,8 @@ def test_encoder_decoder_compare(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 10_000
     result = runner.invoke(app, ["compare", *SMALL, "--set", "arch=encoder_decoder", "--synthetic", "--seeds", "2",
                                  "--token-resolved"])
-    assert result.exit_code == 2 and "cross-attention has no token-resolved rule" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "CrossAttention" in said and "has no token-resolved rule" in said
 
 
 def test_presets_resolve_and_list():

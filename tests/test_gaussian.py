@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from sigprop.core.gaussian import bvn_cdf, clip_corr, expect_1d, expect_2d
+from sigprop.core.gaussian import bvn_cdf, expect_1d, expect_2d
+from sigprop.core.validate import clip_corr
 
 
 def test_expect_1d_polynomials_exact():

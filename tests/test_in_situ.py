@@ -81,7 +81,7 @@ def test_attention_rule_variance_holds_at_the_models_own_input(setup):
         delta, se, _ = attention[layer]
         assert abs(delta[0]) <= Z * se[0], (layer, delta[0], se[0])
     layer = LAYERS[0]
-    delta, se, _ = ffn_delta(theory.layers[layer].ffn.branch, seeds[(layer, "ffn_norm")], keep, config.seq_len)
+    delta, se, _ = ffn_delta(theory.layers[layer].ffn.branch, seeds[(layer, "ffn_norm")], keep)
     assert delta[1] > Z * se[1], (layer, delta[1], se[1])
 
 
@@ -105,9 +105,9 @@ def test_layernorm_delta_on_equicorrelated_gaussian_input():
     norm = Transformer(config, sample=False).layers[0].attn.branch.norm
     L, r = 16, 0.35
     gram = 1.3 * (r + (1 - r) * torch.eye(L, dtype=torch.float64)).expand(3, 2, L, L).clone()
-    out = torch.stack([pairwise_forward(norm.forward_moments, g, L=L) for g in gram])
+    out = torch.stack([pairwise_forward(norm.forward_moments, g) for g in gram])
     keep = torch.ones(2, L, dtype=torch.bool)
-    delta, se, lowering = layernorm_delta(norm, gram, out, keep, L)
+    delta, se, lowering = layernorm_delta(norm, gram, out, keep)
     assert np.allclose(delta, 0.0, atol=1e-12) and np.allclose(se, 0.0, atol=1e-12)
     assert lowering == pytest.approx(r - float(expected_cosine(63, r)), rel=1e-6)
 

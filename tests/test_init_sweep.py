@@ -67,13 +67,13 @@ def test_a_patch_model_is_swept_on_its_images():
 
 
 def test_an_overflowing_theory_is_a_row_and_its_steps_are_counted(monkeypatch):
-    import sigprop.theory.predict
+    from sigprop.theory.predict import Prediction
 
-    def overflow(config, progress=None, **_):
+    def overflow(self, grad_top=None, gradients=True, progress=None):
         progress(3)
         raise ValueError("layer 120: Moments.var must be finite (got inf)")
 
-    monkeypatch.setattr(sigprop.theory.predict, "predict", overflow)
+    monkeypatch.setattr(Prediction, "profile", overflow)
     config = TransformerConfig(n_layers=4, **SMALL)
     steps = []
     (row,) = sweep_inits(config, ["deepnorm"], [8], progress=steps.append)

@@ -13,7 +13,8 @@ from sigprop.core.moments import Moments
 from sigprop.model import TransformerConfig
 from sigprop.model.batches import image_batch
 from sigprop.model.transformer import Transformer
-from sigprop.theory.predict import patch_input_correlation, pooled_head_gradient_moments, predict
+from sigprop.theory.boundaries import patch_input_correlation, pooled_head_gradient_moments
+from sigprop.theory.predict import predict
 from tests.helpers import Z
 
 VIT = dict(input="patches", image_size=16, patch_size=4, seq_len=16, n_layers=2, d_model=32, n_heads=2)
@@ -120,8 +121,8 @@ def test_patch_model_sweeps_and_what_the_theory_refuses():
 def test_pooled_head_gradient_gram_is_the_exchangeable_rule_token_by_token():
     """On a top Gram with one variance and one correlation for every pair, the token-resolved boundary pooled is
     the exchangeable one (the same pooled head and final norm, pair by pair)."""
+    from sigprop.theory.boundaries import pooled_head_gradient_gram
     from sigprop.theory.resolved import gram_moments
-    from sigprop.theory.resolved_backward import pooled_head_gradient_gram
 
     c = TransformerConfig(**{**VIT, "d_model": 64})
     model = Transformer(c, sample=False)

@@ -20,7 +20,8 @@ from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import Transformer, TransformerConfig
 from sigprop.model.batches import token_batch
 from sigprop.theory.predict import predict, prediction_steps
-from sigprop.theory.resolved import gram_moments, pairwise_forward, resolved_forward, resolved_supported
+from sigprop.theory.resolved import gram_moments, pairwise_forward, resolved_supported
+from sigprop.theory.sweep import gram_forward_sweep
 from tests.helpers import Z, draws_mean_se
 
 IDS = torch.tensor([[5, 6, 5, 7, 5, 8, 9, 6], [10, 10, 11, 12, 10, 13, 14, 15]])
@@ -153,12 +154,12 @@ def test_token_resolved_switch_and_its_errors():
     with pytest.raises(ValueError, match="input_moments"):
         predict(config, token_ids=ids, input_moments=Moments(0.0, 1.0, 0.1), token_resolved=True)
     encdec = config.replace(arch="encoder_decoder", n_decoder_layers=2)
-    assert "cross-attention" in resolved_supported(encdec)
-    with pytest.raises(ValueError, match="cross-attention"):
+    assert "CrossAttention" in resolved_supported(Transformer(encdec, sample=False))
+    with pytest.raises(ValueError, match="CrossAttention"):
         predict(encdec, token_ids=ids, token_resolved=True)
     assert predict(encdec, token_ids=ids).meta["forward_state"].startswith("exchangeable")
-    with pytest.raises(NotImplementedError, match="cross-attention"):
-        resolved_forward(Transformer(encdec, sample=False), ids)
+    with pytest.raises(NotImplementedError, match="CrossAttention"):
+        gram_forward_sweep(Transformer(encdec, sample=False), ids)
     steps = []
     predict(config, token_ids=ids, progress=steps.append)
     assert sum(steps) == prediction_steps(config, token_ids_given=True) == 3 * config.n_layers

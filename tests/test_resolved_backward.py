@@ -13,16 +13,16 @@ from sigprop.core.moments import GradMoments, Moments
 from sigprop.measurement.seeds import measure_seeds
 from sigprop.model import Transformer, TransformerConfig
 from sigprop.model.batches import token_batch
-from sigprop.theory.predict import head_gradient_moments, predict, prediction_steps
+from sigprop.theory.boundaries import head_gradient_gram, head_gradient_moments
+from sigprop.theory.predict import Prediction, predict, prediction_steps
 from sigprop.theory.resolved import (
-    _pairwise_postnorm,
-    forward_sweep,
     gram_moments,
     pairwise_backward,
     pairwise_forward,
     pairwise_postnorm_backward,
+    pairwise_postnorm_forward,
 )
-from sigprop.theory.resolved_backward import head_gradient_gram, resolved_backward
+from sigprop.theory.sweep import backward_sweep, gram_forward_sweep
 from tests.helpers import Z
 from tests.test_resolved import SMALL, site_z
 
@@ -53,7 +53,7 @@ def test_pairwise_postnorm_rules_reduce_to_the_exchangeable_rules():
     skip_m = norm.forward_moments(Moments(0.0, 1.3, 0.5))
     assert float(skip_m.corr_hidden) == pytest.approx(-1.0 / 255)
     branch_m, eye = Moments(0.0, 0.2, 0.3), torch.eye(6, dtype=torch.bool)
-    fwd = _pairwise_postnorm(norm, skip, branch, 0.97, 0.25)
+    fwd = pairwise_postnorm_forward(norm, skip, branch, 0.97, 0.25)
     ref = norm.forward_moments_postnorm(skip_m, branch_m, 0.97, 0.25)
     assert torch.allclose(torch.diagonal(fwd[0]), torch.full((6,), float(ref.var), dtype=torch.float64), rtol=1e-12)
     assert torch.allclose(fwd[0][~eye], torch.full((30,), float(ref.var * ref.corr), dtype=torch.float64), rtol=1e-12)
@@ -127,7 +127,7 @@ def test_head_gradient_gram_matches_autograd_pair_by_pair():
     v = torch.tensor(vals, dtype=torch.float64)
     mean, se = v.mean(0), v.std(0) / len(v) ** 0.5
     model = Transformer(config, sample=False)
-    pred = head_gradient_gram(model, forward_sweep(model, batch["inputs"]).output, lab)
+    pred = head_gradient_gram(model, gram_forward_sweep(model, batch["inputs"]).output, lab)
     for i, (kind, sel) in enumerate(kinds.items()):
         assert abs(float(pred[sel].mean()) - mean[i]) <= Z * se[i], (kind, float(pred[sel].mean()), mean[i], se[i])
     assert -mean[2] > Z * se[2]  # the other pairs' covariance is resolved, so leaving it out would fail
@@ -218,9 +218,9 @@ def test_resolved_backward_rejects_a_mismatched_boundary():
     config = TransformerConfig(**{**DECODER, "n_layers": 2})
     model = Transformer(config, sample=False)
     ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
-    sweep = forward_sweep(model, ids)
-    with pytest.raises(ValueError, match="grad_top must have shape"):
-        resolved_backward(model, sweep, torch.eye(3, dtype=torch.float64)[None])
+    sweep = gram_forward_sweep(model, ids)
+    with pytest.raises(ValueError, match="must have shape"):
+        backward_sweep(model, sweep, torch.eye(3, dtype=torch.float64)[None])
 
 
 def test_each_layer_draws_its_own_heads(monkeypatch):
@@ -262,24 +262,26 @@ def test_forward_only_prediction_skips_the_backward_sweeps():
         assert (b.fwd_var, b.fwd_corr) == (a.fwd_var, a.fwd_corr) and b.grad_var == 0.0
 
 
-def test_the_sweep_cache_frees_the_grams_after_a_backward_sweep_and_stays_exact():
-    """compare's order (forward only, then a measured boundary, then the loss's boundary again) gives the rows of
-    fresh predictions, one backward sweep serves both boundaries, and no layer Gram matrices are kept once a backward
-    sweep has used them."""
-    from sigprop.theory import predict as theory
-
+def test_a_held_prediction_runs_each_sweep_once_frees_the_grams_and_stays_exact():
+    """compare's order on one held :class:`Prediction` (forward only, then a measured boundary, then the loss's
+    boundary again) gives the rows of fresh predictions, runs each sweep once (one token-resolved backward sweep
+    serves both boundaries), and keeps no layer Gram matrices once the backward sweep has used them."""
     config = TransformerConfig(**{**SMALL, "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
     kw = {"token_ids": batch["inputs"], "labels": batch["labels"], "token_resolved": True}
-    theory._RESOLVED_CACHE.clear()
     fresh = predict(config, **kw)
-    theory._RESOLVED_CACHE.clear()
-    predict(config, gradients=False, **kw)
-    top = fresh.lookup()[(1, "layer")]
-    predict(config, grad_top=GradMoments(var=2.0 * top.grad_var, corr=0.5), **kw)
-    assert theory._RESOLVED_CACHE["sweep"] is None and theory._RESOLVED_CACHE["model"] is None
+    held = Prediction(config, **kw)
     steps = []
-    again = predict(config, progress=steps.append, **kw)
+    assert held.steps() == 2 * config.n_layers
+    held.profile(gradients=False, progress=steps.append)
+    assert sum(steps) == config.n_layers and held.steps() == config.n_layers
+    top = fresh.lookup()[(1, "layer")]
+    given = held.profile(GradMoments(var=2.0 * top.grad_var, corr=0.5), progress=steps.append)
+    assert sum(steps) == 2 * config.n_layers and held.steps() == 0 and held._gram is None
+    for a, b in zip(fresh.rows, given.rows, strict=True):
+        assert b.fwd_var == a.fwd_var and b.grad_corr == a.grad_corr
+        assert b.grad_var == pytest.approx(2.0 * a.grad_var, rel=1e-12) or b.grad_var == a.grad_var == 0.0
+    again = held.profile(progress=steps.append)
     assert again.rows == fresh.rows and sum(steps) == 2 * config.n_layers
 
 
@@ -297,4 +299,4 @@ def test_compare_reports_the_progress_it_announces(arch, grad_boundary, token_re
     steps = []
     compare_config(config, batch, seeds=2, grad_boundary=grad_boundary, predict_progress=steps.append,
                    token_resolved=token_resolved)
-    assert sum(steps) == compare_steps(config, grad_boundary, token_resolved)
+    assert sum(steps) == compare_steps(config, token_resolved)

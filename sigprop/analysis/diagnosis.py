@@ -221,14 +221,23 @@ def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits
     return Finding(stack, "fwd_corr", "collapses" if collapsed else "stays below rank collapse", collapsed, last)
 
 
-def _branch_scales(config: dict) -> np.ndarray | None:
-    """|β| of every layer's attention and FFN residual branch under the config's init plan, shape (2, layers);
-    None when the profile's config cannot be rebuilt (a partial or foreign config)."""
+def _branch_scales(profile: Profile) -> np.ndarray | None:
+    """|β| of every layer's attention and FFN residual branch, shape (2, layers): from the plan the profile records
+    (``meta["plan"]``, what :func:`sigprop.predict` read), else from its config's init plan; None when neither
+    can be read (a partial or foreign config)."""
     from ..model.config import config_from_dict
     from ..model.init import make_plan
 
+    recorded = profile.meta.get("plan") if isinstance(profile.meta, dict) else None
+    if isinstance(recorded, dict) and isinstance(recorded.get("beta"), dict):
+        n = 1 + max((r.layer for r in profile.site("layer")), default=-1)
+        try:
+            return np.abs(np.stack([np.broadcast_to(np.asarray(recorded["beta"][site], dtype=np.float64), (n,))
+                                    for site in ("attn", "ffn")]))
+        except (KeyError, ValueError, TypeError):
+            return None
     try:
-        plan = make_plan(config_from_dict(config))
+        plan = make_plan(config_from_dict(profile.config))
     except (ValueError, KeyError, TypeError, NotImplementedError):
         return None
     return np.abs(np.stack([np.asarray(plan.beta[site], dtype=np.float64) for site in ("attn", "ffn")]))
@@ -280,7 +289,7 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
     skipped."""
     limits = limits or DiagnosisLimits()
     findings = []
-    scales = _branch_scales(profile.config) if profile.config else None
+    scales = _branch_scales(profile) if profile.config else None
     for stack, rows in _stacks(profile):
         if not rows:
             continue

@@ -14,9 +14,13 @@ from ..core.profile import Profile
 from ..measurement.seeds import measure_seeds
 from ..model.batches import batch_fingerprint, image_batch, token_batch
 from ..model.config import TransformerConfig
+from ..model.objective import PAD_ID
+from ..theory.boundaries import patch_input_correlation
+from ..theory.predict import Prediction, prediction_steps
 from .comparison import Comparison, compare
 
-__all__ = ["measured_boundary", "predict_for_batch", "compare_config", "compare_steps", "config_batch",
+__all__ = ["measured_boundary", "batch_prediction", "predict_for_batch", "compare_config", "compare_steps",
+           "config_batch",
            "with_batch_input_correlation", "check_same_batch", "GRAD_BOUNDARIES"]
 
 
@@ -46,8 +50,6 @@ def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> Tran
         return config
     import dataclasses
 
-    from ..theory.predict import patch_input_correlation
-
     return dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
 
 
@@ -58,42 +60,42 @@ def measured_boundary(measured: Profile) -> GradMoments:
     return GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
 
 
+def batch_prediction(model_or_config, batch: dict | None = None, batch_size: int = 1,
+                     attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
+                     attention_seed: int = 0, plan=None) -> Prediction:
+    """The :class:`~sigprop.theory.predict.Prediction` of a model (or config) on ``batch``: the input boundary from
+    the batch's token ids (or images), the loss's gradient from its labels; without a batch, from theory over
+    ``batch_size`` sequences. Hold it to predict under several gradient boundaries with one forward sweep."""
+    kw = {"plan": plan, "attention_heads": attention_heads, "token_resolved": token_resolved,
+          "attention_seed": attention_seed}
+    config = model_or_config if isinstance(model_or_config, TransformerConfig) else model_or_config.config
+    if batch is None:
+        return Prediction(model_or_config, batch_size=batch_size, **kw)
+    if batch.get("padding_mask") is not None:
+        kw["pad_id"] = PAD_ID
+    if config.input == "patches":
+        return Prediction(model_or_config, images=batch["inputs"], labels=batch["labels"], **kw)
+    return Prediction(model_or_config, token_ids=batch["inputs"], labels=batch["labels"],
+                      segment_ids=batch.get("segment_ids"), decoder_token_ids=batch.get("decoder_inputs"), **kw)
+
+
 def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
                       attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
                       attention_seed: int = 0, gradients: bool = True) -> Profile:
     """:func:`sigprop.predict` with the input boundary from the batch's token ids and the output-gradient boundary
-    from its labels (theory), unless ``grad_top`` is given. ``progress``, ``attention_heads``, ``attention_seed``,
-    ``token_resolved`` and ``gradients`` as in :func:`sigprop.predict` (by default the moments are token-resolved on
-    the batch's own ids)."""
-    from ..theory.predict import predict
-
-    kw = {"grad_top": grad_top, "progress": progress, "attention_heads": attention_heads,
-          "token_resolved": token_resolved, "attention_seed": attention_seed, "gradients": gradients}
-    if batch is not None and batch.get("padding_mask") is not None:
-        from ..model.objective import PAD_ID
-
-        kw["pad_id"] = PAD_ID
-    if batch is None:
-        return predict(config, batch_size=batch_size, **kw)
-    if config.input == "patches":
-        return predict(config, images=batch["inputs"], labels=batch["labels"], **kw)
-    return predict(config, token_ids=batch["inputs"], labels=batch["labels"], segment_ids=batch.get("segment_ids"),
-                   decoder_token_ids=batch.get("decoder_inputs"), **kw)
+    from its labels (theory), unless ``grad_top`` is given (:func:`batch_prediction`). ``progress``,
+    ``attention_heads``, ``attention_seed``, ``token_resolved`` and ``gradients`` as in :func:`sigprop.predict` (by
+    default the moments are token-resolved on the batch's own ids)."""
+    prediction = batch_prediction(config, batch, batch_size, attention_heads, token_resolved, attention_seed)
+    return prediction.profile(grad_top, gradients, progress)
 
 
-def compare_steps(config: TransformerConfig, grad_boundary: str = "measured",
-                  token_resolved: bool | None = None, measured_given: bool = False) -> int:
+def compare_steps(config: TransformerConfig, token_resolved: bool | None = None) -> int:
     """The number of ``predict_progress`` steps :func:`compare_config` reports for a batch of ``config``'s input:
-    the forward sweeps before measuring, then the whole prediction from the measured boundary (its cached forward
-    sweep counted again, instantly), or one prediction from theory (:func:`sigprop.theory.prediction_steps`); one
-    prediction when the measurement is given (``measured_given``)."""
-    from ..theory.predict import prediction_steps
-
-    steps = prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
-    if grad_boundary == "measured" and not measured_given:
-        steps += prediction_steps(config, True, token_resolved, labels_given=True, gradients=False)
-    return steps
+    every sweep of one prediction, once (:func:`~sigprop.theory.predict.prediction_steps`), whatever the gradient
+    boundary (the forward sweeps run before measuring and are kept)."""
+    return prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
 
 
 def check_same_batch(measured: Profile, batch: dict) -> None:
@@ -127,21 +129,24 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
 
     if grad_boundary not in GRAD_BOUNDARIES:
         raise ValueError(f"grad_boundary must be one of {', '.join(GRAD_BOUNDARIES)} (got {grad_boundary!r})")
-    kw = {"attention_heads": attention_heads, "token_resolved": token_resolved, "progress": predict_progress}
+    if measured is not None and measured.kind != "measured":
+        raise ValueError(f"compare_config: measured must be a measured profile (got kind {measured.kind!r})")
+    if measured is not None:
+        check_same_batch(measured, batch)
+    prediction = batch_prediction(config, batch, attention_heads=attention_heads, token_resolved=token_resolved)
     predicted = None
     if measured is None:
         device = parse_devices(device)  # a missing device stops the run before minutes of predicting
         # predict first: a model outside the rules' domain fails before minutes of measuring
-        predicted = predict_for_batch(config, batch, gradients=grad_boundary == "theory", **kw)
+        if grad_boundary == "theory":
+            predicted = prediction.profile(progress=predict_progress)
+        else:
+            prediction.forward(predict_progress)
         measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
-    elif measured.kind != "measured":
-        raise ValueError(f"compare_config: measured must be a measured profile (got kind {measured.kind!r})")
-    else:
-        check_same_batch(measured, batch)
     if grad_boundary == "measured":
-        predicted = predict_for_batch(config, batch, measured_boundary(measured), **kw)
+        predicted = prediction.profile(measured_boundary(measured), progress=predict_progress)
         top_layer = measured.site("layer")[-1].layer
         predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
     elif predicted is None:
-        predicted = predict_for_batch(config, batch, **kw)
+        predicted = prediction.profile(progress=predict_progress)
     return predicted, measured, compare(predicted, measured)

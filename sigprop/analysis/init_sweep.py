@@ -131,9 +131,7 @@ def sweep_inits(config, inits: Sequence[str] = DEFAULT_INITS, depths: Sequence[i
 
 def _predict_one(config, init: str, n_layers: int, attention_heads: int, progress, batch, token_resolved) -> InitRow:
     """One row of :func:`sweep_inits`; a refused scheme or an overflowing theory still reports all its steps."""
-    from ..model.config import config_from_dict
-    from ..model.init import make_plan
-    from .experiment import predict_for_batch, with_batch_input_correlation
+    from .experiment import batch_prediction, with_batch_input_correlation
 
     t0 = time.perf_counter()
     done = []
@@ -144,17 +142,15 @@ def _predict_one(config, init: str, n_layers: int, attention_heads: int, progres
             progress(k)
 
     try:
-        variant = config_from_dict({**config.to_dict(), "init": init, "n_layers": n_layers})
+        variant = config.replace(init=init, n_layers=n_layers)
         if batch is not None:
             variant = with_batch_input_correlation(variant, batch)
-        make_plan(variant)
+        prediction = batch_prediction(variant, batch, attention_heads=attention_heads, token_resolved=token_resolved)
     except (ValueError, NotImplementedError, KeyError) as err:
         error = f"refused: {err}"
     else:
         try:
-            profile = predict_for_batch(variant, batch, progress=step, attention_heads=attention_heads,
-                                        token_resolved=token_resolved)
-            return InitRow(init, n_layers, diagnose(profile), time.perf_counter() - t0)
+            return InitRow(init, n_layers, diagnose(prediction.profile(progress=step)), time.perf_counter() - t0)
         except (ValueError, FloatingPointError, OverflowError) as err:
             if "finite" not in str(err):
                 raise

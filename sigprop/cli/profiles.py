@@ -390,7 +390,7 @@ def compare_command(
                                                    synthetic)
         with progress_bar() as bar:
             ptask = bar.add_task(f"predict {config.total_layers} layers (forward, backward)",
-                                 total=compare_steps(config, grad_boundary, token_resolved, stored is not None))
+                                 total=compare_steps(config, token_resolved))
             task = None if stored else bar.add_task(f"measure {config.total_layers} layers × {seeds} seeds",
                                                     total=seeds)
             predicted, measured, comparison = compare_config(config, batch, seeds, grad_boundary,

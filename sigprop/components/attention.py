@@ -59,9 +59,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import Rules
 from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention, gram_attention_backward
 from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance
@@ -269,6 +269,8 @@ class SingleHeadAttention(nn.Module):
     ``generator`` seeds the draw. The rules read the declared sigmas and p (:meth:`forward_moments`).
     """
 
+    rules = Rules(context=frozenset({"L"}), mixes_tokens=True)
+
     def __init__(self, d_in: int, d_k: int, sigma_q=None, sigma_k=None, sigma_v=None, dropout_p=0.0,
                  causal: bool = False, batch_shape=(), approx: str = "auto"):
         super().__init__()
@@ -363,6 +365,9 @@ class MultiHeadAttention(nn.Module):
     by ``torch.nn.functional.scaled_dot_product_attention`` (``dropout_p`` in training, ``is_causal``); the heads'
     outputs are concatenated to width H·d_head. Sigmas may be tensors broadcastable to ``batch_shape`` (leading
     dimensions of independent weight copies); ``dropout_p`` is a float (SDPA takes one probability)."""
+
+    rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed"}), inputs=frozenset({"key_padding_mask"}),
+                  mixes_tokens=True, gram=True, sampled=True)
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
                  dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto"):

@@ -16,7 +16,7 @@ from .cross_attention import CrossAttention
 from .dropout import Dropout
 from .factory import ATTENTIONS, make_norm
 from .linear import Linear
-from .sequential import Sequential, call_rule
+from .sequential import Sequential
 
 __all__ = ["AttentionBlock", "CrossAttentionBlock"]
 
@@ -74,7 +74,8 @@ class CrossAttentionBlock(Sequential):
 
     Standard softmax attention with Xavier-normal defaults like :class:`AttentionBlock`; its rules take the
     memory's moments as context (``memory_moments``, ``L_memory``; :class:`~sigprop.components.cross_attention.
-    CrossAttention`). :meth:`memory_backward_moments` is the gradient the block sends to the memory.
+    CrossAttention`), whose ``memory_backward_moments`` is the gradient it sends to the memory (collected by the
+    walker, :mod:`sigprop.walk.walker`).
     """
 
     def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
@@ -88,13 +89,3 @@ class CrossAttentionBlock(Sequential):
         layers["proj"] = Linear(d, d)
         layers["drop"] = Dropout(p)
         super().__init__(layers)
-
-    def memory_backward_moments(self, g, m_in, **context):
-        """Gradient moments at the memory for gradient moments ``g`` at the block's output (input moments ``m_in``):
-        back through drop and proj, then the attention's memory rule."""
-        children = list(self)
-        at = children.index(self.attn)
-        inputs = self.input_moments(m_in, **context)
-        for child, m in zip(reversed(children[at + 1:]), reversed(inputs[at + 1:]), strict=True):
-            g = call_rule(child.backward_moments, g, m, **context)
-        return call_rule(self.attn.memory_backward_moments, g, inputs[at], **context)

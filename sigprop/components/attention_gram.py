@@ -66,7 +66,8 @@ import torch
 from ..core.validate import check_range
 from .draws import standard_normal, uniform
 
-__all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means",
+__all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means", "head_draws",
+           "value_free_output", "blocked_scores",
            "DEFAULT_GRAM_HEADS"]
 
 #: Heads sampled per sequence by default. With a batch of 4 sequences this is 128 heads in all, the exchangeable
@@ -102,7 +103,7 @@ def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
 
 
 @lru_cache(maxsize=2)
-def _draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) -> tuple:
+def head_draws(heads: int, L: int, d_in: int, d_k: int, dropout: bool, seed: int) -> tuple:
     """Standard-normal input and weight draws (and uniforms for dropout) of ``heads`` heads, in chunks of
     :data:`_CHUNK`: (Z, Z_q, Z_k, U or None). The last two seeds' draws are kept, so calls with the same seed
     reuse them (common random numbers; the token-resolved sweeps give each layer a seed of its own)."""
@@ -189,7 +190,7 @@ def _attention_weights(q, k, u, d_k, p, blocked) -> torch.Tensor:
     return a
 
 
-def _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked) -> torch.Tensor:
+def value_free_output(x, zq, zk, u, sq, sk, d_k, p, blocked) -> torch.Tensor:
     """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
     averaged exactly)."""
     a = _attention_weights(x @ (math.sqrt(sq) * zq), x @ (math.sqrt(sk) * zk), u, d_k, p, blocked)
@@ -200,8 +201,8 @@ def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bo
     """O Oᵀ for the value-free output O = A X of a chunk of heads (B, n, L, L), computed without the rows
     X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,
     X W_Q = D G^{1/2} (Z W_Q), so every product is L × L or L × d_k and Z Zᵀ, Z W_Q, Z W_K are shared by the B
-    sequences. Equal to ``O @ O.T`` from :func:`_value_free` on the same draws (to rounding); for L < d_in it takes
-    about a quarter fewer operations (tested against it)."""
+    sequences. Equal to ``O @ O.T`` from :func:`value_free_output` on the same draws (to rounding); for L < d_in it
+    takes about a quarter fewer operations (tested against it)."""
     root, length = maps
     xxt = (root @ (z @ z.transpose(-1, -2))) @ root  # G^{1/2} is symmetric
     q = root @ (z @ (math.sqrt(sq) * zq))
@@ -230,11 +231,11 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     maps = _input_maps(gram.to(torch.float64), d_in)
     total = torch.zeros(B, L, L, dtype=torch.float64)
     diag_means, offdiag_means = [], []
-    for z, zq, zk, u in _draws(heads, L, d_in, d_k, p > 0.0, int(seed)):
+    for z, zq, zk, u in head_draws(heads, L, d_in, d_k, p > 0.0, int(seed)):
         if d_in > L:  # carrying X Xᵀ (L × L) is cheaper than carrying the rows X (L × d_in)
             per_head = sv * _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm)
         else:
-            o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, d_k, p, blocked)
+            o = value_free_output(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, d_k, p, blocked)
             per_head = sv * (o @ o.transpose(-1, -2))  # (B, n, L, L)
         total += per_head.sum(dim=1)
         dm, om = pooled_gram_means(per_head, keep)
@@ -248,7 +249,7 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
 @lru_cache(maxsize=2)
 def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
     """Draws Z_w (L × d_in per head) of the value-averaged output gradient w = (σ²_v d_k)^{1/2} H^{1/2} Z_w (module
-    docstring, "Backward"), in the chunks of :func:`_draws`; kept between calls like them.
+    docstring, "Backward"), in the chunks of :func:`head_draws`; kept between calls like them.
 
     Only E[Z_w Z_wᵀ] = d_in I matters (∂X is linear in w), so for L ≤ d_in the rows are a uniformly random orthonormal
     frame scaled by √d_in: Z_w Z_wᵀ = d_in I holds for every draw, not only on average, and the value path's
@@ -283,12 +284,12 @@ def gram_attention_backward(gram: torch.Tensor, grad_gram: torch.Tensor, d_in: i
     maps = _input_maps(gram.to(torch.float64), d_in)
     grad_root = math.sqrt(sv * d_k) * gram_sqrt(grad_gram.to(torch.float64))[:, None]
     total = torch.zeros(B, L, L, dtype=torch.float64)
-    chunks = zip(_draws(heads, L, d_in, d_k, p > 0.0, int(seed)), _gradient_draws(heads, L, d_in, int(seed)),
+    chunks = zip(head_draws(heads, L, d_in, d_k, p > 0.0, int(seed)), _gradient_draws(heads, L, d_in, int(seed)),
                  strict=True)
     with torch.enable_grad():
         for (z, zq, zk, u), zw in chunks:
             x = _sampled_input(maps, z, fixed_norm).requires_grad_(True)
-            o = _value_free(x, zq, zk, u, sq, sk, d_k, p, blocked)
+            o = value_free_output(x, zq, zk, u, sq, sk, d_k, p, blocked)
             (dx,) = torch.autograd.grad(o, x, grad_root @ zw)
             total += (dx @ dx.transpose(-1, -2)).sum(dim=1) / d_in
     return total / heads

@@ -41,9 +41,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
 from .draws import standard_normal, uniform
 
 __all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward", "DEFAULT_HEADS"]

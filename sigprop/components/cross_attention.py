@@ -38,9 +38,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import Rules
 from .attention import MultiHeadAttention
 from .attention_sampled import (
     DEFAULT_HEADS,
@@ -152,6 +152,9 @@ class CrossAttention(MultiHeadAttention):
     (default: ``L``) as context, and the sampled rule's ``attention_heads`` / ``attention_seed``.
     :meth:`memory_backward_moments` gives the gradient at the memory, :meth:`backward_moments` at the queries.
     """
+
+    rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed", "memory_moments", "L_memory"}),
+                  inputs=frozenset({"memory", "memory_padding_mask"}), mixes_tokens=True, memory=True, sampled=True)
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, **kwargs):
         if kwargs.get("causal"):

@@ -34,9 +34,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import TOKEN_WISE
 
 __all__ = [
     "Derf",
@@ -343,6 +343,8 @@ class Derf(nn.Module):
     its own values. ``forward_moments`` / ``backward_moments`` read the current values (channels must share one value;
     per-configuration values become arrays of shape (C,)).
     """
+
+    rules = TOKEN_WISE
 
     def __init__(self, hidden: int | None = None, alpha=0.5, shift=0.0, gamma=None, beta=None, dtype=None):
         super().__init__()

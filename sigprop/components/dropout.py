@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import TOKEN_WISE
 
 __all__ = ["Dropout", "dropout_forward", "dropout_backward"]
 
@@ -41,6 +41,8 @@ def dropout_backward(g: GradMoments, p) -> GradMoments:
 
 class Dropout(nn.Dropout):
     """``torch.nn.Dropout`` that also transforms moments (:func:`dropout_forward`, :func:`dropout_backward`)."""
+
+    rules = TOKEN_WISE
 
     def __init__(self, p: float = 0.0):
         _check_p(p)

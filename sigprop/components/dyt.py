@@ -38,6 +38,7 @@ from torch import nn
 
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range
+from ..walk.protocol import TOKEN_WISE
 from .derf import (
     APPROXES,
     PhiExpectations,
@@ -316,6 +317,8 @@ class DyT(nn.Module):
     configuration dimension C. ``forward_moments`` / ``backward_moments`` read the current values (channels must
     share one value; per-configuration values become arrays of shape (C,)).
     """
+
+    rules = TOKEN_WISE
 
     def __init__(self, hidden: int | None = None, alpha=0.5, gamma=None, beta=None, dtype=None):
         super().__init__()

@@ -7,9 +7,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
 
 __all__ = [
     "Embedding",

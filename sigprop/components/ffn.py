@@ -11,9 +11,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
 from .dropout import Dropout
 from .factory import make_activation, make_norm
 from .linear import Linear

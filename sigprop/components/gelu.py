@@ -29,9 +29,10 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_approx
+from ..core.validate import check_approx, clip_corr
+from ..walk.protocol import TOKEN_WISE
 from .relu import check_standardized_mean, truncated_bvn_moments
 
 __all__ = [
@@ -275,6 +276,8 @@ def gelu_backward(g: GradMoments, m_in: Moments, approx: str = "exact") -> GradM
 class GELU(nn.GELU):
     """``torch.nn.GELU`` in its exact erf form (x·Φ(x)) that also transforms moments (:func:`gelu_forward`,
     :func:`gelu_backward`). The tanh approximation is not offered: the rules are for the erf form."""
+
+    rules = TOKEN_WISE
 
     def __init__(self):
         super().__init__(approximate="none")

@@ -37,9 +37,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_approx, check_corr_hidden, check_range
+from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
+from ..walk.protocol import Rules
 
 __all__ = ["LayerNorm", "layernorm_forward", "layernorm_backward", "layernorm_forward_postnorm",
            "layernorm_backward_postnorm", "LAYERNORM_APPROX"]
@@ -301,6 +301,8 @@ class LayerNorm(nn.LayerNorm):
 
     The moment rules assume the affine parameters at their initial values (weight 1, bias 0).
     """
+
+    rules = Rules(fixes_length=True, postnorm=True)
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None, approx: str = "exact"):

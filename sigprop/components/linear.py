@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import TOKEN_WISE
 
 __all__ = ["Linear", "linear_forward", "linear_backward"]
 
@@ -56,6 +56,8 @@ class Linear(nn.Linear):
     The rules read the *declared* standard deviations, never the sampled weights. The default ``weight_std`` is
     Xavier-normal, √(2/(d_in + d_out)).
     """
+
+    rules = TOKEN_WISE
 
     def __init__(self, d_in: int, d_out: int, bias: bool = False, weight_std: float | None = None,
                  bias_std: float = 0.0):

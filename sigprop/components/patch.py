@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
 from .embedding import input_moments
 
 __all__ = ["PatchEmbedding", "patchify"]

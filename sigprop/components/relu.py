@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_approx
+from ..core.validate import check_approx, clip_corr
+from ..walk.protocol import TOKEN_WISE
 
 __all__ = [
     "ReLU",
@@ -180,6 +181,8 @@ def relu_backward(g: GradMoments, m_in: Moments, approx: str = "exact") -> GradM
 
 class ReLU(nn.ReLU):
     """``torch.nn.ReLU`` that also transforms moments (:func:`relu_forward`, :func:`relu_backward`)."""
+
+    rules = TOKEN_WISE
 
     def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:
         return relu_forward(m, approx=approx)

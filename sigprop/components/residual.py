@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
-from ..core.gaussian import clip_corr
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, independent_grad_sum, independent_sum
 from ..core.validate import check_range
-from .sequential import call_rule
+from ..walk.exchangeable import backward_moments, forward_moments
+from ..walk.protocol import SUM, forward_inputs
+from ..walk.walker import Flow, GradFlow
 
 __all__ = ["Residual", "residual_forward", "residual_backward"]
 
@@ -26,12 +26,7 @@ def residual_forward(skip: Moments, branch: Moments, lam=1.0, beta=1.0) -> Momen
     initialisation this holds in expectation over the weights whenever the branch ends in a zero-mean random linear
     layer (every transformer block does), whatever the input mean (App. E's independence of the residual streams).
     """
-    lam, beta = _scale(lam, "lambda"), _scale(beta, "beta")
-    mean = lam * skip.mean + beta * branch.mean
-    var = lam**2 * skip.var + beta**2 * branch.var
-    cov = lam**2 * skip.corr * skip.var + beta**2 * branch.corr * branch.var
-    cov_h = lam**2 * skip.corr_hidden * skip.var + beta**2 * branch.corr_hidden * branch.var
-    return Moments(mean=mean, var=var, corr=clip_corr(cov / var), corr_hidden=clip_corr(cov_h / var))
+    return independent_sum([(_scale(lam, "lambda"), skip), (_scale(beta, "beta"), branch)])
 
 
 def residual_backward(g: GradMoments, branch_grad: GradMoments, lam=1.0, beta=1.0) -> GradMoments:
@@ -41,15 +36,22 @@ def residual_backward(g: GradMoments, branch_grad: GradMoments, lam=1.0, beta=1.
     linear in the gradient). σ²_gx = λ²σ²_g + β²σ²_branch, Cov_gx = λ² r_g σ²_g + β² r_branch σ²_branch.
     Assumes: the two paths are uncorrelated (J_f contains a zero-mean random weight matrix at initialisation).
     """
-    lam, beta = _scale(lam, "lambda"), _scale(beta, "beta")
-    var = lam**2 * g.var + beta**2 * branch_grad.var
-    cov = lam**2 * g.corr * g.var + beta**2 * branch_grad.corr * branch_grad.var
-    return GradMoments(var=var, corr=clip_corr(cov / var))
+    return independent_grad_sum([(_scale(lam, "lambda"), g), (_scale(beta, "beta"), branch_grad)])
 
 
 class Residual(nn.Module):
     """y = λ·x + β·branch(x). λ and β are fixed buffers, or β a learnable parameter (``learnable_beta``); both
-    broadcast, so a sweep may give each configuration its own values along a leading dimension."""
+    broadcast, so a sweep may give each configuration its own values along a leading dimension.
+
+    A composite (:mod:`sigprop.walk.protocol`): its theory is its branch's, added to the skip path as independent
+    terms by the walker's state (:func:`residual_forward` for the exchangeable state, λ²G + β²G_f for Gram
+    matrices). The gradient at the branch output, the site the measurement records there, is β²σ²_g; the branch's
+    rules are applied to the unscaled gradient (they are linear in it) and β² enters where the paths add, so β = 0
+    stays exact. An add whose skip input left a norm with a post-norm rule offers its parts (x, f, λ, β) to a norm
+    right after it (the Post-LN wiring, :func:`~sigprop.components.layernorm.layernorm_forward_postnorm`).
+    """
+
+    rules = SUM
 
     def __init__(self, branch: nn.Module, lam=1.0, beta=1.0, learnable_beta: bool = False):
         super().__init__()
@@ -66,27 +68,28 @@ class Residual(nn.Module):
     def forward(self, x: torch.Tensor, **context) -> torch.Tensor:
         """λ·x + β·branch(x); ``context`` keywords (padding mask, cross-attention memory) go to the branch
         where its ``forward`` declares them."""
-        return self.lam * x + self.beta * call_rule(self.branch, x, **context)
+        return self.lam * x + self.beta * self.branch(x, **forward_inputs(self.branch, context))
 
-    def _scales(self):
-        return self.lam.detach().double().numpy(), self.beta.detach().double().numpy()
+    def scales(self) -> tuple:
+        """(λ, β) as the rules take them: floats, or float64 arrays over configurations."""
+        lam, beta = (v.detach().double().cpu().numpy() for v in (self.lam, self.beta))
+        return _scale(lam, "lambda"), _scale(beta, "beta")
+
+    def walk_forward(self, walker, flow):
+        lam, beta = self.scales()
+        branch, tape = walker.forward(self.branch, Flow(flow.value, flow.source))
+        out = walker.state.add([(lam, flow.value), (beta, branch.value)])
+        postnorm = flow.source is not None and flow.source.postnorm
+        return Flow(out, self.rules, (flow.value, branch.value, lam, beta) if postnorm else None), (tape, lam, beta)
+
+    def walk_backward(self, walker, gflow, inner):
+        tape, lam, beta = inner
+        branch = walker.backward(self.branch, GradFlow(gflow.value, gflow.scale * beta**2), tape)
+        g_in = walker.state.add_grad([(lam, gflow.value), (beta, branch.value)])
+        return GradFlow(g_in, gflow.scale, walker.state.skip_fraction(lam, gflow.value, g_in))
 
     def forward_moments(self, m: Moments, **context) -> Moments:
-        return self.forward_moments_and_branch(m, **context)[0]
-
-    def forward_moments_and_branch(self, m: Moments, **context) -> tuple[Moments, Moments]:
-        """(moments of the output, moments of the branch output before scaling)."""
-        lam, beta = self._scales()
-        branch = call_rule(self.branch.forward_moments, m, **context)
-        return residual_forward(m, branch, lam, beta), branch
+        return forward_moments(self, m, **context)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
-        return self.backward_moments_and_branch(g, m_in, **context)[0]
-
-    def backward_moments_and_branch(self, g: GradMoments, m_in: Moments, **context) -> tuple[GradMoments, GradMoments]:
-        """(gradient moments at the input, gradient moments at the branch output, i.e. of β·g; None where β = 0,
-        whose gradient there is exactly zero)."""
-        lam, beta = self._scales()
-        branch_g = call_rule(self.branch.backward_moments, g, m_in, **context)
-        at_branch_out = GradMoments(var=beta**2 * g.var, corr=g.corr) if np.all(beta > 0) else None
-        return residual_backward(g, branch_g, lam, beta), at_branch_out
+        return backward_moments(self, g, m_in, **context)

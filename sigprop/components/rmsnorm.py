@@ -40,9 +40,9 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_approx, check_corr_hidden, check_range
+from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
+from ..walk.protocol import Rules
 
 __all__ = ["RMSNorm", "rmsnorm_forward", "rmsnorm_backward", "rmsnorm_expectations", "RMSNORM_APPROX",
            "DEFAULT_EPS"]
@@ -274,6 +274,8 @@ class RMSNorm(nn.Module):
     :func:`rmsnorm_backward`; they assume weight = 1, its initial value, and use the eps of the weight's dtype, or of
     float32 without a weight, when ``eps`` is None).
     """
+
+    rules = Rules(fixes_length=True)
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
                  dtype=None, approx: str = "exact"):

@@ -1,68 +1,48 @@
-"""Sequential composition whose moment rules walk the children: a block's theory is the composition of its
-components' rules, never a restatement of its wiring (DESIGN.md, "theory walks the same module tree")."""
+"""Sequential composition: a block's theory is its children's rules in order, walked by the one walker
+(:mod:`sigprop.walk.walker`), never a restatement of its wiring (ARCHITECTURE.md)."""
 
 from __future__ import annotations
-
-import functools
-import inspect
 
 from torch import nn
 
 from ..core.moments import GradMoments, Moments
+from ..walk.exchangeable import backward_moments, forward_moments
+from ..walk.protocol import COMPOSITE, forward_inputs
 
-__all__ = ["Sequential", "call_rule"]
-
-
-def call_rule(method, *args, **context):
-    """Call a child's moment rule (or a module, through ``__call__`` so that its hooks run) with the positional
-    ``args`` and only those ``context`` keywords (e.g. ``L``) that its signature (a module's ``forward``)
-    declares, so that context-free components need not accept them."""
-    if not context:
-        return method(*args)
-    declared = method.forward if isinstance(method, nn.Module) else method  # a module is called (hooks run)
-    accepts_all, params = _declared_keywords(getattr(declared, "__func__", declared))
-    if accepts_all:
-        return method(*args, **context)
-    return method(*args, **{k: v for k, v in context.items() if k in params})
-
-
-@functools.lru_cache(maxsize=1024)
-def _declared_keywords(func) -> tuple[bool, frozenset]:
-    """(accepts **kwargs, declared parameter names) of a function; cached because a deep model calls it for every
-    child on every forward."""
-    params = inspect.signature(func).parameters
-    return (any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), frozenset(params))
+__all__ = ["Sequential"]
 
 
 class Sequential(nn.Sequential):
-    """``torch.nn.Sequential`` that also propagates moments through its children.
+    """``torch.nn.Sequential`` whose moment rules are its children's, composed in order (a composite of
+    :mod:`sigprop.walk.protocol`).
 
-    ``forward_moments(m, **context)`` applies each child's rule in order. ``backward_moments(g, m_in, **context)``
-    recomputes the forward moments at every child's input (closed forms: cheap) and applies the children's backward
-    rules in reverse order, each with the moments of its own input.
+    ``forward_moments(m, **context)`` and ``backward_moments(g, m_in, **context)`` walk the children with the
+    exchangeable state; each child's rules get only the ``context`` keywords it declares (e.g. ``L`` for attention).
     """
+
+    rules = COMPOSITE
 
     def forward(self, x, **context):
         """Apply the children in order, passing each only the ``context`` keywords its ``forward`` declares
         (e.g. ``key_padding_mask`` for attention, ``memory`` for cross-attention)."""
         for child in self:
-            x = call_rule(child, x, **context)
+            x = child(x, **forward_inputs(child, context))
         return x
 
-    def forward_moments(self, m: Moments, **context) -> Moments:
+    def walk_forward(self, walker, flow):
+        tapes = []
         for child in self:
-            m = call_rule(child.forward_moments, m, **context)
-        return m
+            flow, tape = walker.forward(child, flow)
+            tapes.append(tape)
+        return flow, tapes
 
-    def input_moments(self, m: Moments, **context) -> list[Moments]:
-        """The moments at the input of every child, in order."""
-        out = []
-        for child in self:
-            out.append(m)
-            m = call_rule(child.forward_moments, m, **context)
-        return out
+    def walk_backward(self, walker, gflow, tapes):
+        for tape in reversed(tapes):
+            gflow = walker.backward(tape.module, gflow, tape)
+        return gflow
+
+    def forward_moments(self, m: Moments, **context) -> Moments:
+        return forward_moments(self, m, **context)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
-        for child, m in zip(reversed(self), reversed(self.input_moments(m_in, **context)), strict=True):
-            g = call_rule(child.backward_moments, g, m, **context)
-        return g
+        return backward_moments(self, g, m_in, **context)

@@ -76,9 +76,9 @@ import torch.nn.functional as F
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import clip_corr
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import Rules
 from .shaped_relu import check_shaped_mode, linear_anneal
 
 __all__ = [
@@ -340,6 +340,8 @@ class ShapedAttention(nn.Module):
     ``forward_moments(m, L)`` / ``backward_moments(g, m_in, L)``: :func:`shaped_attention_forward` (first order
     in κ) / :func:`shaped_attention_backward` (zeroth order in κ).
     """
+
+    rules = Rules(context=frozenset({"L"}), inputs=frozenset({"key_padding_mask"}), mixes_tokens=True)
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, tau0: float = 1.0, tau: float | None = None,
                  sigma_q: float | None = None, sigma_k: float | None = None, sigma_v: float | None = None,

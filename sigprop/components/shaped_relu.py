@@ -42,9 +42,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.gaussian import bvn_cdf, clip_corr, norm_cdf, norm_pdf
+from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import TOKEN_WISE
 from .relu import check_standardized_mean, relu_cross_moment
 
 __all__ = [
@@ -195,6 +196,8 @@ class ShapedReLU(nn.Module):
 
     The moment rules read the current slopes (:func:`shaped_relu_forward`, :func:`shaped_relu_backward`).
     """
+
+    rules = TOKEN_WISE
 
     def __init__(self, n: int, c_plus: float = 0.0, c_minus: float = -1.0, normalize: bool = False,
                  mode: str = "fixed", anneal_steps: int | None = None):

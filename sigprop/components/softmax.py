@@ -33,9 +33,10 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.gaussian import clip_corr, expect_1d, expect_2d
+from ..core.gaussian import expect_1d, expect_2d
 from ..core.moments import GradMoments, Moments
-from ..core.validate import check_range
+from ..core.validate import check_range, clip_corr
+from ..walk.protocol import Rules
 
 __all__ = [
     "Softmax",
@@ -257,6 +258,8 @@ class Softmax(nn.Softmax):
     The rules need the length of the softmax axis: pass ``length`` here or to the moment methods.
     ``Moments.corr`` is read as the correlation along the softmax axis (see the module docstring).
     """
+
+    rules = Rules(context=frozenset({"length"}))
 
     def __init__(self, dim: int = -1, length: int | None = None, approx: str = "exact"):
         _check_approx(approx)

@@ -17,7 +17,6 @@ __all__ = [
     "bvn_cdf",
     "norm_cdf",
     "norm_pdf",
-    "clip_corr",
 ]
 
 SQRT2 = np.sqrt(2.0)
@@ -117,13 +116,3 @@ def _owens_t(h, a):
     fin = ~inf
     res[fin] = special.owens_t(h[fin], a[fin])
     return res
-
-
-def clip_corr(c, tol: float = 1e-6):
-    """Clip a computed correlation into [-1, 1], tolerating excursions up to ``tol`` (round-off, and the O(1e-9)
-    truncation error of an approximate rule near corr = 1); larger excursions are bugs and raise."""
-    c = np.asarray(c, dtype=np.float64)
-    if np.any(np.abs(c) > 1.0 + tol):
-        raise ValueError(f"computed correlation outside [-1, 1] beyond round-off: {c[np.abs(c) > 1 + tol].flat[0]}")
-    c = np.clip(c, -1.0, 1.0)
-    return float(c) if c.ndim == 0 else c

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .validate import as_float64, check_range
+from .validate import as_float64, check_range, clip_corr
 
-__all__ = ["Moments", "GradMoments"]
+__all__ = ["Moments", "GradMoments", "independent_sum", "independent_grad_sum"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,26 @@ class GradMoments:
 
 def _jsonable(v):
     return v.tolist() if isinstance(v, np.ndarray) else float(v)
+
+
+def independent_sum(terms) -> Moments:
+    """Moments of y = Σ_i c_i x_i for terms (c_i, Moments of x_i) that are uncorrelated with each other, element by
+    element, across tokens and across hidden units: μ_y = Σ c_i μ_i, σ²_y = Σ c_i² σ²_i, and the token (hidden)
+    covariance Σ c_i² r_i σ²_i, divided by σ²_y for the correlations. The residual add y = λx + βf(x)
+    (:func:`~sigprop.components.residual.residual_forward`) is the sum of two such terms; so are parallel branches
+    that each end in their own zero-mean random matrix."""
+    terms = list(terms)
+    mean = sum(c * t.mean for c, t in terms)
+    var = sum(c**2 * t.var for c, t in terms)
+    cov = sum(c**2 * t.corr * t.var for c, t in terms)
+    cov_h = sum(c**2 * t.corr_hidden * t.var for c, t in terms)
+    return Moments(mean=mean, var=var, corr=clip_corr(cov / var), corr_hidden=clip_corr(cov_h / var))
+
+
+def independent_grad_sum(terms) -> GradMoments:
+    """Gradient moments of Σ_i c_i g_i for terms (c_i, GradMoments of g_i) with zero cross-covariance (each path
+    through its own zero-mean random matrix): variances and token covariances add with weights c_i²."""
+    terms = list(terms)
+    var = sum(c**2 * t.var for c, t in terms)
+    cov = sum(c**2 * t.corr * t.var for c, t in terms)
+    return GradMoments(var=var, corr=clip_corr(cov / var))

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 __all__ = ["check_choice", "check_integer", "check_number", "integer_value", "check_range", "check_approx",
-           "check_corr_hidden", "as_float64"]
+           "check_corr_hidden", "as_float64", "clip_corr"]
 
 
 def check_choice(obj, name: str, allowed) -> None:
@@ -119,3 +119,13 @@ def check_corr_hidden(c, d, what: str):
         got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
         raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for {what} input (got {got!r})")
     return c
+
+
+def clip_corr(c, tol: float = 1e-6):
+    """Clip a computed correlation into [-1, 1], tolerating excursions up to ``tol`` (round-off, and the O(1e-9)
+    truncation error of an approximate rule near corr = 1); larger excursions are bugs and raise."""
+    c = np.asarray(c, dtype=np.float64)
+    if np.any(np.abs(c) > 1.0 + tol):
+        raise ValueError(f"computed correlation outside [-1, 1] beyond round-off: {c[np.abs(c) > 1 + tol].flat[0]}")
+    c = np.clip(c, -1.0, 1.0)
+    return float(c) if c.ndim == 0 else c

@@ -62,11 +62,12 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES"]
+__all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
 ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
-_SITES = ("attn", "cross", "ffn")
+#: The residual sites of a layer, whose (λ, β) a plan holds.
+SITES = ("attn", "cross", "ffn")
 
 
 def _xavier(fan_in: int, fan_out: int) -> float:
@@ -120,6 +121,77 @@ class InitPlan:
                 "lam": {k: conv(v) for k, v in self.lam.items()}, "beta": {k: conv(v) for k, v in self.beta.items()},
                 "learnable_beta": self.learnable_beta, "head_scale": self.head_scale, "notes": self.notes}
 
+    def summary(self) -> dict:
+        """:meth:`to_dict` with every per-layer array that holds one value written as that value, and without the
+        notes' long schedules: what a profile records of the plan its rules read (``meta["plan"]``)."""
+        def compact(v):
+            a = np.asarray(v, dtype=np.float64)
+            if a.ndim == 0 or (a.size and np.all(a == a.flat[0])):
+                return float(a.flat[0]) if a.ndim else float(a)
+            return a.tolist()
+
+        return {"scheme": self.scheme, "source": self.notes.get("source", f"the {self.scheme!r} scheme"),
+                "stds": {k: compact(v) for k, v in self.stds.items()},
+                "lam": {k: compact(v) for k, v in self.lam.items()},
+                "beta": {k: compact(v) for k, v in self.beta.items()},
+                "learnable_beta": self.learnable_beta, "head_scale": self.head_scale}
+
+    @classmethod
+    def from_scheme(cls, config, scheme: str) -> InitPlan:
+        """The plan of init scheme ``scheme`` (a name of :data:`SCHEMES`) for ``config``, with the config's overrides,
+        whatever ``config.init`` says."""
+        return make_plan(config.replace(init=scheme))
+
+    @classmethod
+    def from_model(cls, model: nn.Module) -> InitPlan:
+        """The plan a model's weights show: every role's standard deviation read as the root mean square of its
+        weights, layer by layer, λ and β from its residuals, the head scale from its buffer
+        (:func:`~sigprop.model.roles.read_plan`). What :func:`sigprop.predict` reads from a model re-initialised by
+        hand. ``ValueError`` for weights on the meta device, non-zero biases or norms off their initial affine
+        parameters."""
+        from .roles import read_plan
+
+        return read_plan(model)
+
+    @classmethod
+    def from_stds(cls, config, stds: dict, lam: dict | None = None, beta: dict | None = None,
+                  head_scale: float | None = None) -> InitPlan:
+        """The plan of ``config``'s scheme with explicit standard deviations: ``stds`` maps roles (:data:`ROLES`) to a
+        float, or for the block roles (q, k, v, o, w1, w2) one value per layer (``config.total_layers``); ``lam`` and
+        ``beta`` map sites (:data:`SITES`) likewise; ``head_scale`` replaces the scheme's. ``ValueError`` naming an
+        unknown role or site, a wrong length, or a value that is not finite and positive (λ, β: non-negative)."""
+        base = make_plan(config)
+        n = config.total_layers
+
+        def values(name, v, lo_open):
+            a = np.asarray(v, dtype=np.float64) if not isinstance(v, bool) else np.asarray(np.nan)
+            if a.ndim not in (0, 1) or (a.ndim == 1 and a.shape[0] != n):
+                raise ValueError(f"{name}: one value, or one per layer ({n}), got shape {a.shape}")
+            if not np.all(np.isfinite(a)) or np.any(a <= 0 if lo_open else a < 0):
+                raise ValueError(f"{name} must be finite and {'> 0' if lo_open else '>= 0'} (got {v!r})")
+            return a if a.ndim else float(a)
+
+        new_stds = dict(base.stds)
+        for role, v in stds.items():
+            if role not in ROLES:
+                raise ValueError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+            a = values(f"stds[{role!r}]", v, True)
+            new_stds[role] = np.full(n, a) if role in _BLOCK_ROLES and np.ndim(a) == 0 else a
+            if role not in _BLOCK_ROLES and np.ndim(a):
+                raise ValueError(f"stds[{role!r}]: role {role!r} takes one value")
+
+        def sites(given, current, name):
+            out = dict(current)
+            for site, v in (given or {}).items():
+                if site not in SITES:
+                    raise ValueError(f"unknown site {site!r} in {name}; sites: {', '.join(SITES)}")
+                out[site] = np.broadcast_to(values(f"{name}[{site!r}]", v, False), (n,)).astype(np.float64)
+            return out
+
+        hs = base.head_scale if head_scale is None else values("head_scale", head_scale, True)
+        return InitPlan(base.scheme, new_stds, sites(lam, base.lam, "lam"), sites(beta, base.beta, "beta"),
+                        base.learnable_beta, float(hs), {**base.notes, "source": "explicit standard deviations"})
+
 
 # --------------------------------------------------------------------------------------------------------------
 # base values
@@ -147,8 +219,8 @@ def _xavier_stds(c) -> dict:
 
 def _unit_scales(c, lam=1.0, beta=1.0):
     n = c.total_layers
-    return ({s: np.full(n, lam, dtype=np.float64) for s in _SITES},
-            {s: np.full(n, beta, dtype=np.float64) for s in _SITES})
+    return ({s: np.full(n, lam, dtype=np.float64) for s in SITES},
+            {s: np.full(n, beta, dtype=np.float64) for s in SITES})
 
 
 def _dslm_beta2(c) -> float:
@@ -323,9 +395,9 @@ def make_plan(config) -> InitPlan:
         stds["v"] = np.full(config.total_layers, math.sqrt(1.0 / config.d_head))
     lam, beta = dict(plan.lam), dict(plan.beta)
     if config.lam is not None:
-        lam = {s: np.full(config.total_layers, float(config.lam)) for s in _SITES}
+        lam = {s: np.full(config.total_layers, float(config.lam)) for s in SITES}
     if config.beta is not None:
-        beta = {s: np.full(config.total_layers, float(config.beta)) for s in _SITES}
+        beta = {s: np.full(config.total_layers, float(config.beta)) for s in SITES}
     head_scale = plan.head_scale if config.head_scale is None else float(config.head_scale)
     return InitPlan(plan.scheme, stds, lam, beta, plan.learnable_beta or config.learnable_beta, head_scale,
                     plan.notes)

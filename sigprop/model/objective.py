@@ -3,10 +3,12 @@ encoder–decoders, classification for patch models. A batch is a dict of tensor
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["make_batch", "objective_loss", "segment_halves", "MASK_ID", "PAD_ID", "N_SPECIAL"]
+__all__ = ["make_batch", "objective_loss", "segment_halves", "check_model_inputs", "MASK_ID", "PAD_ID", "N_SPECIAL"]
 
 #: Ids of the special tokens in sigprop's tokenizer (:data:`sigprop.data.tokenizer.SPECIAL_TOKENS` order).
 PAD_ID, MASK_ID = 0, 1
@@ -65,3 +67,75 @@ def objective_loss(model, batch: dict) -> torch.Tensor:
                    decoder_inputs=batch.get("decoder_inputs"),
                    decoder_padding_mask=batch.get("decoder_padding_mask"))
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
+
+
+def _ids(t, name: str, high: int, what: str, allow_ignore: bool = False) -> torch.Tensor:
+    """``t`` as a 2-D integer tensor (a 1-D one is one sequence) of values in [0, high) (or −100 where
+    ``allow_ignore``); ``ValueError`` naming ``name`` otherwise."""
+    t = torch.as_tensor(t)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer {what} (got dtype {t.dtype})")
+    if t.dim() == 1:
+        t = t[None]
+    if t.dim() != 2 or t.numel() == 0:
+        raise ValueError(f"{name} must have shape (batch, length) (got {tuple(t.shape)})")
+    bad = (t < 0) | (t >= high)
+    if allow_ignore:
+        bad &= t != -100
+    if bool(bad.any()):
+        raise ValueError(f"{name} must lie in [0, {high}){' or be -100' if allow_ignore else ''} ({what}; got "
+                         f"{int(t[bad].flatten()[0])})")
+    return t
+
+
+def check_model_inputs(config, *, token_ids=None, images=None, labels=None, decoder_token_ids=None,
+                       segment_ids=None, pad_id=None) -> tuple:
+    """Validate a batch's tensors against ``config``, as every entry point that takes them does (``predict``,
+    ``measure``'s batches): token ids of an integer type inside the vocabulary (a 1-D tensor is one sequence),
+    labels of the ids' shape (−100 = unlabelled), segment ids below ``n_segments``, or for a patch model finite
+    float images (batch, channels, image_size, image_size) and one class per image. Returns (token_ids, images,
+    labels, decoder_token_ids) as tensors, ids 2-D. ``ValueError`` naming the argument otherwise."""
+    if config.input == "patches":
+        if token_ids is not None or decoder_token_ids is not None:
+            raise ValueError("token_ids: this config takes image patches (input='patches'), not tokens: pass images=")
+        if images is not None:
+            images = torch.as_tensor(images)
+            shape = (config.channels, config.image_size, config.image_size)
+            if not images.dtype.is_floating_point or images.dim() != 4 or tuple(images.shape[1:]) != shape:
+                raise ValueError(f"images must be a float tensor of shape (batch, {', '.join(map(str, shape))}) "
+                                 f"(got {images.dtype}, {tuple(images.shape)})")
+            if not bool(torch.isfinite(images).all()):
+                raise ValueError("images must be finite (NaN or inf found)")
+        if labels is not None:
+            labels = torch.as_tensor(labels)
+            if labels.dim() != 1 or (images is not None and labels.shape[0] != images.shape[0]):
+                raise ValueError(f"a patch model's labels are one class per image: shape "
+                                 f"({'batch' if images is None else images.shape[0]},), got {tuple(labels.shape)}")
+            labels = _ids(labels, "labels", config.n_classes, "class ids")[0]
+        return None, images, labels, None
+    if images is not None:
+        raise ValueError("images: this config takes tokens (input='tokens'); a ViT is input='patches'")
+    V = config.vocab_size
+    if token_ids is not None:
+        token_ids = _ids(token_ids, "token_ids", V, f"ids of the vocabulary of {V}")
+    if decoder_token_ids is not None:
+        if config.arch != "encoder_decoder":
+            raise ValueError("decoder_token_ids: only an encoder-decoder has a decoder input")
+        decoder_token_ids = _ids(decoder_token_ids, "decoder_token_ids", V, f"ids of the vocabulary of {V}")
+    if labels is not None:
+        labels = _ids(labels, "labels", V, "target ids", allow_ignore=True)
+        target = decoder_token_ids if config.arch == "encoder_decoder" and decoder_token_ids is not None \
+            else token_ids
+        if target is not None and labels.shape != target.shape:
+            raise ValueError(f"labels must have the shape of the {'decoder ' if target is decoder_token_ids else ''}"
+                             f"token ids {tuple(target.shape)} (got {tuple(labels.shape)})")
+    if segment_ids is not None:
+        if not config.n_segments:
+            raise ValueError("segment_ids: the config has no segment embedding (n_segments = 0)")
+        seg = _ids(segment_ids, "segment_ids", config.n_segments, "segment ids")
+        if token_ids is not None and seg.shape != token_ids.shape:
+            raise ValueError(f"segment_ids must have the shape of the token ids {tuple(token_ids.shape)}")
+    if pad_id is not None and (isinstance(pad_id, bool) or not isinstance(pad_id, numbers.Integral)
+                               or not 0 <= pad_id < V):
+        raise ValueError(f"pad_id must be an id of the vocabulary, an integer in [0, {V}) (got {pad_id!r})")
+    return token_ids, None, labels, decoder_token_ids

@@ -1,8 +1,14 @@
 """Which init-plan role every parameter of a :class:`~sigprop.model.transformer.Transformer` plays, decided by
-module type and position in the tree (never by a name pattern), and the sampling of each from the plan."""
+module type and position in the tree (never by a name pattern): one traversal (:func:`weight_roles`) behind the
+sampling of a model from a plan (:func:`initialise_from_plan`) and the reading of a plan off a model's weights
+(:func:`read_plan`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -18,7 +24,7 @@ from ..components.rmsnorm import RMSNorm
 from ..components.shaped_attention import ShapedAttention
 from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
 
-__all__ = ["initialise_from_plan", "LINEAR_ROLES"]
+__all__ = ["initialise_from_plan", "read_plan", "weight_roles", "WeightRole", "LINEAR_ROLES"]
 
 #: Role of a Linear by its name inside a block.
 LINEAR_ROLES = {"proj": "o", "fc1": "w1", "fc2": "w2"}
@@ -58,36 +64,6 @@ def _init_norm(m: nn.Module | None, s: _Sampler, config, position: str) -> None:
         raise TypeError(f"no initialisation rule for norm {type(m).__name__}")
 
 
-def _init_embedding(emb: nn.Module, plan, s: _Sampler) -> None:
-    if isinstance(emb, Embedding):
-        emb.token_std = plan.std("token")
-        s.normal(emb.token.weight, emb.token_std)
-        if emb.position is not None:
-            emb.position_std = plan.std("position")
-            s.normal(emb.position.weight, emb.position_std)
-        if emb.segment is not None:
-            emb.segment_std = plan.std("segment")
-            s.normal(emb.segment.weight, emb.segment_std)
-    elif isinstance(emb, PatchEmbedding):
-        emb.patch_std, emb.position_std = plan.std("patch"), plan.std("position")
-        s.normal(emb.proj.weight, emb.patch_std)
-        s.fill(emb.proj.bias, 0.0)
-        s.normal(emb.position.weight, emb.position_std)
-    else:
-        raise TypeError(f"no initialisation rule for embedding {type(emb).__name__}")
-
-
-def _init_shaped_attention(m: ShapedAttention, layer: int, plan, s: _Sampler) -> None:
-    """W_Q, W_K, W_V from the plan (σ_q, σ_k, σ_v are float attributes that the rules read); γ₁, γ₂ back to their
-    initial values (Noci et al. App. D initialises them at 1; a parameter in "learn" mode, a buffer otherwise)."""
-    for role, w in (("q", m.w_q), ("k", m.w_k), ("v", m.w_v)):
-        std = plan.std(role, layer)
-        setattr(m, f"sigma_{role}", std)
-        s.normal(w, std)
-    s.fill(m.gamma1, m.gamma_init[0])  # buffers too: the model is materialised from the meta device uninitialised
-    s.fill(m.gamma2, m.gamma_init[1])
-
-
 def _init_shaped_relu(m: ShapedReLU, s: _Sampler) -> None:
     """s± back to 1 + c±/√n (Noci et al. Eq. 4); s₋ is a parameter in "learn" mode (App. D). Both are set here
     because the model is materialised from the meta device with uninitialised buffers."""
@@ -96,26 +72,83 @@ def _init_shaped_relu(m: ShapedReLU, s: _Sampler) -> None:
     s.fill(m.s_minus, m.s_minus_init)
 
 
-def _init_branch(branch: nn.Module, layer: int, plan, s: _Sampler, config, position: str) -> None:
+@dataclass(frozen=True)
+class WeightRole:
+    """A random weight matrix or table of the model: its plan ``role``, its ``layer`` (None for the embeddings and
+    the head), the ``weight`` drawn N(0, std²), and ``declare(std)``, which sets the value its moment rules read."""
+
+    role: str
+    layer: int | None
+    weight: torch.Tensor
+    declare: Callable[[float], None]
+
+
+def _set(obj, name: str) -> Callable[[float], None]:
+    return lambda std: setattr(obj, name, std)
+
+
+def _fill(buffer: torch.Tensor) -> Callable[[float], None]:
+    return lambda std: buffer.fill_(std)
+
+
+def _embedding_roles(emb: nn.Module) -> list[WeightRole]:
+    if isinstance(emb, Embedding):
+        out = [WeightRole("token", None, emb.token.weight, _set(emb, "token_std"))]
+        if emb.position is not None:
+            out.append(WeightRole("position", None, emb.position.weight, _set(emb, "position_std")))
+        if emb.segment is not None:
+            out.append(WeightRole("segment", None, emb.segment.weight, _set(emb, "segment_std")))
+        return out
+    if isinstance(emb, PatchEmbedding):
+        return [WeightRole("patch", None, emb.proj.weight, _set(emb, "patch_std")),
+                WeightRole("position", None, emb.position.weight, _set(emb, "position_std"))]
+    raise TypeError(f"no initialisation rule for embedding {type(emb).__name__}")
+
+
+def _branch_roles(branch: nn.Module, layer: int) -> list[WeightRole]:
+    out = []
     for name, m in branch.named_children():
         if isinstance(m, MultiHeadAttention):
-            for role, w, sigma in (("q", m.w_q, m.sigma_q), ("k", m.w_k, m.sigma_k), ("v", m.w_v, m.sigma_v)):
-                std = plan.std(role, layer)
-                sigma.fill_(std)
-                s.normal(w, std)
+            out += [WeightRole(role, layer, w, _fill(sigma))
+                    for role, w, sigma in (("q", m.w_q, m.sigma_q), ("k", m.w_k, m.sigma_k), ("v", m.w_v, m.sigma_v))]
         elif isinstance(m, ShapedAttention):
-            _init_shaped_attention(m, layer, plan, s)
-        elif isinstance(m, ShapedReLU):
-            _init_shaped_relu(m, s)
+            out += [WeightRole(role, layer, w, _set(m, f"sigma_{role}"))
+                    for role, w in (("q", m.w_q), ("k", m.w_k), ("v", m.w_v))]
         elif isinstance(m, Linear):
             if name not in LINEAR_ROLES:
                 raise TypeError(f"no init role for linear layer {name!r} in {type(branch).__name__}")
-            m.weight_std = plan.std(LINEAR_ROLES[name], layer)
-            s.normal(m.weight, m.weight_std)
+            out.append(WeightRole(LINEAR_ROLES[name], layer, m.weight, _set(m, "weight_std")))
+    return out
+
+
+def weight_roles(model: nn.Module) -> list[WeightRole]:
+    """Every random weight of a :class:`~sigprop.model.transformer.Transformer` with its plan role, in the order
+    they are drawn: the embeddings, each layer's attention (Q, K, V) and linear layers (O, W1, W2) branch by
+    branch, and an untied head."""
+    out = _embedding_roles(model.embed)
+    for layer in model.all_layers():
+        for child in layer.children():
+            if isinstance(child, Residual):
+                out += _branch_roles(child.branch, layer.index)
+    if not any(model.head.weight is r.weight for r in out):
+        out.append(WeightRole("head", None, model.head.weight, lambda std: None))
+    return out
+
+
+def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) -> None:
+    """A branch's parameters other than its random matrices: shaped attention's γ, shaped ReLU's slopes, zero
+    biases, the norm's affine parameters and α."""
+    for m in branch.children():
+        if isinstance(m, ShapedAttention):
+            s.fill(m.gamma1, m.gamma_init[0])  # buffers too: the model is materialised uninitialised
+            s.fill(m.gamma2, m.gamma_init[1])
+        elif isinstance(m, ShapedReLU):
+            _init_shaped_relu(m, s)
+        elif isinstance(m, Linear):
             if m.bias is not None:
                 m.bias_std = 0.0
                 s.fill(m.bias, 0.0)
-        elif any(True for _ in m.parameters()):
+        elif not isinstance(m, MultiHeadAttention) and any(True for _ in m.parameters()):
             _init_norm(m, s, config, position)
 
 
@@ -127,19 +160,72 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
     c = model.config
     s = _Sampler(generator, sample)
     with torch.no_grad():
-        _init_embedding(model.embed, plan, s)
+        for r in weight_roles(model):
+            std = plan.std(r.role, r.layer)
+            r.declare(std)
+            s.normal(r.weight, std)
+        if isinstance(model.embed, PatchEmbedding):
+            s.fill(model.embed.proj.bias, 0.0)
         for layer in model.all_layers():
             for name, child in layer.named_children():
                 if isinstance(child, Residual):
                     lam, beta = plan.scales(name, layer.index)
                     child.lam.fill_(lam)
                     s.fill(child.beta, beta)
-                    _init_branch(child.branch, layer.index, plan, s, c, name)
+                    _init_rest_of_branch(child.branch, s, c, name)
                 else:  # a post-norm "<site>_norm"
                     _init_norm(child, s, c, name.removesuffix("_norm"))
         _init_norm(model.final_norm, s, c, "final")
         _init_norm(getattr(model, "enc_norm", None), s, c, "final")
-        if id(model.head.weight) not in s.done:
-            s.normal(model.head.weight, plan.std("head"))
         model.head_scale.fill_(plan.head_scale)
     return s.done
+
+
+def read_plan(model: nn.Module):
+    """The :class:`~sigprop.model.init.InitPlan` a model's weights show (:meth:`InitPlan.from_model
+    <sigprop.model.init.InitPlan.from_model>`): each role's standard deviation is the root mean square of its
+    weights, layer by layer (zero-mean weights assumed; a decoder layer's self- and cross-attention share their
+    roles' values in a plan, so their weights are pooled); λ and β come from each residual's buffers, the head scale
+    from its buffer. ``ValueError`` where the theory's assumptions about the other parameters do not hold: weights
+    on the meta device (nothing to read), a non-zero bias, a norm's affine parameters away from their initial
+    values."""
+    from .init import SITES, InitPlan
+
+    n = model.config.total_layers
+    sums: dict = {}
+    with torch.no_grad():
+        for r in weight_roles(model):
+            if r.weight.is_meta:
+                raise ValueError("the model's weights are on the meta device, so there is nothing to read: pass its "
+                                 "plan (predict(model, plan=model.plan))")
+            w = r.weight.detach().double()
+            total, count = sums.get((r.role, r.layer), (0.0, 0))
+            sums[(r.role, r.layer)] = (total + float((w * w).sum()), count + w.numel())
+        for name, m in model.named_modules():
+            if isinstance(m, nn.Linear) and m.bias is not None and bool(m.bias.detach().abs().max() > 0):
+                raise ValueError(f"{name}.bias is not zero: the theory assumes zero biases at initialisation")
+        for *_, norm in model.norms():
+            for attr, value in (("weight", 1.0), ("bias", 0.0), ("gamma", 1.0), ("beta", 0.0), ("shift", 0.0)):
+                p = getattr(norm, attr, None)
+                if isinstance(p, torch.Tensor) and not bool(torch.all(p.detach() == value)):
+                    raise ValueError(f"a {type(norm).__name__}'s {attr} is not {value:g}: the theory assumes norms at "
+                                     "their initial affine parameters")
+    stds: dict = {}
+    for (role, layer), (total, count) in sums.items():
+        std = (total / count) ** 0.5
+        if layer is None:
+            stds[role] = std
+        else:
+            stds.setdefault(role, np.full(n, np.nan))[layer] = std
+    if "head" not in stds:  # a tied head is the token table
+        stds["head"] = stds["token"]
+    lam = {site: np.ones(n) for site in SITES}
+    beta = {site: np.ones(n) for site in SITES}
+    learnable = False
+    for layer in model.all_layers():
+        for name, child in layer.named_children():
+            if isinstance(child, Residual):
+                lam[name][layer.index], beta[name][layer.index] = (float(v) for v in child.scales())
+                learnable = learnable or isinstance(child.beta, nn.Parameter)
+    return InitPlan(model.plan.scheme, stds, lam, beta, learnable, float(model.head_scale),
+                    {**model.plan.notes, "source": "read from the model's weights"})

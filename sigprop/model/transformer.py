@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -14,7 +16,23 @@ from .config import TransformerConfig
 from .init import InitPlan, make_plan
 from .layer import TransformerLayer, norm_kwargs
 
-__all__ = ["Transformer"]
+__all__ = ["Transformer", "Stack"]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack of layers of a :class:`Transformer`, as its forward pass and its theory both walk it: the embedding
+    output after ``dropout`` (the stack's input site ``input_site``) goes through ``layers`` in order. An encoder
+    whose output the next stack's cross-attentions read has ``memory=True``, and that output goes through
+    ``memory_norm`` (None: read as it is) first. ``name``: "" for the one stack of an encoder or a decoder,
+    "encoder" / "decoder" in an encoder–decoder."""
+
+    name: str
+    layers: nn.ModuleList
+    dropout: nn.Module
+    input_site: tuple[int, str]
+    memory: bool = False
+    memory_norm: nn.Module | None = None
 
 
 class Transformer(nn.Module):
@@ -37,10 +55,15 @@ class Transformer(nn.Module):
         self.config = config
         self.plan = plan if plan is not None else make_plan(config)
         # Modules are built on the meta device (free), then materialised once and initialised only by the plan:
-        # no weight is sampled twice, and ``sample=False`` gives the theory a model without sampling at all.
+        # no weight is sampled twice. ``sample=False`` is the theory's model: its weight matrices stay on the meta
+        # device (the rules read the plan's declared values, never a weight), the small tensors the rules do read
+        # (residual scales, DyT/Derf parameters, declared standard deviations) are materialised.
         with torch.device("meta"):
             self._build(config)
-        self.to_empty(device=device or "cpu")
+        if sample:
+            self.to_empty(device=device or "cpu")
+        else:
+            _materialise_small(self, device or "cpu")
         if config.input == "tokens" and config.tie_head:
             self.head.weight = self.embed.token.weight  # materialising unties shared parameters
         self.plan.apply(self, generator, sample=sample)
@@ -68,8 +91,16 @@ class Transformer(nn.Module):
         self.register_buffer("head_scale", torch.tensor(float(self.plan.head_scale)))
 
     # structure ------------------------------------------------------------------------------------------------
+    def stacks(self) -> list[Stack]:
+        """The model's top level, once for the forward pass, the sites and the theory: one stack, or an
+        encoder–decoder's encoder (its output, after ``enc_norm``, is the memory) and decoder."""
+        if self.config.arch != "encoder_decoder":
+            return [Stack("", self.layers, self.embed_drop, (-1, "input"))]
+        return [Stack("encoder", self.layers, self.embed_drop, (-1, "input"), memory=True, memory_norm=self.enc_norm),
+                Stack("decoder", self.dec_layers, self.dec_embed_drop, (self.config.n_layers, "dec_input"))]
+
     def all_layers(self) -> list[TransformerLayer]:
-        return list(self.layers) + list(getattr(self, "dec_layers", []))
+        return [layer for stack in self.stacks() for layer in stack.layers]
 
     def norms(self) -> list[tuple[int | None, str, nn.Module, str, nn.Module]]:
         """(layer index, position, parent, attribute name, module) of every norm: the layers'
@@ -85,15 +116,15 @@ class Transformer(nn.Module):
         return out
 
     def sites(self) -> list[tuple[int, str, nn.Module]]:
-        """(layer, site, module) for every measured tensor: layer −1 "input" (embedding output after dropout), per
-        layer the branch outputs "attn" ["cross"] "ffn" and the layer output "layer"; an encoder–decoder's decoder
-        input is (n_layers, "dec_input")."""
-        out = [(-1, "input", self.embed_drop)]
-        for layer in self.all_layers():
-            if layer.index == self.config.n_layers and hasattr(self, "dec_embed_drop"):
-                out.append((layer.index, "dec_input", self.dec_embed_drop))
-            out.extend((layer.index, name, branch) for name, branch in layer.branches())
-            out.append((layer.index, "layer", layer))
+        """(layer, site, module) for every measured tensor, stack by stack: the stack's input (layer −1 "input", the
+        embedding output after dropout; an encoder–decoder's decoder input is (n_layers, "dec_input")), then per
+        layer the branch outputs "attn" ["cross"] "ffn" and the layer output "layer"."""
+        out = []
+        for stack in self.stacks():
+            out.append((*stack.input_site, stack.dropout))
+            for layer in stack.layers:
+                out.extend((layer.index, name, branch) for name, branch in layer.branches())
+                out.append((layer.index, "layer", layer))
         return out
 
     # forward --------------------------------------------------------------------------------------------------
@@ -104,23 +135,22 @@ class Transformer(nn.Module):
 
     def hidden_states(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
                       decoder_padding_mask=None) -> torch.Tensor:
-        """The last layer's output (before the final norm)."""
-        x = self.embed_drop(self._embed(inputs, segment_ids))
-        ctx = {} if padding_mask is None else {"key_padding_mask": padding_mask}
-        for layer in self.layers:
-            x = layer(x, **ctx)
-        if self.config.arch != "encoder_decoder":
-            return x
-        if decoder_inputs is None:
+        """The last layer's output (before the final norm), stack by stack (:meth:`stacks`): each stack embeds its
+        own inputs; a decoder's layers read the encoder's memory."""
+        stacks = self.stacks()
+        if len(stacks) > 1 and decoder_inputs is None:
             raise ValueError("an encoder-decoder needs decoder_inputs (the target token ids)")
-        memory = self.enc_norm(x) if self.enc_norm is not None else x
-        y = self.dec_embed_drop(self.embed(decoder_inputs))
-        ctx = {"memory": memory, "memory_padding_mask": padding_mask}
-        if decoder_padding_mask is not None:
-            ctx["key_padding_mask"] = decoder_padding_mask
-        for layer in self.dec_layers:
-            y = layer(y, **ctx)
-        return y
+        memory, feeds = None, [(inputs, segment_ids, padding_mask), (decoder_inputs, None, decoder_padding_mask)]
+        for stack, (ids, segments, mask) in zip(stacks, feeds, strict=False):
+            x = stack.dropout(self._embed(ids, segments))
+            ctx = {} if mask is None else {"key_padding_mask": mask}
+            if memory is not None:
+                ctx.update(memory=memory, memory_padding_mask=padding_mask)
+            for layer in stack.layers:
+                x = layer(x, **ctx)
+            if stack.memory:
+                memory = stack.memory_norm(x) if stack.memory_norm is not None else x
+        return x
 
     def forward(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
                 decoder_padding_mask=None) -> torch.Tensor:
@@ -137,3 +167,15 @@ class Transformer(nn.Module):
         from .objective import objective_loss
 
         return objective_loss(self, batch)
+
+
+def _materialise_small(model: nn.Module, device) -> None:
+    """Materialise every buffer and every parameter of at most one dimension (uninitialised: the plan sets them),
+    leaving weight matrices and tables on the meta device."""
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if p.dim() <= 1:
+                setattr(module, name, nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad))
+        for name, b in list(module.named_buffers(recurse=False)):
+            module.register_buffer(name, torch.empty_like(b, device=device),
+                                   persistent=name not in module._non_persistent_buffers_set)

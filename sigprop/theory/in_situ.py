@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from ..components import attention_gram as ag
-from ..components.sequential import call_rule
 from ..model import Transformer
+from ..walk.exchangeable import forward_moments
 from .resolved import pairwise_forward
 
 __all__ = ["check_supported", "collect_seed_inputs", "exact_attention_gram", "pooled", "jackknife",
@@ -86,8 +86,8 @@ def exact_attention_gram(mha, x: torch.Tensor, keep: torch.Tensor, heads: int, s
     B, L, d = x.shape
     blocked = ag.blocked_scores(keep, mha.causal)
     total = torch.zeros(B, L, L, dtype=torch.float64)
-    for _, zq, zk, u in ag._draws(heads, L, d, d_k, p > 0.0, seed):
-        o = ag._value_free(x.double()[:, None], zq, zk, u, sq, sk, d_k, p, blocked)
+    for _, zq, zk, u in ag.head_draws(heads, L, d, d_k, p > 0.0, seed):
+        o = ag.value_free_output(x.double()[:, None], zq, zk, u, sq, sk, d_k, p, blocked)
         total += sv * (o @ o.transpose(-1, -2)).sum(1)
     return total / heads
 
@@ -170,8 +170,8 @@ def attention_delta(mha, ln_out_grams: torch.Tensor, exact: np.ndarray, keep: to
     return delta, np.hypot(se, spread), with_corr(exact.mean(0))
 
 
-def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor, keep: torch.Tensor,
-                    L: int) -> tuple[np.ndarray, np.ndarray, float]:
+def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor,
+                    keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray, float]:
     """(Δ, SE) of the pooled (diagonal, off-diagonal) of LayerNorm ``norm``'s output Gram against its pairwise rule
     at the seeds' mean input Gram, and the rule's own lowering of the pooled correlation there (the normalised mean
     Gram's pooled off-diagonal minus the rule's pooled correlation: the Olkin–Pratt term of d independent Gaussian
@@ -179,7 +179,7 @@ def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor, keep:
     stats = np.array([pooled(g, keep) for g in out_grams])
 
     def rule(s):
-        return pooled(pairwise_forward(norm.forward_moments, mean_without(in_grams, s), L=L), keep)
+        return pooled(pairwise_forward(norm.forward_moments, mean_without(in_grams, s)), keep)
 
     delta, se = jackknife(stats, rule)
     mean = in_grams.mean(0)
@@ -189,20 +189,19 @@ def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor, keep:
     return delta, se, float(lowering)
 
 
-def ffn_delta(ffn_branch, ln_out_grams: torch.Tensor, keep: torch.Tensor,
-              L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ffn_delta(ffn_branch, ln_out_grams: torch.Tensor, keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Δ, SE, the seeds' mean) of the pooled (variance, covariance) of the FFN branch after its norm
     (``ffn_branch``: the theory model's block, norm first): the rules on each seed's own input Gram (exact, the
     pre-activations being Gaussian given the input) against the rules at the seeds' mean input Gram."""
     after_norm = list(ffn_branch.children())[1:]
 
-    def chain(m, **context):
+    def chain(m):
         for child in after_norm:
-            m = call_rule(child.forward_moments, m, **context)
+            m = forward_moments(child, m)
         return m
 
     def at(gram):
-        return pooled(pairwise_forward(chain, gram, L=L), keep)
+        return pooled(pairwise_forward(chain, gram), keep)
 
     truth = np.array([at(g) for g in ln_out_grams])
     delta, se = jackknife(truth, lambda s: at(mean_without(ln_out_grams, s)))

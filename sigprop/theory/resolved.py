@@ -1,58 +1,61 @@
-"""Token-resolved forward theory: each sequence's token Gram matrix carried through the module tree.
+"""The token-resolved state: each sequence's token Gram matrix, carried through the module tree by the walker
+(:mod:`sigprop.walk.walker`) forward and, for the gradient, backward (Kedia et al. Sec. 2.3 and App. E for the
+exchangeable sweeps it refines).
 
-The exchangeable state (:class:`~sigprop.moments.Moments`) gives every token pair one correlation. Here the state of a
-site is, per sequence of the batch, the per-element Gram matrix G_jl = E[x_j^a x_l^a] over the weights (B × L × L,
-zero mean, no hidden correlation), starting from the batch's own token ids (:meth:`Embedding.gram`: a repeated id,
-[MASK] included, shares its embedding row) or a patch model's images (:meth:`PatchEmbedding.gram`: the patches'
-inner products). Each component maps it with the rule it already has:
+The exchangeable state (:class:`~sigprop.core.moments.Moments`) gives every token pair one correlation. Here the
+state of a site is, per sequence of the batch, the per-element Gram matrix G_jl = E[x_j^a x_l^a] over the weights
+(B × L × L, zero mean, no hidden correlation), starting from the batch's own token ids or a patch model's images
+(:func:`~sigprop.theory.boundaries.input_gram`), and for the gradient g = ∂Loss/∂x its Gram matrix
+H_jl = E[g_j^a g_l^a] from the loss's gradient at the labelled positions
+(:func:`~sigprop.theory.boundaries.head_gradient_gram`). Each component maps it with the rule it already has:
 
-* a *token-wise* component (norm, linear, activation, FFN, dropout) acts on each token alone, so the joint law of
-  its outputs at tokens j and l depends only on the pair's (G_jj, G_ll, G_jl): its exchangeable rule, applied to
+* a *token-wise* component (norm, linear, activation, FFN block, dropout) acts on each token alone, so the joint law
+  of its outputs at tokens j and l depends only on the pair's (G_jj, G_ll, G_jl): its exchangeable rule, applied to
   every pair at once (the rules are vectorised) with variance √(G_jj G_ll) and correlation G_jl/√(G_jj G_ll), gives
   the pair's output correlation, and the diagonal gives each token's output variance (a pair rule at r = 1 is the
   rule for two *different* tokens with identical inputs, which dropout decorrelates, so the diagonal is taken from
   the variance, never from r = 1). Exact wherever the exchangeable rule is, for equal token variances; for unequal
-  ones the pair uses their geometric mean (every rule here sees a normalised input in Pre-LN and Post-LN);
-* attention mixes tokens: :meth:`MultiHeadAttention.gram_forward` (:mod:`~sigprop.components.attention_gram`), told
-  whether its input rows have a fixed length (they do after LayerNorm and RMSNorm: Pre-LN's branch norm, Post-LN's
-  previous layer norm; they do not after DyT/Derf, no norm, or the embedding);
-* the residual y = λx + βf: G_y = λ²G_x + β²G_f (the branch ends in a zero-mean weight matrix, so its output is
-  uncorrelated with the skip path, pair by pair: :func:`~sigprop.components.residual.residual_forward`);
-* a Post-LN norm whose residual's skip input is itself a norm output uses the norm's post-norm rule pairwise, as
-  :func:`sigprop.predict` does.
+  ones the pair uses their geometric mean. Backward, g_in,j = J(x_j)ᵀ g_j, so the gradient pair (j, l) depends only
+  on the forward pair and the gradient pair: the exchangeable backward rule pairwise. A composite that mixes no
+  tokens (an FFN block) is applied whole, its composed rule pair by pair (:meth:`GramState.whole`);
+* attention mixes tokens: :meth:`MultiHeadAttention.gram_forward` / ``gram_backward``
+  (:mod:`~sigprop.components.attention_gram`), told whether its input rows have a fixed length (they do after
+  LayerNorm and RMSNorm, the walker's ``source``); the backward rule is autograd through the sampled heads, with
+  heads drawn from a seed of each layer's own (:func:`~sigprop.components.draws.layer_seed`): the gradient reaching
+  layer l is a product of the per-layer factors above it, so a sampling error common to every layer would add up
+  linearly over depth, where independent draws add like √depth;
+* the residual y = λx + βf: G_y = λ²G_x + β²G_f, H_x = λ²H_y + β²T_f(H_y) (the branch ends in a zero-mean weight
+  matrix, so its output is uncorrelated with the skip path, pair by pair);
+* a Post-LN norm whose residual's skip input is itself a norm output uses the norm's post-norm rules pairwise, with
+  the skip-path share of each pair's gradient φ_jl = λ² √(H_y,jj H_y,ll / (H_x,jj H_x,ll)).
 
-The site statistics are then pooled as :mod:`sigprop.measurement` pools them: the variance is the mean diagonal
-entry over the real tokens, the token covariance the mean off-diagonal entry over the real token pairs within each
-sequence, the correlation their ratio (:func:`gram_moments`).
+The site statistics are pooled as :mod:`sigprop.measurement` pools them: the variance is the mean diagonal entry over
+the real tokens, the token covariance the mean off-diagonal entry over the real token pairs within each sequence, the
+correlation their ratio (:func:`gram_moments`).
 
-What it adds (measured in docs/accuracy.md, "The token-resolved forward state"): attention, the only component that
-is not token-wise, responds to the spread of the pair correlations and to position (a causal mask), not only to their
-mean.
+What it adds (measured in docs/accuracy.md, "The token-resolved forward state" and "The token-resolved backward
+sweep"): attention, the only component that is not token-wise, responds to the spread of the pair correlations and
+to position (a causal mask), not only to their mean; an encoder's masked-LM loss puts gradient on the labelled 15% of
+positions only, and a decoder's early positions are read by every later query.
 Assumes: the components' own assumptions (Gaussian given the Gram matrix, weights independent of the input), zero-mean
-sites (true at every site of a transformer at initialisation: each branch ends in a zero-mean linear layer). Encoder
-(token or patch input) and decoder stacks of standard softmax attention; cross-attention and shaped attention have no
-Gram rule yet.
+sites (true at every site of a transformer at initialisation: each branch ends in a zero-mean linear layer), the
+gradient independent of the forward activations. Every token-mixing component needs a Gram rule; cross-attention and
+shaped attention have none yet (:func:`resolved_supported`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..components.attention import MultiHeadAttention
-from ..components.attention_gram import DEFAULT_GRAM_HEADS, pooled_gram_means
-from ..components.draws import layer_context
-from ..components.layernorm import LayerNorm
-from ..components.residual import Residual
-from ..components.rmsnorm import RMSNorm
-from ..components.sequential import call_rule
+from ..components.attention_gram import pooled_gram_means
 from ..core.moments import GradMoments, Moments
+from ..walk.protocol import mixes_tokens, rules_of
 
-__all__ = ["pairwise_forward", "pairwise_backward", "pairwise_postnorm_backward", "gram_moments", "resolved_forward",
-           "forward_sweep", "ForwardSweep", "resolved_supported"]
+__all__ = ["GramState", "pairwise_forward", "pairwise_backward", "pairwise_postnorm_forward",
+           "pairwise_postnorm_backward", "gram_moments", "grad_gram_moments", "resolved_supported"]
 
 
 def _pair_stats(gram: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -109,7 +112,7 @@ def _zero_mean(out: Moments) -> Moments:
 def pairwise_forward(rule: Callable, gram: torch.Tensor, **context) -> torch.Tensor:
     """Apply a token-wise component's exchangeable forward ``rule`` (e.g. ``module.forward_moments``) to every token
     pair of ``gram`` (B, L, L) at once and return the output Gram matrix (module docstring)."""
-    out = _zero_mean(call_rule(rule, _pair_moments(gram), **context))
+    out = _zero_mean(rule(_pair_moments(gram), **context))
     return _gram_from_pairs(out.var, out.corr, gram.shape)
 
 
@@ -119,7 +122,7 @@ def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tenso
     the input-gradient Gram. Token j's gradient is J(x_j)ᵀ g_j, so the pair (j, l) depends only on the forward pair
     and the gradient pair (:mod:`sigprop.resolved_backward`)."""
     g_pairs, live = _grad_pairs(grad_gram)
-    out = call_rule(rule, g_pairs, _pair_moments(gram), **context)
+    out = rule(g_pairs, _pair_moments(gram), **context)
     return _gram_from_pairs(out.var, out.corr, gram.shape, live)
 
 
@@ -131,7 +134,7 @@ def _postnorm_pairs(norm, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Mom
     return _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0)), _pair_moments(branch)
 
 
-def _pairwise_postnorm(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
+def pairwise_postnorm_forward(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
     """A Post-LN norm's post-norm rule (:meth:`LayerNorm.forward_moments_postnorm`) for every token pair."""
     out = norm.forward_moments_postnorm(*_postnorm_pairs(norm, skip, branch), lam, beta)
     return _gram_from_pairs(out.var, out.corr, skip.shape)
@@ -156,118 +159,122 @@ def gram_moments(gram: torch.Tensor, mask: torch.Tensor | None = None) -> Moment
     return Moments(mean=0.0, var=var, corr=float(np.clip(cov / var, -1.0, 1.0)))
 
 
-def mixes_tokens(module) -> bool:
-    return any(isinstance(m, MultiHeadAttention) for m in module.modules())
+def grad_gram_moments(grad: torch.Tensor, mask: torch.Tensor | None = None) -> GradMoments:
+    """A gradient site's :class:`GradMoments` pooled from its Gram matrix as the measurement pools a gradient
+    (:func:`gram_moments`)."""
+    m = gram_moments(grad, mask)
+    return GradMoments(var=m.var, corr=m.corr)
 
 
-def resolved_supported(config) -> str | None:
-    """None if :func:`resolved_forward` covers models of ``config`` (a :class:`~sigprop.model.TransformerConfig`: an
-    encoder (token or patch input) or decoder of standard softmax attention), else the reason it does not."""
-    if config.arch == "encoder_decoder":
-        return "encoder-decoder (cross-attention has no token-resolved rule)"
-    if config.attention != "standard":
-        return f"{config.attention} attention has no token-resolved rule"
+def _skip_fraction(skip_part: torch.Tensor, total: torch.Tensor) -> np.ndarray:
+    """φ per token pair: √ of the ratio of the diagonals of the skip path's gradient Gram and the total's, clipped to
+    [0, 1]; 0 at a token without gradient."""
+    a = torch.diagonal(skip_part, dim1=-2, dim2=-1).numpy()
+    b = torch.diagonal(total, dim1=-2, dim2=-1).numpy()
+    ratio = np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0)
+    return np.clip(np.sqrt(ratio[:, :, None] * ratio[:, None, :]), 0.0, 1.0)
+
+
+def resolved_supported(model) -> str | None:
+    """None if every token-mixing component of ``model`` has a token-resolved rule (declared ``gram``), else which
+    one has not: the reason the token-resolved sweeps do not cover it."""
+    for name, module in model.named_modules():
+        rules = getattr(type(module), "rules", None)
+        if rules is not None and not rules.composite and rules.mixes_tokens and not rules.gram:
+            return f"{type(module).__name__} ({name}) has no token-resolved rule"
     return None
 
 
-def fixes_length(module) -> bool:
-    """Whether ``module``'s output rows have a fixed length (|x|² = d·var: LayerNorm, RMSNorm at initialisation)."""
-    return isinstance(module, (LayerNorm, RMSNorm))
+class GramState:
+    """How the walker's steps act on Gram matrices (module docstring; the interface of :mod:`sigprop.walk.walker`).
+    ``key_mask`` (B, L), True at real tokens, keeps padding out of every softmax and of the pooled rows;
+    ``pooled=False`` records the Gram matrices themselves at the sites.
 
+    The forward walk keeps each attention module's output Gram (:attr:`attention_out`, by module): a sweep's backward
+    walk re-walks each layer's forward from its input (a Gram matrix per module and layer would be ~2·B·L² floats
+    each: 0.8 GB at 768 layers, B = 4, L = 128), and its attention must not be sampled again.
+    """
 
-def walk_forward(module, gram: torch.Tensor, ctx: dict, fixed: bool) -> torch.Tensor:
-    """Output Gram of ``module`` (not a transformer layer) for input Gram ``gram``; ``fixed``: the input rows have
-    a fixed length (a norm's output), which the attention rule needs to know."""
-    if isinstance(module, Residual):
-        lam, beta = (float(np.asarray(v)) for v in module._scales())
-        return lam**2 * gram + beta**2 * walk_forward(module.branch, gram, ctx, fixed)
-    if isinstance(module, MultiHeadAttention):
-        cache = ctx.setdefault("attention_out", {})
-        if id(module) not in cache:
-            cache[id(module)] = module.gram_forward(gram, ctx.get("key_mask"), ctx["attention_heads"],
-                                                    ctx["attention_seed"], fixed)
-        return cache[id(module)]
-    if mixes_tokens(module):
-        for child in module.children():
-            gram = walk_forward(child, gram, ctx, fixed)
-            fixed = fixes_length(child)
-        return gram
-    return pairwise_forward(module.forward_moments, gram, L=ctx["L"])
+    name = "token-resolved"
+    #: The backward sweep draws its gradient heads from a stream of its own per layer.
+    fresh_backward_draws = True
+    #: Tapes are not kept between the forward and backward walks: each layer is re-walked (class docstring).
+    keeps_tapes = False
 
+    def __init__(self, key_mask: torch.Tensor | None = None, pooled: bool = True):
+        self.key_mask = key_mask
+        self.pooled = pooled
+        self.attention_out: dict = {}
 
-def layer_forward(layer, gram: torch.Tensor, ctx: dict, previous):
-    """One transformer layer, mirroring :func:`sigprop.theory._layer_forward` (a norm after a residual whose skip input
-    is a LayerNorm output uses the post-norm rule): (branch output Grams by site, output Gram, the module that
-    produced the output, and per child (name, child, input Gram, whether the input rows have a fixed length, the
-    post-norm rule's (skip, branch, λ, β) or None) for the backward sweep). ``previous``: the module that produced
-    the input (None for the embedding)."""
-    branches, pending, children = {}, None, []
-    for name, child in layer.named_children():
-        fixed = fixes_length(previous)
-        if isinstance(child, Residual):
-            children.append((name, child, gram, fixed, None))
-            lam, beta = (float(np.asarray(v)) for v in child._scales())
-            branches[name] = walk_forward(child.branch, gram, ctx, fixed)
-            pending = (gram, branches[name], lam, beta) if isinstance(previous, LayerNorm) else None
-            gram, previous = lam**2 * gram + beta**2 * branches[name], child
-            continue
-        post = pending if pending is not None and hasattr(child, "forward_moments_postnorm") else None
-        children.append((name, child, gram, fixed, post))
-        gram = _pairwise_postnorm(child, *post) if post is not None else walk_forward(child, gram, ctx, fixed)
-        pending, previous = None, child
-    return branches, gram, previous, children
+    @staticmethod
+    def whole(module) -> bool:
+        """A chain that mixes no tokens is applied whole, its composed exchangeable rule pair by pair (a sum of
+        independent terms is walked: Gram matrices add exactly)."""
+        rules = rules_of(module)
+        return rules.composite and not rules.adds and not mixes_tokens(module)
 
+    @staticmethod
+    def _token_mixer(module) -> bool:
+        rules = rules_of(module)
+        if rules.composite or not rules.mixes_tokens:
+            return False
+        if not rules.gram:
+            raise NotImplementedError(f"token-resolved theory: {type(module).__name__} has no token-resolved rule")
+        return True
 
-@dataclass
-class ForwardSweep:
-    """A token-resolved forward sweep: the pooled ``rows`` ({(layer, site): Moments}), each layer's input Gram and
-    the module that produced it (``layer_inputs``), the last layer's output Gram (``output``), the padding ``mask``
-    (B, L) or None, and the rules' context ``ctx`` (it keeps every attention layer's output Gram, so the backward
-    sweep can walk a layer again without sampling its forward twice)."""
+    def forward(self, module, gram: torch.Tensor, context: dict, source) -> torch.Tensor:
+        if not self._token_mixer(module):
+            return pairwise_forward(module.forward_moments, gram, **context)
+        if id(module) not in self.attention_out:
+            fixed = source is not None and source.fixes_length
+            self.attention_out[id(module)] = module.gram_forward(gram, self.key_mask, context["attention_heads"],
+                                                                 context["attention_seed"], fixed)
+        return self.attention_out[id(module)]
 
-    rows: dict
-    layer_inputs: list
-    output: torch.Tensor
-    mask: torch.Tensor | None
-    ctx: dict
+    def backward(self, module, grad: torch.Tensor, gram: torch.Tensor, context: dict, source) -> torch.Tensor:
+        if not self._token_mixer(module):
+            return pairwise_backward(module.backward_moments, grad, gram, **context)
+        fixed = source is not None and source.fixes_length
+        return module.gram_backward(grad, gram, self.key_mask, context["attention_heads"], context["attention_seed"],
+                                    fixed)
 
+    @staticmethod
+    def memory_backward(module, grad, gram, context):
+        raise NotImplementedError(f"token-resolved theory: {type(module).__name__} has no token-resolved rule")
 
-def forward_sweep(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                  padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
-                  attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> ForwardSweep:
-    """:func:`resolved_forward`, keeping what :func:`sigprop.resolved_backward.resolved_backward` needs."""
-    reason = resolved_supported(model.config)
-    if reason is not None:
-        raise NotImplementedError(f"token-resolved theory: {reason}")
-    start = model.embed.gram(torch.as_tensor(token_ids), segment_ids)  # (B, L, L)
-    mask = None if padding_mask is None else torch.as_tensor(padding_mask, dtype=torch.bool).reshape(start.shape[:2])
-    ctx = {"L": start.shape[-1], "key_mask": mask, "attention_heads": int(attention_heads),
-           "attention_seed": int(attention_seed), "attention_out": {}}
-    gram = pairwise_forward(model.embed_drop.forward_moments, start)
-    rows = {(-1, "input"): gram_moments(gram, mask)}
-    previous, inputs = None, []
-    for layer in model.layers:
-        inputs.append((gram, previous))
-        try:
-            branches, gram, previous, _ = layer_forward(layer, gram, layer_context(ctx, layer.index), previous)
-        except ValueError as err:
-            raise ValueError(f"layer {layer.index}: {err}") from None
-        rows.update({(layer.index, name): gram_moments(g, mask) for name, g in branches.items()})
-        rows[(layer.index, "layer")] = gram_moments(gram, mask)
-        if progress is not None:
-            progress(1)
-    return ForwardSweep(rows, inputs, gram, mask, ctx)
+    @staticmethod
+    def add(terms) -> torch.Tensor:
+        return sum(c**2 * t for c, t in terms)
 
+    add_grad = add
 
-def resolved_forward(model, token_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                     padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
-                     attention_seed: int = 0, progress: Callable[[int], None] | None = None) -> dict:
-    """Token-resolved forward sweep of ``model`` (a :class:`~sigprop.model.Transformer`, its plan's declared
-    values; weights are never read) on the batch ``token_ids`` (B, L), or a patch model's images (B, C, H, W)
-    (:meth:`~sigprop.model.patch.PatchEmbedding.gram`): {(layer, site): Moments} for the input
-    (−1, "input"), every branch output and every layer output, pooled as the measurement pools them
-    (:func:`gram_moments`; ``padding_mask`` (B, L), True at real tokens, excludes padding from the pooling and from
-    every softmax). ``attention_heads`` heads per sequence are sampled for each attention layer from
-    ``attention_seed``; ``progress(1)`` after each layer. Raises ``NotImplementedError`` for a model it does not
-    cover (:func:`resolved_supported`)."""
-    return forward_sweep(model, token_ids, segment_ids, padding_mask, attention_heads, attention_seed, progress).rows
+    @staticmethod
+    def postnorm_forward(norm, skip, branch, lam, beta) -> torch.Tensor:
+        return pairwise_postnorm_forward(norm, skip, branch, lam, beta)
+
+    @staticmethod
+    def postnorm_backward(norm, grad, skip, branch, lam, beta, skip_fraction) -> torch.Tensor:
+        return pairwise_postnorm_backward(norm, grad, skip, branch, lam, beta,
+                                          0.0 if skip_fraction is None else skip_fraction)
+
+    @staticmethod
+    def skip_fraction(lam, g_out: torch.Tensor, g_in: torch.Tensor) -> np.ndarray:
+        return _skip_fraction(lam**2 * g_out, g_in)
+
+    @staticmethod
+    def scale_grad(grad: torch.Tensor, factor):
+        if isinstance(factor, float) and factor == 1.0:
+            return grad
+        return factor * grad if factor > 0 else None
+
+    @staticmethod
+    def check_boundary(grad, output: torch.Tensor) -> None:
+        if not isinstance(grad, torch.Tensor) or grad.shape != output.shape:
+            raise ValueError(f"the gradient Gram matrix at the last layer's output must have shape "
+                             f"{tuple(output.shape)} (got {tuple(getattr(grad, 'shape', ()))})")
+
+    def pool(self, gram: torch.Tensor) -> Moments | torch.Tensor:
+        return gram_moments(gram, self.key_mask) if self.pooled else gram
+
+    def pool_grad(self, grad: torch.Tensor) -> GradMoments | torch.Tensor:
+        return grad_gram_moments(grad, self.key_mask) if self.pooled else grad

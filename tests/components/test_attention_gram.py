@@ -13,13 +13,13 @@ import torch
 
 from sigprop.components.attention import MultiHeadAttention
 from sigprop.components.attention_gram import (
-    _draws,
     _input_maps,
     _sampled_input,
-    _value_free,
     _value_free_gram,
     gram_attention,
     gram_sqrt,
+    head_draws,
+    value_free_output,
 )
 from sigprop.components.attention_sampled import sample_attention
 from tests.helpers import Z
@@ -168,8 +168,8 @@ def test_the_gram_path_equals_the_row_path_on_the_same_draws(fixed_norm, causal,
         blocked = blocked | torch.ones(L, L, dtype=torch.bool).triu(1)
     maps = _input_maps(gram, D)
     sq, sk = _sigma_qk(2.0), 0.7 * _sigma_qk(2.0)
-    z, zq, zk, u = _draws(8, L, D, DK, p > 0.0, 5)[0]
-    o = _value_free(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, DK, p, blocked)
+    z, zq, zk, u = head_draws(8, L, D, DK, p > 0.0, 5)[0]
+    o = value_free_output(_sampled_input(maps, z, fixed_norm), zq, zk, u, sq, sk, DK, p, blocked)
     rows = o @ o.transpose(-1, -2)
     grams = _value_free_gram(maps, z, zq, zk, u, sq, sk, DK, p, blocked, fixed_norm)
     assert grams.shape == rows.shape == (B, 8, L, L)

@@ -13,6 +13,8 @@ import torch
 from sigprop.components.attention_block import CrossAttentionBlock
 from sigprop.components.cross_attention import CrossAttention, sample_cross_attention
 from sigprop.core.moments import GradMoments, Moments
+from sigprop.walk.exchangeable import EXCHANGEABLE
+from sigprop.walk.walker import Flow, GradFlow, Walker
 from tests.helpers import Z
 
 D, DK, H = 64, 16, 2
@@ -92,7 +94,10 @@ def test_block_memory_gradient_goes_back_through_the_projection():
     kw = {"L": 32, "memory_moments": mem, "attention_heads": 64}
     at_attn = blk.proj.backward_moments(g, blk.attn.forward_moments(m, **kw))
     direct = blk.attn.memory_backward_moments(at_attn, m, **kw)
-    via = blk.memory_backward_moments(g, m, **kw)
+    walker = Walker(EXCHANGEABLE, kw)  # the walker collects what the block's cross-attention sends to the memory
+    _, tape = walker.forward(blk, Flow(m))
+    walker.backward(blk, GradFlow(g), tape)
+    (via,) = walker.memory
     assert float(via.var) == pytest.approx(float(direct.var), rel=1e-12)
     assert float(via.corr) == pytest.approx(float(direct.corr), abs=1e-12)
 

@@ -1,0 +1,243 @@
+"""The two boundaries of a sweep, for both states: the moments entering the first layer (the embedding's output,
+Kedia et al. App. A.1–A.2, H) and the gradient arriving at the last layer's output (the loss through the head and
+the final norm).
+
+* Input, exchangeable (:func:`input_moments_theory`): from the batch's token ids (their exact repetition
+  correlation), from theory (i.i.d. Zipf(1) tokens over the vocabulary, r = Σp²), or a patch model's images through
+  the patch embedding in expectation over its weights. Token-resolved (:func:`input_gram`): each sequence's token Gram
+  matrix, a repeated id ([MASK] included) sharing its embedding row, or the images' patch inner products.
+* Head gradient, exchangeable (:func:`head_gradient_moments`, :func:`pooled_head_gradient_moments` for a ViT's
+  mean-pooled head); token-resolved (:func:`head_gradient_gram`, :func:`pooled_head_gradient_gram`), each
+  sequence's gradient Gram matrix:
+
+    H_jl = s² σ²_h E[(p_j − e_{y_j})·(p_l − e_{y_l})] / M² = s² σ²_h ([y_j = y_l] − (2 − exp C_jl)/V) / M²
+
+  for labelled j, l (j = l included), 0 otherwise, with E[p_{j,y}] = 1/V (the label is independent of the weights)
+  and E[p_j·p_l] = exp(C_jl)/V for log-normal softmax weights over V ≫ 1 ids, C_jl = s² σ²_h d N_jl the logits'
+  covariance (N the final norm's output Gram). The −2/V matters: summed over the many pairs of different targets it
+  lowers the pooled correlation, by ~9% at V = 300. Then the final norm's backward rule. A decoder's last position
+  and every padded one carry no gradient (no label, and nothing downstream reads them).
+
+The rules read the init plan's declared standard deviations (the model is built without sampling weights).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..components.embedding import repetition_correlation, zipf_correlation
+from ..core.moments import GradMoments, Moments
+from ..core.validate import check_range
+from ..model.config import TransformerConfig
+from ..model.transformer import Transformer
+from .resolved import pairwise_backward, pairwise_forward
+
+__all__ = ["input_moments_theory", "input_gram", "patch_input_correlation", "head_gradient_scale",
+           "different_target_term", "head_gradient_moments", "pooled_head_gradient_moments",
+           "pooled_head_gradient_variance", "head_gradient_gram", "pooled_head_gradient_gram"]
+
+
+def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = None, pad_id: int | None = None,
+                         segment_ids: torch.Tensor | None = None, decoder: bool = False,
+                         images: torch.Tensor | None = None) -> tuple[Moments, str]:
+    """Moments of the embedding output after its dropout (App. A.1), and a description of their source; with
+    ``decoder`` those of an encoder–decoder's decoder input (the same embedding, its own dropout).
+
+    With ``token_ids`` the token correlation is the batch's exact repetition correlation; without, the expectation
+    for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
+    Segment embeddings: the exact repetition correlation of ``segment_ids``, else the embedding's default. A patch
+    model: the expectation over the patch embedding's weights on ``images`` (the batch's own images, App. A.2 and H;
+    :meth:`~sigprop.model.patch.PatchEmbedding.forward_moments`).
+    """
+    c = model.config
+    if c.input != "tokens":
+        if images is None:
+            raise ValueError("a patch model's input moments come from its images: pass images= (a batch of "
+                             "(batch, channels, height, width)) or input_moments=")
+        return (model.embed_drop.forward_moments(model.embed.forward_moments(torch.as_tensor(images))),
+                "the batch's images through the patch embedding, in expectation over its weights (App. A.2, H)")
+    if token_ids is not None:
+        r, source = repetition_correlation(token_ids, pad_id=pad_id), "token ids of the batch (App. A.1)"
+    else:
+        r, source = zipf_correlation(c.vocab_size), f"Zipf(1) tokens over {c.vocab_size} ids (App. A.1)"
+    seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
+    m = model.embed.forward_moments(r, **seg)
+    return (model.dec_embed_drop if decoder else model.embed_drop).forward_moments(m), source
+
+
+def input_gram(model: Transformer, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The token-resolved input boundary: each sequence's per-element Gram matrix (B, L, L) of the embedding's output
+    after its dropout, from the batch's token ids (:meth:`~sigprop.components.embedding.Embedding.gram`) or a patch
+    model's images (:meth:`~sigprop.components.patch.PatchEmbedding.gram`)."""
+    return pairwise_forward(model.embed_drop.forward_moments, model.embed.gram(torch.as_tensor(inputs), segment_ids))
+
+
+def patch_input_correlation(config: TransformerConfig, images: torch.Tensor) -> float:
+    """The token correlation a patch model of ``config`` feeds its first layer on ``images`` (after the patch and
+    position embedding and the embedding dropout, in expectation over the weights: :func:`input_moments_theory`):
+    the ``input_corr`` that ``init="dslm"`` starts its correlation schedule from (Kedia et al. App. H, which
+    measures it as 0.46 for ViT on ImageNet). The embedding's standard deviations do not depend on ``input_corr``,
+    so any placeholder builds the model that computes it. ``ValueError`` for a token model."""
+    import dataclasses
+
+    if config.input != "patches":
+        raise ValueError("patch_input_correlation: the config takes tokens, not image patches")
+    model = Transformer(dataclasses.replace(config, input_corr=config.input_corr or 0.5), sample=False)
+    moments, _ = input_moments_theory(model, images=images)
+    return float(moments.corr)
+
+
+def head_gradient_scale(model: Transformer) -> tuple[float, int]:
+    """(s²σ²_h, V): the output scale s squared times the head's weight variance (the token embedding's for a tied
+    head), and the number of softmax outputs V, of the cross-entropy gradient at the head's input
+    (:func:`head_gradient_moments`)."""
+    c, plan = model.config, model.plan
+    head_var = plan.std("token") ** 2 if (c.input == "tokens" and c.tie_head) else plan.std("head") ** 2
+    return float(plan.head_scale) ** 2 * head_var, (c.vocab_size if c.input == "tokens" else c.n_classes)
+
+
+def different_target_term(logit_cov, V):
+    """(2 − exp C)/V: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − (2 − exp C)/V subtracts for two positions whose
+    logits have covariance C (:func:`head_gradient_moments`)."""
+    return (2.0 - np.exp(logit_cov)) / V
+
+
+def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: int = 1,
+                                 seq_len: int | None = None) -> tuple[GradMoments, str]:
+    """Gradient moments at the last layer's output for a patch model's objective: the mean cross-entropy over
+    ``n_images`` images of a classifier on the tokens' mean, z = W_head·(s·mean_t Norm(h_t)) (a ViT's mean-pooled
+    head, Kedia et al. App. H), at initialisation.
+
+    Every token of an image receives the same gradient, (s/L)·W_headᵀ(p − e_y)/B, so the gradient's token
+    correlation is exactly 1 and its per-element variance is s²σ²_h k/(L²B²), with B = ``n_images``, L the tokens
+    per image and k = E|p − e_y|² = V·E[p_1²] − 2/V + 1 (E[p_y] = 1/V exactly, the label being independent of the
+    logits). Given the pooled vector h̄ the V logits are i.i.d. N(0, Var z) with Var z = s²σ²_h d·E[h̄_i²],
+    E[h̄_i²] = μ² + σ²(1 + (L − 1)r)/L for Norm(h) of mean μ, variance σ² and token correlation r, and E[p_1²] is
+    the exact softmax moment (:func:`~sigprop.components.softmax.softmax_second_moment`: a ten-class head is far
+    from the V ≫ 1 of a language model's). The final norm's backward rule maps this to the last layer's output.
+    Assumes: the head independent of the hidden states (it is its own matrix); Var z the same for every image.
+    """
+    c = model.config
+    L = int(seq_len or c.seq_len)
+    B = int(check_range(n_images, "n_images", lo=1.0, allowed="integers >= 1"))
+    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var) * (1.0 + (L - 1.0) * np.asarray(normed.corr)) / L
+    var = pooled_head_gradient_variance(model, mean_sq, L, B)
+    g = GradMoments(var=var, corr=1.0 + 0.0 * np.asarray(var))
+    if model.final_norm is not None:
+        g = model.final_norm.backward_moments(g, m_top)
+    return g, f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
+
+
+def pooled_head_gradient_variance(model: Transformer, pooled_mean_square, L: int, B: int):
+    """The per-element variance s²σ²_h k/(L²B²) of the gradient every token of an image receives from the
+    mean-pooled head (:func:`pooled_head_gradient_moments`), before the final norm's backward rule, for the pooled
+    vector's per-element second moment E[h̄_i²] = ``pooled_mean_square`` (broadcasts: one per image in the
+    token-resolved boundary). k = V·E[p_1²](Var z) − 2/V + 1 with Var z = s²σ²_h d·E[h̄_i²]."""
+    from ..components.softmax import softmax_second_moment
+
+    scale, V = head_gradient_scale(model)
+    var_z = scale * model.config.d_model * np.asarray(pooled_mean_square, dtype=np.float64)
+    k = V * softmax_second_moment(var_z, V) - 2.0 / V + 1.0
+    return scale * k / (L * L * B * B)
+
+
+def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
+                          seq_len: int | None = None, batch_size: int = 1) -> tuple[GradMoments, str]:
+    """Gradient moments at the last layer's output for the mean cross-entropy over the labelled positions
+    (masked-LM or next-token) at initialisation, and a description of their source.
+
+    With logits z = W_head·(s·Norm(h)), ∂L/∂z_t = (softmax(z_t) − e_{y_t})/M at each of the M labelled positions of
+    the batch, zero elsewhere. For a head with i.i.d. N(0, σ²_h) entries, independent of the hidden states and of the
+    labels, the per-element gradient covariance at Norm(h) of labelled positions j, l is s²σ²_h/M² times
+
+        E[(p_j − e_{y_j})·(p_l − e_{y_l})] = [y_j = y_l] − (2 − exp C_jl)/V,
+
+    since E[p_{j,y}] = 1/V and E[p_j·p_l] = exp(C_jl)/V for log-normal softmax weights over V ≫ 1 outputs, with C
+    the logits' covariance s²σ²_h d·Cov(Norm(h)) (C_jj = Var z). Pooled over the n tokens of the batch:
+    σ²_g = s²σ²_h k/(M·n), k = 1 − (2 − e^{Var z})/V; over the ordered token pairs of each sequence,
+    r_g = (S − P(2 − e^{r Var z})/V)/(k(L − 1)M), with S the number of same-target pairs, P all pairs of labelled
+    positions and r the token correlation of Norm(h). The −2/V is small per pair but summed over the many pairs of
+    different targets it lowers r_g, by ~9% at V = 300 (checked against autograd in
+    ``tests/test_resolved_backward.py``). The final norm's backward rule maps this to the last layer's output.
+    ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
+    per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
+    Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
+    A patch model's classifier reads the mean over tokens instead: :func:`pooled_head_gradient_moments`.
+    """
+    c = model.config
+    if c.input == "patches":
+        n_images = int(torch.as_tensor(labels).reshape(-1).shape[0]) if labels is not None else batch_size
+        return pooled_head_gradient_moments(model, m_top, n_images, seq_len)
+    scale, V = head_gradient_scale(model)
+    if labels is not None:
+        lab = torch.as_tensor(labels)
+        lab = lab[None] if lab.dim() == 1 else lab
+        n_seq, L = lab.shape
+        mask = lab != -100
+        M = int(mask.sum())
+        if M == 0:
+            raise ValueError("labels: no labelled position (all -100)")
+        same, pairs = 0.0, 0.0
+        for row, keep in zip(lab, mask, strict=True):
+            counts = torch.unique(row[keep], return_counts=True)[1].double()
+            same += float((counts * (counts - 1)).sum())
+            pairs += float(keep.sum() * (keep.sum() - 1))
+        n, source = n_seq * L, "cross-entropy of the batch's labels (theory)"
+    else:
+        L = int(seq_len or c.seq_len)
+        per_seq = c.mask_prob * L if c.arch == "encoder" else L - 1
+        M, n = batch_size * per_seq, batch_size * L
+        pairs = batch_size * per_seq * max(per_seq - 1, 0)
+        same = zipf_correlation(c.vocab_size) * pairs
+        source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
+    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    var_z = scale * c.d_model * np.asarray(normed.var)
+    k = 1.0 - different_target_term(var_z, V)
+    corr = (same - pairs * different_target_term(np.asarray(normed.corr) * var_z, V)) / (k * max(L - 1, 1) * M)
+    g = GradMoments(var=scale * k / (M * n), corr=corr)
+    if model.final_norm is not None:
+        g = model.final_norm.backward_moments(g, m_top)
+    return g, source
+
+
+def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss gradient's Gram matrix (B, L, L) at the last layer's output (module docstring, "Boundary"): the mean
+    cross-entropy over the labelled positions of ``labels`` (B, L; −100 = unlabelled), through the head and the final
+    norm (pairwise, at the forward Gram ``top_gram`` of the last layer's output). Raises ``ValueError`` when no
+    position is labelled. Assumes the head independent of the hidden states (exact for an untied head, O(1/d) for a
+    tied one) and of the labels."""
+    lab = torch.as_tensor(labels)
+    lab = lab[None] if lab.dim() == 1 else lab
+    if lab.shape != top_gram.shape[:2]:
+        raise ValueError(f"labels must have shape {tuple(top_gram.shape[:2])}, got {tuple(lab.shape)}")
+    labelled = lab != -100
+    M = int(labelled.sum())
+    if M == 0:
+        raise ValueError("labels: no labelled position (all -100)")
+    scale, V = head_gradient_scale(model)
+    normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
+    same = (lab[:, :, None] == lab[:, None, :]).to(torch.float64)
+    pair = same - torch.from_numpy(different_target_term(scale * model.config.d_model * normed.numpy(), V))
+    both = (labelled[:, :, None] & labelled[:, None, :]).to(torch.float64)
+    grad = scale / M**2 * pair * both
+    if model.final_norm is not None:
+        grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
+    return grad
+
+
+def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
+    """A patch model's loss gradient Gram matrix (B, L, L) at the last layer's output: the mean cross-entropy over
+    the B images of a classifier on the tokens' mean (:func:`sigprop.theory.pooled_head_gradient_moments`, token by
+    token). Every token of image b receives (s/L)·W_headᵀ(p_b − e_{y_b})/B, so before the final norm the Gram is
+    s²σ²_h k_b/(L²B²)·11ᵀ with k_b = V·E[p_1²](Var z_b) − 2/V + 1 and Var z_b = s²σ²_h d·Σ_ts N_ts/L² (N the
+    final norm's output Gram of image b: the pooled vector's second moment); then the final norm's backward rule,
+    pairwise, at the forward Gram ``top_gram``. Assumes the head independent of the hidden states."""
+    B, L, _ = top_gram.shape
+    normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
+    var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image
+    grad = torch.from_numpy(var)[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
+    if model.final_norm is not None:
+        grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
+    return grad

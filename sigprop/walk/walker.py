@@ -1,0 +1,123 @@
+"""The walker: one walk of a module tree with statistics instead of tensors, generic over the state.
+
+A *state* is what flows: the exchangeable :class:`~sigprop.core.moments.Moments` (one correlation for every token
+pair; :class:`~sigprop.walk.exchangeable.ExchangeableState`) or each sequence's token Gram matrix
+(:class:`~sigprop.theory.resolved.GramState`). The state object says how a leaf's rule acts on it, how independent
+terms add, and how a Post-LN norm's rule reads a residual add's parts; the walker says in which order, and it knows
+nothing about any component but its declaration (:mod:`sigprop.walk.protocol`).
+
+Forward: :meth:`Walker.forward` takes a :class:`Flow` (the state, the declaration of the module that produced it,
+and, right after a residual add whose skip input left a norm with a post-norm rule, that add's parts) and returns the
+module's output flow and a :class:`Tape` of what the backward walk needs. A leaf applies its rule; a composite
+composes its children through its own ``walk_forward``; a norm with a post-norm rule takes the offered parts.
+
+Backward: :meth:`Walker.backward` walks the tape in reverse with a :class:`GradFlow` (the gradient state, the
+factor of variance by which the true gradient exceeds it — β² inside a residual branch, whose rules are linear in
+the gradient — and the share of the gradient that came down the skip path of the residual add just walked, which
+a Post-LN norm's backward rule reads).
+
+Sites: the walker records the state at the output of every module in ``sites`` ({id(module): (layer, site)}) going
+forward, and the gradient arriving there going backward (:meth:`Walker.record`), pooled by the state's ``pool``.
+A leaf that reads an encoder's output (``memory``) adds the gradient it sends there to :attr:`Walker.memory`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .protocol import Rules, rules_of
+
+__all__ = ["Flow", "GradFlow", "Tape", "Walker"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A forward state on its way (module docstring): ``value``, the ``source`` module's declaration (None at the
+    embedding), and the ``offer`` (skip, branch, λ, β) of the residual add that produced it, for a following norm's
+    post-norm rule."""
+
+    value: object
+    source: Rules | None = None
+    offer: tuple | None = None
+
+
+@dataclass(frozen=True)
+class GradFlow:
+    """A gradient state on its way back (module docstring): ``value``, the variance ``scale`` of the true gradient
+    relative to it, and the ``skip_fraction`` of the residual add just walked (None elsewhere)."""
+
+    value: object
+    scale: float = 1.0
+    skip_fraction: object = None
+
+
+@dataclass
+class Tape:
+    """What :meth:`Walker.backward` needs of one module's forward walk: its input flow, how it was walked ("leaf",
+    "postnorm" or "composite") and, for a composite, what its ``walk_forward`` returned."""
+
+    module: object
+    flow: Flow
+    kind: str
+    inner: object = None
+
+
+@dataclass
+class Walker:
+    """Walks module trees with ``state`` under the sweep's ``context`` (see :mod:`sigprop.walk.protocol` for the
+    keywords), recording the states at ``sites`` into :attr:`rows` (forward) and :attr:`grad_rows` (backward)."""
+
+    state: object
+    context: dict = field(default_factory=dict)
+    sites: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)
+    grad_rows: dict = field(default_factory=dict)
+    memory: list = field(default_factory=list)
+
+    def rule_context(self, module) -> dict:
+        """The sweep context a leaf's rules take (its declared ``context``); all of it for a composite."""
+        rules = rules_of(module)
+        if rules.composite:
+            return self.context
+        return {k: v for k, v in self.context.items() if k in rules.context}
+
+    def forward(self, module, flow: Flow) -> tuple[Flow, Tape]:
+        """``module``'s output flow for the input ``flow``, and its tape (module docstring)."""
+        rules = rules_of(module)
+        if flow.offer is not None and rules.postnorm:
+            out = Flow(self.state.postnorm_forward(module, *flow.offer), rules)
+            tape = Tape(module, flow, "postnorm")
+        elif rules.composite and not self.state.whole(module):
+            out, inner = module.walk_forward(self, Flow(flow.value, flow.source))
+            tape = Tape(module, flow, "composite", inner)
+        else:
+            value = self.state.forward(module, flow.value, self.rule_context(module), flow.source)
+            out, tape = Flow(value, rules), Tape(module, flow, "leaf")
+        key = self.sites.get(id(module))
+        if key is not None:
+            self.rows[key] = self.state.pool(out.value)
+        return out, tape
+
+    def backward(self, module, gflow: GradFlow, tape: Tape) -> GradFlow:
+        """The gradient flow at ``module``'s input for ``gflow`` at its output, from its forward ``tape``."""
+        self.record(module, gflow)
+        if tape.kind == "postnorm":
+            value = self.state.postnorm_backward(module, gflow.value, *tape.flow.offer, gflow.skip_fraction)
+            return GradFlow(value, gflow.scale)
+        if tape.kind == "composite":
+            return module.walk_backward(self, gflow, tape.inner)
+        context = self.rule_context(module)
+        x = tape.flow.value
+        if rules_of(module).memory:
+            sent = self.state.scale_grad(self.state.memory_backward(module, gflow.value, x, context), gflow.scale)
+            if sent is not None:
+                self.memory.append(sent)
+        return GradFlow(self.state.backward(module, gflow.value, x, context, tape.flow.source), gflow.scale)
+
+    def record(self, module, gflow: GradFlow) -> None:
+        """The true gradient at ``module``'s output into :attr:`grad_rows` when it is a site (None where it is
+        exactly zero: a branch scaled by β = 0)."""
+        key = self.sites.get(id(module))
+        if key is not None:
+            g = self.state.scale_grad(gflow.value, gflow.scale)
+            self.grad_rows[key] = None if g is None else self.state.pool_grad(g)

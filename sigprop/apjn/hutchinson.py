@@ -493,7 +493,7 @@ def measure_apjn(config, h: torch.Tensor | Callable[[nn.Module], torch.Tensor], 
     Memory: a backward batch keeps every block's activations for ``chunk`` probes (default: all); measured peak
     resident memory 1.3 GB for 64 blocks, d = 256, n = 64, 10 probes in float32 (lower ``chunk`` to save memory).
     """
-    from ..model.transformer import Transformer
+    from ..model.transformer import seeded_model
 
     if kind not in ("backward", "forward"):
         raise ValueError(f"kind must be 'backward' or 'forward' (got {kind!r})")
@@ -508,7 +508,7 @@ def measure_apjn(config, h: torch.Tensor | Callable[[nn.Module], torch.Tensor], 
         t0 = time.perf_counter()
         # drawn on the CPU from the seed (a CPU generator cannot fill a GPU tensor), then moved: the same models on
         # every device
-        model = Transformer(config, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
+        model = seeded_model(config, seed, device, dtype, masks=False)
         t1 = time.perf_counter()
         h0 = h(model) if callable(h) else h
         gen = torch.Generator().manual_seed(seed + 2**31)

@@ -389,7 +389,7 @@ class Recorder:
     the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output requires grad, registers a
     tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it. The hooks
     leave the output unchanged and are removed on exit (also on an exception). sigprop's containers call their
-    children through ``nn.Module.__call__`` (:func:`~sigprop.components.sequential.call_rule`), so module hooks fire.
+    children through ``nn.Module.__call__``, so module hooks fire.
 
     ``mask`` (bool (batch, tokens), True = real token) excludes padding at every site, or a mapping
     ``{(layer, site): mask}`` gives some sites their own (an encoder–decoder's decoder). :meth:`set_mask` changes

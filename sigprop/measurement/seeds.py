@@ -6,50 +6,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
+from ..core.devices import parse_devices
 from ..core.profile import Profile
+from ..core.validate import integer_value
 from ..model.batches import batch_fingerprint, batch_to
 from ..model.config import TransformerConfig
-from ..model.transformer import Transformer
 from .average import average_profiles
+from .merge import per_seed_table
+from .seeded import measure_seed
+from .workers import measure_on_devices
 
-__all__ = ["measure_seed", "measure_seeds"]
-
-
-def measure_seed(config: TransformerConfig, batch: dict, seed: int, device=None) -> Profile:
-    """The measured profile of one model of ``config``, its weights drawn on the CPU from ``seed`` (identical on
-    every device) and moved to ``device``, in training mode (dropout on, masks from ``torch.manual_seed(10_000 +
-    seed)``), on ``batch`` (moved to ``device``; a no-op where it is already there)."""
-    from .hooks import measure
-
-    model = Transformer(config, generator=torch.Generator().manual_seed(seed))
-    if device is not None:
-        model, batch = model.to(device), batch_to(batch, device)
-    model.train()
-    torch.manual_seed(10_000 + seed)  # dropout masks
-    return measure(model, batch)
+__all__ = ["measure_seeds"]
 
 
 def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
                   progress: Callable[[int], None] | None = None, device=None, per_seed: bool = False) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` (seeds ``seed0`` … ``seed0 + seeds − 1``,
     :func:`measure_seed`) on ``batch`` and average their per-site statistics, correlations pooled as mean covariance
-    over mean variance (:mod:`sigprop.seed_average`); ``meta`` holds the seeds, the devices and standard errors.
-    ``device``: a torch device, or several (a comma-separated string or a list, :func:`sigprop.devices.parse_devices`),
-    which then measure the seeds in parallel, one process each (:mod:`sigprop.seed_workers`), with the same result.
+    over mean variance (:mod:`sigprop.measurement.average`); ``meta`` holds the seeds, the devices and standard
+    errors. ``device``: a torch device, or several (a comma-separated string or a list,
+    :func:`sigprop.core.devices.parse_devices`), which then measure the seeds in parallel, one process each
+    (:mod:`sigprop.measurement.workers`), with the same result.
     ``ValueError`` for an unavailable device, before anything is measured. ``meta["batch_sha256"]``:
     :func:`batch_fingerprint` of ``batch``. ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that
-    measurements of disjoint seeds made apart merge exactly (:func:`sigprop.seed_merge.merge_measurements`)."""
-    from ..core.devices import parse_devices
-    from ..core.validate import integer_value
-
+    measurements of disjoint seeds made apart merge exactly (:func:`sigprop.measurement.merge.merge_measurements`)."""
     seeds, seed0 = integer_value(seeds, "seeds", 1), integer_value(seed0, "the first seed", 0)
     devices = parse_devices(device)
     seed_list = list(range(seed0, seed0 + seeds))
     if len(devices) > 1:
-        from .workers import measure_on_devices
-
         profiles = measure_on_devices(config, batch, seed_list, devices, progress)
     else:
         on_device = batch_to(batch, devices[0])
@@ -62,7 +46,5 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     meta = {"seeds": seed_list, "tokens": n_tok, "sequences": int(batch["inputs"].shape[0]),
             "batch_sha256": batch_fingerprint(batch), "devices": [str(d) for d in devices]}
     if per_seed:
-        from .merge import per_seed_table
-
         meta["per_seed"] = per_seed_table(profiles, seed_list)
     return average_profiles(profiles, config.to_dict(), meta)

@@ -1,27 +1,33 @@
 """Measuring the seeds of a comparison on several devices at once: one process per device.
 
 The seeds are independent models (each drawn on the CPU from its seed, its dropout masks from ``10_000 + seed``:
-:func:`sigprop.experiment.measure_seed`), so they can be measured anywhere in any order. Seed ``seed0 + i`` goes to
-device ``i mod n``; each device's process measures its share and sends every per-seed profile back as soon as it is
-done (the caller's progress bar moves with them); the caller averages the profiles in seed order, so the result
+:func:`sigprop.measurement.seeded.measure_seed`), so they can be measured anywhere in any order. Seed ``seed0 + i``
+goes to device ``i mod n``; each device's process measures its share and sends every per-seed profile back as soon
+as it is done (the caller's progress bar moves with them); the caller averages the profiles in seed order, so the result
 is the one a single process would give on the same kind of device (on the CPU: the same numbers, with the same
 number of threads per model).
 
 Processes are started with ``spawn`` (safe with CUDA, and the same on every platform), each with
 ``torch.get_num_threads() // n`` CPU threads (at least 1) so that the processes together use the cores one process
 would. A process that fails sends its error and the run stops with it; one that dies without a word (killed, out of
-memory) is noticed and reported by device.
+memory) is noticed and reported by device. Nothing is left behind: however the caller stops (an error, Ctrl-C, a
+SIGTERM the command line turns into an exception), the processes are terminated and joined; and a process whose
+parent has died (SIGKILL) notices within half a second and exits, so it never holds a GPU's memory for nobody.
 """
 
 from __future__ import annotations
 
+import os
 import queue as queue_module
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 
 import torch
 
 from ..core.profile import Profile
+from .seeded import measure_seed
 
 __all__ = ["measure_on_devices", "seeds_for_devices"]
 
@@ -36,12 +42,19 @@ def seeds_for_devices(seeds: Sequence[int], n_devices: int) -> list[list[int]]:
     return [list(seeds[i::n_devices]) for i in range(n_devices)]
 
 
-def _worker(config, batch: dict, seeds: list[int], device: str, threads: int, out) -> None:
+def _exit_with_parent(parent: int) -> None:
+    """Exit this process as soon as its parent is gone (re-parented: the parent was killed without cleaning up)."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(_POLL_S)
+
+
+def _worker(config, batch: dict, seeds: list[int], device: str, threads: int, out, parent: int) -> None:
     """Process body: measure ``seeds`` on ``device`` and put ("seed", seed, profile) for each, or ("error", device,
     message) and stop at the first failure."""
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:
-        from .seeds import measure_seed
-
         torch.set_num_threads(threads)
         for s in seeds:
             out.put(("seed", s, measure_seed(config, batch, s, device)))
@@ -64,7 +77,8 @@ def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Seque
     procs = []
     for dev, share in zip(devices, shares, strict=True):
         if share:
-            p = ctx.Process(target=_worker, args=(config, batch, share, str(dev), threads, out), daemon=True)
+            p = ctx.Process(target=_worker, args=(config, batch, share, str(dev), threads, out, os.getpid()),
+                            daemon=True)
             procs.append((p, str(dev), set(share)))
     results: dict[int, Profile] = {}
     try:
@@ -77,11 +91,19 @@ def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Seque
                 _check_alive(procs, results, out, progress)
                 continue
             _take(msg, results, progress)
-    finally:
+    finally:  # on success, on an error, on KeyboardInterrupt or a SIGTERM turned into an exception
         for p, _, _ in procs:
             if p.is_alive():
                 p.terminate()
-            p.join()
+        for p, _, _ in procs:
+            if p.pid is None:  # never started
+                continue
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        out.close()
+        out.join_thread()
     return [results[s] for s in seeds]
 
 

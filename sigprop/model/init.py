@@ -62,12 +62,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from .layer import SITES
+
 __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
 ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
-#: The residual sites of a layer, whose (λ, β) a plan holds.
-SITES = ("attn", "cross", "ffn")
+
 
 
 def _xavier(fan_in: int, fan_out: int) -> float:
@@ -149,9 +150,10 @@ class InitPlan:
         (:func:`~sigprop.model.roles.read_plan`). What :func:`sigprop.predict` reads from a model re-initialised by
         hand. ``ValueError`` for weights on the meta device, non-zero biases or norms off their initial affine
         parameters."""
-        from .roles import read_plan
+        from .roles import read_weights
 
-        return read_plan(model)
+        return cls(model.plan.scheme, **read_weights(model),
+                   notes={**model.plan.notes, "source": "read from the model's weights"})
 
     @classmethod
     def from_stds(cls, config, stds: dict, lam: dict | None = None, beta: dict | None = None,

@@ -23,8 +23,10 @@ from ..components.ffn import FFNBlock
 from ..components.residual import Residual
 from ..components.sequential import Sequential
 
-__all__ = ["TransformerLayer", "norm_kwargs", "attention_kwargs",
-           "activation_kwargs"]
+__all__ = ["TransformerLayer", "SITES", "norm_kwargs", "attention_kwargs", "activation_kwargs"]
+
+#: The residual sites a layer may have, in order: self-attention, cross-attention (an encoder–decoder's decoder), FFN.
+SITES = ("attn", "cross", "ffn")
 
 
 def norm_kwargs(config, position: str = "attn") -> dict:

@@ -23,8 +23,9 @@ from ..components.residual import Residual
 from ..components.rmsnorm import RMSNorm
 from ..components.shaped_attention import ShapedAttention
 from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
+from .layer import SITES
 
-__all__ = ["initialise_from_plan", "read_plan", "weight_roles", "WeightRole", "LINEAR_ROLES"]
+__all__ = ["initialise_from_plan", "read_weights", "weight_roles", "WeightRole", "LINEAR_ROLES"]
 
 #: Role of a Linear by its name inside a block.
 LINEAR_ROLES = {"proj": "o", "fc1": "w1", "fc2": "w2"}
@@ -181,16 +182,15 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
     return s.done
 
 
-def read_plan(model: nn.Module):
-    """The :class:`~sigprop.model.init.InitPlan` a model's weights show (:meth:`InitPlan.from_model
+def read_weights(model: nn.Module) -> dict:
+    """The plan a model's weights show, as :class:`~sigprop.model.init.InitPlan`'s fields (``stds``, ``lam``,
+    ``beta``, ``learnable_beta``, ``head_scale``; :meth:`InitPlan.from_model
     <sigprop.model.init.InitPlan.from_model>`): each role's standard deviation is the root mean square of its
     weights, layer by layer (zero-mean weights assumed; a decoder layer's self- and cross-attention share their
     roles' values in a plan, so their weights are pooled); λ and β come from each residual's buffers, the head scale
     from its buffer. ``ValueError`` where the theory's assumptions about the other parameters do not hold: weights
     on the meta device (nothing to read), a non-zero bias, a norm's affine parameters away from their initial
     values."""
-    from .init import SITES, InitPlan
-
     n = model.config.total_layers
     sums: dict = {}
     with torch.no_grad():
@@ -227,5 +227,5 @@ def read_plan(model: nn.Module):
             if isinstance(child, Residual):
                 lam[name][layer.index], beta[name][layer.index] = (float(v) for v in child.scales())
                 learnable = learnable or isinstance(child.beta, nn.Parameter)
-    return InitPlan(model.plan.scheme, stds, lam, beta, learnable, float(model.head_scale),
-                    {**model.plan.notes, "source": "read from the model's weights"})
+    return {"stds": stds, "lam": lam, "beta": beta, "learnable_beta": learnable,
+            "head_scale": float(model.head_scale)}

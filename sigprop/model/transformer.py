@@ -16,7 +16,10 @@ from .config import TransformerConfig
 from .init import InitPlan, make_plan
 from .layer import TransformerLayer, norm_kwargs
 
-__all__ = ["Transformer", "Stack"]
+__all__ = ["Transformer", "Stack", "seeded_model", "DROPOUT_SEED_OFFSET"]
+
+#: The global RNG (which dropout draws from) is seeded with this plus the model's seed by :func:`seeded_model`.
+DROPOUT_SEED_OFFSET = 10_000
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,20 @@ class Transformer(nn.Module):
         from .objective import objective_loss
 
         return objective_loss(self, batch)
+
+
+def seeded_model(config: TransformerConfig, seed: int, device=None, dtype=None, masks: bool = True) -> Transformer:
+    """Model number ``seed`` of ``config``, as every measurement in sigprop draws it: its weights drawn on the CPU
+    from ``torch.Generator().manual_seed(seed)`` (so every device gets the same model; a CPU generator cannot fill a
+    GPU tensor), then moved to ``device`` / ``dtype``, in training mode; with ``masks`` the global RNG, which
+    dropout draws from, is seeded with :data:`DROPOUT_SEED_OFFSET` + ``seed`` (its dropout masks are its own)."""
+    model = Transformer(config, generator=torch.Generator().manual_seed(int(seed)))
+    if device is not None or dtype is not None:
+        model = model.to(device=device, dtype=dtype)
+    model.train()
+    if masks:
+        torch.manual_seed(DROPOUT_SEED_OFFSET + int(seed))
+    return model
 
 
 def _materialise_small(model: nn.Module, device) -> None:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
 
 from .integrate import euler_maruyama
 from .network import equicorrelated, intervention, simulate_network
+from .result import ExperimentResult, Progress, jsonable, stage
 from .transformer import covariance_sde
 from .triu import correlation
 
@@ -56,24 +55,6 @@ DEFAULTS = {
     8: {"width": 200, "depth": 200, "gammas": (0.2, 0.4, 0.6, 0.8, 1.0), "tau0s": (0.5, 1.0, 1.5, 2.0, 3.0),
         "rho0": 0.2, "scale": 100.0, "dt": 0.01, "samples": 100, "tokens": 4},
 }
-
-Progress = Callable[[str, int, int], None] | None   # (stage description, stages done, stages in all)
-
-
-def jsonable(x):
-    """Recursively turn numpy values into JSON values; NaN and +-inf become None (JSON has neither)."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
 
 def ks_critical(n1: int, n2: int, alpha: float = 0.001) -> float:
     """Asymptotic two-sample KS critical value c(alpha) sqrt((n1 + n2)/(n1 n2)), c(alpha) = sqrt(-ln(alpha/2)/2)."""
@@ -127,29 +108,6 @@ def simulate_sde(kind: str, v0, t_end: float, dt: float, n_samples: int, gamma, 
                           record_times=idx * step, seed=seed, eig_bounds=eig_bounds)
 
 
-@dataclass
-class ExperimentResult:
-    """A figure's numbers: ``figure`` id, ``setup`` (the settings used), ``data`` (curves, distributions,
-    statistics), ``checks`` (the acceptance quantities), ``seconds``; ``arrays`` keeps samples for the plots (not
-    in the JSON)."""
-
-    figure: int
-    setup: dict
-    data: dict
-    checks: dict
-    seconds: float
-    arrays: dict = field(default_factory=dict, repr=False)
-
-    def to_json(self) -> dict:
-        return jsonable({"kind": "sde-figure", "figure": self.figure, "setup": self.setup, "data": self.data,
-                         "checks": self.checks, "seconds": self.seconds})
-
-
-def _stage(progress: Progress, text: str, done: int, total: int):
-    if progress is not None:
-        progress(text, done, total)
-
-
 def _quantiles(x, qs=(0.05, 0.5, 0.95)) -> dict:
     return {f"q{round(100 * q)}": dict(zip(("value", "se"), quantile_se(x, q), strict=True)) for q in qs}
 
@@ -185,7 +143,7 @@ def _attention_vs_sde(figure: int, quantity: str, width, depth, gamma, tau0, rho
     total = len(archs) + 1 + int(check_dt)
     curves, final = {}, {}
     for i, arch in enumerate(archs):
-        _stage(progress, f"network {arch}", i, total)
+        stage(progress, f"network {arch}", i, total)
         s = samples if arch == "shaped_attention" else curve_samples
         path = simulate_network(arch, v0, width, depth, s, gamma, tau0, seed=seed + i)
         rho = path.corr()
@@ -194,7 +152,7 @@ def _attention_vs_sde(figure: int, quantity: str, width, depth, gamma, tau0, rho
                         "seconds": path.seconds}
         if arch == "shaped_attention":
             final["network"] = _entry(path.v[:, -1], quantity)
-    _stage(progress, "SDE (Thm. 4.2)", len(archs), total)
+    stage(progress, "SDE (Thm. 4.2)", len(archs), total)
     sde = simulate_sde("shaped_attention", v0, t_end, dt, samples, gamma, tau0, seed=seed + 100)
     rho_sde = sde.corr()
     curves["sde"] = {"times": sde.times, "layers": sde.times * width, "mean_rho": rho_sde.mean(axis=0)}
@@ -203,10 +161,10 @@ def _attention_vs_sde(figure: int, quantity: str, width, depth, gamma, tau0, rho
             "quantiles": {k: _quantiles(v) for k, v in final.items()}, "sde_dt": sde.dt,
             "psd_interventions": sde.psd_interventions}
     if check_dt:
-        _stage(progress, "SDE at dt/2", total - 1, total)
+        stage(progress, "SDE at dt/2", total - 1, total)
         half = simulate_sde("shaped_attention", v0, t_end, sde.dt / 2, samples, gamma, tau0, seed=seed + 200)
         data["dt_check"] = _dt_check(final["sde"], _entry(half.v[:, -1], quantity))
-    _stage(progress, "done", total, total)
+    stage(progress, "done", total, total)
     ks = data["ks"]
     checks = {"ks_at_T": ks["statistic"], "ks_le_0.05": ks["statistic"] <= 0.05,
               "ks_le_critical": ks["statistic"] <= ks["critical"]}
@@ -256,10 +214,10 @@ def figure3(width=300, depth=100, gammas=DEFAULTS[3]["gammas"], rho0=0.2, c_plus
     total = 2 * len(gammas) + int(check_dt)
     rows, arrays = [], {}
     for i, g in enumerate(gammas):
-        _stage(progress, f"network gamma={g:.3g}", 2 * i, total)
+        stage(progress, f"network gamma={g:.3g}", 2 * i, total)
         net = simulate_network("resnet_relu", v0, width, depth, samples, g, c_plus=c_plus, c_minus=c_minus,
                                seed=seed + i, record_layers=[0, depth]).corr()[:, -1]
-        _stage(progress, f"SDE gamma={g:.3g}", 2 * i + 1, total)
+        stage(progress, f"SDE gamma={g:.3g}", 2 * i + 1, total)
         sde = simulate_sde("resnet_relu", v0, t_end, dt, samples, g, c_plus=c_plus, c_minus=c_minus,
                            seed=seed + 1000 + i, record_every=10**9, eig_bounds=None).corr()[:, -1]
         arrays[g] = {"network": net, "sde": sde}
@@ -273,7 +231,7 @@ def figure3(width=300, depth=100, gammas=DEFAULTS[3]["gammas"], rho0=0.2, c_plus
     checks["ks_le_critical_all"] = all(r["ks"]["statistic"] <= r["ks"]["critical"] for r in rows)
     if check_dt and ks_gammas:
         g = float(ks_gammas[0])
-        _stage(progress, f"SDE gamma={g:.3g} at dt/2", total - 1, total)
+        stage(progress, f"SDE gamma={g:.3g} at dt/2", total - 1, total)
         a = simulate_sde("resnet_relu", v0, t_end, dt, samples, g, c_plus=c_plus, c_minus=c_minus,
                          seed=seed + 2000, record_every=10**9, eig_bounds=None).corr()[:, -1]
         b = simulate_sde("resnet_relu", v0, t_end, sde_dt(t_end, dt) / 2, samples, g, c_plus=c_plus,
@@ -281,7 +239,7 @@ def figure3(width=300, depth=100, gammas=DEFAULTS[3]["gammas"], rho0=0.2, c_plus
                          eig_bounds=None).corr()[:, -1]
         data["dt_check"] = {"gamma": g, **_dt_check(np.abs(a), np.abs(b))}
         checks["dt_half_within_2se"] = all(v["within"] for k, v in data["dt_check"].items() if k != "gamma")
-    _stage(progress, "done", total, total)
+    stage(progress, "done", total, total)
     setup = {"width": width, "depth": depth, "T": t_end, "gammas": gammas, "rho0": rho0, "c_plus": c_plus,
              "c_minus": c_minus, "dt": dt, "samples": samples, "tokens": tokens, "seed": seed,
              "ks_gammas": list(ks_gammas)}
@@ -304,7 +262,7 @@ def figure4(width=300, depth=150, gamma=GAMMA_FIG4, tau0=1.0, rho0=0.2, samples=
     curves = {}
     for i, flags in enumerate(FIG4_VARIANTS):
         arch = intervention(*flags)
-        _stage(progress, f"network {arch.name}", i, len(FIG4_VARIANTS))
+        stage(progress, f"network {arch.name}", i, len(FIG4_VARIANTS))
         path = simulate_network(arch, v0, width, depth, samples, gamma, tau0, seed=seed + i)
         with np.errstate(invalid="ignore", over="ignore"):
             cov = np.abs(path.v[..., 0, 1])
@@ -314,7 +272,7 @@ def figure4(width=300, depth=150, gamma=GAMMA_FIG4, tau0=1.0, rho0=0.2, samples=
                                  "mean_abs_cov": np.mean(cov, axis=0), "median_abs_cov": np.median(cov, axis=0),
                                  "exploded_fraction": np.maximum.accumulate(big, axis=1).mean(axis=0),
                                  "seconds": path.seconds}
-    _stage(progress, "done", len(FIG4_VARIANTS), len(FIG4_VARIANTS))
+    stage(progress, "done", len(FIG4_VARIANTS), len(FIG4_VARIANTS))
     checks = {f"final_mean_rho[{k}]": c["mean_rho"][-1] for k, c in curves.items()}
     checks.update({f"final_mean_abs_cov[{k}]": c["mean_abs_cov"][-1] for k, c in curves.items()})
     checks.update({f"final_median_abs_cov[{k}]": c["median_abs_cov"][-1] for k, c in curves.items()})
@@ -353,11 +311,11 @@ def figure5(width=200, depth=200, gammas=DEFAULTS[5]["gammas"], tau0=1.0, rho0=0
     v0 = equicorrelated(tokens, rho0, scale)
     rows = []
     for i, g in enumerate(gammas):
-        _stage(progress, f"{source} gamma={g:.3g}", i, len(gammas))
+        stage(progress, f"{source} gamma={g:.3g}", i, len(gammas))
         st, times, lam = _stopping(source, v0, width, depth, float(g), tau0, dt, samples, seed + i)
         rows.append({"gamma": float(g), "median": float(np.median(st)), "p10": float(np.quantile(st, 0.1)),
                      "stopped_fraction": float(np.mean(st < 1.0)), "times": times, "median_max_eig": lam})
-    _stage(progress, "done", len(gammas), len(gammas))
+    stage(progress, "done", len(gammas), len(gammas))
     setup = {"width": width, "depth": depth, "T": depth / width, "gammas": [float(g) for g in gammas],
              "tau0": tau0, "rho0": rho0, "scale": scale, "dt": dt, "samples": samples, "tokens": tokens,
              "seed": seed, "source": source, "eig_bounds": [1e-4, 1e4]}
@@ -375,10 +333,10 @@ def figure8(width=200, depth=200, gammas=DEFAULTS[8]["gammas"], tau0s=DEFAULTS[8
     total = med.size
     for i, g in enumerate(gammas):
         for j, t in enumerate(tau0s):
-            _stage(progress, f"{source} gamma={g:.3g} tau0={t:.3g}", i * len(tau0s) + j, total)
+            stage(progress, f"{source} gamma={g:.3g} tau0={t:.3g}", i * len(tau0s) + j, total)
             st, _, _ = _stopping(source, v0, width, depth, float(g), float(t), dt, samples, seed + i * 100 + j)
             med[i, j] = np.median(st)
-    _stage(progress, "done", total, total)
+    stage(progress, "done", total, total)
     setup = {"width": width, "depth": depth, "T": depth / width, "gammas": [float(g) for g in gammas],
              "tau0s": [float(t) for t in tau0s], "rho0": rho0, "scale": scale, "dt": dt, "samples": samples,
              "tokens": tokens, "seed": seed, "source": source}

@@ -20,11 +20,11 @@ import math
 import time
 
 import numpy as np
-import torch
 
 from ..model.batches import token_batch
 from ..model.config import TransformerConfig
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, seeded_model
+from .result import ExperimentResult, stage
 
 __all__ = ["ARCHS", "gradient_config", "weight_gradient_norms", "figure2"]
 
@@ -70,11 +70,9 @@ def figure2(width: int = 200, depth: int = 150, heads: int = 1, seq_len: int = 1
             progress=None):
     """Fig. 2 (module docstring). Width n = 200 and depth 150 follow Fig. 1's caption; one head (n_k = n) and
     sequences of 128 tokens are our choice (not stated in the paper). Returns an
-    :class:`~sigprop.sde.experiments.ExperimentResult` (figure 2) with, per architecture and weight, the per-layer
+    :class:`~sigprop.sde.result.ExperimentResult` (figure 2) with, per architecture and weight, the per-layer
     geometric mean over seeds of the gradient norm and its log-scale standard error, and as checks the ratio of the
     first layer's to the last layer's norm."""
-    from .experiments import ExperimentResult, _stage
-
     for name, v, lo in (("width", width, 2), ("depth", depth, 1), ("heads", heads, 1), ("seq_len", seq_len, 2),
                         ("batch_size", batch_size, 1), ("seeds", seeds, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -87,9 +85,8 @@ def figure2(width: int = 200, depth: int = 150, heads: int = 1, seq_len: int = 1
         batch = token_batch(config, batch_size=batch_size, data=data, seed=seed)
         logs = {w: [] for w in WEIGHTS}
         for s in range(seeds):
-            _stage(progress, f"{arch} seed {s}", i * seeds + s, total)
-            model = Transformer(config, generator=torch.Generator().manual_seed(seed + s))
-            model.train()
+            stage(progress, f"{arch} seed {s}", i * seeds + s, total)
+            model = seeded_model(config, seed + s, masks=False)
             for w, norms in weight_gradient_norms(model, batch).items():
                 logs[w].append(np.log(np.maximum(norms, 1e-300)))
             del model
@@ -99,7 +96,7 @@ def figure2(width: int = 200, depth: int = 150, heads: int = 1, seq_len: int = 1
             se = x.std(axis=0, ddof=1) / math.sqrt(seeds) if seeds > 1 else np.full(depth, np.nan)
             curves[arch][w] = {"geo_mean": np.exp(x.mean(axis=0)).tolist(), "log_se": se.tolist()}
             checks[f"{arch} {w} first/last"] = float(np.exp(x.mean(axis=0)[0] - x.mean(axis=0)[-1]))
-    _stage(progress, "done", total, total)
+    stage(progress, "done", total, total)
     setup = {"width": width, "depth": depth, "heads": heads, "seq_len": seq_len, "batch_size": batch_size,
              "seeds": seeds, "tau0": tau0, "gamma": gamma, "seed": seed, "task": "next-token, Python stdlib code"}
     return ExperimentResult(figure=2, setup=setup, data={"curves": curves, "layers": list(range(depth))},

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..components import attention_gram as ag
-from ..model import Transformer
+from ..model.transformer import seeded_model
 from ..walk.exchangeable import forward_moments
 from .resolved import pairwise_forward
 
@@ -125,8 +125,7 @@ def collect_seed_inputs(config, batch: dict, layers: list[int], seeds: int, head
     keep = torch.ones(batch["inputs"].shape, dtype=torch.bool)
     out = {(layer, s): [] for layer in layers for s in (*SITES, "attn_exact")}
     for seed in range(seeds):
-        model = Transformer(config, generator=torch.Generator().manual_seed(seed)).train()
-        torch.manual_seed(10_000 + seed)
+        model = seeded_model(config, seed)
         got, hooks = {}, []
         for layer in layers:
             blocks = model.layers[layer]

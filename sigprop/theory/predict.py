@@ -61,8 +61,9 @@ def theory_model(model_or_config, plan: InitPlan | None = None) -> Transformer:
     if isinstance(model_or_config, TransformerConfig):
         return Transformer(model_or_config, plan=plan, sample=False)
     if isinstance(model_or_config, Transformer):
-        if plan is None:
-            plan = InitPlan.from_model(model_or_config)
+        if plan is None:  # a model on the meta device has no weights to read: its own plan
+            weights_on_meta = any(p.is_meta for p in model_or_config.parameters())
+            plan = model_or_config.plan if weights_on_meta else InitPlan.from_model(model_or_config)
         return Transformer(model_or_config.config, plan=plan, sample=False)
     raise ValueError("predict takes a TransformerConfig or a sigprop Transformer "
                      f"(got {type(model_or_config).__name__})")

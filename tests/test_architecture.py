@@ -1,0 +1,104 @@
+"""The tree's architecture, checked: no import cycle between modules or between packages, no private name imported
+across packages (ARCHITECTURE.md, "Layers"). Every import counts, those inside functions too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sigprop
+
+ROOT = Path(sigprop.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[str, str | None]]:
+    """(imported module, imported name or None) of every import statement in ``path``, made absolute."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, None) for a in node.names if a.name.startswith("sigprop")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.startswith("sigprop"):
+                out += [(module, a.name) for a in node.names]
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    graph = {m: set() for m in modules}
+    for m, path in modules.items():
+        for target, name in _imports(path):
+            full = f"{target}.{name}" if name else target
+            dest = full if full in modules else target  # "from pkg import module" imports the module
+            if dest in modules and dest != m:
+                graph[m].add(dest)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of nodes, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def _package(module: str) -> str:
+    """A module's package: its first folder under sigprop/ (``sigprop.theory``), or itself for a top-level module
+    (``sigprop.__main__``, and ``sigprop``'s own __init__)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_between_modules():
+    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+
+
+def test_packages_import_one_way():
+    packages: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        packages.setdefault(_package(m), set()).update(_package(d) for d in deps if _package(d) != _package(m))
+    assert _cycle(packages) is None, " -> ".join(_cycle(packages))
+    assert [p for p, deps in packages.items() if "sigprop.cli" in deps] == ["sigprop.__main__"], packages
+
+
+def test_no_private_name_is_imported_across_packages():
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        here = _package(_module_name(path))
+        for target, name in _imports(path):
+            if name and name.startswith("_") and not name.startswith("__") and _package(target) != here:
+                bad.append(f"{_module_name(path)} imports {target}.{name}")
+    assert not bad, bad
+
+
+def test_the_checks_can_fail():
+    """The cycle finder finds a cycle where there is one, and the package of a module is its first folder."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert _package("sigprop.theory.predict") == "sigprop.theory" and _package("sigprop.cli") == "sigprop.cli"

@@ -13,9 +13,9 @@ import argparse
 import numpy as np
 
 from sigprop.analysis.experiment import measured_boundary, predict_for_batch
-from sigprop.cli.profiles import resolve_config
 from sigprop.measurement.seeds import measure_seeds
 from sigprop.model.batches import token_batch
+from sigprop.model.presets import resolve_config
 
 DEFAULTS = ["n_layers=24", "d_model=128", "n_heads=2", "seq_len=64", "max_len=64", "init=dslm"]
 

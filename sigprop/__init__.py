@@ -12,7 +12,7 @@ collapse to rank one with depth. They are imported on first use, so ``import sig
 
 from __future__ import annotations
 
-import importlib
+from .core.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -29,13 +29,4 @@ _PUBLIC = {
 __all__ = [*_PUBLIC, "__version__"]
 
 
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'sigprop' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)

@@ -40,3 +40,29 @@ def lognormal_seed_profiles(rng: np.random.Generator, sds: dict[int, float], see
     return [Profile("measured", {}, tuple(Row(layer, "layer", 0.0, 1.0 + 0.01 * rng.standard_normal(), 0.5,
                                               float(rng.lognormal(0.0, s)), 0.3) for layer, s in sds.items()), {})
             for _ in range(seeds)]
+
+
+class CliResult:
+    """What a command-line run left: its exit status, standard output and error, and both together."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str):
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+        self.output = stdout + stderr
+
+
+def run_cli(args: list[str]) -> CliResult:
+    """Run ``sigprop ARGS`` in this process through its one entry point (:func:`sigprop.cli.main`, with its error
+    handler), capturing what it writes."""
+    import contextlib
+    import io
+
+    from sigprop.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return CliResult(code, out.getvalue(), err.getvalue())

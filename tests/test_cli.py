@@ -2,21 +2,17 @@
 
 import json
 
-from typer.testing import CliRunner
-
-from sigprop.cli.app import app
-
-runner = CliRunner()
+from tests.helpers import run_cli
 
 
 def test_help_lists_commands():
-    result = runner.invoke(app, ["--help"])
+    result = run_cli(["--help"])
     assert result.exit_code == 0 and "verify" in result.output
 
 
 def test_verify_json_schema(tmp_path):
     out = tmp_path / "v.json"
-    result = runner.invoke(app, ["verify", "dropout", "--quick", "--configs", "4", "--json", str(out)])
+    result = run_cli(["verify", "dropout", "--quick", "--configs", "4", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert set(data) >= {"components", "seconds", "normalisation"}
@@ -28,10 +24,10 @@ def test_verify_json_schema(tmp_path):
 
 
 def test_unknown_component_is_a_clear_error():
-    result = runner.invoke(app, ["verify", "nonsense"])
+    result = run_cli(["verify", "nonsense"])
     assert result.exit_code == 2 and "unknown component" in result.output
 
 
 def test_list():
-    result = runner.invoke(app, ["verify", "--list"])
+    result = run_cli(["verify", "--list"])
     assert result.exit_code == 0 and "dropout" in result.output

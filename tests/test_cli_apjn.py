@@ -3,17 +3,15 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from sigprop.cli.app import app
+from tests.helpers import run_cli
 
-runner = CliRunner()
 TINY = ["--blocks", "3", "--width", "32", "--heads", "2", "--tokens", "16", "--seeds", "2", "--probes", "3"]
 
 
 def test_apjn_writes_curves_checks_and_a_figure(tmp_path):
     out, fig = tmp_path / "a.json", tmp_path / "a.png"
-    result = runner.invoke(app, ["apjn", *TINY, "--norm", "layernorm,derf", "--alpha", "0.5,1.5",
+    result = run_cli(["apjn", *TINY, "--norm", "layernorm,derf", "--alpha", "0.5,1.5",
                                  "--json", str(out), "--plot", str(fig)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -29,12 +27,12 @@ def test_apjn_writes_curves_checks_and_a_figure(tmp_path):
 
 def test_apjn_digits_forward_and_stride(tmp_path):
     out = tmp_path / "d.json"
-    result = runner.invoke(app, ["apjn", *TINY, "--norm", "dyt", "--alpha", "1", "--inputs", "digits",
+    result = run_cli(["apjn", *TINY, "--norm", "dyt", "--alpha", "1", "--inputs", "digits",
                                  "--samples", "2", "--json", str(out)])
     assert result.exit_code == 0, result.output
     curves = json.loads(out.read_text())["curves"]
     assert [c["sample"] for c in curves] == [0, 1]
-    result = runner.invoke(app, ["apjn", *TINY, "--norm", "layernorm", "--kind", "forward", "--stride", "2",
+    result = run_cli(["apjn", *TINY, "--norm", "layernorm", "--kind", "forward", "--stride", "2",
                                  "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["curves"][0]["blocks"] == [1, 3]
@@ -42,7 +40,7 @@ def test_apjn_digits_forward_and_stride(tmp_path):
 
 def test_apjn_phase_maps(tmp_path):
     out, fig = tmp_path / "p.json", tmp_path / "p.png"
-    result = runner.invoke(app, ["apjn", "--phase", "--norm", "derf", "--alpha", "1,2", "--grid", "6",
+    result = run_cli(["apjn", "--phase", "--norm", "derf", "--alpha", "1,2", "--grid", "6",
                                  "--json", str(out), "--plot", str(fig)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -59,6 +57,6 @@ def test_apjn_phase_maps(tmp_path):
     (["--phase", "--grid", "1"], "--grid must be"),
 ])
 def test_apjn_bad_options_exit_2_with_a_message(args, message):
-    result = runner.invoke(app, ["apjn", *TINY, *args])
+    result = run_cli(["apjn", *TINY, *args])
     assert result.exit_code == 2
     assert message in result.output

@@ -3,20 +3,18 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from sigprop.cli.app import app
-from sigprop.cli.profiles import resolve_config
 from sigprop.core.profile import Profile
+from sigprop.model.presets import resolve_config
+from tests.helpers import run_cli
 
-runner = CliRunner()
 SMALL = ["--set", "n_layers=3", "--set", "d_model=32", "--set", "n_heads=2", "--set", "vocab_size=300",
          "--set", "seq_len=16", "--set", "max_len=16"]
 
 
 def test_predict_writes_a_profile(tmp_path):
     out, fig = tmp_path / "p.json", tmp_path / "p.png"
-    result = runner.invoke(app, ["predict", *SMALL, "--json", str(out), "--plot", str(fig)])
+    result = run_cli(["predict", *SMALL, "--json", str(out), "--plot", str(fig)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["kind"] == "predicted" and data["config"]["n_layers"] == 3
@@ -30,12 +28,12 @@ def test_predict_writes_a_profile(tmp_path):
 
 def test_measure_and_compare_on_synthetic_tokens(tmp_path):
     out = tmp_path / "m.json"
-    result = runner.invoke(app, ["measure", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+    result = run_cli(["measure", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
                                  "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["kind"] == "measured"
     comp = tmp_path / "c.json"
-    result = runner.invoke(app, ["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+    result = run_cli(["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
                                  "--json", str(comp), "--plot", str(tmp_path / "c.png")])
     assert result.exit_code == 0, result.output
     data = json.loads(comp.read_text())
@@ -46,7 +44,7 @@ def test_measure_and_compare_on_synthetic_tokens(tmp_path):
     assert "(theory: " in result.output
     assert data["predicted_meta"]["forward_state"].startswith("token-resolved")
     assert "forward state: token-resolved" in " ".join(result.output.split())
-    result = runner.invoke(app, ["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
+    result = run_cli(["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2",
                                  "--exchangeable", "--json", str(comp)])
     assert result.exit_code == 0, result.output
     assert json.loads(comp.read_text())["predicted_meta"]["forward_state"].startswith("exchangeable")
@@ -56,7 +54,7 @@ def test_encoder_decoder_compare(tmp_path):
     """An encoder–decoder end to end: the cross-attention rule is named, the decoder input has its own row and the
     figure is drawn."""
     comp = tmp_path / "c.json"
-    result = runner.invoke(app, ["compare", *SMALL, "--set", "arch=encoder_decoder", "--set", "n_decoder_layers=2",
+    result = run_cli(["compare", *SMALL, "--set", "arch=encoder_decoder", "--set", "n_decoder_layers=2",
                                  "--synthetic", "--seeds", "2", "--batch-size", "2", "--attention-heads", "16",
                                  "--json", str(comp), "--plot", str(tmp_path / "c.png")])
     assert result.exit_code == 0, result.output
@@ -65,7 +63,7 @@ def test_encoder_decoder_compare(tmp_path):
     assert [r["layer"] for r in data["per_layer"]] == [0, 1, 2, 3, 4]
     assert "caveat" in data["predicted_meta"]
     assert (tmp_path / "c.png").stat().st_size > 10_000
-    result = runner.invoke(app, ["compare", *SMALL, "--set", "arch=encoder_decoder", "--synthetic", "--seeds", "2",
+    result = run_cli(["compare", *SMALL, "--set", "arch=encoder_decoder", "--synthetic", "--seeds", "2",
                                  "--token-resolved"])
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and "CrossAttention" in said and "has no token-resolved rule" in said
@@ -74,7 +72,7 @@ def test_encoder_decoder_compare(tmp_path):
 def test_presets_resolve_and_list():
     config, preset = resolve_config("fig3-postln", None, ["n_layers=4"])
     assert config.norm_position == "post" and config.n_layers == 4 and preset.seeds >= 1
-    result = runner.invoke(app, ["compare", "--list-presets"])
+    result = run_cli(["compare", "--list-presets"])
     assert result.exit_code == 0
     for name in ("fig1-preln", "fig3-postln", "fig4-dslm-pre", "fig4-dslm-post"):
         assert name in result.output
@@ -95,13 +93,13 @@ def test_config_file_and_overrides(tmp_path):
     (["--set", "attention_heads=1"], "unknown config field"),
 ])
 def test_bad_input_is_a_clear_error(args, message):
-    result = runner.invoke(app, ["predict", *args])
+    result = run_cli(["predict", *args])
     assert result.exit_code == 2
     assert message in result.output
 
 
 def test_missing_config_file_is_a_clear_error(tmp_path):
-    result = runner.invoke(app, ["predict", "--config", str(tmp_path / "none.json")])
+    result = run_cli(["predict", "--config", str(tmp_path / "none.json")])
     assert result.exit_code == 2 and "not found" in result.output
 
 
@@ -109,7 +107,7 @@ def test_measure_notes_a_heavy_tailed_seed_mean(tmp_path):
     """A narrow Post-LN stack's gradient variance spreads log-normally across seeds (sd of the log ≫ 0.2 here), so
     6 seeds fail Cochran's rule and the command says so (and draws those points hollow)."""
     fig = tmp_path / "m.png"
-    result = runner.invoke(app, ["measure", *SMALL, "--set", "n_layers=12", "--set", "norm_position=post",
+    result = run_cli(["measure", *SMALL, "--set", "n_layers=12", "--set", "norm_position=post",
                                  "--synthetic", "--seeds", "6", "--batch-size", "2", "--plot", str(fig)])
     assert result.exit_code == 0, result.output
     assert fig.stat().st_size > 10_000
@@ -122,26 +120,26 @@ def test_compare_against_a_stored_measurement(tmp_path):
     measuring; a different batch or a clashing option is refused."""
     small = [*SMALL, "--synthetic", "--batch-size", "2"]
     first, measured = tmp_path / "c.json", tmp_path / "m.json"
-    assert runner.invoke(app, ["compare", *small, "--seeds", "2", "--json", str(first)]).exit_code == 0
-    assert runner.invoke(app, ["measure", *small, "--seeds", "2", "--json", str(measured)]).exit_code == 0
+    assert run_cli(["compare", *small, "--seeds", "2", "--json", str(first)]).exit_code == 0
+    assert run_cli(["measure", *small, "--seeds", "2", "--json", str(measured)]).exit_code == 0
     again, from_measure = tmp_path / "c2.json", tmp_path / "c3.json"
-    result = runner.invoke(app, ["compare", "--measured", str(first), "--json", str(again)])
+    result = run_cli(["compare", "--measured", str(first), "--json", str(again)])
     assert result.exit_code == 0, result.output
     assert "measure 3 layers" not in result.output
     a, b = json.loads(first.read_text()), json.loads(again.read_text())
     assert a["per_layer"] == b["per_layer"] and a["summary"] == b["summary"]
     assert a["measured_meta"]["batch_source"] == "synthetic"
-    result = runner.invoke(app, ["compare", "--measured", str(measured), "--json", str(from_measure)])
+    result = run_cli(["compare", "--measured", str(measured), "--json", str(from_measure)])
     assert result.exit_code == 0, result.output
     assert json.loads(from_measure.read_text())["per_layer"] == a["per_layer"]  # same seeds, same batch
     for extra, message in ((["--seeds", "3"], "leave out --seeds"), (["--set", "n_layers=2"], "leave out --set"),
                            (["--batch-size", "3"], "not the one measured")):
-        result = runner.invoke(app, ["compare", "--measured", str(measured), *extra])
+        result = run_cli(["compare", "--measured", str(measured), *extra])
         assert result.exit_code == 2 and message in result.output, result.output
     (tmp_path / "p.json").write_text(json.dumps({"kind": "predicted", "per_layer": []}))
     for path, message in ((tmp_path / "p.json", "got an object of kind 'predicted'"),
                           (tmp_path / "none.json", "not found")):
-        result = runner.invoke(app, ["compare", "--measured", str(path)])
+        result = run_cli(["compare", "--measured", str(path)])
         assert result.exit_code == 2 and message in result.output, result.output
 
 
@@ -150,16 +148,16 @@ def test_measure_slices_and_merge(tmp_path):
     paths = {name: tmp_path / f"{name}.json" for name in ("a", "b", "all", "merged")}
     for name, extra in (("a", ["--seeds", "2"]), ("b", ["--seeds", "1", "--first-seed", "2"]),
                         ("all", ["--seeds", "3"])):
-        result = runner.invoke(app, ["measure", *small, *extra, "--json", str(paths[name])])
+        result = run_cli(["measure", *small, *extra, "--json", str(paths[name])])
         assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["measure", "--merge", str(paths["b"]), "--merge", str(paths["a"]),
+    result = run_cli(["measure", "--merge", str(paths["b"]), "--merge", str(paths["a"]),
                                  "--json", str(paths["merged"])])
     assert result.exit_code == 0, result.output
     whole, merged = json.loads(paths["all"].read_text()), json.loads(paths["merged"].read_text())
     assert merged["per_site"] == whole["per_site"] and merged["meta"]["seeds"] == [0, 1, 2]
-    result = runner.invoke(app, ["measure", "--merge", str(paths["a"]), "--seeds", "2"])
+    result = run_cli(["measure", "--merge", str(paths["a"]), "--seeds", "2"])
     assert result.exit_code == 2 and "leave out --seeds" in result.output
     paths["c"] = tmp_path / "c.json"
-    assert runner.invoke(app, ["compare", *small, "--seeds", "2", "--json", str(paths["c"])]).exit_code == 0
-    result = runner.invoke(app, ["measure", "--merge", str(paths["a"]), "--merge", str(paths["c"])])
+    assert run_cli(["compare", *small, "--seeds", "2", "--json", str(paths["c"])]).exit_code == 0
+    result = run_cli(["measure", "--merge", str(paths["a"]), "--merge", str(paths["c"])])
     assert result.exit_code == 2 and "no per-seed rows" in result.output

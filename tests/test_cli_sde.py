@@ -1,31 +1,17 @@
 """``sigprop sde``: a quick run writing JSON and PNG, the table, and clear errors (exit 2) on bad options.
 
-The command is mounted on a local Typer app (as sigprop/cli.py mounts it), so the test does not depend on the
-registration line."""
+Run through the command line's one entry point (:func:`sigprop.cli.main`), as a user runs it."""
 
 import json
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
-from sigprop.cli.sde import sde_command
-
-app = typer.Typer()
-app.command("sde")(sde_command)
-
-
-@app.command("noop")
-def _noop():  # a second command, so that "sde" is a subcommand as under sigprop's app
-    pass
-
-
-runner = CliRunner()
+from tests.helpers import run_cli
 
 
 def test_sde_figure1_writes_json_and_png(tmp_path):
     out, fig = tmp_path / "f1.json", tmp_path / "f1.png"
-    result = runner.invoke(app, ["sde", "--figure", "1", "--samples", "128", "--width", "40", "--depth", "20",
+    result = run_cli(["sde", "--figure", "1", "--samples", "128", "--width", "40", "--depth", "20",
                                  "--no-check-dt", "--json", str(out), "--plot", str(fig)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -38,11 +24,11 @@ def test_sde_figure1_writes_json_and_png(tmp_path):
 
 def test_sde_figure3_and_figure8_tables(tmp_path):
     out = tmp_path / "f3.json"
-    result = runner.invoke(app, ["sde", "-f", "3", "--samples", "64", "--width", "30", "--depth", "6",
+    result = run_cli(["sde", "-f", "3", "--samples", "64", "--width", "30", "--depth", "6",
                                  "--gamma", "0.5,1", "--json", str(out), "--plot", str(tmp_path / "f3.png")])
     assert result.exit_code == 0, result.output
     assert [r["gamma"] for r in json.loads(out.read_text())["data"]["rows"]] == [0.5, 1.0]
-    result = runner.invoke(app, ["sde", "-f", "8", "--samples", "4", "--width", "20", "--depth", "10",
+    result = run_cli(["sde", "-f", "8", "--samples", "4", "--width", "20", "--depth", "10",
                                  "--gamma", "0.2,0.8", "--tau0", "1,2", "--plot", str(tmp_path / "f8.png")])
     assert result.exit_code == 0, result.output
     assert "gamma \\ tau0" in result.output and (tmp_path / "f8.png").exists()
@@ -64,14 +50,14 @@ def test_sde_figure3_and_figure8_tables(tmp_path):
     (["--width", "6", "--tokens", "4", "--samples", "4", "--depth", "2"], "width >= 2 m"),
 ])
 def test_sde_bad_options_exit_2_with_a_message(args, message):
-    result = runner.invoke(app, ["sde", *args])
+    result = run_cli(["sde", *args])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
 
 
 def test_sde_figure2_gradient_norms(tmp_path):
     out = tmp_path / "f2.json"
-    result = runner.invoke(app, ["sde", "-f", "2", "--width", "16", "--depth", "3", "--samples", "2", "--tokens", "8",
+    result = run_cli(["sde", "-f", "2", "--width", "16", "--depth", "3", "--samples", "2", "--tokens", "8",
                                  "--json", str(out), "--plot", str(tmp_path / "f2.png")])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

@@ -18,7 +18,13 @@ def test_demo_writes_a_report_with_seed_spread_notes(tmp_path, monkeypatch):
                "small-post": TransformerConfig(**SMALL, norm_position="post", init="xavier")}
     monkeypatch.setattr(demo, "DEMO_CONFIGS", configs)
     calls = []
-    results = demo.run_demo(tmp_path, seeds=6, batch_size=2, progress=lambda name, k: calls.append(name))
+
+    class Steps:  # a Progress that notes the model of every measured seed
+        def task(self, description, total=None):
+            name = description.split(":")[0].removeprefix("demo ")
+            return lambda k: calls.extend([name] * k if "measure" in description else [])
+
+    results = demo.run_demo(tmp_path, seeds=6, batch_size=2, progress=Steps())
     text = (tmp_path / "demo.md").read_text(encoding="utf-8")
     for name in configs:
         assert results[name]["figure"].stat().st_size > 10_000

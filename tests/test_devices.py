@@ -8,7 +8,6 @@ from sigprop.core.devices import check_device, parse_devices
 
 def test_default_and_lists():
     assert parse_devices(None) == [torch.device("cpu")]
-    assert parse_devices("") == [torch.device("cpu")]
     assert parse_devices("cpu") == [torch.device("cpu")]
     assert parse_devices(" cpu , cpu ") == [torch.device("cpu"), torch.device("cpu")]
     assert parse_devices(["cpu", torch.device("cpu")]) == [torch.device("cpu")] * 2

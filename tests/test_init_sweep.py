@@ -5,11 +5,10 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from sigprop import TransformerConfig
 from sigprop.analysis.init_sweep import _order, depth_orders, sweep_inits, sweep_steps
-from sigprop.cli.app import app
+from tests.helpers import run_cli
 
 SMALL = dict(d_model=32, n_heads=2, seq_len=16, max_len=16, vocab_size=300, dropout=0.1)
 DEPTHS = (4, 8, 16)
@@ -97,13 +96,13 @@ def test_inits_command_writes_json_and_figure(tmp_path):
     args = ["inits", "--set", "n_layers=4", *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
             "--inits", "xavier,dslm", "--depths", ",".join(map(str, DEPTHS)), "--attention-heads", "16",
             "--json", str(out), "--plot", str(fig)]
-    result = CliRunner().invoke(app, args)
+    result = run_cli(args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["kind"] == "init_sweep" and len(data["rows"]) == 6
     assert {o["init"] for o in data["orders"]} == {"xavier", "dslm"}
     assert "Table 3" in result.output and fig.stat().st_size > 10_000
-    bad = CliRunner().invoke(app, ["inits", "--depths", "12,x"])
+    bad = run_cli(["inits", "--depths", "12,x"])
     assert bad.exit_code == 2 and "comma-separated list of integers" in bad.output
 
 
@@ -112,7 +111,7 @@ def test_an_encoder_decoder_is_diagnosed_per_stack():
     (row,) = sweep_inits(config, ["xavier"], [3], attention_heads=16)
     assert row.stacks() == ["encoder", "decoder"]
     assert row.finding("grad_var", "decoder") is not row.finding("grad_var", "encoder")
-    result = CliRunner().invoke(app, ["inits", "--set", "arch=encoder_decoder", "--set", "n_layers=3",
+    result = run_cli(["inits", "--set", "arch=encoder_decoder", "--set", "n_layers=3",
                                       "--set", "n_decoder_layers=3",
                                       *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")],
                                       "--inits", "xavier", "--attention-heads", "16"])

@@ -195,8 +195,45 @@ def read_measured(path) -> Profile:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
     try:
         profile = measured_from_json(data)
-    except (KeyError, TypeError, ValueError) as err:
+        check_measurement(profile)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path}: {err}") from None
-    if not profile.rows:
-        raise ValueError(f"{path}: the measurement has no rows")
     return profile
+
+
+def check_measurement(profile: Profile) -> None:
+    """``ValueError`` unless ``profile`` is a measurement sigprop could have written: a configuration it builds (and,
+    where the file records it, the one it was measured with: ``config_sha256``), a "layer" row for every layer,
+    finite statistics where they are given, variances ≥ 0 and correlations in [−1, 1], and seeds a list of distinct
+    integers. A file edited by hand (or by accident) is refused instead of compared."""
+    import math
+
+    from ..model.batches import config_fingerprint
+    from ..model.config import config_from_dict
+
+    if not profile.rows:
+        raise ValueError("the measurement has no rows")
+    config = config_from_dict(profile.config)
+    want = profile.meta.get("config_sha256")
+    if want is not None and want != config_fingerprint(config):
+        raise ValueError("its config is not the one it was measured with (config_sha256 differs): was it edited?")
+    layers = {r.layer for r in profile.rows if r.site == "layer"}
+    missing = sorted(set(range(config.total_layers)) - layers)
+    if missing:
+        raise ValueError(f"it has no row for layer(s) {', '.join(map(str, missing[:8]))} of its "
+                         f"{config.total_layers}")
+    for r in profile.rows:
+        for q in ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"):
+            v = getattr(r, q)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ValueError(f"layer {r.layer} {r.site}: {q} is not a number ({v!r})")
+            if math.isinf(v) or (math.isnan(v) and q in ("fwd_mean", "fwd_var")):
+                raise ValueError(f"layer {r.layer} {r.site}: {q} is not finite ({v!r})")
+            if q.endswith("var") and v < 0:
+                raise ValueError(f"layer {r.layer} {r.site}: {q} is negative ({v!r})")
+            if q.endswith("corr") and abs(v) > 1.0 + 1e-6:
+                raise ValueError(f"layer {r.layer} {r.site}: {q} = {v!r} is not a correlation")
+    seeds = profile.meta.get("seeds", [])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ValueError(f"meta.seeds must be a list of distinct integer seeds (got {seeds!r})")

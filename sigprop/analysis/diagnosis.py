@@ -37,7 +37,8 @@ import numpy as np
 from ..core.jsonio import finite_or_null
 from ..core.profile import Profile
 
-__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "growth_law",
+__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "record_diagnosis",
+           "growth_law",
            "exponential_and_power_fits", "side_by_side"]
 
 #: Fewest layers in the fitting window for a growth law to be named.
@@ -305,6 +306,13 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
         if identity is not None:
             findings.append(identity)
     return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))
+
+
+def record_diagnosis(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnosis:
+    """:func:`diagnose` of ``profile``, also recorded in its meta under "diagnosis" (and so in its JSON)."""
+    diagnosis = diagnose(profile, limits)
+    profile.meta["diagnosis"] = diagnosis.to_dict()
+    return diagnosis
 
 
 def side_by_side(predicted: Diagnosis, measured: Diagnosis) -> list[str]:

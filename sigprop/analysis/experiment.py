@@ -5,10 +5,11 @@ initialised seeds, the prediction for the same batch, and their comparison. The 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from ..components.attention_sampled import DEFAULT_HEADS
+from ..components.draws import DEFAULT_HEADS
 from ..core.moments import GradMoments
 from ..core.profile import Profile
 from ..measurement.seeds import measure_seeds
@@ -20,7 +21,7 @@ from ..theory.predict import Prediction, prediction_steps
 from .comparison import Comparison, compare
 
 __all__ = ["measured_boundary", "batch_prediction", "predict_for_batch", "compare_config", "compare_steps",
-           "config_batch",
+           "config_batch", "stored_setup",
            "with_batch_input_correlation", "check_same_batch", "GRAD_BOUNDARIES"]
 
 
@@ -113,8 +114,8 @@ def check_same_batch(measured: Profile, batch: dict) -> None:
 def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
                    progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
-                   token_resolved: bool | None = None,
-                   measured: Profile | None = None) -> tuple[Profile, Profile, Comparison]:
+                   token_resolved: bool | None = None, measured: Profile | None = None,
+                   prediction: Prediction | None = None) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
@@ -124,7 +125,8 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
     :func:`measure_seeds`. ``measured``: a measurement made before (e.g. on other machines, :func:`read_measured
     <sigprop.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`): nothing is
-    measured and ``seeds``, ``device`` and ``progress`` are unused."""
+    measured and ``seeds``, ``device`` and ``progress`` are unused. ``prediction``: the
+    :func:`batch_prediction` of this config and batch, when the caller holds it already."""
     from ..core.devices import parse_devices
 
     if grad_boundary not in GRAD_BOUNDARIES:
@@ -133,7 +135,8 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
         raise ValueError(f"compare_config: measured must be a measured profile (got kind {measured.kind!r})")
     if measured is not None:
         check_same_batch(measured, batch)
-    prediction = batch_prediction(config, batch, attention_heads=attention_heads, token_resolved=token_resolved)
+    if prediction is None:
+        prediction = batch_prediction(config, batch, attention_heads=attention_heads, token_resolved=token_resolved)
     predicted = None
     if measured is None:
         device = parse_devices(device)  # a missing device stops the run before minutes of predicting
@@ -150,3 +153,26 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
     elif predicted is None:
         predicted = prediction.profile(progress=predict_progress)
     return predicted, measured, compare(predicted, measured)
+
+
+def stored_setup(path, batch_size: int | None = None, data=None, synthetic: bool = False):
+    """(config, measured profile, batch) for comparing the theory against the measurement stored at ``path`` (a
+    ``sigprop measure --json`` or ``compare --json`` file): the file's configuration, and its batch rebuilt from the
+    size and source the file records unless ``batch_size`` / ``data`` / ``synthetic`` say otherwise.
+    ``ValueError`` for a file that is not a measurement sigprop wrote, or that does not say its batch size."""
+    from ..model.config import config_from_dict
+    from .comparison import read_measured
+
+    measured = read_measured(path)
+    config = config_from_dict(measured.config)
+    if batch_size is None:
+        batch_size = measured.meta.get("sequences") or int(measured.meta.get("tokens", 0)) // config.seq_len or None
+    if batch_size is None:
+        raise ValueError(f"{path} does not say how many sequences were measured: pass --batch-size")
+    source = measured.meta.get("batch_source", "default")
+    if data is None and not synthetic:  # "stdlib": the default corpus, as files written before said
+        builtin = source in ("default", "stdlib", "synthetic")
+        synthetic, data = source == "synthetic", (None if builtin else Path(source))
+    config, batch = config_batch(config, int(batch_size), data, 0, synthetic)
+    check_same_batch(measured, batch)
+    return config, measured, batch

@@ -31,9 +31,9 @@ import numpy as np
 from ..core.jsonio import finite_or_null
 from .diagnosis import Diagnosis, Finding, diagnose, exponential_and_power_fits
 
-__all__ = ["InitRow", "DepthOrder", "sweep_inits", "depth_orders", "sweep_steps", "DEFAULT_INITS"]
+__all__ = ["InitRow", "DepthOrder", "sweep_inits", "depth_orders", "sweep_steps", "sweep_json", "DEFAULT_INITS"]
 
-#: The schemes compared by default: the paper's Table 3 methods and their relatives (DESIGN.md's plans).
+#: The schemes compared by default: the paper's Table 3 methods and their relatives (sigprop.model.init's plans).
 DEFAULT_INITS = ("xavier", "bert", "dsinit", "layerscale", "skipinit", "deepnorm", "dslm_simple", "dslm")
 #: Below this |exponent| a change counts as O(1) in N.
 CONSTANT_EXPONENT = 0.15
@@ -115,7 +115,7 @@ def sweep_inits(config, inits: Sequence[str] = DEFAULT_INITS, depths: Sequence[i
     ids, or a patch model's images, which it needs: :func:`sigprop.experiment.config_batch`) the boundaries come
     from the batch as in :func:`sigprop.experiment.predict_for_batch`, token-resolved by default
     (``token_resolved``), and a DSLM patch model's input correlation from its images (App. H)."""
-    from ..components.attention_sampled import DEFAULT_HEADS
+    from ..components.draws import DEFAULT_HEADS
 
     if config.input != "tokens" and batch is None:
         raise ValueError("a patch model's input moments come from its images: pass batch= (sigprop.experiment."
@@ -194,3 +194,9 @@ def depth_orders(rows: Sequence[InitRow]) -> list[DepthOrder]:
             if order is not None:
                 orders.append(order)
     return orders
+
+
+def sweep_json(config, rows: Sequence[InitRow], orders: Sequence[DepthOrder]) -> dict:
+    """The JSON of an init sweep: the config, every row (scheme, depth, diagnosis or error) and the orders in N."""
+    return {"kind": "init_sweep", "config": config.to_dict(), "rows": [r.to_dict() for r in rows],
+            "orders": [o.to_dict() for o in orders]}

@@ -9,12 +9,30 @@
 * :mod:`~sigprop.apjn.experiment`: theory against measurement on the ViT form (what ``sigprop apjn`` runs).
 """
 
-from .asymptotics import c_star, lambda_inv, phase_map, zeta
-from .experiment import ApjnCurve, ApjnSetup, compare_apjn
-from .gmfe import gmfe, gmfe_by_third
-from .hutchinson import as_block_stack, backward_apjn, exact_apjn, forward_apjn, measure_apjn
-from .inputs import equiangular_tokens, estimate_q0_p0
-from .recurrence import ApjnProfile, apjn_profile
+from ..core.lazy import lazy_names
+
+#: public name -> the submodule that defines it (imported on first use)
+_NAMES = {
+    "c_star": "asymptotics",
+    "lambda_inv": "asymptotics",
+    "phase_map": "asymptotics",
+    "zeta": "asymptotics",
+    "ApjnCurve": "experiment",
+    "ApjnSetup": "experiment",
+    "compare_apjn": "experiment",
+    "gmfe": "gmfe",
+    "gmfe_by_third": "gmfe",
+    "as_block_stack": "hutchinson",
+    "backward_apjn": "hutchinson",
+    "exact_apjn": "hutchinson",
+    "forward_apjn": "hutchinson",
+    "measure_apjn": "hutchinson",
+    "equiangular_tokens": "inputs",
+    "estimate_q0_p0": "inputs",
+    "ApjnProfile": "recurrence",
+    "apjn_profile": "recurrence",
+}
+__getattr__, __dir__ = lazy_names(__name__, _NAMES)
 
 __all__ = ["ApjnCurve", "ApjnProfile", "ApjnSetup", "apjn_profile", "as_block_stack", "backward_apjn", "c_star",
            "compare_apjn", "equiangular_tokens", "estimate_q0_p0", "exact_apjn", "forward_apjn", "gmfe",

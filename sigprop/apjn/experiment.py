@@ -14,7 +14,6 @@ every norm (Result 3.1), so the measured model uses it at every position as well
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -25,114 +24,16 @@ import torch
 
 from ..core.devices import check_device
 from ..core.jsonio import json_number
-from ..core.validate import check_choice, check_integer, check_number
-from ..model.vit import vit_config
 from .asymptotics import lambda_inv, preln_backward_asymptotic, stretched_backward_asymptotic, zeta
 from .gmfe import gmfe_by_third
 from .hutchinson import measure_apjn
 from .inputs import digits_hidden_states, equiangular_tokens, estimate_q0_p0
 from .recurrence import apjn_profile
+from .setup import INPUTS, KINDS, NORMS, THEORY_NORM, ApjnSetup
 
 __all__ = ["ApjnSetup", "ApjnCurve", "NORMS", "INPUTS", "KINDS", "compare_apjn", "theory_curves", "loglog_slope",
            "sqrt_slope", "curve_checks", "growth_order"]
 
-NORMS = ("layernorm", "dyt", "derf")
-INPUTS = ("equiangular", "digits")
-KINDS = ("backward", "forward")
-#: the elementwise φ of each norm in the recurrences (sigprop.apjn.elementwise)
-_THEORY_NORM = {"layernorm": "layernorm", "dyt": "tanh", "derf": "erf"}
-#: the patch side of the digits images; tokens = (image side / patch side)²
-_PATCH = 4
-
-
-@dataclass(frozen=True)
-class ApjnSetup:
-    """One APJN experiment (Alekseev Sec. 3.1, App. A). Defaults: the paper's ViT initialisation (σ_21 = 0.61,
-    σ_OV = 0.31, App. A) at a width this CPU runs in about a minute per curve, equiangular inputs (q⁰, p⁰) = (1, 0.2)
-    as in Fig. 1(a), 10 Hutchinson probes per model, 4 weight seeds.
-
-    ``norm``: "layernorm" (pre-LN) or "dyt" / "derf" (φ_α replacing every norm, the final one included) with α =
-    ``alpha``; ``blocks`` B; ``tokens`` n, a square number (the ViT's patch grid: digits' 8×8 images are upsampled
-    to 4·√n pixels a side and cut into 4×4 patches); ``inputs``: "equiangular" (a fresh exact configuration per
-    weight seed) or "digits" (``samples`` images, each its own curve with (q⁰, p⁰) from Eq. 21); ``kind``: "backward"
-    𝒥^{B,b} or "forward" 𝒥^{b,0}; ``stride``: measure every ``stride``-th block (the last one always).
-    """
-
-    norm: str = "layernorm"
-    alpha: float = 1.0
-    blocks: int = 64
-    sigma_21: float = 0.61
-    sigma_ov: float = 0.31
-    d_model: int = 256
-    n_heads: int = 4
-    tokens: int = 64
-    activation: str = "relu"
-    inputs: str = "equiangular"
-    q0: float = 1.0
-    p0: float = 0.2
-    samples: int = 4
-    probes: int = 10
-    seeds: int = 4
-    seed0: int = 0
-    stride: int = 1
-    kind: str = "backward"
-
-    def __post_init__(self):
-        def choice(name, allowed):
-            check_choice(self, name, allowed)
-
-        def integer(name, lo):
-            check_integer(self, name, lo)
-
-        def number(name, lo, lo_open=False):
-            check_number(self, name, lo, lo_open=lo_open)
-
-        choice("norm", NORMS)
-        choice("inputs", INPUTS)
-        choice("kind", KINDS)
-        choice("activation", ("relu", "gelu"))
-        for name, lo in (("blocks", 1), ("d_model", 1), ("n_heads", 1), ("tokens", 2), ("samples", 1),
-                         ("probes", 2), ("seeds", 1), ("seed0", 0), ("stride", 1)):
-            integer(name, lo)
-        number("alpha", 0.0, lo_open=True)
-        number("sigma_21", 0.0)
-        number("sigma_ov", 0.0)
-        number("q0", 0.0, lo_open=True)
-        number("p0", 0.0)
-        if self.p0 > self.q0:
-            raise ValueError(f"p0 must be <= q0 (a covariance cannot exceed the variance; got q0={self.q0}, "
-                             f"p0={self.p0})")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.inputs == "equiangular" and self.tokens > self.d_model and self.p0 < self.q0:
-            raise ValueError(f"an equiangular configuration with p0 < q0 needs tokens <= d_model "
-                             f"(got tokens={self.tokens}, d_model={self.d_model})")
-        if math.isqrt(self.tokens) ** 2 != self.tokens:
-            raise ValueError(f"the ViT's tokens are a square grid of image patches: tokens must be a square number "
-                             f"(got {self.tokens})")
-        if self.inputs == "digits" and self.kind == "forward":
-            raise ValueError("inputs='digits' measures the backward APJN (kind='backward')")
-
-    @property
-    def label(self) -> str:
-        return "pre-LN" if self.norm == "layernorm" else f"{'Derf' if self.norm == 'derf' else 'DyT'} α={self.alpha:g}"
-
-    def model_config(self):
-        """The ViT-form :class:`~sigprop.model.config.TransformerConfig` of this setup (:func:`vit_config`)."""
-        side = _PATCH * math.isqrt(self.tokens)
-        alpha = None if self.norm == "layernorm" else self.alpha
-        return vit_config(self.blocks, self.d_model, self.n_heads, norm=self.norm, alpha=alpha,
-                          sigma_ov=self.sigma_ov, sigma_21=self.sigma_21, activation=self.activation,
-                          image_size=side, patch_size=_PATCH, channels=1, seq_len=self.tokens)
-
-    def measured_blocks(self) -> list[int]:
-        """The blocks measured: every ``stride``-th of 0…B−1 plus B−1 (𝒥^{B,B} = 1 needs no measurement)."""
-        top = self.blocks if self.kind == "forward" else self.blocks - 1
-        low = 1 if self.kind == "forward" else 0
-        return sorted(set(range(low, top + 1, self.stride)) | {top})
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -174,7 +75,7 @@ class ApjnCurve:
 
 def theory_curves(setup: ApjnSetup, q0: float, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(simplified, full, asymptotic) APJN over b = 0…B for ``setup`` from the input covariance (q0, p0)."""
-    norm = _THEORY_NORM[setup.norm]
+    norm = THEORY_NORM[setup.norm]
     prof = apjn_profile(setup.sigma_21, setup.sigma_ov, setup.blocks, norm=norm, alpha=setup.alpha, q0=q0, p0=p0,
                         n=setup.tokens, covariance="finite_n", exact_n=True)
     if setup.kind == "backward":
@@ -264,18 +165,21 @@ def compare_apjn(setup: ApjnSetup, progress: Callable[[int], None] | None = None
 def curve_checks(curve: ApjnCurve) -> dict:
     """Large-depth shape checks of one backward curve (Results 3.4, 3.5): for pre-LN the least-squares slope of
     log 𝒥^{B,b} against log b over the measured blocks b >= 1, measured and full theory, beside −ζ (Eq. 17); for
-    DyT/Derf the slope against √b beside −√(λ⁻¹) (Eq. 19). Empty for forward curves."""
+    DyT/Derf the slope against √b beside −√(λ⁻¹) (Eq. 19); a slope that cannot be fitted (fewer than two usable
+    blocks) is None. Empty for forward curves."""
     s = curve.setup
     if s.kind != "backward":
         return {}
     b, m, t = curve.blocks, curve.measured, curve.theory("full")
     if s.norm == "layernorm":
         z = float(zeta(s.sigma_21, s.sigma_ov))
-        return {"zeta": z, "slope_measured": -loglog_slope(b, m), "slope_theory": -loglog_slope(b, t),
+        return {"zeta": z, "slope_measured": json_number(-loglog_slope(b, m)),
+                "slope_theory": json_number(-loglog_slope(b, t)),
                 "slope_fit": "−d log J^{B,b} / d log b over the measured blocks b >= 1"}
-    lam = float(lambda_inv(s.sigma_21, s.sigma_ov, _THEORY_NORM[s.norm], s.alpha))
-    return {"lambda_inv": lam, "sqrt_lambda_inv": math.sqrt(lam), "slope_measured": -sqrt_slope(b, m),
-            "slope_theory": -sqrt_slope(b, t), "slope_fit": "−d log J^{B,b} / d √b over the measured blocks"}
+    lam = float(lambda_inv(s.sigma_21, s.sigma_ov, THEORY_NORM[s.norm], s.alpha))
+    return {"lambda_inv": lam, "sqrt_lambda_inv": math.sqrt(lam), "slope_measured": json_number(-sqrt_slope(b, m)),
+            "slope_theory": json_number(-sqrt_slope(b, t)),
+            "slope_fit": "−d log J^{B,b} / d √b over the measured blocks"}
 
 
 def growth_order(curves: list[ApjnCurve]) -> dict:
@@ -290,16 +194,25 @@ def growth_order(curves: list[ApjnCurve]) -> dict:
             "match": t_order == m_order}
 
 
+def _log_slope(x, apjn, keep) -> float:
+    """Least-squares slope of log 𝒥 against ``x`` over the points ``keep`` where 𝒥 is positive and finite; NaN
+    with fewer than two such points (too few blocks measured, or a measurement that over- or underflowed)."""
+    y = np.asarray(apjn, dtype=np.float64)
+    keep = keep & np.isfinite(y) & (y > 0)
+    if np.count_nonzero(keep) < 2 or np.ptp(x[keep]) == 0:
+        return math.nan
+    return float(np.polyfit(x[keep], np.log(y[keep]), 1)[0])
+
+
 def loglog_slope(blocks, apjn) -> float:
     """Least-squares slope of log 𝒥 against log b over the given blocks (b >= 1): −ζ for pre-LN's backward APJN
-    (Eq. 16), +ζ for its forward APJN."""
+    (Eq. 16), +ζ for its forward APJN; NaN where fewer than two blocks can be fitted."""
     b = np.asarray(blocks, dtype=np.float64)
-    keep = b >= 1
-    return float(np.polyfit(np.log(b[keep]), np.log(np.asarray(apjn, dtype=np.float64)[keep]), 1)[0])
+    return _log_slope(np.log(np.maximum(b, 1.0)), apjn, b >= 1)
 
 
 def sqrt_slope(blocks, apjn) -> float:
     """Least-squares slope of log 𝒥 against √b: −√(λ⁻¹) for a tanh-like norm's backward APJN at large depth
-    (Eq. 18), +√(λ⁻¹) forward."""
+    (Eq. 18), +√(λ⁻¹) forward; NaN where fewer than two blocks can be fitted."""
     b = np.asarray(blocks, dtype=np.float64)
-    return float(np.polyfit(np.sqrt(b), np.log(np.asarray(apjn, dtype=np.float64)), 1)[0])
+    return _log_slope(np.sqrt(b), apjn, np.ones(b.shape, dtype=bool))

@@ -1,140 +1,95 @@
-"""The ``sigprop`` command line. Thin: every subcommand parses options and calls one library function."""
+"""The ``sigprop`` command line: the commands, and :func:`main`, the one error handler.
+
+Every command parses its options, calls one library function and prints (the modules beside this one); none
+catches an error itself. :func:`main` turns bad input (a ``ValueError`` and its kin, a usage error of the option
+parser, a file that cannot be read or written) into one line on standard error, ``error: …``, and exit status 2;
+Ctrl-C and SIGTERM into ``interrupted`` / ``terminated`` and 130 / 143, after the library has cleaned up (worker
+processes stopped, no half-written file: every write is atomic). Anything else is a bug and keeps its traceback.
+The command modules import only typer and rich at import time, so ``sigprop --help`` stays fast. With the
+environment variable ``SIGPROP_TRACEBACK=1`` bad input shows its traceback too.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import signal
+import sys
 
 import typer
 
-from .terminal import console, progress_bar
+from ..core.errors import DeviceError
+from .apjn import apjn_command
+from .demo import demo_command
+from .env import doctor_command, env_command
+from .inits import inits_command
+from .profiles import compare_command, measure_command, predict_command
+from .sde import sde_command
+from .terminal import error
+from .verify import verify_command
+
+__all__ = ["app", "main", "INPUT_ERRORS"]
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="sigprop: signal propagation in deep transformers — predict, measure and fix the moments of activations "
          "and gradients at initialization.",
 )
+COMMANDS = (
+    ("predict", predict_command, "Every layer's moments at initialisation, from theory (no weights drawn)."),
+    ("measure", measure_command, "The same statistics of real models, measured with hooks over seeds."),
+    ("compare", compare_command, "Theory against measurement, layer by layer, with the errors and a diagnosis."),
+    ("inits", inits_command, "Every init scheme at every depth, from theory, diagnosed (Kedia et al. Table 3)."),
+    ("demo", demo_command, "Theory against measurement on the built-in default, with a report folder."),
+    ("apjn", apjn_command, "The APJN of pre-LN and DyT/Derf transformers, theory against measurement (Alekseev)."),
+    ("sde", sde_command, "Finite networks against the shaped Transformer's covariance SDEs (Noci et al.)."),
+    ("verify", verify_command, "Every component's moment rules against Monte Carlo on the real module."),
+    ("env", env_command, "The versions, threads and devices sigprop will use."),
+    ("doctor", doctor_command, "Moved to `sigprop env` (the name is kept for the model doctor)."),
+)
+for name, command, summary in COMMANDS:
+    app.command(name, short_help=summary)(command)
 
-#: Acceptance targets for component rules (percent): median and 99th-percentile error.
-TARGET_P50, TARGET_P99 = 1.0, 5.0
+#: What counts as bad input: a value out of range, a combination that does not apply, a missing, unreadable or
+#: unwritable file, a number that overflows, a device that failed or is missing.
+INPUT_ERRORS = (ValueError, NotImplementedError, OSError, OverflowError, DeviceError)
 
 
-@app.command()
-def verify(
-    components: list[str] = typer.Argument(None, help="Components to verify (default: all). "
-                                           "See `sigprop verify --list`."),
-    component: list[str] = typer.Option(None, "--component", "-c", help="A component to verify (repeatable)."),
-    quick: bool = typer.Option(False, "--quick", help="Small sweep (48 configurations per component, fewer "
-                               "samples): a smoke test in well under a minute."),
-    json_path: Path = typer.Option(None, "--json", help="Write the machine-readable report here."),
-    markdown: Path = typer.Option(None, "--markdown", help="Write the accuracy table as Markdown here."),
-    plot: Path = typer.Option(None, "--plot", help="Write a PNG figure of the error percentiles here."),
-    seed: int = typer.Option(0, help="Seed of the configuration design and the Monte Carlo samples."),
-    approx: str = typer.Option(None, help="Score the same Monte Carlo draws against another approximation of the "
-                               "rules, e.g. 'kedia' (the paper's printed forms; relu, gelu, layernorm, softmax, "
-                               "attention, mha)."),
-    configs: int = typer.Option(None, help="Override the number of configurations per component."),
-    strict: bool = typer.Option(False, help=f"Exit with status 1 unless every p50 <= {TARGET_P50}% and "
-                                f"p99 <= {TARGET_P99}%."),
-    list_: bool = typer.Option(False, "--list", help="List the components and their sweep ranges, then exit."),
-):
-    """Check every component's moment rules against Monte Carlo on the real PyTorch module.
+class Terminated(Exception):
+    """Raised in the main thread when the process receives SIGTERM, so that ``finally`` blocks run."""
 
-    For each component, configurations are drawn over the ranges of Kedia et al. Table 22 (corners included),
-    Gaussian inputs with exactly the requested token correlation and Gaussian output gradients are pushed through
-    the module, and measured mean, variance, token correlation, gradient variance and gradient correlation are
-    compared with the rules. Reported: 50th/90th/99th percentile errors in percent (see the JSON's
-    "normalisation"), with the Monte Carlo noise (one standard error) beside them.
-    """
-    from ..verify.registry import available, load_spec
-    from ..verify.report import markdown_table, render_table
-    from ..verify.run import resolve_components, run_verification
 
-    if list_:
-        for name in available():
-            spec = load_spec(name)
-            console.print(f"[bold]{name}[/bold] ({spec.title}): " + ", ".join(
-                f"{p.name} ∈ [{p.lo:g}, {p.hi:g}]" for p in spec.params))
-        raise typer.Exit()
-    names = list(components or []) + list(component or [])
+def _terminate(signum, frame):
+    raise Terminated
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and exit with its status (module docstring)."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        names = resolve_components(names)
-    except ValueError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
-    with progress_bar() as bar:
-        task = {}
-
-        def on_start(name, n):
-            task["id"] = bar.add_task(f"verify {name}", total=n)
-
-        def on_progress(k):
-            bar.advance(task["id"], k)
-
-        try:
-            report = run_verification(names, quick=quick, seed=seed, n_configs=configs, approx=approx,
-                                      on_start=on_start, on_progress=on_progress)
-        except ValueError as err:
-            bar.stop()
-            console.print(f"[red]error:[/red] {err}")
-            raise typer.Exit(2) from None
-    written = []
-    if json_path:  # files first: a long sweep's results survive whatever happens to the terminal
-        written.append(f"JSON report: {report.write_json(json_path)}")
-    if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(markdown_table(report.to_json()) + "\n")
-        written.append(f"Markdown table: {markdown}")
-    if plot:
-        from ..verify.plot import plot_report
-
-        written.append(f"Figure: {plot_report(report.to_json(), plot)}")
-    console.print(render_table(report, TARGET_P50, TARGET_P99))
-    console.print(f"{sum(r.n_configs for r in report.results.values())} configurations in "
-                  f"{report.seconds:.1f} s ({'quick' if quick else 'full'} sweep, seed {seed}).")
-    for line in written:
-        console.print(line)
-    if strict and not report_meets(report, TARGET_P50, TARGET_P99):
-        raise typer.Exit(1)
-
-
-def report_meets(report, p50: float, p99: float) -> bool:
-    return all(s["p50"] <= p50 and s["p99"] <= p99
-               for summary in report.to_json()["components"].values() for s in summary.values())
-
-
-@app.command()
-def doctor():
-    """Print the versions, threads and devices sigprop will use, and check that its dependencies import."""
-    from ..report.environment import environment_report
-
-    for key, value in environment_report().items():
-        console.print(f"[bold]{key}[/bold]: {value}")
-
-
-from .profiles import compare_command, demo_command, measure_command, predict_command  # noqa: E402
-
-app.command("predict")(predict_command)
-app.command("measure")(measure_command)
-app.command("compare")(compare_command)
-app.command("demo")(demo_command)
-
-from .inits import inits_command  # noqa: E402
-
-app.command("inits")(inits_command)
-
-from .apjn import apjn_command  # noqa: E402
-
-app.command("apjn")(apjn_command)
-
-from .sde import sde_command  # noqa: E402
-
-app.command("sde")(sde_command)
-
-
-def main():  # console-script entry point
-    app()
-
-
-if __name__ == "__main__":
-    main()
+        app(args=argv, prog_name="sigprop", standalone_mode=False)
+    except KeyboardInterrupt:
+        error("interrupted")
+        sys.exit(130)
+    except Terminated:
+        error("terminated")
+        sys.exit(143)
+    except INPUT_ERRORS as err:
+        if os.environ.get("SIGPROP_TRACEBACK"):
+            raise
+        error(str(err) or type(err).__name__)
+        sys.exit(2)
+    except Exception as err:
+        code = getattr(err, "exit_code", None)
+        if code is None or not hasattr(err, "format_message") and type(err).__name__ != "Exit":
+            raise
+        if type(err).__name__ == "Exit":  # typer.Exit / click's Exit: a command's own status
+            sys.exit(code)
+        if type(err).__name__ == "NoArgsIsHelpError":  # `sigprop` alone: the help, already printed
+            sys.exit(0)
+        error(err.format_message())  # the option parser's usage errors
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    sys.exit(0)

@@ -1,5 +1,5 @@
-"""``sigprop inits``: a thin wrapper over :func:`sigprop.init_sweep.sweep_inits` and
-:func:`sigprop.init_sweep.depth_orders`."""
+"""``sigprop inits``: a thin wrapper over :func:`sigprop.report.runs.run_inits` (the init sweep of
+:mod:`sigprop.analysis.init_sweep`)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .profiles import (
-    AttentionHeads,
-    ConfigFile,
-    Overrides,
-    Preset,
-    TokenResolved,
-    _batch,
-    _fail,
-    _print_written,
-    resolve_config,
-)
-from .terminal import console, parse_ints, progress_bar
+from .options import AttentionHeads, BatchSize, ConfigFile, Overrides, Preset, TokenResolved
+from .profiles import print_written
+from .terminal import Display, console, parse_ints
 
 __all__ = ["inits_command"]
 
@@ -49,7 +40,7 @@ def inits_command(
                               "(Zipf tokens, App. A.1), and for a patch model scikit-learn's digits."),
     real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
                               "library) for the input boundary."),
-    batch_size: int = typer.Option(8, help="Sequences (or images) per batch."),
+    batch_size: BatchSize = None,
     token_resolved: TokenResolved = None,
     json_path: Path = typer.Option(None, "--json", help="Write every scheme's diagnosis per depth (JSON) here."),
     plot: Path = typer.Option(None, help="Write a PNG of each scheme's change with depth (needs two depths)."),
@@ -63,29 +54,23 @@ def inits_command(
     theory. The sampled attention rule draws 32 heads per layer here (relative standard error ~2%;
     --attention-heads for more).
     """
-    from ..analysis.init_sweep import DEFAULT_INITS, depth_orders, sweep_inits, sweep_steps
-    from ..core.jsonio import write_json_atomic
+    from ..report.runs import Request, run_inits
 
-    try:
-        config, _ = resolve_config(preset, config_file, overrides)
-        names = [s.strip() for s in inits.split(",") if s.strip()] if inits else list(DEFAULT_INITS)
-        layer_counts = parse_ints(depths, "--depths") or [config.n_layers]
-        batch = None
-        if data is not None or real or config.input == "patches":
-            config, batch = _batch(config, batch_size, data, False, 0)
-        with progress_bar() as bar:
-            task = bar.add_task(f"predict {len(names)} schemes × {len(layer_counts)} depths",
-                                total=sweep_steps(config, names, layer_counts, batch, token_resolved))
-            rows = sweep_inits(config, names, layer_counts, attention_heads=attention_heads,
-                               progress=lambda k: bar.advance(task, k), batch=batch, token_resolved=token_resolved)
-    except (ValueError, NotImplementedError, FileNotFoundError) as err:
-        _fail(err)
+    request = Request(preset=preset, config_file=config_file, overrides=overrides, data=data, real=real,
+                      batch_size=batch_size, attention_heads=attention_heads, token_resolved=token_resolved,
+                      json=json_path, plot=plot)
+    names = [s.strip() for s in inits.split(",") if s.strip()] if inits is not None else None
+    if names is not None and not names:
+        raise ValueError("--inits must name at least one scheme")
+    with Display() as display:
+        run = run_inits(request, names, parse_ints(depths, "--depths"), display)
+    config = run.config
     table = Table(title=f"init schemes ({config.norm_position}-LN {config.arch}, d = {config.d_model}; theory)",
                   title_justify="left")
     for col in ("init", "N", "forward variance, first → last", "gradient variance, last → first",
                 "last-layer token corr.", "seconds"):
         table.add_column(col, justify="left" if col == "init" else "right")
-    for row in rows:
+    for row in run.rows:
         if row.error:
             kind, _, why = row.error.partition(": ")
             table.add_row(row.init, str(row.n_layers), f"[red]{kind}[/red]: {escape(why)}", "", "", "")
@@ -95,29 +80,16 @@ def inits_command(
                           _cell(row, "fwd_var", stack), _cell(row, "grad_var", stack), _cell(row, "fwd_corr", stack),
                           f"{row.seconds:.1f}")
     console.print(table)
-    orders = depth_orders(rows)
-    if orders:
+    if run.orders:
         by_init: dict[str, dict[str, str]] = {}
-        for order in orders:
+        for order in run.orders:
             by_init.setdefault(order.init, {})[order.quantity] = order.describe()
         growth = Table(title=f"effective order of growth in N over N = "
-                             f"{', '.join(map(str, sorted(set(layer_counts))))} (Kedia et al. Table 3)",
+                             f"{', '.join(map(str, sorted(set(run.depths))))} (Kedia et al. Table 3)",
                        title_justify="left")
         for col in ("init", "forward", "backward"):
             growth.add_column(col)
         for init, cells in by_init.items():
             growth.add_row(init, cells.get("fwd_var", "–"), cells.get("grad_var", "–"))
         console.print(growth)
-    if json_path:
-        write_json_atomic(json_path, {"kind": "init_sweep", "config": config.to_dict(),
-                                      "rows": [r.to_dict() for r in rows],
-                                      "orders": [o.to_dict() for o in orders]})
-    if plot:
-        from ..report.inits import plot_init_sweep
-
-        try:
-            name = (preset or "model") + (f" ({', '.join(overrides)})" if overrides else "")
-            plot_init_sweep(plot, rows, title=f"{name}: init schemes against depth (theory)")
-        except ValueError as err:
-            _fail(err)
-    _print_written(("JSON", json_path), ("figure", plot))
+    print_written(run.written)

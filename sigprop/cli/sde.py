@@ -8,67 +8,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from .terminal import console, parse_floats, progress_bar
+from .terminal import Display, console, parse_floats
 
 __all__ = ["sde_command"]
-
-_LISTS = {3: "gammas", 5: "gammas", 8: "gammas"}
-
-
-def _options(figure: int, samples, width, depth, gamma, tau0, dt, seed, tokens, source, check_dt) -> dict:
-    from ..sde.experiments import FIGURES
-
-    if figure not in FIGURES:
-        raise ValueError(f"--figure must be one of {', '.join(map(str, FIGURES))} (got {figure})")
-    for name, val, lo in (("--samples", samples, 2), ("--width", width, 2), ("--depth", depth, 1),
-                          ("--tokens", tokens, 2)):
-        if val is not None and val < lo:
-            raise ValueError(f"{name} must be an integer >= {lo} (got {val})")
-    if dt is not None and not dt > 0:
-        raise ValueError(f"--dt must be > 0 (got {dt})")
-    gammas, tau0s = parse_floats(gamma, "--gamma"), parse_floats(tau0, "--tau0")
-    for g in gammas or []:
-        if not 0.0 <= g <= 1.0:
-            raise ValueError(f"--gamma must lie in [0, 1] (got {g})")
-    for t in tau0s or []:
-        if not t > 0:
-            raise ValueError(f"--tau0 must be > 0 (got {t})")
-    if figure == 2:  # real decoders: --samples = weight draws, --tokens = sequence length
-        if dt is not None or source is not None:
-            raise ValueError("--dt and --source do not apply to figure 2 (gradients of real decoders)")
-        for name, vals in (("--gamma", gammas), ("--tau0", tau0s)):
-            if vals is not None and len(vals) != 1:
-                raise ValueError(f"{name} takes one value for figure 2")
-        return {"seeds": samples, "width": width, "depth": depth, "seed": seed, "seq_len": tokens,
-                "gamma": gammas[0] if gammas else None, "tau0": tau0s[0] if tau0s else None}
-    opts = {"samples": samples, "width": width, "depth": depth, "seed": seed, "tokens": tokens}
-    if figure != 4:
-        opts["dt"] = dt
-    elif dt is not None:
-        raise ValueError("--dt does not apply to figure 4 (networks only)")
-    if figure in _LISTS:
-        opts["gammas"] = gammas
-    elif gammas is not None:
-        if len(gammas) != 1:
-            raise ValueError(f"--gamma takes one value for figure {figure} (got {gamma!r})")
-        opts["gamma"] = gammas[0]
-    if figure == 8:
-        opts["tau0s"] = tau0s
-    elif tau0s is not None:
-        if figure == 3:
-            raise ValueError("--tau0 does not apply to figure 3 (no attention)")
-        if len(tau0s) != 1:
-            raise ValueError(f"--tau0 takes one value for figure {figure} (got {tau0!r})")
-        opts["tau0"] = tau0s[0]
-    if source is not None:
-        if figure not in (5, 8):
-            raise ValueError("--source applies to figures 5 and 8 only")
-        if source not in ("sde", "network"):
-            raise ValueError(f"--source must be sde or network (got {source!r})")
-        opts["source"] = source
-    if figure in (1, 3, 7):
-        opts["check_dt"] = check_dt
-    return opts
 
 
 def _fmt(x, spec=".4g"):
@@ -158,25 +100,23 @@ def sde_command(
     layer, compared with Euler-Maruyama paths of the SDE at T = d/n (two-sample KS, quantiles), as in the paper's
     Figs. 1, 3, 4, 5, 7 and 8."""
     from ..core.jsonio import write_json_atomic
-    from ..sde.experiments import run_figure
+    from ..core.outputs import check_output_path
+    from ..sde.experiments import figure_options, run_figure
 
-    try:
-        opts = _options(figure, samples, width, depth, gamma, tau0, dt, seed, tokens, source, check_dt)
-    except ValueError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
-    with progress_bar() as bar:
-        task = bar.add_task(f"figure {figure}", total=None)
+    opts = figure_options(figure, samples, width, depth, parse_floats(gamma, "--gamma"), parse_floats(tau0, "--tau0"),
+                          dt, seed, tokens, source, check_dt)
+    if json_path is not None:
+        check_output_path(json_path, "--json")
+    if plot is not None:
+        check_output_path(plot, "--plot", ".png")
+    with Display() as display:
+        stages: dict = {}
 
-        def progress(text, done, total):
-            bar.update(task, description=f"figure {figure}: {text}", completed=done, total=total)
+        def progress(text, done, total):  # the figure's stages, one task each
+            if text not in stages:
+                stages[text] = display.task(f"figure {figure}: {text}", None)
 
-        try:
-            result = run_figure(figure, progress=progress, **opts)
-        except ValueError as err:
-            bar.stop()
-            console.print(f"[red]error:[/red] {err}")
-            raise typer.Exit(2) from None
+        result = run_figure(figure, progress=progress, **opts)
     j = result.to_json()
     written = []
     if json_path:

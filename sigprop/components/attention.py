@@ -62,9 +62,10 @@ from torch import nn
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
-from .attention_gram import DEFAULT_GRAM_HEADS, gram_attention, gram_attention_backward
-from .attention_sampled import DEFAULT_HEADS, sampled_backward, sampled_forward
+from .attention_gram import gram_attention, gram_attention_backward
+from .attention_sampled import sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance
+from .draws import DEFAULT_GRAM_HEADS, DEFAULT_HEADS
 
 __all__ = [
     "SingleHeadAttention",

@@ -40,9 +40,12 @@ class AttentionBlock(Sequential):
                  norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
                  norm_kwargs: dict | None = None, causal: bool = False, attention: str = "standard",
                  attention_kwargs: dict | None = None):
+        check_range(d, "d", lo=1.0, allowed="integers >= 1")
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)} (got {attention!r})")
+        if d_head is None and d % n_heads:
+            raise ValueError(f"d ({d}) must be divisible by n_heads ({n_heads}), or give d_head")
         d_head = d // n_heads if d_head is None else d_head
         if d_head < 1:
             raise ValueError(f"d_head must be >= 1 (d={d}, n_heads={n_heads})")
@@ -80,7 +83,10 @@ class CrossAttentionBlock(Sequential):
 
     def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
                  norm_kw: dict | None = None):
+        check_range(d, "d", lo=1.0, allowed="integers >= 1")
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
+        if d % n_heads:
+            raise ValueError(f"d ({d}) must be divisible by n_heads ({n_heads})")
         layers = OrderedDict()
         norm_module = make_norm(norm, d, **(norm_kw or {}))
         if norm_module is not None:

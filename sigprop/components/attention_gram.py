@@ -64,15 +64,11 @@ from functools import lru_cache
 import torch
 
 from ..core.validate import check_range
-from .draws import standard_normal, uniform
+from .draws import DEFAULT_GRAM_HEADS, standard_normal, uniform
 
 __all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means", "head_draws",
-           "value_free_output", "blocked_scores",
-           "DEFAULT_GRAM_HEADS"]
+           "value_free_output", "blocked_scores"]
 
-#: Heads sampled per sequence by default. With a batch of 4 sequences this is 128 heads in all, the exchangeable
-#: sampled rule's default, at about the same cost.
-DEFAULT_GRAM_HEADS = 32
 _CHUNK = 8  # heads per batched pass: bounds memory at B·chunk·L·max(L, d_in) floats
 
 

@@ -32,7 +32,9 @@ class FFNBlock(Sequential):
     def __init__(self, d: int, d_ff: int | None = None, activation: str = "relu", p: float = 0.0,
                  norm: str = "layernorm", w1_std: float | None = None, w2_std: float | None = None,
                  norm_kwargs: dict | None = None, activation_kwargs: dict | None = None):
-        d_ff = 4 * d if d_ff is None else d_ff
+        check_range(d, "d", lo=1.0, allowed="integers >= 1")
+        d_ff = 4 * d if d_ff is None else check_range(d_ff, "d_ff", lo=1.0, allowed="integers >= 1")
+        d, d_ff = int(d), int(d_ff)
         layers = OrderedDict()
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:

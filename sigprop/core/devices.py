@@ -25,7 +25,7 @@ def check_device(name: str | torch.device) -> torch.device:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {name!r}: CUDA is not available here (torch {torch.__version__}; "
-                             "`sigprop doctor` lists the devices sigprop sees)")
+                             "`sigprop env` lists the devices sigprop sees)")
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
             raise ValueError(f"device {name!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
@@ -38,16 +38,16 @@ def check_device(name: str | torch.device) -> torch.device:
 
 
 def parse_devices(spec: str | torch.device | Sequence[str | torch.device] | None) -> list[torch.device]:
-    """The checked devices of ``spec`` (:func:`check_device` for each): ``None`` or ``""`` is ``[cpu]``; a string is
-    split at commas; a sequence is taken entry by entry. A device may repeat (``cpu,cpu`` runs two CPU processes).
-    ``ValueError`` on an empty entry or an unavailable device."""
+    """The checked devices of ``spec`` (:func:`check_device` for each): ``None`` is ``[cpu]``; a string is split at
+    commas; a sequence is taken entry by entry. A device may repeat (``cpu,cpu`` runs two CPU processes).
+    ``ValueError`` on an empty string or entry, or an unavailable device."""
     if spec is None:
         return [torch.device("cpu")]
     if isinstance(spec, torch.device):
         return [check_device(spec)]
     parts = spec.split(",") if isinstance(spec, str) else list(spec)
     if isinstance(spec, str) and not spec.strip():
-        return [torch.device("cpu")]
+        raise ValueError(f"device {spec!r} is empty; expected e.g. cpu, cuda, cuda:0,cuda:1")
     if not parts or any(isinstance(p, str) and not p.strip() for p in parts):
         raise ValueError(f"device list {spec!r} has an empty entry; expected e.g. cuda:0,cuda:1")
     return [check_device(p) for p in parts]

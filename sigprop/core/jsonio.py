@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_json_atomic", "finite_or_null", "json_number"]
+__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number"]
 
 
 def json_number(value) -> float | None:
@@ -30,16 +30,15 @@ def finite_or_null(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def write_json_atomic(path, data, indent: int = 1) -> Path:
-    """Dump ``data`` as JSON to ``path`` via a temporary file in the same folder and an atomic rename; the file
-    gets the permissions a plain ``open`` would give it (0o666 minus the umask). NaN is refused (not JSON)."""
+def write_text_atomic(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder (created if missing) and an atomic
+    rename; the file gets the permissions a plain ``open`` would give it (0o666 minus the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=indent, allow_nan=False)
-            f.write("\n")
+            f.write(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -49,3 +48,8 @@ def write_json_atomic(path, data, indent: int = 1) -> Path:
             os.remove(tmp)
         raise
     return path
+
+
+def write_json_atomic(path, data, indent: int = 1) -> Path:
+    """Dump ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`). NaN is refused (not JSON)."""
+    return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ..core.devices import parse_devices
 from ..core.profile import Profile
 from ..core.validate import integer_value
-from ..model.batches import batch_fingerprint, batch_to
+from ..model.batches import batch_fingerprint, batch_to, config_fingerprint
 from ..model.config import TransformerConfig
 from .average import average_profiles
 from .merge import per_seed_table
@@ -28,8 +28,9 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     :func:`sigprop.core.devices.parse_devices`), which then measure the seeds in parallel, one process each
     (:mod:`sigprop.measurement.workers`), with the same result.
     ``ValueError`` for an unavailable device, before anything is measured. ``meta["batch_sha256"]``:
-    :func:`batch_fingerprint` of ``batch``. ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that
-    measurements of disjoint seeds made apart merge exactly (:func:`sigprop.measurement.merge.merge_measurements`)."""
+    :func:`batch_fingerprint` of ``batch``; ``meta["config_sha256"]``: :func:`config_fingerprint` of ``config``.
+    ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that measurements of disjoint seeds made apart
+    merge exactly (:func:`sigprop.measurement.merge.merge_measurements`)."""
     seeds, seed0 = integer_value(seeds, "seeds", 1), integer_value(seed0, "the first seed", 0)
     devices = parse_devices(device)
     seed_list = list(range(seed0, seed0 + seeds))
@@ -44,7 +45,8 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
                 progress(1)
     n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
     meta = {"seeds": seed_list, "tokens": n_tok, "sequences": int(batch["inputs"].shape[0]),
-            "batch_sha256": batch_fingerprint(batch), "devices": [str(d) for d in devices]}
+            "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
+            "devices": [str(d) for d in devices]}
     if per_seed:
         meta["per_seed"] = per_seed_table(profiles, seed_list)
     return average_profiles(profiles, config.to_dict(), meta)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..core.errors import DeviceError
 from ..core.profile import Profile
 from .seeded import measure_seed
 
@@ -65,8 +66,8 @@ def _worker(config, batch: dict, seeds: list[int], device: str, threads: int, ou
 def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Sequence[torch.device],
                        progress: Callable[[int], None] | None = None) -> list[Profile]:
     """The per-seed profiles of ``seeds`` (in that order), measured by one process per entry of ``devices``
-    (module docstring). ``progress(1)`` after each seed. ``RuntimeError`` naming the device if a process fails or
-    dies; the other processes are then stopped."""
+    (module docstring). ``progress(1)`` after each seed. ``DeviceError`` (a ``RuntimeError``) naming the device if a
+    process fails or dies; the other processes are then stopped."""
     import torch.multiprocessing as mp
 
     seeds = list(seeds)
@@ -109,7 +110,7 @@ def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Seque
 
 def _take(msg, results: dict, progress) -> None:
     if msg[0] == "error":
-        raise RuntimeError(f"measuring on {msg[1]} failed: {msg[2]}")
+        raise DeviceError(f"measuring on {msg[1]} failed: {msg[2]}")
     _, seed, profile = msg
     results[seed] = profile
     if progress is not None:
@@ -128,7 +129,7 @@ def _check_alive(procs, results: dict, out, progress) -> None:
             missing = sorted(share - results.keys())
             code = p.exitcode
             why = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-            raise RuntimeError(f"the process measuring on {dev} stopped ({why}; out of memory?) before seeds "
+            raise DeviceError(f"the process measuring on {dev} stopped ({why}; out of memory?) before seeds "
                                f"{_span(missing)}") from None
 
 

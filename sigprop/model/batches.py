@@ -8,7 +8,7 @@ import torch
 from .config import TransformerConfig
 from .objective import make_batch
 
-__all__ = ["token_batch", "image_batch", "batch_fingerprint", "batch_to"]
+__all__ = ["token_batch", "image_batch", "batch_fingerprint", "config_fingerprint", "batch_to"]
 
 
 def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
@@ -81,3 +81,12 @@ def batch_fingerprint(batch: dict) -> str:
 
 def batch_to(batch: dict, device) -> dict:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+def config_fingerprint(config: TransformerConfig) -> str:
+    """SHA-256 of a config's fields (sorted JSON): a measurement records it, so that a file whose config was edited
+    afterwards is refused instead of compared as the model it no longer describes."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()

@@ -11,9 +11,15 @@ from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "config_from_dict", "apply_overrides"]
+__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "MAX_DROPOUT", "MAX_NUMBER",
+           "config_from_dict", "apply_overrides"]
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
+#: The largest dropout probability: the rules are verified up to 0.9 (Kedia et al. Table 22's range), and near 1 a
+#: sampled rule keeps no signal to estimate.
+MAX_DROPOUT = 0.9
+#: Every real-valued field is below this: larger values only overflow the rules' float64 arithmetic.
+MAX_NUMBER = 1e6
 INPUTS = ("tokens", "patches")
 NORM_POSITIONS = ("pre", "post", "none")
 V_INITS = ("scheme", "noci")
@@ -58,7 +64,9 @@ class TransformerConfig:
     σ_21 = 2·0.02²·d ≈ 0.61); they are fixed numbers, not recomputed from ``d_model`` (timm's std-0.02 values at
     another width are :func:`sigprop.model.vit.timm_sigmas`). The two fields are read by ``init="alekseev"`` only.
 
-    ``tie_head`` ties the LM head to the token embedding (token input only; a patch model's classifier is its own).
+    Ranges: every real number below :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT`
+    (0.9), booleans true or false; ``lam`` and ``beta`` not both 0. ``tie_head`` ties the LM head to the token
+    embedding (token input only; a patch model's classifier is its own).
     ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
     corruption rate.
 
@@ -137,8 +145,13 @@ class TransformerConfig:
         def integer(name, lo, optional=False):
             check_integer(self, name, lo, optional)
 
-        def number(name, lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
+        def number(name, lo=None, hi=MAX_NUMBER, lo_open=False, hi_open=False, optional=False):
             check_number(self, name, lo, hi, lo_open, hi_open, optional)
+
+        def boolean(name, optional=False):
+            v = getattr(self, name)
+            if not (isinstance(v, bool) or (optional and v is None)):
+                raise ValueError(f"{name} must be true or false{' (or None)' if optional else ''} (got {v!r})")
 
         choice("arch", ARCHS)
         choice("input", INPUTS)
@@ -155,8 +168,8 @@ class TransformerConfig:
         integer("n_segments", 0)
         integer("n_decoder_layers", 1, optional=True)
         integer("d_ff", 1, optional=True)
-        number("dropout", 0.0, 1.0, hi_open=True)
-        number("attn_dropout", 0.0, 1.0, hi_open=True, optional=True)
+        number("dropout", 0.0, MAX_DROPOUT)
+        number("attn_dropout", 0.0, MAX_DROPOUT, optional=True)
         number("norm_eps", 0.0)
         number("norm_alpha", 0.0, lo_open=True)
         for name in ("norm_alpha_attn", "norm_alpha_ffn", "norm_alpha_final"):
@@ -173,11 +186,15 @@ class TransformerConfig:
         number("mask_prob", 0.0, 1.0, lo_open=True, hi_open=True)
         number("shaped_tau0", 0.0, lo_open=True)
         for name in ("shaped_gamma1", "shaped_gamma2", "shaped_c_plus", "shaped_c_minus"):
-            number(name)
+            number(name, -MAX_NUMBER)
         number("shaped_gamma", 0.0, 1.0, lo_open=True)
         integer("shaped_anneal_steps", 1, optional=True)
-        if not isinstance(self.shaped_normalize, bool):
-            raise ValueError(f"shaped_normalize must be true or false (got {self.shaped_normalize!r})")
+        for name in ("tie_head", "learnable_beta", "shaped_normalize"):
+            boolean(name)
+        boolean("final_norm", optional=True)
+        if self.lam == 0.0 and self.beta == 0.0:
+            raise ValueError("lam and beta are both 0: every layer's output would be zero; give one of them a "
+                             "positive value")
         self._check_shaped()
         if self.norm == "none" and self.norm_position == "post":
             raise ValueError("norm='none' with norm_position='post' leaves nothing after the residual add: use "
@@ -288,8 +305,10 @@ def config_from_dict(data: dict) -> TransformerConfig:
 
 
 def _parse_value(field_type: str, key: str, text: str):
+    """``text`` as the value of field ``key`` of type ``field_type``: "none" / "null" is None only for a field that
+    may be None (``norm=none`` is the string "none")."""
     t = text.strip()
-    if t.lower() in ("none", "null"):
+    if t.lower() in ("none", "null") and "None" in field_type:
         return None
     if "bool" in field_type:
         if t.lower() in ("true", "1", "yes"):

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import TransformerConfig
+from .config import TransformerConfig, apply_overrides, config_from_dict
 
-__all__ = ["Preset", "PRESETS", "preset_config"]
+__all__ = ["Preset", "PRESETS", "preset_config", "resolve_config"]
 
 _BASE = dict(arch="encoder", n_layers=192, d_model=256, n_heads=4, dropout=0.1, activation="relu",
              norm="layernorm", seq_len=128, max_len=128, vocab_size=8192)
@@ -77,3 +77,37 @@ def preset_config(name: str) -> TransformerConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     return PRESETS[name].config()
+
+
+def resolve_config(preset: str | None = None, config_file=None,
+                   overrides=()) -> tuple[TransformerConfig, Preset | None]:
+    """The configuration of a preset, then a JSON file's fields over it, then ``key=value`` overrides (the command
+    line's ``--preset``, ``--config``, ``--set``); returns (config, the preset or None). The file holds
+    :class:`TransformerConfig` fields, or is a profile or comparison JSON whose ``config`` is reused. ``ValueError``
+    naming the preset, the file or the field otherwise."""
+    import json
+    from pathlib import Path
+
+    chosen, fields = None, {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+        chosen = PRESETS[preset]
+        fields = chosen.config().to_dict()
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"config file not found: {path}") from None
+        except IsADirectoryError:
+            raise ValueError(f"--config: {path} is a folder, not a file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = data["config"]  # a profile or comparison JSON: reuse its config
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object of TransformerConfig fields")
+        fields = {**fields, **data}
+    config = config_from_dict(fields) if fields else TransformerConfig()
+    return apply_overrides(config, list(overrides or ())), chosen

@@ -4,10 +4,12 @@ report (figures, JSON, Markdown summary) written to one folder."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from ..core.jsonio import write_json_atomic
+from ..core.jsonio import write_json_atomic, write_text_atomic
+from ..core.outputs import check_output_folder
+from ..core.progress import Progress, tasks
+from ..core.validate import integer_value
 from ..model.config import TransformerConfig
 
 __all__ = ["DEMO_CONFIGS", "run_demo"]
@@ -22,17 +24,20 @@ DEMO_CONFIGS = {
 
 
 def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size: int = 4,
-             progress: Callable[[str, int], None] | None = None) -> dict:
+             progress: Progress | None = None) -> dict:
     """Predict, measure and compare each of :data:`DEMO_CONFIGS`; write ``demo-<name>.png`` / ``.json`` and
     ``demo.md`` into ``out_dir`` (with each model's diagnosis, :meth:`Comparison.diagnosis_lines`, and a note for each
-    quantity whose seed mean is skewed, :func:`sigprop.seed_spread.heavy_tails`). Returns {name: {"comparison":
-    Comparison, "figure": path, "json": path}} plus "summary" (the Markdown path)."""
-    from ..analysis.experiment import compare_config
+    quantity whose seed mean is skewed, :func:`sigprop.measurement.spread.heavy_tails`). Returns {name: {"comparison":
+    Comparison, "figure": path, "json": path}} plus "summary" (the Markdown path). ``seeds``, ``batch_size`` and the
+    folder are checked before any work (``ValueError``)."""
+    from ..analysis.experiment import batch_prediction, compare_config
     from ..measurement.spread import heavy_tails
     from ..model.batches import token_batch
     from .profiles import plot_profiles
 
-    out = Path(out_dir)
+    seeds, batch_size = integer_value(seeds, "--seeds", 1), integer_value(batch_size, "batch_size", 1)
+    out = check_output_folder(out_dir, "--out")
+    progress = tasks(progress)
     out.mkdir(parents=True, exist_ok=True)
     results, notes, diagnoses = {}, [], []
     lines = ["# sigprop demo: theory vs measurement", "",
@@ -42,8 +47,11 @@ def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size:
              "corr max abs err |", "|---|---:|---:|---:|---:|---:|"]
     for name, config in DEMO_CONFIGS.items():
         batch = token_batch(config, batch_size=batch_size)
-        pred, meas, comp = compare_config(
-            config, batch, seeds, progress=(lambda k, n=name: progress(n, k)) if progress else None)
+        prediction = batch_prediction(config, batch)
+        predict_tick = progress.task(f"demo {name}: predict {config.n_layers} layers", prediction.steps())
+        measure_tick = progress.task(f"demo {name}: measure {seeds} seeds", seeds)
+        pred, meas, comp = compare_config(config, batch, seeds, progress=measure_tick, predict_progress=predict_tick,
+                                          prediction=prediction)
         fig = plot_profiles(out / f"demo-{name}.png", pred, meas, title=f"{name}: theory vs measurement",
                             summary={q: s.to_dict() for q, s in comp.summaries.items()})
         js = out / f"demo-{name}.json"
@@ -63,6 +71,6 @@ def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size:
         lines += ["", f"Seed spread (hollow points in the figures; with {seeds} seeds a mildly skewed mean is common):",
                   "", *notes]
     summary = out / "demo.md"
-    summary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomic(summary, "\n".join(lines) + "\n")
     results["summary"] = summary
     return results

@@ -1,4 +1,4 @@
-"""Environment facts for ``sigprop doctor``."""
+"""Environment facts for ``sigprop env``: the versions, threads and devices sigprop will use."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
+
+from ..core.outputs import check_output_path
 
 __all__ = ["pyplot", "save_figure"]
 
@@ -19,12 +22,23 @@ def pyplot():
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
-    """Lay out ``fig``, write it to ``path`` (parent folders created) as PNG, close it, return the path."""
+    """Lay out ``fig``, write it to ``path`` as PNG (checked first: :func:`~sigprop.core.outputs.check_output_path`;
+    parent folders created; through a temporary file and an atomic rename), close it, return the path."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        path = check_output_path(path, "figure", ".png")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, dpi=dpi, format="png")
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    finally:
+        plt.close(fig)
     return path

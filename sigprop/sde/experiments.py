@@ -34,7 +34,8 @@ from .transformer import covariance_sde
 from .triu import correlation
 
 __all__ = ["DEFAULTS", "ks_test", "ks_critical", "quantile_se", "sde_dt", "simulate_sde", "ExperimentResult",
-           "figure1", "figure3", "figure4", "figure5", "figure7", "figure8", "FIGURES", "run_figure", "jsonable"]
+           "figure1", "figure3", "figure4", "figure5", "figure7", "figure8", "FIGURES", "run_figure", "figure_options",
+           "jsonable"]
 
 #: gamma of Figs. 1 and 7 (1/sqrt 8) and of Fig. 4 (1/sqrt 2).
 GAMMA_FIG1, GAMMA_FIG4 = 1 / math.sqrt(8), 1 / math.sqrt(2)
@@ -354,6 +355,67 @@ def _figure2(progress: Progress = None, **options) -> ExperimentResult:
 
 
 FIGURES = {1: figure1, 2: _figure2, 3: figure3, 4: figure4, 5: figure5, 7: figure7, 8: figure8}
+
+
+#: The figures whose γ option is a list.
+_LIST_OPTIONS = {3: "gammas", 5: "gammas", 8: "gammas"}
+
+
+def figure_options(figure: int, samples=None, width=None, depth=None, gammas=None, tau0s=None, dt=None, seed=0,
+                   tokens=None, source=None, check_dt=True) -> dict:
+    """The keyword options of figure ``figure``'s function (:data:`FIGURES`) from the command line's values (None:
+    the caption's default; ``gammas`` / ``tau0s``: lists of γ and τ₀, one value where the figure takes one),
+    checked before anything runs: ``ValueError`` naming the option otherwise."""
+    if figure not in FIGURES:
+        raise ValueError(f"--figure must be one of {', '.join(map(str, FIGURES))} (got {figure})")
+    for name, val, lo in (("--samples", samples, 2), ("--width", width, 2), ("--depth", depth, 1),
+                          ("--tokens", tokens, 2)):
+        if val is not None and val < lo:
+            raise ValueError(f"{name} must be an integer >= {lo} (got {val})")
+    if dt is not None and not dt > 0:
+        raise ValueError(f"--dt must be > 0 (got {dt})")
+    for g in gammas or []:
+        if not 0.0 <= g <= 1.0:
+            raise ValueError(f"--gamma must lie in [0, 1] (got {g})")
+    for t in tau0s or []:
+        if not t > 0:
+            raise ValueError(f"--tau0 must be > 0 (got {t})")
+    if figure == 2:  # real decoders: --samples = weight draws, --tokens = sequence length
+        if dt is not None or source is not None:
+            raise ValueError("--dt and --source do not apply to figure 2 (gradients of real decoders)")
+        for name, vals in (("--gamma", gammas), ("--tau0", tau0s)):
+            if vals is not None and len(vals) != 1:
+                raise ValueError(f"{name} takes one value for figure 2")
+        return {"seeds": samples, "width": width, "depth": depth, "seed": seed, "seq_len": tokens,
+                "gamma": gammas[0] if gammas else None, "tau0": tau0s[0] if tau0s else None}
+    opts = {"samples": samples, "width": width, "depth": depth, "seed": seed, "tokens": tokens}
+    if figure != 4:
+        opts["dt"] = dt
+    elif dt is not None:
+        raise ValueError("--dt does not apply to figure 4 (networks only)")
+    if figure in _LIST_OPTIONS:
+        opts["gammas"] = gammas
+    elif gammas is not None:
+        if len(gammas) != 1:
+            raise ValueError(f"--gamma takes one value for figure {figure} (got {len(gammas)})")
+        opts["gamma"] = gammas[0]
+    if figure == 8:
+        opts["tau0s"] = tau0s
+    elif tau0s is not None:
+        if figure == 3:
+            raise ValueError("--tau0 does not apply to figure 3 (no attention)")
+        if len(tau0s) != 1:
+            raise ValueError(f"--tau0 takes one value for figure {figure} (got {len(tau0s)})")
+        opts["tau0"] = tau0s[0]
+    if source is not None:
+        if figure not in (5, 8):
+            raise ValueError("--source applies to figures 5 and 8 only")
+        if source not in ("sde", "network"):
+            raise ValueError(f"--source must be sde or network (got {source!r})")
+        opts["source"] = source
+    if figure in (1, 3, 7):
+        opts["check_dt"] = check_dt
+    return opts
 
 
 def run_figure(figure: int, progress: Progress = None, **options) -> ExperimentResult:

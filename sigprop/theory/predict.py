@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..components.attention_sampled import DEFAULT_HEADS
+from ..components.draws import DEFAULT_HEADS
 from ..core.moments import GradMoments, Moments
 from ..core.profile import Profile, Row
 from ..core.validate import integer_value

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..components.attention_gram import DEFAULT_GRAM_HEADS
-from ..components.draws import layer_context
+from ..components.draws import DEFAULT_GRAM_HEADS, layer_context
 from ..walk.walker import Flow, GradFlow, Walker
 from .boundaries import input_gram
 from .resolved import GramState, resolved_supported

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from rich.table import Table
 
-__all__ = ["render_table", "markdown_table"]
+__all__ = ["render_table", "markdown_table", "meets_targets", "TARGET_P50", "TARGET_P99"]
+
+#: Acceptance targets for the component rules (percent): median and 99th-percentile error.
+TARGET_P50, TARGET_P99 = 1.0, 5.0
+
+
+def meets_targets(report_json: dict, p50: float = TARGET_P50, p99: float = TARGET_P99) -> bool:
+    """Whether every component and quantity of a report's JSON has its median error ≤ ``p50`` and its 99th percentile
+    ≤ ``p99`` (percent)."""
+    return all(s["p50"] <= p50 and s["p99"] <= p99
+               for summary in report_json["components"].values() for s in summary.values())
 
 
 def _fmt(v: float, limit: float | None = None) -> str:

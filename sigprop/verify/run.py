@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.jsonio import write_json_atomic
+from ..core.progress import Progress, tasks
+from ..core.validate import integer_value
 from .harness import NORMALISATION, ComponentResult, run_component
 from .registry import COMPONENTS, available, load_spec
 
@@ -64,17 +65,18 @@ def resolve_components(names: list[str] | None) -> list[str]:
 
 def run_verification(names: list[str] | None = None, quick: bool = False, seed: int = 0,
                      n_configs: int | None = None, approx: str | None = None,
-                     on_start: Callable[[str, int], None] | None = None,
-                     on_progress: Callable[[int], None] | None = None) -> VerificationReport:
+                     progress: Progress | None = None) -> VerificationReport:
     """Sweep the named components (all by default), scored against the rules' ``approx`` approximation when given
-    (the Monte Carlo draws are the same for every approximation). ``on_start(name, n)`` announces each component
-    and its number of configurations; ``on_progress(k)`` reports k more configurations done."""
+    (the Monte Carlo draws are the same for every approximation), each over ``n_configs`` configurations (default:
+    the component's full or ``quick`` sweep). ``progress`` gets one task per component. Names, ``approx``, ``seed`` and
+    ``n_configs`` are checked before any sweep runs (``ValueError``)."""
+    n_configs = None if n_configs is None else integer_value(n_configs, "--configs", 1)
+    seed = integer_value(seed, "--seed", 0)
+    specs = [load_spec(name, approx) for name in resolve_components(names)]
     t0 = time.perf_counter()
     results = {}
-    for name in resolve_components(names):
-        spec = load_spec(name, approx)
+    for spec in specs:
         n = n_configs or (spec.quick_configs if quick else spec.n_configs)
-        if on_start:
-            on_start(name, n)
-        results[spec.name] = run_component(spec, quick=quick, seed=seed, n_configs=n, progress=on_progress)
+        tick = tasks(progress).task(f"verify {spec.name}", n)
+        results[spec.name] = run_component(spec, quick=quick, seed=seed, n_configs=n, progress=tick)
     return VerificationReport(results, time.perf_counter() - t0, quick, seed)

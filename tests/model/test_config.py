@@ -69,8 +69,9 @@ def test_numbers_out_of_range(field, value):
 
 
 def test_range_edges_accepted():
-    cfg(dropout=0.0, attn_dropout=0.0, norm_eps=0.0, beta_alpha=0.0, lam=0.0, beta=0.0)
-    cfg(dropout=0.999, mask_prob=0.999)
+    cfg(dropout=0.0, attn_dropout=0.0, norm_eps=0.0, beta_alpha=0.0, lam=0.0)
+    cfg(beta=0.0)
+    cfg(dropout=0.9, attn_dropout=0.9, mask_prob=0.999)
 
 
 def test_alpha_at_positions():

@@ -1,0 +1,45 @@
+"""The options several commands share, declared once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..components.draws import DEFAULT_HEADS
+
+__all__ = ["Preset", "ConfigFile", "Overrides", "Seeds", "BatchSize", "Data", "Synthetic", "FirstSeed", "Device",
+           "AttentionHeads", "TokenResolved", "JsonOut", "PlotOut", "DEFAULT_HEADS"]
+
+Preset = Annotated[str, typer.Option(help="Start from a named preset (see `sigprop compare --list-presets`).")]
+ConfigFile = Annotated[Path, typer.Option("--config", help="A JSON file of TransformerConfig fields (applied over "
+                                          "the preset), or a profile or comparison JSON whose config is reused.")]
+Overrides = Annotated[list[str], typer.Option("--set", help="Override one config field, e.g. --set n_layers=48 "
+                                              "--set norm_position=post (repeatable; `none` is None only for "
+                                              "fields that may be None).")]
+Seeds = Annotated[int, typer.Option(help="Independently initialised models to average, >= 1 (default: the "
+                                    "preset's, else 4).")]
+BatchSize = Annotated[int, typer.Option(help="Sequences (or images) per batch, >= 1 (default: the preset's, else 8).")]
+Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library); for "
+                                   "a patch (ViT) model a folder of images (subfolders as classes) or a .npy array "
+                                   "(default: scikit-learn's bundled digits).")]
+Synthetic = Annotated[bool, typer.Option(help="Synthetic inputs instead of real data: i.i.d. Zipf(1) tokens, or for "
+                                         "a patch model i.i.d. uniform pixels and random classes.")]
+FirstSeed = Annotated[int, typer.Option(help="The first seed: models FIRST … FIRST + seeds − 1 are measured (disjoint "
+                                        "slices on several machines merge exactly with `sigprop measure --merge`).")]
+Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cuda or cuda:1 (default: cpu); a "
+                                     "comma-separated list (cuda:0,cuda:1) measures the seeds on all of them in "
+                                     "parallel, one process each, with the same result.")]
+AttentionHeads = Annotated[int, typer.Option(
+    help="Heads drawn per layer by the sampled attention rule, >= 2 (used for large attention scores and causal "
+         "masks; its standard error falls like 1/sqrt(heads); ~0.45 s per layer at 128 heads, d = 256, L = 128).")]
+TokenResolved = Annotated[bool, typer.Option(
+    "--token-resolved/--exchangeable",
+    help="Moments from each sequence's token Gram matrix (repeated tokens, [MASK], the labelled positions and a "
+         "decoder's positions kept apart). Default with a batch of token ids: the forward sweep, and a decoder's "
+         "backward sweep. --token-resolved: an encoder's backward sweep too, from its labelled positions. "
+         "--exchangeable: one correlation for every token pair, as the paper.")]
+JsonOut = Annotated[Path, typer.Option("--json", help="Write the result as JSON here (checked before any work).")]
+PlotOut = Annotated[Path, typer.Option("--plot", help="Write a PNG figure here (a .png path, checked before any "
+                                       "work).")]

@@ -1,6 +1,8 @@
 """Seeds measured on several devices, one process each: the same profile as one process, errors reported by
 device. Run on the CPU with two processes (``cpu,cpu``); the CUDA path differs only in the device string."""
 
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -58,3 +60,60 @@ def test_a_process_that_dies_silently_is_reported_by_device():
                                            r"seeds 2, 4"):
         _check_alive([(_Dead(), "cuda:1", {2, 4})], {}, _EmptyQueue(), None)
     _check_alive([(_Dead(), "cuda:1", {2})], {2: object()}, _EmptyQueue(), None)  # its seeds arrived: fine
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    import os
+
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.add(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie awaiting its parent's wait counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig,status,said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGKILL, -9, None)])
+def test_stopping_a_multi_device_measurement_leaves_no_process_behind(sig, status, said):
+    """``sigprop measure --device cpu,cpu`` stopped while its two worker processes measure: SIGTERM and SIGINT end it
+    with a one-line message and its status after the workers are stopped; after SIGKILL (no cleanup possible) the
+    workers notice their parent is gone and exit. Either way no process of the run is left."""
+    import subprocess
+    import sys
+    import time
+
+    args = [sys.executable, "-m", "sigprop", "measure", "--set", "n_layers=8", "--set", "d_model=64",
+            "--set", "n_heads=2", "--set", "vocab_size=300", "--set", "seq_len=64", "--set", "max_len=64",
+            "--synthetic", "--seeds", "400", "--batch-size", "4", "--device", "cpu,cpu"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.time() + 120, set()
+    while time.time() < deadline and len(workers) < 2:  # the two workers (the resource tracker may be a third)
+        workers = _children(proc.pid)
+        time.sleep(0.2)
+    assert len(workers) >= 2, "the workers did not start"
+    time.sleep(3.0)  # measuring
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    if said is not None:
+        assert f"error: {said}" in err and "Traceback" not in err, err
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not [p for p in workers if _alive(p)], "processes left behind"

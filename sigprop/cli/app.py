@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> None:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and exit with its status (module docstring)."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(args=argv, prog_name="sigprop", standalone_mode=False)
+        code = app(args=argv, prog_name="sigprop", standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool) and code:  # typer returns an Exit's status
+            if code == 130:  # its form of Ctrl-C
+                error("interrupted")
+            sys.exit(code)
     except KeyboardInterrupt:
         error("interrupted")
         sys.exit(130)
@@ -80,15 +84,18 @@ def main(argv: list[str] | None = None) -> None:
             raise
         error(str(err) or type(err).__name__)
         sys.exit(2)
-    except Exception as err:
-        code = getattr(err, "exit_code", None)
-        if code is None or not hasattr(err, "format_message") and type(err).__name__ != "Exit":
-            raise
-        if type(err).__name__ == "Exit":  # typer.Exit / click's Exit: a command's own status
+    except Exception as err:  # the option parser's (click's) exceptions, recognised by name across its versions
+        name, code = type(err).__name__, getattr(err, "exit_code", None)
+        if name == "Abort":  # click's form of Ctrl-C
+            error("interrupted")
+            sys.exit(130)
+        if name == "Exit" and code is not None:  # typer.Exit / click's Exit: a command's own status
             sys.exit(code)
-        if type(err).__name__ == "NoArgsIsHelpError":  # `sigprop` alone: the help, already printed
+        if code is None or not hasattr(err, "format_message"):
+            raise
+        if name == "NoArgsIsHelpError":  # `sigprop` alone: the help, already printed
             sys.exit(0)
-        error(err.format_message())  # the option parser's usage errors
+        error(err.format_message())  # a usage error
         sys.exit(code)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -99,6 +99,8 @@ def read_images(path, count: int, size: int, channels: int, n_classes: int,
     else:
         x = np.stack([_load_file(files[i], size, channels) for i in idx])
         y = np.array([classes[i] for i in idx], dtype=np.int64)
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{p}: the images hold NaN or infinite pixels")
     if np.any(x < 0):
         raise ValueError(f"{p}: negative pixels; pass non-negative images (the rules need non-negative patch "
                          "inner products)")

@@ -23,26 +23,26 @@ S21, SOV, Q0, P0 = 0.61, 0.31, 1.0, 0.2
 
 
 def main():
-    c = float(c_star(S21, SOV, "erf"))
+    c = float(c_star(sigma_21=S21, sigma_ov=SOV, norm="erf"))
     pt = float(p_tilde_limit(c, "erf"))
     rhs = (0.5 * S21**2 * float(kappa(pt)) + SOV**2 * pt) / (0.5 * S21**2 + SOV**2 * pt)
     print(f"c* (Eq. 15, tanh-like) = {c:.6f}; residual c* − rhs = {c - rhs:.2e}")
 
-    z = float(zeta(S21, SOV))
-    prof = apjn_profile(S21, SOV, 128, "layernorm", q0=Q0, p0=P0)
+    z = float(zeta(sigma_21=S21, sigma_ov=SOV))
+    prof = apjn_profile(sigma_21=S21, sigma_ov=SOV, blocks=128, norm="layernorm", q0=Q0, p0=P0)
     b = np.arange(1, 128)
     slope = -np.polyfit(np.log(b), prof.log_backward()[1:128], 1)[0]
     print(f"pre-LN, B = 128: slope of log J^{{B,b}} vs log b over b = 1..127 = {slope:.4f}; ζ = {z:.4f} "
           f"({100 * (slope / z - 1):+.1f}%)")
-    big = apjn_profile(S21, SOV, 16384, "layernorm", q0=Q0, p0=P0).log_forward()
+    big = apjn_profile(sigma_21=S21, sigma_ov=SOV, blocks=16384, norm="layernorm", q0=Q0, p0=P0).log_forward()
     for lo in (256, 1024, 4096):
         print(f"  local slope of log J^{{b,0}}, b = {lo} → {4 * lo}: {(big[4 * lo] - big[lo]) / math.log(4):.4f}")
 
     lo, hi = 2500, 10_000
     for norm, phi, alphas in (("Derf", "erf", (0.5, 1.0, 1.5)), ("DyT", "tanh", (1.0,))):
         for a in alphas:
-            lf = apjn_profile(S21, SOV, hi, phi, a, q0=Q0, p0=P0).log_forward()
-            li = float(lambda_inv(S21, SOV, phi, a))
+            lf = apjn_profile(sigma_21=S21, sigma_ov=SOV, blocks=hi, norm=phi, alpha=a, q0=Q0, p0=P0).log_forward()
+            li = float(lambda_inv(sigma_21=S21, sigma_ov=SOV, norm=phi, alpha=a))
             growth = lf[hi] - lf[lo]
             law = (math.sqrt(hi) - math.sqrt(lo)) * math.sqrt(li)
             eff = (growth / (math.sqrt(hi) - math.sqrt(lo))) ** 2

@@ -97,7 +97,7 @@ def p_tilde_limit(c, norm="erf"):
     return _out(c if _kind(norm) == "layernorm" else (2.0 / np.pi) * np.arcsin(c))
 
 
-def g_function(c, sigma_21, sigma_ov, norm="erf"):
+def g_function(c, *, sigma_21, sigma_ov, norm="erf"):
     """g(c) = Δp(c) − cΔq(c) (Alekseev Eqs. 78, 82): Δq = ½σ_21² + σ_OV² p̃(c), Δp = ½σ_21² κ(p̃(c)) + σ_OV² p̃(c).
     Zeros of g are the fixed points of the asymptotic cosine dynamics (Eq. 81); Eq. 15 is g(c_⋆) = 0."""
     s21, sov = _sigmas(sigma_21, sigma_ov)
@@ -116,7 +116,7 @@ def _g_over_t(t, s21sq, sovsq):
     return g / t
 
 
-def c_star(sigma_21, sigma_ov, norm="erf"):
+def c_star(*, sigma_21, sigma_ov, norm="erf"):
     """The stable asymptotic cosine c_⋆ of Alekseev Eq. 15 (Result 3.3; App. D.2.1).
 
     LayerNorm: c_⋆ = 1 (κ(c) > c makes g > 0 on [0, 1), so 1 is the only zero for p ≥ 0, the paper's setting; for
@@ -142,19 +142,20 @@ def c_star(sigma_21, sigma_ov, norm="erf"):
     return _out(out)
 
 
-def q_slope(sigma_21, sigma_ov, norm="erf"):
-    """S = ½σ_21² q̃_⋆ + σ_OV² p̃_⋆ with q̃_⋆ = 1, p̃_⋆ = p̃(c_⋆): Q^b ≈ S·b at large b (Alekseev Result 3.3, Eq. 14)."""
+def q_slope(*, sigma_21, sigma_ov, norm="erf"):
+    """S = ½σ_21² q̃_⋆ + σ_OV² p̃_⋆ with q̃_⋆ = 1, p̃_⋆ = p̃(c_⋆): Q^b ≈ S·b at large b (Alekseev Result 3.3, Eq.
+    14)."""
     s21, sov = _sigmas(sigma_21, sigma_ov)
-    cs = np.nan_to_num(np.asarray(c_star(s21, sov, norm)), nan=1.0)
+    cs = np.nan_to_num(np.asarray(c_star(sigma_21=s21, sigma_ov=sov, norm=norm)), nan=1.0)
     return _out(0.5 * s21**2 + sov**2 * np.asarray(p_tilde_limit(cs, norm)))
 
 
-def convergence_exponent(sigma_21, sigma_ov, norm="erf"):
+def convergence_exponent(*, sigma_21, sigma_ov, norm="erf"):
     """μ = −g'(c_⋆)/Δq(c_⋆) of |c^b − c_⋆| ∝ b^{−μ} (Alekseev Eqs. 84–87), with
     g'(c) = p̃'(c)[½σ_21² κ'(p̃(c)) + (1 − c)σ_OV²] − ½σ_21² − σ_OV² p̃(c) and κ'(ρ) = 1/2 + asin(ρ)/π.
     LayerNorm: μ = σ_OV²/(σ_OV² + ½σ_21²) (p̃' = 1, c_⋆ = 1)."""
     s21, sov = _sigmas(sigma_21, sigma_ov)
-    cs = np.asarray(c_star(s21, sov, norm))
+    cs = np.asarray(c_star(sigma_21=s21, sigma_ov=sov, norm=norm))
     pt = np.asarray(p_tilde_limit(cs, norm))
     if _kind(norm) == "layernorm":
         dpt = np.ones_like(cs)
@@ -167,7 +168,7 @@ def convergence_exponent(sigma_21, sigma_ov, norm="erf"):
         return _out(-gp / (0.5 * s21**2 + sov**2 * pt))
 
 
-def zeta(sigma_21, sigma_ov):
+def zeta(*, sigma_21, sigma_ov):
     """Pre-LN critical exponent ζ = ½σ_21²/(½σ_21² + σ_OV²) (Alekseev Result 3.4, Eq. 17); 0 ≤ ζ ≤ 1, ζ = 1 without
     attention (σ_OV = 0), ζ → 0 as σ_OV/σ_21 → ∞. NaN at σ_21 = σ_OV = 0."""
     s21, sov = _sigmas(sigma_21, sigma_ov)
@@ -222,12 +223,12 @@ def saturation_coefficient(norm="erf", alpha=1.0, *, dphi: Callable | None = Non
     return _out(d1 / np.abs(a))
 
 
-def lambda_inv(sigma_21, sigma_ov, norm="erf", alpha=1.0, *, dphi: Callable | None = None):
+def lambda_inv(*, sigma_21, sigma_ov, norm="erf", alpha=1.0, dphi: Callable | None = None):
     """Scale parameter λ^{−1} = C_α² σ_21⁴ / (½σ_21² + σ_OV² p̃_⋆) of the stretched-exponential APJN of a tanh-like
     φ_α (Alekseev Result 3.5, Eq. 19; App. D.1.2, Eq. 74). 0 at σ_21 = 0 (its limit at the origin too)."""
     s21, sov = _sigmas(sigma_21, sigma_ov)
     ca = np.asarray(c_alpha(norm, alpha, dphi=dphi))
-    s = np.asarray(q_slope(s21, sov, norm))
+    s = np.asarray(q_slope(sigma_21=s21, sigma_ov=sov, norm=norm))
     with np.errstate(invalid="ignore", divide="ignore"):
         return _out(np.where(s21 > 0.0, ca**2 * s21**4 / np.where(s > 0.0, s, 1.0), 0.0 * ca))
 
@@ -277,7 +278,7 @@ class PhaseMap(NamedTuple):
     q_slope: np.ndarray
 
 
-def phase_map(sigma_21, sigma_ov, norm="erf", alpha=1.0, *, dphi: Callable | None = None) -> PhaseMap:
+def phase_map(*, sigma_21, sigma_ov, norm="erf", alpha=1.0, dphi: Callable | None = None) -> PhaseMap:
     """ζ (pre-LN) and λ^{−1} (tanh-like ``norm`` with scale ``alpha``) over a (σ_21, σ_OV) grid (Alekseev Fig. 3).
 
     1-D ``sigma_21`` (length m) and ``sigma_ov`` (length k) give an m×k grid (σ_21 along rows, ``indexing="ij"``);
@@ -292,6 +293,7 @@ def phase_map(sigma_21, sigma_ov, norm="erf", alpha=1.0, *, dphi: Callable | Non
     if _kind(norm, dphi) == "layernorm":
         raise ValueError("phase_map needs an elementwise norm for lambda_inv ('erf', 'tanh' or a callable); "
                          "zeta does not depend on it")
-    return PhaseMap(sigma_21=s21, sigma_ov=sov, zeta=np.asarray(zeta(s21, sov)),
-                    lambda_inv=np.asarray(lambda_inv(s21, sov, norm, alpha, dphi=dphi)),
-                    c_star=np.asarray(c_star(s21, sov, norm)), q_slope=np.asarray(q_slope(s21, sov, norm)))
+    return PhaseMap(sigma_21=s21, sigma_ov=sov, zeta=np.asarray(zeta(sigma_21=s21, sigma_ov=sov)),
+                    lambda_inv=np.asarray(lambda_inv(sigma_21=s21, sigma_ov=sov, norm=norm, alpha=alpha, dphi=dphi)),
+                    c_star=np.asarray(c_star(sigma_21=s21, sigma_ov=sov, norm=norm)),
+                    q_slope=np.asarray(q_slope(sigma_21=s21, sigma_ov=sov, norm=norm)))

@@ -76,16 +76,18 @@ class ApjnCurve:
 def theory_curves(setup: ApjnSetup, q0: float, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(simplified, full, asymptotic) APJN over b = 0…B for ``setup`` from the input covariance (q0, p0)."""
     norm = THEORY_NORM[setup.norm]
-    prof = apjn_profile(setup.sigma_21, setup.sigma_ov, setup.blocks, norm=norm, alpha=setup.alpha, q0=q0, p0=p0,
+    prof = apjn_profile(sigma_21=setup.sigma_21, sigma_ov=setup.sigma_ov, blocks=setup.blocks, norm=norm,
+                        alpha=setup.alpha, q0=q0, p0=p0,
                         n=setup.tokens, covariance="finite_n", exact_n=True)
     if setup.kind == "backward":
         simplified, full = prof.backward("simplified"), prof.backward("full")
         b = np.arange(setup.blocks + 1, dtype=np.float64)
         asym = np.full(b.shape, np.nan)
         if setup.norm == "layernorm":
-            asym[1:] = preln_backward_asymptotic(setup.blocks, b[1:], zeta(setup.sigma_21, setup.sigma_ov))
+            asym[1:] = preln_backward_asymptotic(setup.blocks, b[1:], zeta(sigma_21=setup.sigma_21,
+                                                                           sigma_ov=setup.sigma_ov))
         else:
-            lam = lambda_inv(setup.sigma_21, setup.sigma_ov, norm, setup.alpha)
+            lam = lambda_inv(sigma_21=setup.sigma_21, sigma_ov=setup.sigma_ov, norm=norm, alpha=setup.alpha)
             asym[1:] = stretched_backward_asymptotic(setup.blocks, b[1:], lam)
             asym[0] = math.exp(math.sqrt(setup.blocks * float(lam)))
     else:
@@ -172,11 +174,11 @@ def curve_checks(curve: ApjnCurve) -> dict:
         return {}
     b, m, t = curve.blocks, curve.measured, curve.theory("full")
     if s.norm == "layernorm":
-        z = float(zeta(s.sigma_21, s.sigma_ov))
+        z = float(zeta(sigma_21=s.sigma_21, sigma_ov=s.sigma_ov))
         return {"zeta": z, "slope_measured": json_number(-loglog_slope(b, m)),
                 "slope_theory": json_number(-loglog_slope(b, t)),
                 "slope_fit": "−d log J^{B,b} / d log b over the measured blocks b >= 1"}
-    lam = float(lambda_inv(s.sigma_21, s.sigma_ov, THEORY_NORM[s.norm], s.alpha))
+    lam = float(lambda_inv(sigma_21=s.sigma_21, sigma_ov=s.sigma_ov, norm=THEORY_NORM[s.norm], alpha=s.alpha))
     return {"lambda_inv": lam, "sqrt_lambda_inv": math.sqrt(lam), "slope_measured": json_number(-sqrt_slope(b, m)),
             "slope_theory": json_number(-sqrt_slope(b, t)),
             "slope_fit": "−d log J^{B,b} / d √b over the measured blocks"}

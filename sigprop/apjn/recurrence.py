@@ -256,12 +256,13 @@ def _backward(q_hat, p_hat, k_hat, s21, sov, inv_n, top, exact_n=False):
     return lj, r
 
 
-def apjn_profile(sigma_21, sigma_ov, blocks: int, norm="erf", alpha=1.0, q0=1.0, p0=0.2, *, n=None,
+def apjn_profile(*, sigma_21, sigma_ov, blocks: int, norm="erf", alpha=1.0, q0=1.0, p0=0.2, n=None,
                  covariance: str = "large_n", exact_n: bool = False, dphi: Callable | None = None) -> ApjnProfile:
     """Covariance (Result 3.1) and APJN recurrences (Result 3.2, Results C.1–C.2) of a ``blocks``-block transformer.
 
-    Parameters (all of σ_21, σ_OV, α, q0, p0 broadcast against each other; the result arrays have shape
-    (layers + 1, *S) with S their broadcast shape):
+    Parameters, all by keyword (σ_21 and σ_OV are easily swapped; :func:`~sigprop.model.vit.timm_sigmas` names them:
+    ``apjn_profile(**timm_sigmas(768)._asdict(), blocks=12)``; all of σ_21, σ_OV, α, q0, p0 broadcast against each
+    other; the result arrays have shape (layers + 1, *S) with S their broadcast shape):
 
     * ``sigma_21`` = σ_2σ_1 ≥ 0, ``sigma_ov`` = σ_Oσ_V ≥ 0 (Result 3.1; a ViT with std 0.02 and d = 768 has
       σ_21 ≈ 0.61, σ_OV ≈ 0.31, App. A);

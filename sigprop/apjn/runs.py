@@ -114,8 +114,8 @@ def run_phase(norm: str, alphas: list[float], grid: int = 60, max_sigma: float =
     for alpha in alphas:
         tasks(progress).task(f"phase map {name} α={alpha:g}, {grid}×{grid}", None)
         t0 = time.perf_counter()
-        ph = phase_map(axis, axis, phi, alpha)
-        at = phase_map(np.array([s21]), np.array([sov]), phi, alpha)
+        ph = phase_map(sigma_21=axis, sigma_ov=axis, norm=phi, alpha=alpha)
+        at = phase_map(sigma_21=np.array([s21]), sigma_ov=np.array([sov]), norm=phi, alpha=alpha)
         maps.append((f"{name} α={alpha:g}", ph, time.perf_counter() - t0, at.lambda_inv.item(), at.c_star.item(),
                      alpha))
     run = PhaseRun(maps, maps[0][1].zeta, float(at.zeta.item()), axis, (s21, sov))

@@ -3,20 +3,30 @@ image patches, pre-norm with a final norm, no dropout, d_ff = 4d, ReLU MLP, init
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .config import TransformerConfig
 
-__all__ = ["vit_config", "timm_sigmas"]
+__all__ = ["vit_config", "timm_sigmas", "TimmSigmas"]
 
 
-def timm_sigmas(d_model: int, std: float = 0.02) -> tuple[float, float]:
-    """(σ_OV, σ_21) of timm's ViT initialisation (every matrix N(0, std²)) at width d (Alekseev App. A):
+class TimmSigmas(NamedTuple):
+    """σ_OV and σ_21 by name (the APJN functions take them by keyword only: the two are easily swapped)."""
+
+    sigma_ov: float
+    sigma_21: float
+
+
+def timm_sigmas(d_model: int, std: float = 0.02) -> TimmSigmas:
+    """(σ_OV, σ_21), named, of timm's ViT initialisation (every matrix N(0, std²)) at width d (Alekseev App. A):
     σ_O = σ_V = std·√d and σ_1 = std·√d, σ_2 = std·√(4d), so σ_OV = std²·d and σ_21 = 2·std²·d (0.307 and 0.614
-    at d = 768, the paper's "σ_OV ≈ 0.31, σ_21 ≈ 0.61")."""
+    at d = 768, the paper's "σ_OV ≈ 0.31, σ_21 ≈ 0.61"). Pass them on by name:
+    ``apjn_profile(**timm_sigmas(768)._asdict(), blocks=12)``."""
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
         raise ValueError(f"d_model must be an integer >= 1 (got {d_model!r})")
     if not std > 0:
         raise ValueError(f"std must be > 0 (got {std!r})")
-    return std**2 * d_model, 2.0 * std**2 * d_model
+    return TimmSigmas(sigma_ov=std**2 * d_model, sigma_21=2.0 * std**2 * d_model)
 
 
 def vit_config(n_blocks: int, d_model: int, n_heads: int, norm: str = "layernorm", alpha: float | None = None,

@@ -49,34 +49,37 @@ def _erf_dphi(u):
 # ------------------------------------------------------------------------------------------------------------
 
 def test_c_star_solves_eq15_to_1e10():
-    cs = c_star(S21, SOV, "erf")
+    cs = c_star(sigma_21=S21, sigma_ov=SOV, norm="erf")
     pt = p_tilde_limit(cs, "erf")
     rhs = (0.5 * S21**2 * kappa(pt) + SOV**2 * pt) / (0.5 * S21**2 + SOV**2 * pt)  # Eq. 15
     assert np.all(np.abs(cs - rhs) <= 1e-10)
     assert np.all((cs > 0.0) & (cs <= 1.0))
-    assert np.all(np.abs(g_function(cs, S21, SOV, "erf")) <= 1e-10)
+    assert np.all(np.abs(g_function(cs, sigma_21=S21, sigma_ov=SOV, norm="erf")) <= 1e-10)
     # stable: g decreases through zero (μ = −g'/Δq > 0, Eq. 86) wherever c_⋆ < 1 is resolvable in float64
-    mu = convergence_exponent(S21, SOV, "erf")
+    mu = convergence_exponent(sigma_21=S21, sigma_ov=SOV, norm="erf")
     assert np.all(mu[cs < 1.0 - 1e-9] > 0.0)
 
 
 def test_c_star_special_cases():
-    assert np.all(c_star(S21, SOV, "layernorm") == 1.0)  # LayerNorm: the unique root (κ(c) > c below 1)
-    assert np.all(g_function(np.linspace(0.0, 0.999, 50)[:, None], 0.7, 0.4, "layernorm") > 0.0)  # p ≥ 0
-    assert c_star(0.0, 0.5, "erf") == 1.0  # no MLP: attention adds p̃ to q and p alike
-    assert math.isnan(c_star(0.0, 0.0, "erf")) and math.isnan(zeta(0.0, 0.0))
-    assert c_star(0.61, 0.31, "tanh") == c_star(0.61, 0.31, np.tanh) == c_star(0.61, 0.31, "erf")  # tanh-like
+    # LayerNorm: the unique root (κ(c) > c below 1)
+    assert np.all(c_star(sigma_21=S21, sigma_ov=SOV, norm="layernorm") == 1.0)
+    # p ≥ 0
+    assert np.all(g_function(np.linspace(0.0, 0.999, 50)[:, None], sigma_21=0.7, sigma_ov=0.4, norm="layernorm") > 0.0)
+    assert c_star(sigma_21=0.0, sigma_ov=0.5, norm="erf") == 1.0  # no MLP: attention adds p̃ to q and p alike
+    assert math.isnan(c_star(sigma_21=0.0, sigma_ov=0.0, norm="erf")) and math.isnan(zeta(sigma_21=0.0, sigma_ov=0.0))
+    vit = {"sigma_21": 0.61, "sigma_ov": 0.31}
+    assert c_star(**vit, norm="tanh") == c_star(**vit, norm=np.tanh) == c_star(**vit, norm="erf")  # tanh-like
     # σ_OV = 0: c_⋆ solves κ((2/π) asin c) = c, independent of σ_21
-    c0 = c_star(np.array([0.1, 1.0, 5.0]), 0.0)
+    c0 = c_star(sigma_21=np.array([0.1, 1.0, 5.0]), sigma_ov=0.0)
     assert np.allclose(c0, c0[0], rtol=0, atol=1e-14)
     assert kappa(2.0 / np.pi * np.arcsin(c0[0])) == pytest.approx(c0[0], abs=1e-12)
 
 
 def test_convergence_exponent_layernorm_closed_form():
     """App. D.2.2: μ = σ_OV²/(σ_OV² + ½σ_21²) = 1 − ζ for LayerNorm."""
-    mu = convergence_exponent(S21, SOV, "layernorm")
+    mu = convergence_exponent(sigma_21=S21, sigma_ov=SOV, norm="layernorm")
     assert np.allclose(mu, SOV**2 / (SOV**2 + 0.5 * S21**2), rtol=1e-13, atol=1e-15)
-    assert np.allclose(mu, 1.0 - zeta(S21, SOV), rtol=1e-13, atol=1e-15)
+    assert np.allclose(mu, 1.0 - zeta(sigma_21=S21, sigma_ov=SOV), rtol=1e-13, atol=1e-15)
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "erf_saturated"])
@@ -87,8 +90,9 @@ def test_recurrence_cosine_approaches_c_star_at_rate_mu(norm):
     c_⋆ near 1 are excluded: there the nonlinear term (∝ p̃'' ∝ (1 − c²)^{−3/2}) is large."""
     s21, sov = np.array([0.61, 1.0, 1.0]), np.array([0.31, 1.0, 0.6])
     nm, alpha = ("layernorm", 1.0) if norm == "layernorm" else ("erf", 1000.0)
-    pr = apjn_profile(s21, sov, 4 * 4096, nm, alpha, q0=1.0, p0=0.2)
-    cs, mu, s = c_star(s21, sov, nm), convergence_exponent(s21, sov, nm), q_slope(s21, sov, nm)
+    pr = apjn_profile(sigma_21=s21, sigma_ov=sov, blocks=4 * 4096, norm=nm, alpha=alpha, q0=1.0, p0=0.2)
+    sig = {"sigma_21": s21, "sigma_ov": sov, "norm": nm}
+    cs, mu, s = c_star(**sig), convergence_exponent(**sig), q_slope(**sig)
     tol_order = np.minimum(mu, 1.0 - mu)
     for b in (256, 1024, 4096):
         u = pr.P[[b, 4 * b]] / pr.Q[[b, 4 * b]] - cs
@@ -101,10 +105,11 @@ def test_recurrence_cosine_approaches_c_star_at_rate_mu(norm):
 def test_c_equal_one_is_unstable_for_tanh_like():
     """App. D.2.3: starting from almost identical tokens (c ≈ 1), a tanh-like network de-correlates them (c falls
     towards c_⋆ < 1), while a LayerNorm network keeps c → 1."""
-    erf = apjn_profile(0.61, 0.31, 2000, "erf", 1.0, q0=1.0, p0=0.999)
+    erf = apjn_profile(sigma_21=0.61, sigma_ov=0.31, blocks=2000, norm="erf", alpha=1.0, q0=1.0, p0=0.999)
     c = erf.P / erf.Q
-    assert c[-1] < 0.9 and abs(c[-1] - c_star(0.61, 0.31)) < abs(c[1] - c_star(0.61, 0.31))
-    ln = apjn_profile(0.61, 0.31, 2000, "layernorm", q0=1.0, p0=0.999)
+    assert c[-1] < 0.9 and abs(c[-1] - c_star(sigma_21=0.61, sigma_ov=0.31)) < abs(c[1] - c_star(sigma_21=0.61,
+                                                                                                 sigma_ov=0.31))
+    ln = apjn_profile(sigma_21=0.61, sigma_ov=0.31, blocks=2000, norm="layernorm", q0=1.0, p0=0.999)
     assert np.all(ln.P / ln.Q > 0.998)
 
 
@@ -113,13 +118,14 @@ def test_c_equal_one_is_unstable_for_tanh_like():
 # ------------------------------------------------------------------------------------------------------------
 
 def test_zeta_identities():
-    z = zeta(S21, SOV)
+    z = zeta(sigma_21=S21, sigma_ov=SOV)
     assert np.allclose(z[:, 0], 1.0)  # no attention: ζ = 1 (the residual-MLP exponent)
     assert np.all((z > 0.0) & (z <= 1.0))
     assert np.all(np.diff(z, axis=1) < 0.0) and np.all(np.diff(z[:, 1:], axis=0) > 0.0)
-    assert zeta(1.0, math.sqrt(0.5)) == pytest.approx(0.5)  # σ_OV² = ½σ_21²
-    assert zeta(0.0, 0.3) == 0.0
-    assert q_slope(0.61, 0.31, "layernorm") == pytest.approx(0.5 * 0.61**2 + 0.31**2)  # p̃_⋆ = c_⋆ = 1
+    assert zeta(sigma_21=1.0, sigma_ov=math.sqrt(0.5)) == pytest.approx(0.5)  # σ_OV² = ½σ_21²
+    assert zeta(sigma_21=0.0, sigma_ov=0.3) == 0.0
+    # p̃_⋆ = c_⋆ = 1
+    assert q_slope(sigma_21=0.61, sigma_ov=0.31, norm="layernorm") == pytest.approx(0.5 * 0.61**2 + 0.31**2)
 
 
 @pytest.mark.parametrize("norm", ["erf", "tanh"])
@@ -170,12 +176,14 @@ def test_c_alpha_callable_and_errors():
 def test_lambda_inv_identities():
     """Eq. 19: λ^{−1} = C_α²σ_21⁴/(½σ_21² + σ_OV² p̃_⋆); without attention 2C_α²σ_21²; ∝ α²; 0 without MLP."""
     s21 = np.array([0.3, 0.61, 2.0])
-    assert np.allclose(lambda_inv(s21, 0.0, "erf", 1.3), 2 * c_alpha("erf", 1.3) ** 2 * s21**2, rtol=1e-14)
-    li = lambda_inv(S21, SOV, "erf", 1.0)
-    assert np.allclose(lambda_inv(S21, SOV, "erf", 0.5), 0.25 * li, rtol=1e-14)
-    s = 0.5 * S21**2 + SOV**2 * (2.0 / np.pi) * np.arcsin(c_star(S21, SOV))
+    assert np.allclose(lambda_inv(sigma_21=s21, sigma_ov=0.0, norm="erf", alpha=1.3),
+                       2 * c_alpha("erf", 1.3) ** 2 * s21**2, rtol=1e-14)
+    li = lambda_inv(sigma_21=S21, sigma_ov=SOV, norm="erf", alpha=1.0)
+    assert np.allclose(lambda_inv(sigma_21=S21, sigma_ov=SOV, norm="erf", alpha=0.5), 0.25 * li, rtol=1e-14)
+    s = 0.5 * S21**2 + SOV**2 * (2.0 / np.pi) * np.arcsin(c_star(sigma_21=S21, sigma_ov=SOV))
     assert np.allclose(li, (2.0 / np.pi) ** 2 * S21**4 / s, rtol=1e-13)
-    assert lambda_inv(0.0, 0.7, "erf") == 0.0 and lambda_inv(0.0, 0.0, "erf") == 0.0
+    assert lambda_inv(sigma_21=0.0, sigma_ov=0.7, norm="erf") == 0.0 and lambda_inv(sigma_21=0.0, sigma_ov=0.0,
+                                                                                    norm="erf") == 0.0
     assert np.all(np.diff(li, axis=1) < 0.0)  # attention slows the stretched exponential down
 
 
@@ -197,15 +205,16 @@ def test_asymptotic_curves():
 
 def test_phase_map_is_vectorised_and_matches_pointwise():
     s21, sov = np.linspace(0.0, 2.0, 11), np.linspace(0.0, 1.5, 7)
-    pm = phase_map(s21, sov, "erf", 1.0)
+    pm = phase_map(sigma_21=s21, sigma_ov=sov, norm="erf", alpha=1.0)
     assert isinstance(pm, PhaseMap) and pm.zeta.shape == (11, 7) and pm.lambda_inv.shape == (11, 7)
     assert np.isnan(pm.zeta[0, 0]) and pm.lambda_inv[0, 0] == 0.0
-    assert pm.zeta[6, 2] == pytest.approx(zeta(s21[6], sov[2]), rel=1e-15)
-    assert pm.lambda_inv[6, 2] == pytest.approx(lambda_inv(s21[6], sov[2], "erf", 1.0), rel=1e-14)
+    assert pm.zeta[6, 2] == pytest.approx(zeta(sigma_21=s21[6], sigma_ov=sov[2]), rel=1e-15)
+    assert pm.lambda_inv[6, 2] == pytest.approx(lambda_inv(sigma_21=s21[6], sigma_ov=sov[2], norm="erf", alpha=1.0),
+                                                rel=1e-14)
     with pytest.raises(ValueError, match="elementwise"):
-        phase_map(s21, sov, "layernorm")
+        phase_map(sigma_21=s21, sigma_ov=sov, norm="layernorm")
     with pytest.raises(ValueError, match="sigma_ov"):
-        phase_map(s21, -sov - 1.0)
+        phase_map(sigma_21=s21, sigma_ov=-sov - 1.0)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -216,9 +225,9 @@ def test_preln_log_log_slope_approaches_zeta():
     """Result 3.4: the local slope s(b) = [log 𝒥^{4b,0} − log 𝒥^{b,0}]/log 4 → ζ. Its error is driven by c → 1
     (p̃ = c for LayerNorm), ∝ b^{−μ} with μ = 1 − ζ (Eq. 86), so consecutive error ratios → 4^{−μ}."""
     s21, sov = np.array([0.61, 1.0, 0.6]), np.array([0.31, 1.0, 1.2])
-    pr = apjn_profile(s21, sov, 16 * 1024, "layernorm", q0=1.0, p0=0.2)
+    pr = apjn_profile(sigma_21=s21, sigma_ov=sov, blocks=16 * 1024, norm="layernorm", q0=1.0, p0=0.2)
     lj = pr.log_forward()
-    z, mu = zeta(s21, sov), convergence_exponent(s21, sov, "layernorm")
+    z, mu = zeta(sigma_21=s21, sigma_ov=sov), convergence_exponent(sigma_21=s21, sigma_ov=sov, norm="layernorm")
 
     def err(b):
         return (lj[4 * b] - lj[b]) / math.log(4.0) - z
@@ -241,9 +250,9 @@ def test_stretched_exponential_without_attention_next_order():
     The remainder is checked against the next-next order, |γ log 4|·log b/√b (coefficient one)."""
     s21 = np.array([0.61, 1.0, 2.0])
     alpha = np.array([1.0, 0.5, 1.5])
-    pr = apjn_profile(s21, 0.0, 16384, "erf", alpha)
+    pr = apjn_profile(sigma_21=s21, sigma_ov=0.0, blocks=16384, norm="erf", alpha=alpha)
     lj = pr.log_forward()
-    li = lambda_inv(s21, 0.0, "erf", alpha)
+    li = lambda_inv(sigma_21=s21, sigma_ov=0.0, norm="erf", alpha=alpha)
     gamma = -li / 8.0 + c_alpha("erf", alpha) * saturation_coefficient("erf", alpha)
     assert np.allclose(c_alpha("erf", alpha) * saturation_coefficient("erf", alpha), 4.0 / math.pi**2)
     for b in (1024, 4096):
@@ -259,9 +268,9 @@ def test_stretched_exponential_leading_order_vit_setting():
     order includes an initial-condition-dependent b^{1/2−μ} term (μ ≈ ½, Eq. 86; not fully determined by the
     theory), so only the monotone approach and the leading order's dominance (|R − 1| below the size of an O(1)
     log-coefficient term, log 4/lead) are asserted; the measured values are in the report."""
-    pr = apjn_profile(0.61, 0.31, 16384, "erf", 1.0, q0=1.0, p0=0.2)
+    pr = apjn_profile(sigma_21=0.61, sigma_ov=0.31, blocks=16384, norm="erf", alpha=1.0, q0=1.0, p0=0.2)
     lj = pr.log_forward()
-    li = lambda_inv(0.61, 0.31, "erf", 1.0)
+    li = lambda_inv(sigma_21=0.61, sigma_ov=0.31, norm="erf", alpha=1.0)
     dev = []
     for b in (256, 1024, 4096):
         lead = (math.sqrt(4 * b) - math.sqrt(b)) * math.sqrt(li)

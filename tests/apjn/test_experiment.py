@@ -59,7 +59,8 @@ def test_model_config_is_the_vit_form_of_the_setup():
 def test_theory_curves_are_the_recurrences():
     s = ApjnSetup(norm="derf", alpha=1.0, **TINY)
     simplified, full, asym = theory_curves(s, 1.0, 0.2)
-    prof = apjn_profile(s.sigma_21, s.sigma_ov, s.blocks, norm="erf", alpha=1.0, q0=1.0, p0=0.2, n=s.tokens,
+    prof = apjn_profile(sigma_21=s.sigma_21, sigma_ov=s.sigma_ov, blocks=s.blocks, norm="erf", alpha=1.0, q0=1.0,
+                        p0=0.2, n=s.tokens,
                         covariance="finite_n", exact_n=True)
     np.testing.assert_allclose(simplified, prof.backward("simplified"), rtol=1e-14)
     np.testing.assert_allclose(full, prof.backward("full"), rtol=1e-14)

@@ -33,7 +33,7 @@ def test_kappa_identities():
 @pytest.mark.parametrize("norm", ["erf", "tanh", "layernorm"])
 def test_no_branches_means_identity(norm):
     """σ_21 = σ_OV = 0: q, p constant and every APJN (simplified, full, forward, backward) is 1, K = 0."""
-    pr = apjn_profile(0.0, 0.0, 3, norm, 0.7, q0=1.3, p0=0.4, n=8)
+    pr = apjn_profile(sigma_21=0.0, sigma_ov=0.0, blocks=3, norm=norm, alpha=0.7, q0=1.3, p0=0.4, n=8)
     assert np.all(pr.q == 1.3) and np.all(pr.p == 0.4)
     for kind in ("simplified", "full"):
         assert np.all(pr.forward(kind) == 1.0) and np.all(pr.backward(kind) == 1.0)
@@ -41,18 +41,18 @@ def test_no_branches_means_identity(norm):
 
 
 def test_layernorm_q_hat_is_inverse_q_and_equal_tokens_stay_equal():
-    pr = apjn_profile(0.9, 0.5, 20, "layernorm", q0=0.7, p0=0.1)
+    pr = apjn_profile(sigma_21=0.9, sigma_ov=0.5, blocks=20, norm="layernorm", q0=0.7, p0=0.1)
     assert np.allclose(pr.q_hat, 1.0 / pr.q[:-1], rtol=1e-15)
     assert np.allclose(pr.q_tilde, 1.0) and np.allclose(pr.p_tilde, pr.p[:-1] / pr.q[:-1])
     for norm in ("layernorm", "erf"):
-        same = apjn_profile(0.9, 0.5, 20, norm, q0=0.7, p0=0.7)
+        same = apjn_profile(sigma_21=0.9, sigma_ov=0.5, blocks=20, norm=norm, q0=0.7, p0=0.7)
         assert np.allclose(same.p, same.q, rtol=1e-14)
 
 
 def test_first_block_by_hand():
     """Layer 0 (attention) and layer 1 (MLP) of Eqs. 8, 9, 12 written out."""
     s21, sov, a, q0, p0 = 0.8, 0.6, 1.3, 1.0, 0.2
-    pr = apjn_profile(s21, sov, 1, "erf", a, q0, p0)
+    pr = apjn_profile(sigma_21=s21, sigma_ov=sov, blocks=1, norm="erf", alpha=a, q0=q0, p0=p0)
     c0 = propagate(q0, p0, "erf", a)
     q1, p1 = q0 + sov**2 * c0.p_tilde, p0 + sov**2 * c0.p_tilde
     c1 = propagate(q1, p1, "erf", a)
@@ -64,7 +64,7 @@ def test_first_block_by_hand():
 
 def test_full_equals_simplified_without_attention_or_at_infinite_context():
     for kw in ({"sigma_ov": 0.0, "n": 16}, {"sigma_ov": 0.9, "n": None}):
-        pr = apjn_profile(0.7, q0=1.0, p0=0.2, blocks=30, norm="erf", alpha=1.2, **kw)
+        pr = apjn_profile(sigma_21=0.7, q0=1.0, p0=0.2, blocks=30, norm="erf", alpha=1.2, **kw)
         assert np.allclose(pr.log_forward("full"), pr.log_forward("simplified"), rtol=0, atol=1e-13)
         assert np.allclose(pr.log_backward("full"), pr.log_backward("simplified"), rtol=0, atol=1e-13)
 
@@ -74,8 +74,8 @@ def test_full_minus_simplified_is_order_sigma_ov_squared():
     difference is the direct attention term; K is itself O(σ²/n)). At σ_OV = 1e-4 the O(σ²) relative remainder is
     ~1e-8."""
     n, sov = 8.0, 1e-4
-    pr0 = apjn_profile(0.7, 0.0, 10, "erf", 1.0, n=n)
-    pr = apjn_profile(0.7, sov, 10, "erf", 1.0, n=n)
+    pr0 = apjn_profile(sigma_21=0.7, sigma_ov=0.0, blocks=10, norm="erf", alpha=1.0, n=n)
+    pr = apjn_profile(sigma_21=0.7, sigma_ov=sov, blocks=10, norm="erf", alpha=1.0, n=n)
     first_order = sov**2 * np.sum(pr0.q_hat[0::2]) / n
     diff = pr.log_forward("full")[-1] - pr.log_forward("simplified")[-1]
     assert diff == pytest.approx(first_order, rel=1e-6)
@@ -84,9 +84,10 @@ def test_full_minus_simplified_is_order_sigma_ov_squared():
 def test_forward_and_backward_full_give_the_same_end_to_end_apjn():
     """J^{L,0} from the forward recurrence (Eqs. 37, 39) equals J^{L,0} from the backward one (Eqs. 43, 45): the
     backward attention matrix is D Mᵀ D⁻¹ with D = diag(1, 1/n) of the forward one, the MLP ones are diagonal."""
-    pr = apjn_profile(0.6, 1.2, 40, "erf", 1.0, n=7)
+    pr = apjn_profile(sigma_21=0.6, sigma_ov=1.2, blocks=40, norm="erf", alpha=1.0, n=7)
     assert pr.log_forward("full")[-1] == pytest.approx(pr.log_backward("full")[0], rel=1e-12)
-    ex = apjn_profile(0.6, 1.2, 40, "tanh", 1.0, n=7, exact_n=True, covariance="finite_n")
+    ex = apjn_profile(sigma_21=0.6, sigma_ov=1.2, blocks=40, norm="tanh", alpha=1.0, n=7, exact_n=True,
+                      covariance="finite_n")
     assert ex.log_forward("full")[-1] == pytest.approx(ex.log_backward("full")[0], rel=1e-12)
     assert pr.log_forward("full")[-1] > pr.log_forward("simplified")[-1] + 1e-3  # K matters at σ_OV = 1.2, n = 7
     b = 25
@@ -107,9 +108,9 @@ def test_block_views():
 def test_grid_is_one_call_and_matches_pointwise():
     s21 = np.array([0.3, 0.61, 1.2])[:, None]
     sov = np.array([0.0, 0.31, 1.2])[None, :]
-    grid = apjn_profile(s21, sov, 8, "erf", 1.0, n=50)
+    grid = apjn_profile(sigma_21=s21, sigma_ov=sov, blocks=8, norm="erf", alpha=1.0, n=50)
     assert grid.q.shape == (17, 3, 3)
-    one = apjn_profile(0.61, 1.2, 8, "erf", 1.0, n=50)
+    one = apjn_profile(sigma_21=0.61, sigma_ov=1.2, blocks=8, norm="erf", alpha=1.0, n=50)
     assert np.allclose(grid.log_backward("full")[:, 1, 2], one.log_backward("full"), rtol=1e-14)
     assert np.allclose(grid.q[:, 1, 2], one.q, rtol=1e-15)
 
@@ -126,7 +127,8 @@ def test_final_norm_factor():
 
 def test_finite_context_covariance():
     """Eq. 32: the attention increment is σ_OV²(q̃/n + (n−1)p̃/n) with covariance="finite_n"."""
-    pr = apjn_profile(0.5, 0.8, 1, "erf", 1.0, q0=1.0, p0=0.2, n=4, covariance="finite_n")
+    pr = apjn_profile(sigma_21=0.5, sigma_ov=0.8, blocks=1, norm="erf", alpha=1.0, q0=1.0, p0=0.2, n=4,
+                      covariance="finite_n")
     c = propagate(1.0, 0.2, "erf", 1.0)
     inc = 0.64 * (c.q_tilde / 4 + 0.75 * c.p_tilde)
     assert pr.q[1] == pytest.approx(1.0 + inc, rel=1e-15) and pr.p[1] == pytest.approx(0.2 + inc, rel=1e-15)
@@ -187,7 +189,8 @@ def test_mlp_layer_covariance_against_sampled_weights(norm):
     and of the cosine inside κ (Sec. 2.3's large-width assumption), well below the standard error at d = 128.
     """
     d, pairs, draws, q0, p0, s1, s2, a = 128, 32, 96, 1.3, 0.5, 1.2, 1.5, 1.0
-    pr = apjn_profile(s1 * s2, 0.0, 1, norm, a, q0, p0)  # σ_OV = 0: layer 0 is the identity, layer 1 the MLP
+    # σ_OV = 0: layer 0 is the identity, layer 1 the MLP
+    pr = apjn_profile(sigma_21=s1 * s2, sigma_ov=0.0, blocks=1, norm=norm, alpha=a, q0=q0, p0=p0)
     qs, ps = [], []
     for _ in range(draws):
         h = _tokens(q0, p0, 2, (pairs, d))  # (pairs, d, 2 tokens)
@@ -206,7 +209,8 @@ def test_attention_layer_covariance_against_sampled_weights():
     """Uniform attention (Assumption 2.1.3) with n = 4 tokens, W_O, W_V ~ N(0, σ²/d): Eq. 32 holds exactly at any
     width for the expectation (E‖W_OW_V v‖²/d = σ_OV² E‖v‖²/d); the large-n Eq. 8 would be off by σ_OV²(q̃−p̃)/n."""
     d, n_tok, batch, draws, q0, p0, so, sv, a = 64, 4, 32, 128, 1.0, 0.2, 1.1, 0.9, 1.0
-    pr = apjn_profile(0.5, so * sv, 1, "erf", a, q0, p0, n=n_tok, covariance="finite_n")
+    pr = apjn_profile(sigma_21=0.5, sigma_ov=so * sv, blocks=1, norm="erf", alpha=a, q0=q0, p0=p0, n=n_tok,
+                      covariance="finite_n")
     qs, ps = [], []
     off = ~torch.eye(n_tok, dtype=torch.bool)
     for _ in range(draws):
@@ -228,7 +232,7 @@ def test_mlp_layer_apjn_against_exact_jacobians():
     Exact at any width: the cross term has zero mean and, by the symmetry W1_k → −W1_k, 1{u_k>0} halves
     E[Σ_j W1_kj² φ'_j²]."""
     d, draws, q0, s1, s2, a = 48, 1500, 1.4, 1.3, 1.1, 0.8
-    pr = apjn_profile(s1 * s2, 0.0, 1, "erf", a, q0, 0.3)
+    pr = apjn_profile(sigma_21=s1 * s2, sigma_ov=0.0, blocks=1, norm="erf", alpha=a, q0=q0, p0=0.3)
     stats = []
     eye = torch.eye(d, dtype=torch.float64)
     for _ in range(draws):
@@ -256,7 +260,8 @@ def test_attention_layer_apjn_and_cross_terms_against_exact_jacobians():
     two factors share the input token, so φ'² → q̂) and backward K^{1,0} = σ_OV² p̂/n (Eq. 45: two different input
     tokens b ≠ f, so φ'φ' → p̂), with the exact n(n−1) normalisations of Eqs. 38 and 44; exact at any width."""
     d, n_tok, draws, q0, p0, sov, a = 24, 3, 1200, 1.5, 0.9, 1.7, 1.0
-    pr = apjn_profile(0.0, sov, 1, "erf", a, q0, p0, n=n_tok)  # σ_21 = 0: the MLP layer is the identity
+    # σ_21 = 0: the MLP layer is the identity
+    pr = apjn_profile(sigma_21=0.0, sigma_ov=sov, blocks=1, norm="erf", alpha=a, q0=q0, p0=p0, n=n_tok)
     j_s, kf_s, kb_s = [], [], []
     off = ~torch.eye(n_tok, dtype=torch.bool)
     for _ in range(draws):
@@ -290,8 +295,10 @@ def test_two_attention_layers_against_exact_jacobians():
     recurrence (n(n−1) ≈ n²) is O(1/n) off at n = 3, and this test resolves that difference.
     """
     d, n_tok, draws, q0, p0, sov, a = 64, 3, 600, 1.5, 0.5, 2.0, 1.0
-    exact = apjn_profile(0.0, sov, 2, "erf", a, q0, p0, n=n_tok, covariance="finite_n", exact_n=True)
-    printed = apjn_profile(0.0, sov, 2, "erf", a, q0, p0, n=n_tok, covariance="finite_n")
+    exact = apjn_profile(sigma_21=0.0, sigma_ov=sov, blocks=2, norm="erf", alpha=a, q0=q0, p0=p0, n=n_tok,
+                         covariance="finite_n", exact_n=True)
+    printed = apjn_profile(sigma_21=0.0, sigma_ov=sov, blocks=2, norm="erf", alpha=a, q0=q0, p0=p0, n=n_tok,
+                           covariance="finite_n")
     j_s, kf_s, kb_s = [], [], []
     off = ~torch.eye(n_tok, dtype=torch.bool)
     size = n_tok * d

@@ -47,3 +47,20 @@ def test_errors():
         vit_config(2, 16, 2, norm="derf", alpha_ffn=-1.0)
     with pytest.raises(ValueError, match="d_model"):
         vit_config(2, 18, 4)
+
+
+def test_timm_sigmas_are_named_and_the_apjn_takes_them_by_name():
+    """The trap the APJN paper's own code showed: (σ_OV, σ_21) unpacked into a function taking (σ_21, σ_OV) swaps
+    them silently. timm_sigmas names them, and the APJN functions refuse them by position."""
+    from sigprop.apjn.asymptotics import zeta
+    from sigprop.apjn.recurrence import apjn_profile
+
+    sigmas = timm_sigmas(768)
+    assert sigmas.sigma_ov == pytest.approx(0.307, abs=1e-3) and sigmas.sigma_21 == pytest.approx(0.614, abs=1e-3)
+    with pytest.raises(TypeError):
+        apjn_profile(*sigmas, blocks=12)
+    with pytest.raises(TypeError):
+        zeta(*sigmas)
+    named = apjn_profile(**sigmas._asdict(), blocks=12, norm="layernorm")
+    swapped = apjn_profile(sigma_21=sigmas.sigma_ov, sigma_ov=sigmas.sigma_21, blocks=12, norm="layernorm")
+    assert named.backward("full")[0] != pytest.approx(swapped.backward("full")[0], rel=1e-3)

@@ -5,7 +5,7 @@ of the standard library's source), measured over several seeds, gradient boundar
 Entries are median relative errors over the layers (for correlations: of the correlation itself), and the share
 of layers within two standard errors of the seed average (a 1–2-layer model's gradient correlation is ~0.002, so
 a relative error of one standard error there can exceed 10%), and how many layers' gradient-variance seed mean is
-too skewed to read as normal (Cochran's rule, :mod:`sigprop.seed_spread`).
+too skewed to read as normal (Cochran's rule, :mod:`sigprop.measurement.spread`).
 
     python bench/accuracy_sweep.py --markdown docs/accuracy-sweep.md --json docs/accuracy-sweep.json
     python bench/accuracy_sweep.py --token-resolved --depths 1 12 48 --widths 64 128 --positions pre
@@ -40,7 +40,7 @@ def _share(v) -> str:
 
 def _skewed(row) -> str:
     """How many layers' gradient-variance seed mean fails Cochran's rule, and the largest skewness of such a mean
-    (:mod:`sigprop.seed_spread`)."""
+    (:mod:`sigprop.measurement.spread`)."""
     n = row.get("grad_var_skewed_layers", 0)
     return "0" if not n else f"{n} ({row['grad_var_mean_skewness']:.2g})"
 

@@ -1,5 +1,5 @@
 """Is each rule of the token-resolved forward sweep right where the real model is? A per-layer table of
-:mod:`sigprop.in_situ`'s tests (its docstring has the method).
+:mod:`sigprop.theory.in_situ`'s tests (its docstring has the method).
 
 Run: python bench/map_consistency.py [--preset fig4-dslm-pre] [--seeds 48] [--layers 10 50 100 150]
         [--set d_model=128 --set n_heads=2] [--heads 64]

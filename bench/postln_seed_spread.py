@@ -41,7 +41,7 @@ def seed_logs(config: TransformerConfig, batch: dict, seeds: int) -> tuple[np.nd
     for s in range(seeds):
         model = Transformer(config, generator=torch.Generator().manual_seed(s))
         model.train()
-        torch.manual_seed(10_000 + s)  # dropout masks, as in sigprop.experiment.measure_seeds
+        torch.manual_seed(10_000 + s)  # dropout masks, as in sigprop.measurement.seeds.measure_seeds
         rows = {r.layer: r for r in measure(model, batch).rows if r.site == "layer"}
         logs.append([math.log(rows[lyr].grad_var / rows[top].grad_var) for lyr in range(config.n_layers)])
         top_corr.append(rows[top].grad_corr)

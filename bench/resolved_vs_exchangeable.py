@@ -50,7 +50,7 @@ def measure_forward(config, batch, seeds: int, seed0: int, advance) -> tuple[np.
     var, corr = np.zeros((seeds, n, 3)), np.zeros((seeds, n, 3))
     for i, seed in enumerate(range(seed0, seed0 + seeds)):
         model = Transformer(config, generator=torch.Generator().manual_seed(seed)).train()
-        torch.manual_seed(10_000 + seed)  # dropout masks, as sigprop.experiment.measure_seeds draws them
+        torch.manual_seed(10_000 + seed)  # dropout masks, as sigprop.measurement.seeds.measure_seeds draws them
         got = {}
         for layer in model.layers:
             mods = [branch for _, branch in layer.branches()] + [layer]
@@ -72,7 +72,7 @@ def seed_mean(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def pooled(corr: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per layer: the correlation pooled over seeds (axis 0) as mean covariance over mean variance, and its jackknife
-    standard error (:func:`sigprop.seed_average.pooled_ratio`)."""
+    standard error (:func:`sigprop.measurement.average.pooled_ratio`)."""
     per_layer = np.array([pooled_ratio(corr[:, i], var[:, i]) for i in range(corr.shape[1])])
     return per_layer[:, 0], per_layer[:, 1]
 

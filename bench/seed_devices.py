@@ -2,7 +2,7 @@
 
     python bench/seed_devices.py [--preset fig1-preln] [--seeds 4] [--devices cpu,cpu] [--layers N]
 
-Times :func:`sigprop.experiment.measure_seeds` on ``cpu`` (one process, all threads) and on ``--devices`` (one
+Times :func:`sigprop.measurement.seeds.measure_seeds` on ``cpu`` (one process, all threads) and on ``--devices`` (one
 spawned process per entry, each with its share of the threads; the seeds dealt round-robin), on the preset's batch,
 and prints both wall times, their ratio, and the largest relative difference of the two averaged profiles (zero
 where the devices are of one kind and the thread counts match; a few float32 roundings otherwise). On a GPU

@@ -1,4 +1,4 @@
-"""sigprop.diagnosis: growth laws on curves of known shape, verdicts and limits, stacks, and the theory's own
+"""sigprop.analysis.diagnosis: growth laws on curves of known shape, verdicts and limits, stacks, and the theory's own
 profiles of Pre-LN, Post-LN and DeepScaleLM models."""
 
 import json

@@ -1,4 +1,5 @@
-"""The forward rules at the real model's own input (:mod:`sigprop.in_situ`): a 24-layer DeepScaleLM Pre-LN encoder at
+"""The forward rules at the real model's own input (:mod:`sigprop.theory.in_situ`): a 24-layer DeepScaleLM Pre-LN
+encoder at
 d = 64 (one head), 32 seeds, on real tokens; layers 6, 9 and 12."""
 
 from __future__ import annotations

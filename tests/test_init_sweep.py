@@ -1,4 +1,5 @@
-"""sigprop.init_sweep and ``sigprop inits``: every scheme and depth predicted and diagnosed, refused schemes kept
+"""sigprop.analysis.init_sweep and ``sigprop inits``: every scheme and depth predicted and diagnosed, refused schemes
+kept
 with their error, and the order of growth in N read off the theory (Kedia et al. Table 3)."""
 
 import json

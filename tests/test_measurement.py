@@ -154,7 +154,7 @@ def test_recorder_equals_stored_tensors(dtype, padded):
     for row in prof.rows:
         (x,) = cap.out[(row.layer, row.site)]
         assert_row_matches(row, reference(x, batch[2]), reference(x.grad, batch[2]), tol)
-        if not padded:  # the shared definition of sigprop.stats agrees too
+        if not padded:  # the shared definition of sigprop.core.stats agrees too
             ms = moment_sums(x.detach().double())
             assert abs(row.fwd_corr - float(ms.corr())) <= tol * (1 + abs(row.fwd_corr))
 

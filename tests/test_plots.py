@@ -1,4 +1,5 @@
-"""Whole-model figures (:mod:`sigprop.plots`): theory lines, measured points, hollow where the seed mean is skewed."""
+"""Whole-model figures (:mod:`sigprop.report.profiles`): theory lines, measured points, hollow where the seed mean is
+skewed."""
 
 from __future__ import annotations
 

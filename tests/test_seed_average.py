@@ -1,4 +1,5 @@
-"""The seed average of measured profiles (:mod:`sigprop.seed_average`): correlations pooled as mean covariance over
+"""The seed average of measured profiles (:mod:`sigprop.measurement.average`): correlations pooled as mean covariance
+over
 mean variance, with jackknife standard errors."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Heavy tails across seeds (:mod:`sigprop.seed_spread`): the log-normal skewness, Cochran's rule, and the layers of
+"""Heavy tails across seeds (:mod:`sigprop.measurement.spread`): the log-normal skewness, Cochran's rule, and the layers
+of
 a seed-averaged profile that it flags."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_small_deep_model_prediction_within_measurement_noise(overrides):
 
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_decoder_within_measurement_noise(norm_position):
-    """A decoder (causal attention; token-resolved sweeps both ways, :mod:`sigprop.resolved_backward`): every
+    """A decoder (causal attention; token-resolved sweeps both ways, :mod:`sigprop.theory.resolved`): every
     quantity layer by layer, with two exceptions. A Post-LN layer output's variance, a LayerNorm output's 1 − O(eps)
     that the measurement pins to ~1e-7 (24 seeds), where a second-order eps term of the post-norm rule (~2.5e-7 here)
     is resolved; it is asserted at the same seeds in the encoder test above and by the norm's own tests. And the

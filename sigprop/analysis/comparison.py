@@ -1,4 +1,4 @@
-"""``sigprop.compare`` (this module): join a predicted and a measured :class:`~sigprop.profile.Profile` on
+"""``sigprop.compare`` (this module): join a predicted and a measured :class:`~sigprop.core.profile.Profile` on
 (layer, site) and summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
 
 For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute
@@ -7,17 +7,17 @@ measured quantity spans more than a decade (gradient variances of deep models), 
 read; it is NaN for a quantity that does not vary across layers. Correlations are also judged by absolute error
 (a relative error of a correlation near 0 means little).
 
-When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the
-share of rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy
-is larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R²
-that an exact theory scores against this measurement in expectation (its residuals are then the measurement errors,
-E Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its
-ceiling is limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward
-variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
-measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
-ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
-few seeds is itself uncertain; see docs/accuracy.md, "R² against its noise ceiling". The comparison's
-``meta["heavy_tails"]`` names the layers where Cochran's rule says the seeds are too few: :mod:`sigprop.seed_spread`.)
+When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the share of
+rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy is larger than
+the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R² that an exact theory
+scores against this measurement in expectation (its residuals are then the measurement errors, E Σ(pred − meas)² = Σ
+SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its ceiling is limited by the
+measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward variance) has a low ceiling, and
+only more seeds raise it. When the prediction takes a boundary from the same measurement (the gradient measured at the
+top layer), its errors share the measurement's and R² may exceed the ceiling. (For quantities whose seed-to-seed spread
+is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see docs/accuracy.md,
+"R² against its noise ceiling". The comparison's ``meta["heavy_tails"]`` names the layers where Cochran's rule says the
+seeds are too few: :mod:`sigprop.measurement.spread`.)
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
 @dataclass(frozen=True)
 class Comparison:
     """The joined rows and per-quantity summaries of one site (default: the layer outputs), and for the layer
-    outputs each side's :class:`~sigprop.diagnosis.Diagnosis` (``diagnoses``: "predicted", "measured")."""
+    outputs each side's :class:`~sigprop.analysis.diagnosis.Diagnosis` (``diagnoses``: "predicted", "measured")."""
 
     predicted: Profile
     measured: Profile
@@ -103,7 +103,7 @@ class Comparison:
     diagnoses: dict = field(default_factory=dict)
 
     def diagnosis_lines(self) -> tuple[list[str], str | None]:
-        """The measured findings with the theory's number beside each (:func:`sigprop.diagnosis.side_by_side`),
+        """The measured findings with the theory's number beside each (:func:`sigprop.analysis.diagnosis.side_by_side`),
         and the measured diagnosis's hint."""
         measured = self.diagnoses["measured"]
         return side_by_side(self.diagnoses["predicted"], measured), measured.hint
@@ -134,8 +134,9 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
             quantities=QUANTITIES) -> Comparison:
     """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
     summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
-    heavy-tailed at some layer (:func:`sigprop.seed_spread.heavy_tails`), if any; for the layer outputs,
-    ``diagnoses`` holds :func:`sigprop.diagnosis.diagnose` of each profile (in the JSON: ``meta["diagnosis"]``)."""
+    heavy-tailed at some layer (:func:`sigprop.measurement.spread.heavy_tails`), if any; for the layer outputs,
+    ``diagnoses`` holds :func:`sigprop.analysis.diagnosis.diagnose` of each profile (in the JSON:
+    ``meta["diagnosis"]``)."""
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
     pred, meas = predicted.lookup(), measured.lookup()
@@ -168,7 +169,7 @@ def comparison_side(data: dict, kind: str) -> Profile:
 
 
 def measured_from_json(data: dict) -> Profile:
-    """The measured :class:`~sigprop.profile.Profile` held by a JSON object: a measured profile (``sigprop measure
+    """The measured :class:`~sigprop.core.profile.Profile` held by a JSON object: a measured profile (``sigprop measure
     --json``, every site) or a comparison (``sigprop compare --json``: the compared site's rows, its ``meas_*``
     columns, and the measurement's meta with the standard errors of every site). Plain JSON; nothing is unpickled.
     ``ValueError`` for any other object."""

@@ -33,8 +33,8 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
     """(config, batch) for measuring and predicting ``config``: :func:`token_batch` for a token model,
     :func:`image_batch` for a patch model (``data``: a folder of images or a ``.npy`` array; default the bundled
     digits). A DSLM patch model without ``input_corr`` gets the one of this batch
-    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H: measured on the images, not assumed), so
-    the returned config may differ from ``config`` in that field alone."""
+    (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H: measured on the images, not
+    assumed), so the returned config may differ from ``config`` in that field alone."""
     if config.input == "tokens":
         return config, token_batch(config, batch_size, data, seed, synthetic)
     if data is not None and synthetic:
@@ -46,7 +46,8 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
 def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> TransformerConfig:
     """``config`` with ``input_corr`` set from the batch's images when DSLM needs it and it is unset: a DSLM patch
     model's correlation schedule starts from its images' token correlation after the patch embedding
-    (:func:`sigprop.theory.patch_input_correlation`, Kedia et al. App. H). Any other config comes back as it is."""
+    (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H). Any other config comes back as it
+    is."""
     if config.input != "patches" or config.init != "dslm" or config.input_corr is not None:
         return config
     import dataclasses
@@ -118,14 +119,14 @@ def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_
                    prediction: Prediction | None = None) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
-    them from the loss (:func:`sigprop.theory.head_gradient_moments`). ``progress(k)``: k seeds measured;
+    them from the loss (:func:`sigprop.theory.boundaries.head_gradient_moments`). ``progress(k)``: k seeds measured;
     ``predict_progress(k)``: k layer sweeps of the prediction done (:func:`compare_steps` in all). With the
     measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
-    minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the
-    backward sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
+    minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the backward
+    sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in
     :func:`measure_seeds`. ``measured``: a measurement made before (e.g. on other machines, :func:`read_measured
-    <sigprop.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`): nothing is
-    measured and ``seeds``, ``device`` and ``progress`` are unused. ``prediction``: the
+    <sigprop.analysis.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`):
+    nothing is measured and ``seeds``, ``device`` and ``progress`` are unused. ``prediction``: the
     :func:`batch_prediction` of this config and batch, when the caller holds it already."""
     from ..core.devices import parse_devices
 

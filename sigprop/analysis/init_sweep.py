@@ -1,13 +1,13 @@
 """Which initialisation keeps this model's signal healthy? The theory of one configuration under several init schemes
 and depths, diagnosed side by side, and the order of growth with depth that Kedia et al. Table 3 states per method.
 
-For each scheme and depth N, :func:`sweep_inits` predicts the model (:func:`sigprop.predict`: theory only, no
-weights; the input from Zipf(1) tokens, App. A.1, or from a batch, which a patch model needs for its images; the
-gradient from the loss) and diagnoses it
-(:func:`sigprop.diagnosis.diagnose`): the forward variance's change from the first layer to the last, the gradient
-variance's from the last layer to the first, the last layer's token correlation. A scheme the configuration refuses
-is kept as a row with its error ("refused: …"), and so is one whose variance overflows in the theory before the
-last layer ("overflow: …"; DeepNet's up-weighted skip in a Pre-LN stack reaches 1e93 by 48 layers).
+For each scheme and depth N, :func:`sweep_inits` predicts the model (:func:`sigprop.predict`: theory only, no weights;
+the input from Zipf(1) tokens, App. A.1, or from a batch, which a patch model needs for its images; the gradient from
+the loss) and diagnoses it (:func:`sigprop.analysis.diagnosis.diagnose`): the forward variance's change from the first
+layer to the last, the gradient variance's from the last layer to the first, the last layer's token correlation. A
+scheme the configuration refuses is kept as a row with its error ("refused: …"), and so is one whose variance overflows
+in the theory before the last layer ("overflow: …"; DeepNet's up-weighted skip in a Pre-LN stack reaches 1e93 by 48
+layers).
 
 With three or more depths, :func:`depth_orders` reads the effective order of each change in N over those depths,
 as Table 3 states orders: log c(N) = a + e·log N (a power, "~N^e"; "O(1)" when |e| < 0.15) against
@@ -97,7 +97,7 @@ class DepthOrder:
 def sweep_steps(config, inits: Sequence[str], depths: Sequence[int], batch: dict | None = None,
                 token_resolved: bool | None = None) -> int:
     """The progress steps :func:`sweep_inits` reports: a layer per sweep per scheme and depth
-    (:func:`sigprop.theory.prediction_steps`)."""
+    (:func:`sigprop.theory.predict.prediction_steps`)."""
     from ..theory.predict import prediction_steps
 
     given = batch is not None
@@ -111,14 +111,14 @@ def sweep_inits(config, inits: Sequence[str] = DEFAULT_INITS, depths: Sequence[i
     """Predict and diagnose ``config`` under each of ``inits`` at each of ``depths`` (default: its own n_layers;
     an encoder–decoder's decoder keeps its n_decoder_layers, or follows n_layers when that is None).
 
-    Without ``batch`` the input is Zipf(1) tokens in theory (App. A.1) and the gradient the loss's; with one (token
-    ids, or a patch model's images, which it needs: :func:`sigprop.experiment.config_batch`) the boundaries come
-    from the batch as in :func:`sigprop.experiment.predict_for_batch`, token-resolved by default
+    Without ``batch`` the input is Zipf(1) tokens in theory (App. A.1) and the gradient the loss's; with one (token ids,
+    or a patch model's images, which it needs: :func:`sigprop.analysis.experiment.config_batch`) the boundaries come
+    from the batch as in :func:`sigprop.analysis.experiment.predict_for_batch`, token-resolved by default
     (``token_resolved``), and a DSLM patch model's input correlation from its images (App. H)."""
     from ..components.draws import DEFAULT_HEADS
 
     if config.input != "tokens" and batch is None:
-        raise ValueError("a patch model's input moments come from its images: pass batch= (sigprop.experiment."
+        raise ValueError("a patch model's input moments come from its images: pass batch= (sigprop.analysis.experiment."
                          "config_batch), or on the command line let `sigprop inits` draw the digits")
     if not inits:
         raise ValueError("no init schemes to compare")

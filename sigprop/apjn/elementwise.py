@@ -16,8 +16,8 @@ with φ = φ_α(h) = φ(αh), so φ_α'(h) = α φ'(αh) (the α² sits inside q
 * ``"tanh"`` (DyT): no closed form; the accurate quadrature of :func:`sigprop.components.dyt.tanh_expectations`
   (relative error ~1e-13) on the pre-activation u = αh ~ N(0, α²q) with correlation p/q.
 * a user callable φ with its derivative φ' (``dphi``): tensor Gauss–Hermite quadrature
-  (:func:`sigprop.gaussian.expect_1d`, :func:`sigprop.gaussian.expect_2d`) on u = αh. Accurate for φ smooth on the
-  scale of √(α²q); it degrades for saturating φ at α²q ≫ 1 (see :func:`sigprop.gaussian.expect_1d`).
+  (:func:`sigprop.core.gaussian.expect_1d`, :func:`sigprop.core.gaussian.expect_2d`) on u = αh. Accurate for φ smooth on
+  the scale of √(α²q); it degrades for saturating φ at α²q ≫ 1 (see :func:`sigprop.core.gaussian.expect_1d`).
 * ``"layernorm"`` (pre-LN, with the mean-free/RMSNorm reading of Sec. 2.2): LayerNorm rescales each token vector to
   unit normalised squared norm and keeps cosines, so q̃ = 1, p̃ = p/q (Sec. 3.1 after Eq. 10; App. B.1). Its Jacobian
   (Eq. 53) is √d/‖h‖ (δ_βξ − h_β h_ξ/‖h‖²); the projector term is O(1/d) in the Frobenius sums, leaving the

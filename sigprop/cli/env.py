@@ -1,5 +1,5 @@
 """``sigprop env``: the versions, threads and devices sigprop will use (:func:`sigprop.report.environment.
-environment_report`); ``sigprop doctor`` prints the same until the model doctor takes its name."""
+environment_report`); ``sigprop env`` prints the same until the model doctor takes its name."""
 
 from __future__ import annotations
 
@@ -26,5 +26,5 @@ def env_command(json_path: JsonOut = None):
 
 def doctor_command(json_path: JsonOut = None):
     """The environment report, now `sigprop env` (this name is kept for the model doctor)."""
-    note("the environment report is `sigprop env` now; `sigprop doctor` will diagnose a model")
+    note("the environment report is `sigprop env` now; `sigprop env` will diagnose a model")
     env_command(json_path)

@@ -2,7 +2,7 @@
 matrix of its input, by sampling (the token-resolved form of :mod:`sigprop.components.attention_sampled`; Kedia et al.
 App. A.8 for the model).
 
-Why. The exchangeable state (:class:`~sigprop.moments.Moments`) gives every token pair the same correlation r. Real
+Why. The exchangeable state (:class:`~sigprop.core.moments.Moments`) gives every token pair the same correlation r. Real
 text does not: a repeated token (the 15% of positions a masked-LM objective replaces by [MASK], common words) makes a
 few pairs far more correlated than the rest, and a causal mask makes positions differ. Attention is not linear in the
 pair correlations (a query's scores for two keys move together in proportion to the keys' correlation, so the

@@ -28,7 +28,7 @@ def repetition_correlation(token_ids: torch.Tensor, pad_id: int | None = None) -
     Two positions holding the same token get the same embedding row (correlation 1); different tokens get
     independent rows (correlation 0 in expectation over the table). A sequence in which token i occurs N_i times
     therefore has r = Σ_i N_i(N_i − 1) / (L(L − 1)). For a batch (batch, L) the pair counts are pooled over
-    sequences, which is how :mod:`sigprop.stats` measures a correlation; padding (``pad_id``) is excluded.
+    sequences, which is how :mod:`sigprop.core.stats` measures a correlation; padding (``pad_id``) is excluded.
     """
     ids = torch.as_tensor(token_ids)
     if ids.dim() == 1:

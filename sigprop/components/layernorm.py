@@ -4,7 +4,7 @@ Kedia et al. replace the sample standard deviation σ̂ by σ ("σ̂ → σ a.s.
 r_out = r(1 − 1/d) and σ²_gin = σ²_g/σ²_x. Here the Gaussian case is solved exactly at finite d.
 
 Set-up (all of this module). One token's input x ∈ R^d is Gaussian with exchangeable hidden units and the separable
-covariance of :mod:`sigprop.moments`: Cov(x_ti, x_sj) = σ² R_ts H_ij, H_ij = c (= corr_hidden) for i ≠ j. LayerNorm
+covariance of :mod:`sigprop.core.moments`: Cov(x_ti, x_sj) = σ² R_ts H_ij, H_ij = c (= corr_hidden) for i ≠ j. LayerNorm
 first centres, u = x − x̄1 = Px with P = I − 11ᵀ/d. The mean μ and the shared part c of H are in the 1-direction that
 P removes, so μ drops out exactly and u is an isotropic Gaussian in the n = d − 1 dimensional range of P with
 per-direction variance σ²_eff = σ²(1 − c); |u|² ~ σ²_eff χ²_n. The output is y = u/σ̂ with σ̂² = |u|²/d + eps.
@@ -159,7 +159,7 @@ def layernorm_forward(m: Moments, d, eps=1e-5, approx: str = "exact") -> Moments
     ``approx="kedia"``: Tables 15, 16, 18, 19 as printed: μ 0, σ² 1, r(1 − 1/d), corr_hidden −1/(d − 1).
     ``approx="kedia_table1"``: Table 1: μ 0, σ² 1, r, corr_hidden −1/(d − 1).
 
-    Assumes: Gaussian input with the separable covariance of :mod:`sigprop.moments`, affine parameters at their
+    Assumes: Gaussian input with the separable covariance of :mod:`sigprop.core.moments`, affine parameters at their
     initial values (γ = 1, β = 0, which Kedia et al. note do not change the derivation). Raises ``ValueError`` for
     d < 8, eps < 0, an unknown ``approx``, or corr_hidden outside [−1/(d−1), 1) (exact form).
     """

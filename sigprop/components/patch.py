@@ -81,7 +81,8 @@ class PatchEmbedding(nn.Module):
         return Moments(mean=0.0, var=var, corr=clip_corr(cov / var, tol=1e-9), corr_hidden=0.0)
 
     def gram(self, images: torch.Tensor, segment_ids=None) -> torch.Tensor:
-        """Token-resolved moments (:mod:`sigprop.resolved`): the per-element token Gram matrix (batch, n, n) of the
+        """Token-resolved moments (:mod:`sigprop.theory.resolved`): the per-element token Gram matrix (batch, n, n) of
+        the
         output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64; :meth:`forward_moments`
         pools it). ``segment_ids`` must be None (images have none)."""
         if segment_ids is not None:

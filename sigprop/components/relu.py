@@ -133,7 +133,7 @@ def relu_forward(m: Moments, approx: str = "exact") -> Moments:
     (a polynomial fit of the closed form, App. L.1; within 0.0061 of it for r ∈ [0, 1], off by up to 0.068
     for r < 0), applied to r^d as well.
 
-    Assumes: Gaussian input with separable correlations (see :mod:`sigprop.moments`). Raises ``ValueError`` for an
+    Assumes: Gaussian input with separable correlations (see :mod:`sigprop.core.moments`). Raises ``ValueError`` for an
     unknown ``approx`` or (exact) for μ/σ < :data:`MIN_STANDARDIZED_MEAN`.
     """
     check_approx(approx, RELU_APPROX, "relu_forward")

@@ -4,7 +4,7 @@ RMSNorm (Zhang & Sennrich 2019) rescales without centring, y = x/√(mean(x²) +
 initialisation). Kedia et al. do not treat it; the set-up follows their LayerNorm analysis (App. A.6) and, unlike
 there, the input mean μ does *not* drop out.
 
-Set-up. One token's input x ∈ R^d is Gaussian with the separable covariance of :mod:`sigprop.moments` (variance
+Set-up. One token's input x ∈ R^d is Gaussian with the separable covariance of :mod:`sigprop.core.moments` (variance
 σ², hidden correlation c, token correlation r, common mean μ). Split x along e = 1/√d and its orthogonal complement:
 w = e·x ~ N(√d μ, σ²(1 + (d−1)c)) and u = Px (P = I − eeᵀ), an isotropic Gaussian in n = d − 1 dimensions with
 per-direction variance σ²(1 − c), independent of w. Then |x|² = w² + |u|², Σ_i x_i = √d w and, with
@@ -218,7 +218,7 @@ def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Mo
     ``approx="large_d"``: the d → ∞ limit (σ̂ replaced by its limit, as Kedia et al. App. A.6 do for LayerNorm):
       μ_out = μ/√q, σ²_out = σ²/q, r_out = r, corr_hidden_out = corr_hidden, q = μ² + σ² + eps.
 
-    Assumes: Gaussian input with the separable covariance of :mod:`sigprop.moments`; affine weight at its
+    Assumes: Gaussian input with the separable covariance of :mod:`sigprop.core.moments`; affine weight at its
     initial value 1. Raises ``ValueError`` for d < 16, eps < 0, an unknown ``approx`` or corr_hidden outside
     [−1/(d−1), 1).
     """

@@ -39,7 +39,7 @@ Odd powers of L vanish in expectation (L is odd in W_Q), so
 
     E[A V Aᵀ] = A₀ V A₀ᵀ + E[E₁ V E₁ᵀ] + A₀ V E[E₂]ᵀ + E[E₂] V A₀ᵀ + O(κ²q⁵).
 
-For an exchangeable V (V = sI + pJ, the covariance model of :mod:`sigprop.moments`) E[E₂] = 0 exactly, and
+For an exchangeable V (V = sI + pJ, the covariance model of :mod:`sigprop.core.moments`) E[E₂] = 0 exactly, and
 
     E[E₁ V E₁ᵀ]^{αβ} = κ s² V^{αβ} (a − 1)/(a b),    a = min(m_α, m_β), b = max(m_α, m_β)
 

@@ -143,7 +143,7 @@ def shaped_relu_forward(m: Moments, s_plus, s_minus, normalize: bool = False) ->
         σ²_out = s₋² σ² + 2 s₋ Δ σ² Φ(a) + Δ² Var(relu x),
         r_out  = Cov(σ_s x_t, σ_s x_s)/σ²_out at ρ = r^l, r^d_out likewise at ρ = r^d;
     ``normalize`` multiplies the mean by √c and the variance by c = 2/(s₊² + s₋²) (correlations unchanged).
-    Assumes: Gaussian input with separable correlations (:mod:`sigprop.moments`). Raises ``ValueError`` if both
+    Assumes: Gaussian input with separable correlations (:mod:`sigprop.core.moments`). Raises ``ValueError`` if both
     slopes are 0, or if one slope is 0 and the input lies beyond ReLU's float64 limit (|μ/σ| > 8 on the dead side).
     """
     s_plus, s_minus = _check_slopes(s_plus, s_minus)

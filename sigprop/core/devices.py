@@ -1,9 +1,9 @@
 """The devices a measurement runs on, parsed and checked in one place.
 
-A device specification is a torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``) or a comma-separated list
-of them (``cuda:0,cuda:1``): the seeds of a measurement are independent models, so a list measures them in
-parallel, one process per entry (:mod:`sigprop.seed_workers`). Every entry is checked before anything is measured,
-so a typo or a missing GPU stops the run with a message instead of a traceback minutes in.
+A device specification is a torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``) or a comma-separated list of
+them (``cuda:0,cuda:1``): the seeds of a measurement are independent models, so a list measures them in parallel, one
+process per entry (:mod:`sigprop.measurement.workers`). Every entry is checked before anything is measured, so a typo or
+a missing GPU stops the run with a message instead of a traceback minutes in.
 """
 
 from __future__ import annotations

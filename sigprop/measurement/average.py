@@ -58,7 +58,7 @@ def average_profiles(profiles: list[Profile], config: dict, meta: dict) -> Profi
     """The seed average of ``profiles`` (one per seed, the same sites in the same order): per site, the mean over
     seeds of mean and variances and the pooled correlations (module docstring); the standard error of each goes to
     ``meta["stderr"]`` and the sd over seeds of each variance's log to ``meta["seed_log_sd"]`` (None where a value is
-    not positive; with two seeds or more; :mod:`sigprop.seed_spread`)."""
+    not positive; with two seeds or more; :mod:`sigprop.measurement.spread`)."""
     if not profiles:
         raise ValueError("average_profiles: no profiles to average")
     keys = [(r.layer, r.site) for r in profiles[0].rows]

@@ -4,7 +4,8 @@ A *site* (DESIGN.md, "State: Moments") is a tensor x of shape (batch, tokens, hi
 embedding output (layer −1, site ``"input"``), a transformer layer's output (``"layer"``) or a branch's output before
 its residual scale and add (``"attn"``, ``"ffn"``, ``"cross"``). A model exposes them through the *site protocol*:
 ``model.sites()`` returns an ordered list of ``(layer, site, module)`` and the site's tensor is that module's forward
-output. At every site we record the statistics of :mod:`sigprop.stats`, restricted to the real (non-padding) tokens:
+output. At every site we record the statistics of :mod:`sigprop.core.stats`, restricted to the real (non-padding)
+tokens:
 
 * mean  μ = Σ m_bt x_btj / n,                       n = D Σ_b T_b      (T_b = real tokens of sequence b),
 * var   σ² = Σ m_bt (x_btj − μ)² / n,
@@ -27,7 +28,7 @@ padding mask, the hooks keep, per pass, in float64:
 (δ = c − c', y' = y + δ on real tokens) gives s1' = s1 + nδ, s2' = s2 + 2δ s1 + nδ², token_pairs' = token_pairs +
 2δ w1 + n_pairs δ² and w1' = w1 + δ n_pairs (because Σ_{t≠s} y_t = (T_b − 1) Σ_t y_t). Pooled sums are centred on
 the pooled mean (s1 = 0: needed with padding, where Σ_{t≠s} y_t / n_pairs ≠ s1/n) and handed to
-:class:`sigprop.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
+:class:`sigprop.core.stats.MomentSums`, whose ``mean``/``var``/``corr`` define the numbers.
 
 Cost: per site and direction one subtraction, one token-sum and one square-sum over the tensor (plus a mask
 multiply when there is padding) and the mean of one sequence: five operations (:func:`_raw_sums`). The float64
@@ -72,7 +73,7 @@ class TokenSums:
 
     ``data`` is a float64 tensor of shape (7,) in the order of :data:`FIELDS`; it may live on any device. ``+``
     pools two sums (re-centring both on the pooled mean, exact in float64); :meth:`to_moment_sums` hands them to
-    :class:`sigprop.stats.MomentSums`, which defines mean, var and corr.
+    :class:`sigprop.core.stats.MomentSums`, which defines mean, var and corr.
     """
 
     data: torch.Tensor
@@ -95,7 +96,7 @@ class TokenSums:
         return TokenSums(self.data.to(device))
 
     def to_moment_sums(self) -> MomentSums:
-        """As :class:`~sigprop.stats.MomentSums`, centred on the mean first (hidden-pair sums are not recorded)."""
+        """As :class:`~sigprop.core.stats.MomentSums`, centred on the mean first (hidden-pair sums are not recorded)."""
         d = _pool_rows(self.data.detach().to("cpu", torch.float64)[None])
         return MomentSums(center=d[_C], n=float(d[_N]), s1=d[_S1], s2=d[_S2], token_pairs=d[_TP],
                           n_token_pairs=float(d[_NTP]), hidden_pairs=torch.zeros((), dtype=torch.float64),
@@ -128,7 +129,7 @@ def _pool_groups(rows: torch.Tensor, groups: torch.Tensor, n_groups: int) -> tor
     """Pool packed sums (k, 7) by group (k,) into (n_groups, 7), each centred on its pooled mean (module
     docstring's re-centring); a group without real tokens comes out NaN. Vectorised: a fixed number of ops.
 
-    Also for single rows: :class:`~sigprop.stats.MomentSums` takes Σ_{t≠s} y_t / n_pairs to be the mean s1/n, true
+    Also for single rows: :class:`~sigprop.core.stats.MomentSums` takes Σ_{t≠s} y_t / n_pairs to be the mean s1/n, true
     for equal lengths but not with padding, unless the sums are centred (s1 = 0, the mean then sits in the centre).
     """
     c, n, s1, s2, tp, ntp, w1 = rows.unbind(-1)
@@ -288,7 +289,7 @@ def _packed(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) ->
 def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> TokenSums:
     """The sums of x (batch, tokens, hidden) over its real tokens (``mask`` (batch, tokens) bool, True = real).
 
-    The masked counterpart of :func:`sigprop.stats.moment_sums` (module docstring for the definitions): padded
+    The masked counterpart of :func:`sigprop.core.stats.moment_sums` (module docstring for the definitions): padded
     tokens enter no sum, and token pairs are formed only among the real tokens of one sequence. Without a mask the
     mean, var and corr equal those of ``moment_sums(x)`` (up to rounding).
     """
@@ -317,7 +318,7 @@ def _finite(v: float) -> float:
 
 
 def _statistics(table: torch.Tensor) -> torch.Tensor:
-    """(..., 7) packed sums → (..., 3) mean, var, corr through :class:`~sigprop.stats.MomentSums` (batched: its
+    """(..., 7) packed sums → (..., 3) mean, var, corr through :class:`~sigprop.core.stats.MomentSums` (batched: its
     counts are tensors here), after centring each on its mean; NaN where there are no real tokens / token pairs."""
     flat = table.reshape(-1, len(FIELDS)).to(torch.float64)
     k = flat.shape[0]
@@ -333,7 +334,8 @@ def _statistics(table: torch.Tensor) -> torch.Tensor:
 
 def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | None = None,
                       meta: dict | None = None) -> Profile:
-    """A measured :class:`~sigprop.profile.Profile` from per-site sums: one row per (layer, site), NaN where nothing
+    """A measured :class:`~sigprop.core.profile.Profile` from per-site sums: one row per (layer, site), NaN where
+    nothing
     was recorded (e.g. no gradient reached the site). Vectorised over sites; one device-to-host copy."""
     keys = list(sums)
     nan_row = torch.full((len(FIELDS),), math.nan, dtype=torch.float64)
@@ -564,7 +566,7 @@ class Recorder:
         return out.merge(self).merge(other)
 
     def profile(self, config: dict | None = None, meta: dict | None = None) -> Profile:
-        """The measured :class:`~sigprop.profile.Profile`: a row per site in ``sites()`` order (rows of merged
+        """The measured :class:`~sigprop.core.profile.Profile`: a row per site in ``sites()`` order (rows of merged
         sites after), NaN where no forward (all quantities) or no gradient (grad quantities) was recorded.
 
         ``config`` defaults to ``model.config.to_dict()`` when the recorder was given a model with a config;

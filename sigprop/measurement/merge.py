@@ -2,7 +2,7 @@
 their seeds give together.
 
 A seed average keeps correlations pooled and standard errors from the spread over seeds
-(:mod:`sigprop.seed_average`), so measurements cannot be merged from their averages: each keeps its per-seed rows
+(:mod:`sigprop.measurement.average`), so measurements cannot be merged from their averages: each keeps its per-seed rows
 (``sigprop measure --json`` writes them, :func:`per_seed_table`), and the merge averages all the seeds again, exactly
 as one run over them would (:func:`merge_measurements`). It refuses measurements of different models, of different
 batches (the batch's SHA-256) or sharing a seed.
@@ -51,7 +51,7 @@ def profiles_from_table(table: dict, config: dict) -> list[Profile]:
 
 def merge_measurements(measured: list[Profile]) -> Profile:
     """The seed average of every seed of ``measured`` (measured profiles that carry their per-seed rows,
-    ``meta["per_seed"]``), as one :func:`sigprop.experiment.measure_seeds` run over all of them gives it; the
+    ``meta["per_seed"]``), as one :func:`sigprop.measurement.seeds.measure_seeds` run over all of them gives it; the
     per-seed rows, devices and batch source are kept, so merged measurements merge again. ``ValueError`` if one
     lacks per-seed rows, or they differ in configuration or batch, or share a seed."""
     if not measured:

@@ -16,7 +16,7 @@ the skewness of a mean of n independent draws is γ₁/√n, and its relative st
 Cochran's rule (Cochran 1977, *Sampling Techniques*, Sec. 2.15) asks n > 25 γ₁² before the mean of n draws is
 treated as normal (the mean's skewness below 0.2). :func:`heavy_tails` flags the layers whose seed count fails it.
 
-Assumes: the seeds are independent models measured on one batch (as :func:`sigprop.experiment.measure_seeds`
+Assumes: the seeds are independent models measured on one batch (as :func:`sigprop.measurement.seeds.measure_seeds`
 makes them); the log-normal shape is a fit, used for its skewness only. s is estimated from the same seeds (its
 relative standard error is about 1/√(2(n − 1))), so a layer near the threshold may be flagged in one run and not
 the next.
@@ -110,7 +110,7 @@ class SpreadNote:
 
 def heavy_tails(measured: Profile, site: str = "layer", quantities=SPREAD_QUANTITIES) -> list[SpreadNote]:
     """The quantities of ``site`` in a seed-averaged ``measured`` profile whose seed count fails Cochran's rule at
-    one layer or more, from ``meta["seed_log_sd"]`` (written by :func:`sigprop.seed_average.average_profiles`);
+    one layer or more, from ``meta["seed_log_sd"]`` (written by :func:`sigprop.measurement.average.average_profiles`);
     empty for a profile without it (one seed, or a profile written before it existed)."""
     spread = measured.meta.get("seed_log_sd") or {}
     seeds = measured.meta.get("seeds")

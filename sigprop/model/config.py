@@ -48,14 +48,15 @@ class TransformerConfig:
     token embedding by default) sees it multiplied by ``head_scale`` (None = the init scheme's choice: 1/√d for
     DSLM, Sec. 4.1, else 1).
 
-    Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are
-    β² = ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's
-    scales; ``learnable_beta`` makes β a parameter. ``qk_gain`` multiplies the Q and K standard deviations (Sec.
-    3.3's "2× Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of
-    Noci et al. 2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first
-    layer's input that DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after
-    the embedding dropout; a DSLM patch model needs it, e.g. 0.46 for ViT on ImageNet, App. H:
-    :func:`sigprop.theory.patch_input_correlation` computes it from images, and the command line from its batch).
+    Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are β² =
+    ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's scales;
+    ``learnable_beta`` makes β a parameter. ``qk_gain`` multiplies the Q and K standard deviations (Sec. 3.3's "2×
+    Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of Noci et al.
+    2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first layer's input that
+    DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after the embedding dropout; a
+    DSLM patch model needs it, e.g. 0.46 for ViT on ImageNet, App. H:
+    :func:`sigprop.theory.boundaries.patch_input_correlation` computes it from images, and the command line from its
+    batch).
 
     ``init="alekseev"`` is the parametrisation of Alekseev 2026 (Sec. 2.1, App. A): W_O, W_V with std
     √(``sigma_ov``/d) each (σ_O = σ_V = √σ_OV), W_1 with std √(``sigma_21``/d) and W_2 with std √(``sigma_21``/d_ff)

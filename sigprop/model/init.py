@@ -257,8 +257,8 @@ def _input_correlation(c) -> float:
     if c.input != "tokens":
         raise ValueError("init='dslm' with patch input needs config.input_corr, the token correlation of the patch "
                          "embedding's output on your images (App. H reports 0.46 for ViT on ImageNet): "
-                         "sigprop.theory.patch_input_correlation(config, images) computes it; the command line "
-                         "fills it in from its batch")
+                         "sigprop.theory.boundaries.patch_input_correlation(config, images) computes it; the "
+                         "command line fills it in from its batch")
     from ..components.embedding import embedding_forward, zipf_correlation
 
     var = (1.0 - c.dropout) / c.n_embedding_types

@@ -48,10 +48,10 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
                   title: str | None = None, summary: dict | None = None) -> Path:
     """Write a PNG with three panels over the layers (−1 = embedding output; an encoder–decoder's decoder follows
     its encoder, marked by a dashed line): forward variance, gradient variance (log axis when it spans more than a
-    decade) and the token correlations of activations and gradients. Theory is
-    a line, measurement points with ±1 standard error bars (over seeds) where known, hollow where the seed mean is
-    heavy-tailed (:func:`sigprop.seed_spread.heavy_tails`: that error bar understates it). ``summary`` (per quantity,
-    from :func:`sigprop.compare`) is printed in each panel's corner."""
+    decade) and the token correlations of activations and gradients. Theory is a line, measurement points with ±1
+    standard error bars (over seeds) where known, hollow where the seed mean is heavy-tailed
+    (:func:`sigprop.measurement.spread.heavy_tails`: that error bar understates it). ``summary`` (per quantity, from
+    :func:`sigprop.compare`) is printed in each panel's corner."""
     plt = pyplot()
 
     if predicted is None and measured is None:

@@ -48,7 +48,7 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
     for i.i.d. Zipf(1) tokens over the vocabulary, Σp² (see :func:`~sigprop.components.embedding.zipf_correlation`).
     Segment embeddings: the exact repetition correlation of ``segment_ids``, else the embedding's default. A patch
     model: the expectation over the patch embedding's weights on ``images`` (the batch's own images, App. A.2 and H;
-    :meth:`~sigprop.model.patch.PatchEmbedding.forward_moments`).
+    :meth:`~sigprop.components.patch.PatchEmbedding.forward_moments`).
     """
     c = model.config
     if c.input != "tokens":
@@ -229,11 +229,11 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
 
 def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
     """A patch model's loss gradient Gram matrix (B, L, L) at the last layer's output: the mean cross-entropy over
-    the B images of a classifier on the tokens' mean (:func:`sigprop.theory.pooled_head_gradient_moments`, token by
-    token). Every token of image b receives (s/L)·W_headᵀ(p_b − e_{y_b})/B, so before the final norm the Gram is
-    s²σ²_h k_b/(L²B²)·11ᵀ with k_b = V·E[p_1²](Var z_b) − 2/V + 1 and Var z_b = s²σ²_h d·Σ_ts N_ts/L² (N the
-    final norm's output Gram of image b: the pooled vector's second moment); then the final norm's backward rule,
-    pairwise, at the forward Gram ``top_gram``. Assumes the head independent of the hidden states."""
+    the B images of a classifier on the tokens' mean (:func:`sigprop.theory.boundaries.pooled_head_gradient_moments`,
+    token by token). Every token of image b receives (s/L)·W_headᵀ(p_b − e_{y_b})/B, so before the final norm the Gram
+    is s²σ²_h k_b/(L²B²)·11ᵀ with k_b = V·E[p_1²](Var z_b) − 2/V + 1 and Var z_b = s²σ²_h d·Σ_ts N_ts/L² (N the final
+    norm's output Gram of image b: the pooled vector's second moment); then the final norm's backward rule, pairwise, at
+    the forward Gram ``top_gram``. Assumes the head independent of the hidden states."""
     B, L, _ = top_gram.shape
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
     var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image

@@ -113,11 +113,11 @@ def _capture(got: dict, layer: int, name: str, last: bool):
 def collect_seed_inputs(config, batch: dict, layers: list[int], seeds: int, heads: int = 64,
                         progress: Callable[[int], None] | None = None) -> dict:
     """Run ``seeds`` models of ``config`` (weights from seed s, dropout masks as
-    :func:`sigprop.experiment.measure_seeds` draws them, train mode) on ``batch`` up to the last of ``layers`` and
-    return, per layer, the seeds' per-element Gram matrices (seeds, B, L, L) at the input and output of each norm:
-    ``(layer, "stream")`` → ``(layer, "attn_norm")`` and ``(layer, "ffn_in")`` → ``(layer, "ffn_norm")``; and
-    ``(layer, "attn_exact")``: per seed, the pooled (variance, covariance) of :func:`exact_attention_gram` on the
-    attention's actual input (``heads`` draws per sequence). ``progress(1)`` after each seed."""
+    :func:`sigprop.measurement.seeds.measure_seeds` draws them, train mode) on ``batch`` up to the last of ``layers``
+    and return, per layer, the seeds' per-element Gram matrices (seeds, B, L, L) at the input and output of each norm:
+    ``(layer, "stream")`` → ``(layer, "attn_norm")`` and ``(layer, "ffn_in")`` → ``(layer, "ffn_norm")``; and ``(layer,
+    "attn_exact")``: per seed, the pooled (variance, covariance) of :func:`exact_attention_gram` on the attention's
+    actual input (``heads`` draws per sequence). ``progress(1)`` after each seed."""
     check_supported(config)
     layers = sorted(set(layers))
     if seeds < 3 or not layers or any(not 0 <= layer < config.n_layers for layer in layers):

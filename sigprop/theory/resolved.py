@@ -120,7 +120,7 @@ def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tenso
     """Apply a token-wise component's exchangeable backward ``rule`` (e.g. ``module.backward_moments``) to every token
     pair at once: the output-gradient Gram ``grad_gram`` and the forward input Gram ``gram`` (both (B, L, L)) give
     the input-gradient Gram. Token j's gradient is J(x_j)ᵀ g_j, so the pair (j, l) depends only on the forward pair
-    and the gradient pair (:mod:`sigprop.resolved_backward`)."""
+    and the gradient pair (:mod:`sigprop.theory.resolved`)."""
     g_pairs, live = _grad_pairs(grad_gram)
     out = rule(g_pairs, _pair_moments(gram), **context)
     return _gram_from_pairs(out.var, out.corr, gram.shape, live)

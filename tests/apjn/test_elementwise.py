@@ -139,7 +139,7 @@ def test_norm_names():
 
 def test_callable_erf_matches_closed_form():
     """Gauss–Hermite (96 nodes per dimension) on the entire function erf at α²q ≤ 5: geometric convergence, far below
-    1e-9 (the tolerance is the quadrature's, sigprop.gaussian.expect_1d)."""
+    1e-9 (the tolerance is the quadrature's, sigprop.core.gaussian.expect_1d)."""
     for q, p, a in POINTS[:2] + POINTS[3:]:
         ref = erf_propagated(q, p, a)
         got = callable_propagated(q, p, special.erf, _erf_dphi, a)

@@ -1,4 +1,4 @@
-"""Patch embedding (sigprop.model.patch): patchify's ordering, the embedding's forward, its errors."""
+"""Patch embedding (sigprop.components.patch): patchify's ordering, the embedding's forward, its errors."""
 
 import math
 

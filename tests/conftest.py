@@ -1,4 +1,4 @@
-"""Test configuration: one fixed seed for every test and one intra-op thread (DESIGN.md, "Tests")."""
+"""Test configuration: one fixed seed for every test and one intra-op thread (ARCHITECTURE.md, "Tests")."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """``sigprop.compare`` (this module): join a predicted and a measured :class:`~sigprop.core.profile.Profile` on
-(layer, site) and summarise the agreement per quantity (DESIGN.md, "Profiles and comparison").
+(layer, site) and summarise the agreement per quantity (ARCHITECTURE.md, "Profiles and comparison").
 
 For each quantity: median, mean and 90th-percentile relative error |pred − meas|/|meas|, the largest absolute
 error, and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the layers — computed on log values when the

@@ -25,8 +25,8 @@ with φ = φ_α(h) = φ(αh), so φ_α'(h) = α φ'(αh) (the α² sits inside q
   tokens, is therefore 1/q: q̂ = p̂ = 1/q (Eq. 13 and App. C.1 below Eq. 40, C.2.2 below Eq. 61). The p̂ of
   LayerNorm does not depend on p (unlike an elementwise φ, where p̂ → q̂ only as p → q).
 
-Every function broadcasts over arrays of q, p and α and returns float64 arrays (floats for scalar input).
-Conversions to and from :class:`sigprop.Moments` follow DESIGN.md: q = var + mean², p = corr·var + mean²; going back,
+Every function broadcasts over arrays of q, p and α and returns float64 arrays (floats for scalar input). Conversions to
+and from :class:`sigprop.Moments` follow :mod:`sigprop.core.moments`: q = var + mean², p = corr·var + mean²; going back,
 the Alekseev state is read as zero-mean (mean 0, var q, corr p/q), the convention of his recurrences.
 """
 
@@ -240,7 +240,8 @@ def _propagate_unchecked(q, p, norm: Norm, alpha, nodes: int = DEFAULT_NODES):
 
 
 def qp_from_moments(m: Moments) -> tuple:
-    """Alekseev's (q, p) of a site: q = var + mean² (E[x²]), p = corr·var + mean² (E[x_t x_s], t ≠ s); DESIGN.md."""
+    """Alekseev's (q, p) of a site: q = var + mean² (E[x²]), p = corr·var + mean² (E[x_t x_s], t ≠ s)
+    (:mod:`sigprop.core.moments`)."""
     return m.second_moment, m.token_second_moment
 
 

@@ -1,11 +1,12 @@
-"""Profile: the per-layer statistics of a model, predicted or measured, in one shape (DESIGN.md, "Profiles").
+"""Profile: the per-layer statistics of a model, predicted or measured, in one shape (ARCHITECTURE.md, "Profiles and
+comparison").
 
 A row is one *site* of one layer: ``layer`` is the transformer layer's index (``-1`` = the embedding output) and
 ``site`` says where inside it: ``"layer"`` is the hidden stream after the layer's last residual add (the rows of
-DESIGN.md's JSON), ``"attn"`` / ``"ffn"`` / ``"cross"`` the output of that block's branch before it is scaled and added
-to the stream. Each row carries the forward mean, variance and token-to-token correlation and the variance and token
-correlation of the gradient of the loss with respect to that tensor. Predicted and measured profiles share rows,
-so :func:`sigprop.compare` is a join on (layer, site).
+ARCHITECTURE.md's Profile JSON), ``"attn"`` / ``"ffn"`` / ``"cross"`` the output of that block's branch before it is
+scaled and added to the stream. Each row carries the forward mean, variance and token-to-token correlation and the
+variance and token correlation of the gradient of the loss with respect to that tensor. Predicted and measured profiles
+share rows, so :func:`sigprop.compare` is a join on (layer, site).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .jsonio import json_number, write_json_atomic
 
 __all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
 
-#: The statistics of a row, in DESIGN.md's JSON names.
+#: The statistics of a row, in ARCHITECTURE.md's Profile JSON names.
 QUANTITIES = ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr")
 #: Site names, in the order they occur inside a layer.
 SITES = ("input", "attn", "cross", "ffn", "layer")
@@ -82,7 +83,7 @@ class Profile:
         return {(r.layer, r.site): r for r in self.rows}
 
     def to_json(self) -> dict:
-        """DESIGN.md's Profile JSON: ``per_layer`` holds the ``"layer"`` rows (and the input row as layer -1),
+        """The Profile JSON (ARCHITECTURE.md): ``per_layer`` holds the ``"layer"`` rows (and the input row as layer -1),
         ``per_site`` every row."""
         main = [r.to_dict() for r in self.rows if r.site in ("layer", "input")]
         return {"kind": self.kind, "config": self.config, "meta": self.meta,

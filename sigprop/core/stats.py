@@ -1,6 +1,6 @@
 """Measured statistics of a tensor, computed from running sums (no stored activations).
 
-For a tensor x of shape (..., batch, tokens, hidden) the statistics of DESIGN.md are
+For a tensor x of shape (..., batch, tokens, hidden) the statistics of :mod:`sigprop.core.moments` are
 
 * mean  = average of all elements,
 * var   = average of (x − mean)²,

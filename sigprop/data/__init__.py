@@ -1,4 +1,4 @@
-"""sigprop.data: real and synthetic inputs (tokens, images), with nothing downloaded (DESIGN.md, "Dependencies").
+"""sigprop.data: real and synthetic inputs (tokens, images), with nothing downloaded (ARCHITECTURE.md, "Dependencies").
 
 * :mod:`~sigprop.data.corpus`: the corpus, by default the Python standard library's own ``*.py`` sources on this
   machine, or a user's text file / folder (``--data PATH``).

@@ -1,8 +1,8 @@
 """Text corpora on the local machine: the Python standard library's own sources (the default), or a user's files.
 
-Nothing is downloaded (DESIGN.md, "Dependencies"): the default corpus is text that every Python installation already
-has, the ``*.py`` files of the standard library (``sysconfig.get_paths()["stdlib"]``), and ``--data PATH`` points at a
-user's text file or folder instead.
+Nothing is downloaded (ARCHITECTURE.md, "Dependencies"): the default corpus is text that every Python installation
+already has, the ``*.py`` files of the standard library (``sysconfig.get_paths()["stdlib"]``), and ``--data PATH``
+points at a user's text file or folder instead.
 
 Selection is deterministic: the same files on disk give the same list on every run. When ``max_bytes`` caps the
 corpus, candidate files are taken in a fixed pseudo-random order (SHA-1 of the path relative to the root), so that a

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.validate import check_range
-from .rank_collapse import _check_n_layers, _check_p, _out, _per_layer, ffn_corr_exact, ffn_corr_kedia
+from .checks import check_dropout, check_n_layers, float_or_array, per_layer
+from .rank_collapse import ffn_corr_exact, ffn_corr_kedia
 
 __all__ = [
     "dslm_scales",
@@ -57,14 +58,14 @@ def dslm_scales(n_layers, k=2.0, alpha=1.0):
     Sec. 3.5 recommends α = 1 for Pre-LN (bounded gradient fall, depth-independent sensitivity) and notes that
     Post-LN needs β² ≤ k/N² in theory (App. E.6). Raises ``ValueError`` unless k > 0, α ≥ 0 and k/N^α ≤ 1.
     """
-    n = _check_n_layers(n_layers)
+    n = check_n_layers(n_layers)
     k = check_range(k, "k", lo=0.0, lo_open=True, allowed="(0, inf)")
     alpha = check_range(alpha, "alpha", lo=0.0)
     beta2 = np.asarray(k) / float(n) ** np.asarray(alpha)
     if np.any(beta2 > 1.0):
         raise ValueError(f"k/N^alpha must be <= 1 so that lam2 = 1 - beta2 >= 0 (got beta2 = {np.max(beta2)!r} "
                          f"for N = {n})")
-    return _out(1.0 - beta2), _out(beta2)
+    return float_or_array(1.0 - beta2), float_or_array(beta2)
 
 
 def dslm_embedding_var(p, n_embedding_types=3):
@@ -73,9 +74,9 @@ def dslm_embedding_var(p, n_embedding_types=3):
     The n_embd embedding types (token, position, segment) are summed, then dropped out: variance
     n_embd σ²_e/(1 − p) = 1.
     """
-    p = _check_p(p)
+    p = check_dropout(p)
     n = check_range(n_embedding_types, "n_embedding_types", lo=1.0)
-    return _out((1.0 - np.asarray(p)) / n)
+    return float_or_array((1.0 - np.asarray(p)) / n)
 
 
 def dslm_ffn_var(d, p, d_ff=None):
@@ -85,9 +86,9 @@ def dslm_ffn_var(d, p, d_ff=None):
     σ²_f = (1/d)·√((1 − p)/2) (Sec. 3.5 item 2; App. M, Figs. 14, 15). A variance, not a std (module docstring).
     """
     d = check_range(d, "d", lo=0.0, lo_open=True, allowed="(0, inf)")
-    p = _check_p(p)
+    p = check_dropout(p)
     d_ff = 4.0 * np.asarray(d) if d_ff is None else check_range(d_ff, "d_ff", lo=0.0, lo_open=True, allowed="(0, inf)")
-    return _out(np.sqrt(2.0 * (1.0 - np.asarray(p)) / (np.asarray(d) * d_ff)))
+    return float_or_array(np.sqrt(2.0 * (1.0 - np.asarray(p)) / (np.asarray(d) * d_ff)))
 
 
 def dslm_attention_var(d, p, r_in):
@@ -98,15 +99,15 @@ def dslm_attention_var(d, p, r_in):
     ``r_in`` is the correlation at the layer's *input* (see :func:`dslm_correlation_schedule`). Requires r_in ∈ (0, 1].
     """
     d = check_range(d, "d", lo=0.0, lo_open=True, allowed="(0, inf)")
-    p = _check_p(p)
+    p = check_dropout(p)
     r_in = check_range(r_in, "r_in", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]")
-    return _out(np.sqrt((1.0 - np.asarray(p)) / np.asarray(r_in)) / np.asarray(d))
+    return float_or_array(np.sqrt((1.0 - np.asarray(p)) / np.asarray(r_in)) / np.asarray(d))
 
 
 def dslm_qk_var(d):
     """DSLM variance of the Q and K weights, σ²_qk = 1/d (App. M, Figs. 14, 15)."""
     d = check_range(d, "d", lo=0.0, lo_open=True, allowed="(0, inf)")
-    return _out(1.0 / np.asarray(d))
+    return float_or_array(1.0 / np.asarray(d))
 
 
 def dslm_correlation_schedule(n_layers, p, r0, lam2=None, beta2=None, d_ff_ratio=4, ffn_approx="exact",
@@ -134,8 +135,8 @@ def dslm_correlation_schedule(n_layers, p, r0, lam2=None, beta2=None, d_ff_ratio
     correlation map is width-independent); it is validated and kept for signature symmetry with the init code.
     The layer map is increasing in r, so the returned sequence is monotone and stays in [0, 1].
     """
-    n = _check_n_layers(n_layers)
-    p = float(_check_p(p))
+    n = check_n_layers(n_layers)
+    p = float(check_dropout(p))
     r = float(check_range(r0, "r0", lo=0.0, hi=1.0))
     check_range(d_ff_ratio, "d_ff_ratio", lo=0.0, lo_open=True, allowed="(0, inf)")
     if ffn_approx not in FFN_APPROX:
@@ -170,10 +171,10 @@ def dslm_forward_variance(n_layers, lam2, beta2, var_in=1.0, attn_var=1.0, ffn_v
     var_in = 1, so v = λ² + β² = 1 at every layer (App. E.3.1). ``attn_var``/``ffn_var`` are scalars or length-N
     arrays. Post-LN needs no function: its stream variance is 1 by construction (App. E.4.1). Returns shape (N,).
     """
-    n = _check_n_layers(n_layers)
+    n = check_n_layers(n_layers)
     lam2, beta2 = _check_scales(lam2, beta2)
-    a = _per_layer(attn_var, n, "attn_var")
-    f = _per_layer(ffn_var, n, "ffn_var")
+    a = per_layer(attn_var, n, "attn_var")
+    f = per_layer(ffn_var, n, "ffn_var")
     v = float(check_range(var_in, "var_in", lo=0.0))
     out = np.empty(n)
     for i in range(n):
@@ -191,10 +192,10 @@ def dslm_simple_preln_forward(n_layers, r_in, var_in=1.0, beta2=None):
     with β² = 2/N by default and λ² = 1 − β². ``r_in`` is the input token correlation of each layer (scalar or
     length-N array in [0, 1]). Returns shape (N,). Its N → ∞ limits are eq. 6 (:func:`dslm_simple_preln_bounds`).
     """
-    n = _check_n_layers(n_layers)
+    n = check_n_layers(n_layers)
     beta2 = dslm_scales(n)[1] if beta2 is None else beta2
     beta2 = check_range(beta2, "beta2 (β²)", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]")
-    r = _per_layer(r_in, n, "r_in", lo=0.0, hi=1.0)
+    r = per_layer(r_in, n, "r_in", lo=0.0, hi=1.0)
     return dslm_forward_variance(n, 1.0 - beta2, beta2, var_in=var_in, attn_var=r / 2.0, ffn_var=1.0)
 
 
@@ -210,7 +211,7 @@ def dslm_simple_preln_eq45(n_layers, r=1.0, var_in=1.0, beta2=None, form="eq4"):
     eq. 4 is the exact solution of σ²_n = q σ²_{n−1} + c, an upper bound on :func:`dslm_simple_preln_forward` at the
     same r (which has λ² β² r/2 in place of β² r/2) and equal to it at r = 0. Scalar r only; broadcasts over r.
     """
-    n = _check_n_layers(n_layers)
+    n = check_n_layers(n_layers)
     beta2 = dslm_scales(n)[1] if beta2 is None else beta2
     beta2 = np.asarray(check_range(beta2, "beta2 (β²)", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]"))
     r = np.asarray(check_range(r, "r", lo=0.0, hi=1.0))
@@ -221,8 +222,8 @@ def dslm_simple_preln_eq45(n_layers, r=1.0, var_in=1.0, beta2=None, form="eq4"):
     qn = q**n
     c = beta2 * (1.0 + r / 2.0)
     if form == "eq4":
-        return _out(qn * var0 + c * (1.0 - qn) / (1.0 - q))
-    return _out(qn * var0 + c / (2.0 * beta2) * (1.0 - qn))
+        return float_or_array(qn * var0 + c * (1.0 - qn) / (1.0 - q))
+    return float_or_array(qn * var0 + c / (2.0 * beta2) * (1.0 - qn))
 
 
 def dslm_simple_preln_bounds(var_in=1.0, k=2.0):
@@ -237,7 +238,7 @@ def dslm_simple_preln_bounds(var_in=1.0, k=2.0):
     var0 = np.asarray(check_range(var_in, "var_in", lo=0.0))
     k = np.asarray(check_range(k, "k", lo=0.0, lo_open=True, allowed="(0, inf)"))
     e = np.exp(-2.0 * k)
-    return _out(e * var0 + 0.5 * (1.0 - e)), _out(e * var0 + 0.75 * (1.0 - e))
+    return float_or_array(e * var0 + 0.5 * (1.0 - e)), float_or_array(e * var0 + 0.75 * (1.0 - e))
 
 
 def dslm_preln_gradient_factor(C6, N, k=1.0):
@@ -252,7 +253,7 @@ def dslm_preln_gradient_factor(C6, N, k=1.0):
     k = np.asarray(check_range(k, "k", lo=0.0, lo_open=True, allowed="(0, inf)"))
     if np.any(k / N > 1.0):
         raise ValueError("k/N must be <= 1 (beta2 = k/N)")
-    return _out(1.0 + k * (C6 - 1.0) / N)
+    return float_or_array(1.0 + k * (C6 - 1.0) / N)
 
 
 def dslm_preln_gradient_limit(C6, k=1.0):
@@ -260,7 +261,7 @@ def dslm_preln_gradient_limit(C6, k=1.0):
     → e^{k (C6 − 1)} (App. E.3.2, with k = 1 as printed); ≈ 1 for C6 ≈ 1. Broadcasts."""
     C6 = np.asarray(check_range(C6, "C6", lo=0.0))
     k = np.asarray(check_range(k, "k", lo=0.0, lo_open=True, allowed="(0, inf)"))
-    return _out(np.exp(k * (C6 - 1.0)))
+    return float_or_array(np.exp(k * (C6 - 1.0)))
 
 
 def dslm_postln_gradient_factor(lam2, beta2, r_g, r_x):
@@ -272,14 +273,14 @@ def dslm_postln_gradient_factor(lam2, beta2, r_g, r_x):
     lam2, beta2 = _check_scales(lam2, beta2)
     r_g = check_range(r_g, "r_g", lo=0.0, hi=1.0)
     r_x = check_range(r_x, "r_x", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]")
-    return _out(np.asarray(lam2) + np.asarray(beta2) * np.asarray(r_g) / np.asarray(r_x))
+    return float_or_array(np.asarray(lam2) + np.asarray(beta2) * np.asarray(r_g) / np.asarray(r_x))
 
 
 def dslm_simple_preln_gradient_bounds(C6):
     """Kedia et al. App. E.5.2: simplified-DSLM Pre-LN gradient ratio bounds e^{−4} ≤ σ²_{g,n}/σ²_{g,N} ≤ e^{2 C6 + 2}
     (β² = 2/N, stream variance ≥ 1/2). Returns (lower, upper); broadcasts over C6 ≥ 0."""
     C6 = np.asarray(check_range(C6, "C6", lo=0.0))
-    return _out(np.full(C6.shape, np.exp(-4.0))), _out(np.exp(2.0 * C6 + 2.0))
+    return float_or_array(np.full(C6.shape, np.exp(-4.0))), float_or_array(np.exp(2.0 * C6 + 2.0))
 
 
 def dslm_simple_postln_gradient_factor(beta2, r_g, r_x, form="eq7"):
@@ -293,10 +294,10 @@ def dslm_simple_postln_gradient_factor(beta2, r_g, r_x, form="eq7"):
     r_g = np.asarray(check_range(r_g, "r_g", lo=0.0, hi=1.0))
     r_x = np.asarray(check_range(r_x, "r_x", lo=0.0, hi=1.0))
     if form == "eq7":
-        return _out(1.0 + beta2 / 2.0 * (r_g - r_x))
+        return float_or_array(1.0 + beta2 / 2.0 * (r_g - r_x))
     if form == "exact":
         lam2 = 1.0 - beta2
         if np.any(lam2 + beta2 * r_x / 2.0 <= 0.0):
             raise ValueError("form='exact' needs lam2 + beta2*r_x/2 > 0 (beta2 = 1 with r_x = 0 divides by 0)")
-        return _out((lam2 + beta2 * r_g / 2.0) / (lam2 + beta2 * r_x / 2.0))
+        return float_or_array((lam2 + beta2 * r_g / 2.0) / (lam2 + beta2 * r_x / 2.0))
     raise ValueError(f"form must be one of ('eq7', 'exact') (got {form!r})")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.validate import check_range
-from .rank_collapse import _check_n_layers, _out
+from .checks import check_n_layers, float_or_array
 
 __all__ = ["postln_gradient_factor", "postln_gradient_profile", "postln_layers_for_change"]
 
@@ -34,7 +34,7 @@ def postln_gradient_factor(C1, r_g, r_x):
     C1 = check_range(C1, "C1", lo=0.0)
     r_g = check_range(r_g, "r_g", lo=0.0, hi=1.0)
     r_x = check_range(r_x, "r_x", lo=0.0, hi=1.0)
-    return _out((1.0 + np.asarray(C1) * r_g) / (1.0 + np.asarray(C1) * r_x))
+    return float_or_array((1.0 + np.asarray(C1) * r_g) / (1.0 + np.asarray(C1) * r_x))
 
 
 def postln_gradient_profile(n_layers, C5, include_input=False):
@@ -46,7 +46,7 @@ def postln_gradient_profile(n_layers, C5, include_input=False):
     Π_{m=n+1}^{N} C5,m. ``include_input=True`` prepends n = 0 (the embedding output: all N factors).
     Returns an array of shape (N,) or (N + 1,). Requires C5 > 0.
     """
-    n = _check_n_layers(n_layers)
+    n = check_n_layers(n_layers)
     c5 = np.asarray(check_range(C5, "C5", lo=0.0, lo_open=True, allowed="(0, inf)"), dtype=np.float64)
     if c5.ndim == 0:
         c5 = np.full(n, float(c5))
@@ -69,4 +69,4 @@ def postln_layers_for_change(C5, change):
     if np.any(c5 == 1.0):
         raise ValueError("C5 must differ from 1 (C5 = 1 never changes the gradient)")
     change = check_range(change, "change", lo=1.0, lo_open=True, allowed="(1, inf)")
-    return _out(np.log(change) / np.abs(np.log(c5)))
+    return float_or_array(np.log(change) / np.abs(np.log(c5)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.validate import check_range
-from .rank_collapse import _check_gains, _check_n_layers, _out, _per_layer
+from .checks import check_gains, check_n_layers, float_or_array, per_layer
 
 __all__ = [
     "preln_forward_variance",
@@ -45,9 +45,9 @@ def preln_forward_variance(n_layers, C1, C2, r, var_in=1.0):
     App. F's own r_max for these constants is 0.887 (C3 = 2.35).
     Raises ``ValueError`` for n_layers < 1, r ∉ [0, 1], var_in < 0 or invalid C1, C2.
     """
-    n = _check_n_layers(n_layers)
-    C1, C2 = _check_gains(C1, C2)
-    r = _per_layer(r, n, "r", hi=1.0)
+    n = check_n_layers(n_layers)
+    C1, C2 = check_gains(C1, C2)
+    r = per_layer(r, n, "r", hi=1.0)
     var_in = _check_var_in(var_in)
     return var_in + np.cumsum(C1 * r + C2)
 
@@ -58,8 +58,8 @@ def preln_forward_bounds(n_layers, C1, C2, r_min, r_max, var_in=1.0):
     Returns (lower, upper), each of shape (N,) for n = 1..N; hence σ²_model = Θ(N) (eq. 2). Requires
     0 ≤ r_min ≤ r_max ≤ 1.
     """
-    n = _check_n_layers(n_layers)
-    C1, C2 = _check_gains(C1, C2)
+    n = check_n_layers(n_layers)
+    C1, C2 = check_gains(C1, C2)
     r_lo = check_range(r_min, "r_min", lo=0.0, hi=1.0)
     r_hi = check_range(r_max, "r_max", lo=0.0, hi=1.0)
     if np.any(np.asarray(r_lo) > np.asarray(r_hi)):
@@ -75,10 +75,10 @@ def preln_gradient_constant(C1, C2, r_x, r_g):
     Over r_x, r_g ∈ [0, 1] it ranges from C_gpre,min = C2/(C1 + C2) (r_g = 0, r_x = 1) to
     C_gpre,max = (C1 + C2)/C2 (r_g = 1, r_x = 0); C_gpre = 1 when r_g = r_x. Broadcasts.
     """
-    C1, C2 = _check_gains(C1, C2)
+    C1, C2 = check_gains(C1, C2)
     r_x = check_range(r_x, "r_x", lo=0.0, hi=1.0)
     r_g = check_range(r_g, "r_g", lo=0.0, hi=1.0)
-    return _out((C1 * np.asarray(r_g) + C2) / (C1 * np.asarray(r_x) + C2))
+    return float_or_array((C1 * np.asarray(r_g) + C2) / (C1 * np.asarray(r_x) + C2))
 
 
 def preln_gradient_growth(n_layers, C1, C2, r_x, r_g, var_in=1.0, denominator="exact", include_input=False):
@@ -102,10 +102,10 @@ def preln_gradient_growth(n_layers, C1, C2, r_x, r_g, var_in=1.0, denominator="e
     n = 0..N with ``include_input=True`` (entry 0: gradient at the embedding output). ``r_x``, ``r_g`` are scalars or
     length-N arrays in [0, 1]; ``var_in`` must be > 0 when the exact denominator reaches n = 1.
     """
-    n = _check_n_layers(n_layers)
-    C1, C2 = _check_gains(C1, C2)
-    rx = _per_layer(r_x, n, "r_x", hi=1.0)
-    rg = _per_layer(r_g, n, "r_g", hi=1.0)
+    n = check_n_layers(n_layers)
+    C1, C2 = check_gains(C1, C2)
+    rx = per_layer(r_x, n, "r_x", hi=1.0)
+    rg = per_layer(r_g, n, "r_g", hi=1.0)
     if denominator not in ("exact", "paper"):
         raise ValueError(f"denominator must be one of ('exact', 'paper') (got {denominator!r})")
     layers = np.arange(1, n + 1, dtype=np.float64)  # layer index n of each factor (maps g_n to g_{n-1})
@@ -136,7 +136,7 @@ def hyperbolic_gradient(n, N):
     N_arr = np.asarray(check_range(N, "N", lo=1.0))
     if np.any(n_arr > N_arr):
         raise ValueError(f"n must be <= N (got n={n!r}, N={N!r})")
-    return _out(N_arr / n_arr)
+    return float_or_array(N_arr / n_arr)
 
 
 def preln_gradient_bounds(n, N, C1, C2):
@@ -148,9 +148,9 @@ def preln_gradient_bounds(n, N, C1, C2):
     (1 + 1/k)^C ≤ 1 + C/k for C ≤ 1 and ≥ for C ≥ 1, so the discrete product lies between the continuous laws.
     Returns (lower, upper); broadcasts; requires 1 ≤ n ≤ N and C2 > 0.
     """
-    C1, C2 = _check_gains(C1, C2)
+    C1, C2 = check_gains(C1, C2)
     C2 = check_range(C2, "C2", lo=0.0, lo_open=True, allowed="(0, inf) (C_gpre,max = (C1 + C2)/C2)")
     ratio = np.asarray(hyperbolic_gradient(n, N))
     c_min = np.asarray(C2) / (np.asarray(C1) + C2)
     c_max = (np.asarray(C1) + C2) / np.asarray(C2)
-    return _out(ratio**c_min), _out(ratio**c_max)
+    return float_or_array(ratio**c_min), float_or_array(ratio**c_max)

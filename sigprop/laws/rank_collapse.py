@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from ..core.validate import check_range
+from .checks import check_dropout, check_gains, float_or_array
 
 __all__ = [
     "block_constants",
@@ -37,33 +38,8 @@ __all__ = [
 ]
 
 
-def _out(x):
-    """Return a Python float for 0-d results and a float64 array otherwise."""
-    x = np.asarray(x, dtype=np.float64)
-    return float(x) if x.ndim == 0 else x
-
-
-def _check_p(p):
-    return check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
-
-
-def _check_n_layers(n_layers) -> int:
-    """Validate a layer count: an integer ≥ 1 (shared by the laws modules)."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, (int, np.integer)) or n_layers < 1:
-        raise ValueError(f"n_layers must be an integer >= 1 (got {n_layers!r})")
-    return int(n_layers)
-
-
 def _check_corr(r, name, lo=0.0, lo_open=False):
     return check_range(r, name, lo=lo, hi=1.0, lo_open=lo_open)
-
-
-def _check_gains(C1, C2):
-    C1 = check_range(C1, "C1", lo=0.0)
-    C2 = check_range(C2, "C2", lo=0.0)
-    if np.any(np.asarray(C1) + np.asarray(C2) <= 0.0):
-        raise ValueError("C1 + C2 must be > 0 (got C1 = C2 = 0: no block adds to the residual stream)")
-    return C1, C2
 
 
 def block_constants(d, sigma_v2, sigma_o2, sigma_w1_2, sigma_w2_2, p=0.0, d_ff=None):
@@ -89,10 +65,10 @@ def block_constants(d, sigma_v2, sigma_o2, sigma_w1_2, sigma_w2_2, p=0.0, d_ff=N
     so = check_range(sigma_o2, "sigma_o2", lo=0.0)
     s1 = check_range(sigma_w1_2, "sigma_w1_2", lo=0.0)
     s2 = check_range(sigma_w2_2, "sigma_w2_2", lo=0.0)
-    p = _check_p(p)
+    p = check_dropout(p)
     C1 = np.asarray(d) ** 2 * so * sv / (1.0 - p)
     C2 = np.asarray(d) * d_ff * s1 * s2 / (2.0 * (1.0 - p))
-    return _out(C1), _out(C2)
+    return float_or_array(C1), float_or_array(C2)
 
 
 def xavier_block_constants(d, p=0.0, d_ff=None, n_heads=None):
@@ -130,7 +106,7 @@ def ffn_corr_kedia(r):
     A quadratic fit of :func:`ffn_corr_exact`, equal to it at r = 0 (1/π) and r = 1 (1). Input r ∈ [−1, 1].
     """
     r = check_range(r, "correlation r", lo=-1.0, hi=1.0)
-    return _out(1.0 / math.pi + np.asarray(r) / 2.0 + (0.5 - 1.0 / math.pi) * np.asarray(r) ** 2)
+    return float_or_array(1.0 / math.pi + np.asarray(r) / 2.0 + (0.5 - 1.0 / math.pi) * np.asarray(r) ** 2)
 
 
 def ffn_corr_exact(r):
@@ -141,7 +117,7 @@ def ffn_corr_exact(r):
     Exact for zero-mean Gaussian pre-activations; uncentred (see the module docstring). Input r ∈ [−1, 1].
     """
     r = np.asarray(check_range(r, "correlation r", lo=-1.0, hi=1.0))
-    return _out(r + (np.sqrt(np.clip(1.0 - r**2, 0.0, None)) - r * np.arccos(r)) / math.pi)
+    return float_or_array(r + (np.sqrt(np.clip(1.0 - r**2, 0.0, None)) - r * np.arccos(r)) / math.pi)
 
 
 def r_max(C1, C2, p):
@@ -162,8 +138,8 @@ def r_max(C1, C2, p):
     constants); the formula gives 0.8868.
     Assumes: C1, C2 ≥ 0, C1 + C2 > 0, 0 ≤ p < 1. Broadcasts.
     """
-    C1, C2 = _check_gains(C1, C2)
-    p = _check_p(p)
+    C1, C2 = check_gains(C1, C2)
+    p = check_dropout(p)
     C1, C2, p = np.broadcast_arrays(np.asarray(C1), np.asarray(C2), np.asarray(p))
     q = 1.0 - p
     a = C2 * q * (0.5 - 1.0 / math.pi)
@@ -172,7 +148,7 @@ def r_max(C1, C2, p):
     B = C1 + C2 - C2 * q * (1.5 - 2.0 / math.pi)
     s = p * (C1 + C2)
     u = 2.0 * s / (B + np.sqrt(B * B + 4.0 * a * s))
-    return _out(np.clip(1.0 - u, 0.0, 1.0))
+    return float_or_array(np.clip(1.0 - u, 0.0, 1.0))
 
 
 def r_g_max(C1, C2, p, r_x=None):
@@ -189,22 +165,14 @@ def r_g_max(C1, C2, p, r_x=None):
     gives both (tests/laws/test_rank_collapse.py).
     Assumes: C1, C2 ≥ 0, C1 + C2 > 0, 0 ≤ p < 1, r_x ∈ [−1, 1]. Broadcasts.
     """
-    C1, C2 = _check_gains(C1, C2)
-    p = _check_p(p)
+    C1, C2 = check_gains(C1, C2)
+    p = check_dropout(p)
     r_x = r_max(C1, C2, p) if r_x is None else check_range(r_x, "r_x", lo=-1.0, hi=1.0)
     q = 1.0 - np.asarray(p)
     C1, C2 = np.asarray(C1), np.asarray(C2)
     den = C1 + C2 - C2 * q * (0.5 + np.arcsin(r_x) / math.pi)
     if np.any(den <= 0.0):
         raise ValueError("r_g_max is undetermined for C1 = 0 with p = 0 and r_x = 1 (every r_g is a fixed point)")
-    return _out(np.clip(C1 * q / den, 0.0, 1.0))
+    return float_or_array(np.clip(C1 * q / den, 0.0, 1.0))
 
 
-def _per_layer(value, n_layers: int, name: str, lo=0.0, hi=None):
-    """Broadcast a scalar or a length-N array of per-layer values to shape (N,), validating the range."""
-    v = np.asarray(check_range(value, name, lo=lo, hi=hi), dtype=np.float64)
-    if v.ndim == 0:
-        return np.full(n_layers, float(v))
-    if v.shape != (n_layers,):
-        raise ValueError(f"{name} must be a scalar or have shape ({n_layers},) = (n_layers,) (got shape {v.shape})")
-    return v

@@ -1,6 +1,6 @@
 """Measurement engine: the forward and gradient statistics of a real model at every site, recorded with hooks.
 
-A *site* (DESIGN.md, "State: Moments") is a tensor x of shape (batch, tokens, hidden) inside the model: the
+A *site* (:mod:`sigprop.core.moments`) is a tensor x of shape (batch, tokens, hidden) inside the model: the
 embedding output (layer −1, site ``"input"``), a transformer layer's output (``"layer"``) or a branch's output before
 its residual scale and add (``"attn"``, ``"ffn"``, ``"cross"``). A model exposes them through the *site protocol*:
 ``model.sites()`` returns an ordered list of ``(layer, site, module)`` and the site's tensor is that module's forward

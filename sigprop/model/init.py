@@ -1,4 +1,5 @@
-"""Initialisation schemes as plans (DESIGN.md, "Init schemes"): the one place where weights get their distributions.
+"""Initialisation schemes as plans (ARCHITECTURE.md, "Init schemes"): the one place where weights get their
+distributions.
 
 A scheme is a function ``config -> InitPlan``. The plan gives, for every parameter *role* (``token``, ``position``,
 ``segment``, ``patch``, ``q``, ``k``, ``v``, ``o``, ``w1``, ``w2``, ``head``) and layer, the standard deviation of

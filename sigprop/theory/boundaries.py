@@ -160,7 +160,7 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     r_g = (S − P(2 − e^{r Var z})/V)/(k(L − 1)M), with S the number of same-target pairs, P all pairs of labelled
     positions and r the token correlation of Norm(h). The −2/V is small per pair but summed over the many pairs of
     different targets it lowers r_g, by ~9% at V = 300 (checked against autograd in
-    ``tests/test_resolved_backward.py``). The final norm's backward rule maps this to the last layer's output.
+    ``tests/theory/test_resolved_backward.py``). The final norm's backward rule maps this to the last layer's output.
     ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
     per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
     Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).

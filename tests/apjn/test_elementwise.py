@@ -99,7 +99,7 @@ def test_broadcasting_over_q_p_alpha():
 
 
 def test_moments_conversions():
-    """q = var + mean², p = corr·var + mean² (DESIGN.md); back to a zero-mean Moments with corr = p/q."""
+    """q = var + mean², p = corr·var + mean² (sigprop.core.moments); back to a zero-mean Moments with corr = p/q."""
     m = Moments(mean=0.5, var=2.0, corr=0.3)
     q, p = qp_from_moments(m)
     assert math.isclose(q, 2.25) and math.isclose(p, 0.85)

@@ -85,7 +85,7 @@ def test_decoder_within_measurement_noise(norm_position):
     that the measurement pins to ~1e-7 (24 seeds), where a second-order eps term of the post-norm rule (~2.5e-7 here)
     is resolved; it is asserted at the same seeds in the encoder test above and by the norm's own tests. And the
     gradient at layer 0's attention output in Pre-LN, the known norm-fluctuation gap
-    (``test_first_layer_norm_fluctuation_gap`` in ``tests/test_resolved_backward.py``)."""
+    (``test_first_layer_norm_fluctuation_gap`` in ``tests/theory/test_resolved_backward.py``)."""
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": norm_position})
 
     def checked(layer, site, q):

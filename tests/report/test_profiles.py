@@ -8,8 +8,7 @@ import numpy as np
 import sigprop.report.profiles as plots
 from sigprop.core.profile import Profile, Row
 from sigprop.measurement.average import average_profiles
-
-from .helpers import lognormal_seed_profiles
+from tests.helpers import lognormal_seed_profiles
 
 
 def _profiles(layers: int, skewed_layer: int):

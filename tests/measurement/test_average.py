@@ -11,8 +11,7 @@ import pytest
 
 from sigprop.core.profile import Profile, Row
 from sigprop.measurement.average import average_profiles, pooled_ratio
-
-from .helpers import Z
+from tests.helpers import Z
 
 
 def test_the_pooled_correlation_estimates_the_ratio_of_expectations_where_the_mean_of_ratios_does_not():

@@ -15,8 +15,7 @@ from sigprop.analysis.comparison import compare
 from sigprop.core.profile import Profile, Row
 from sigprop.measurement.average import average_profiles
 from sigprop.measurement.spread import heavy_tails, log_sd, lognormal_skewness, seeds_for_normal_mean
-
-from .helpers import Z, lognormal_seed_profiles
+from tests.helpers import Z, lognormal_seed_profiles
 
 
 def _skewness(x: np.ndarray) -> float:

@@ -13,7 +13,7 @@ SMALL = dict(n_layers=12, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max
 
 def test_demo_writes_a_report_with_seed_spread_notes(tmp_path, monkeypatch):
     """A narrow Post-LN stack's gradient variance spreads log-normally across seeds (as in
-    tests/test_cli_profiles.py), so its note reaches demo.md; the Pre-LN stand-in runs beside it."""
+    tests/cli/test_profiles.py), so its note reaches demo.md; the Pre-LN stand-in runs beside it."""
     configs = {"small-pre": TransformerConfig(**SMALL, norm_position="pre", init="xavier"),
                "small-post": TransformerConfig(**SMALL, norm_position="post", init="xavier")}
     monkeypatch.setattr(demo, "DEMO_CONFIGS", configs)

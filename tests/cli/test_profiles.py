@@ -1,4 +1,5 @@
-"""The predict / measure / compare commands: JSON in DESIGN.md's shapes, figures, presets, overrides and errors."""
+"""The predict / measure / compare commands: JSON in the Profile shapes of ARCHITECTURE.md, figures, presets, overrides
+and errors."""
 
 import json
 

@@ -24,7 +24,7 @@ from sigprop.theory.resolved import (
 )
 from sigprop.theory.sweep import backward_sweep, gram_forward_sweep
 from tests.helpers import Z
-from tests.test_resolved import SMALL, site_z
+from tests.theory.test_resolved import SMALL, site_z
 
 
 def _equicorrelated(var, r, L=6):

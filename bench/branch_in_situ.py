@@ -20,7 +20,7 @@ import math
 import numpy as np
 import torch
 
-from sigprop.cli.terminal import progress_bar
+from sigprop.cli.terminal import Display
 from sigprop.core.moments import Moments
 from sigprop.measurement.hooks import masked_sums, pool_sums
 from sigprop.model import Transformer
@@ -54,8 +54,8 @@ def main():
         ap.error(f"an encoder preset and layers in [0, {cfg.n_layers}) are needed")
     L, d = cfg.seq_len, cfg.d_model
     sums = {(layer, inp): [] for layer in args.layers for inp in args.input}
-    with progress_bar() as bar:
-        task = bar.add_task(f"{args.seeds} models of {args.preset}", total=args.seeds)
+    with Display() as display:
+        task = display.task(f"{args.seeds} models of {args.preset}", args.seeds)
         for seed in range(args.seeds):
             model = Transformer(cfg, generator=torch.Generator().manual_seed(seed)).train()
             gen = torch.Generator().manual_seed(1_000_000 + seed)
@@ -66,7 +66,7 @@ def main():
                          + math.sqrt((1 - corr) * var) * torch.randn(4, L, d, generator=gen))
                     with torch.no_grad():
                         sums[(layer, (var, corr))].append(masked_sums(branch(x)))
-            bar.advance(task)
+            task(1)
     theory = Transformer(cfg, sample=False)
     print(f"{args.preset}: branch {args.branch!r}, {args.seeds} seeds, Gaussian input of 4 x {L} tokens, d = {d}")
     print("layer  in var  in corr   var theory   var measured ± SE    z   corr theory  corr measured ± SE    z")

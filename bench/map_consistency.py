@@ -23,7 +23,7 @@ import argparse
 import numpy as np
 import torch
 
-from sigprop.cli.terminal import progress_bar
+from sigprop.cli.terminal import Display
 from sigprop.model import Transformer
 from sigprop.model.batches import token_batch
 from sigprop.model.config import apply_overrides
@@ -71,12 +71,12 @@ def main():
     batch = token_batch(cfg, preset.batch_size)
     keep = torch.ones(batch["inputs"].shape, dtype=torch.bool)
     theory = Transformer(cfg, sample=False)
-    with progress_bar() as bar:
-        task = bar.add_task("forward sweep (theory)", total=cfg.n_layers)
+    with Display() as display:
+        task = display.task("forward sweep (theory)", cfg.n_layers)
         sweep = gram_forward_sweep(theory, batch["inputs"], batch.get("segment_ids"),
-                              progress=lambda k: bar.advance(task, k))
-        task = bar.add_task(f"{args.seeds} models of {args.preset}", total=args.seeds)
-        seeds = collect_seed_inputs(cfg, batch, layers, args.seeds, args.heads, lambda k: bar.advance(task, k))
+                              progress=task)
+        task = display.task(f"{args.seeds} models of {args.preset}", args.seeds)
+        seeds = collect_seed_inputs(cfg, batch, layers, args.seeds, args.heads, task)
     print(f"{args.preset}{''.join(f' {kv}' for kv in args.set)}: d = {cfg.d_model}, {args.seeds} seeds, "
           f"batch {batch['inputs'].shape[0]} x {cfg.seq_len}; Δ = seeds' mean − rule on the seeds' mean input "
           "(jackknife SE)")

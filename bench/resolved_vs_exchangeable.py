@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from sigprop.analysis.experiment import predict_for_batch
-from sigprop.cli.terminal import progress_bar
+from sigprop.cli.terminal import Display
 from sigprop.measurement.average import pooled_ratio
 from sigprop.measurement.hooks import masked_sums
 from sigprop.model import Transformer
@@ -122,10 +122,10 @@ def main():
         if "config" not in run.files or str(run["preset"]) != args.preset or str(run["config"]) != fields:
             ap.error(f"--load: a run of another configuration (preset {run['preset']}), not this one")
     t0 = time.perf_counter()
-    with progress_bar() as bar:
+    with Display() as display:
         if args.seeds:
-            task = bar.add_task(f"measure {args.seeds} seeds of {args.preset}", total=args.seeds)
-            var, corr = measure_forward(config, batch, args.seeds, args.seed0, lambda: bar.advance(task))
+            task = display.task(f"measure {args.seeds} seeds of {args.preset}", args.seeds)
+            var, corr = measure_forward(config, batch, args.seeds, args.seed0, lambda: task(1))
             if args.save:
                 np.savez(args.save, var=var, corr=corr, preset=args.preset, config=fields, seed0=args.seed0)
             runs.append({"var": var, "corr": corr, "seed0": args.seed0})
@@ -133,13 +133,13 @@ def main():
         preds, seconds = {}, {}
         k = args.prediction_seeds
         for name, resolved in (("exchangeable", False), ("token-resolved", True)):
-            task = bar.add_task(f"predict ({name}, {k} attention seed{'s' if k > 1 else ''})", total=k)
+            task = display.task(f"predict ({name}, {k} attention seed{'s' if k > 1 else ''})", k)
             t = time.perf_counter()
             rows = []
             for attention_seed in range(k):
                 rows.append(predict_for_batch(config, batch, token_resolved=resolved, attention_seed=attention_seed,
                                               gradients=False).lookup())
-                bar.advance(task)
+                task(1)
             seconds[name] = (time.perf_counter() - t) / k
             preds[name] = {(layer, site, q): np.array([getattr(r[(layer, site)], q) for r in rows])
                            for layer in range(config.n_layers) for site in SITES for q in ("fwd_var", "fwd_corr")}

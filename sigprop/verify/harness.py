@@ -134,21 +134,26 @@ def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_con
     budget = Budget(scale=spec.quick_scale if quick else 1.0, replicates=replicates)
     params = sample_configs(spec, n, seed)
     gen = torch.Generator().manual_seed(seed)
-    predicted = {q: np.asarray(v, dtype=np.float64) for q, v in spec.predict(params).items()}
     measured = {q: Estimate(np.full(n, np.nan), np.full(n, np.nan)) for q in spec.quantities}
     meas_var = np.full(n, np.nan)
-    t0 = time.perf_counter()
-    for idx in _groups(spec, params, max_group or spec.max_group, budget):
-        sub = {k: v[idx] for k, v in params.items()}
-        with torch.no_grad() if "grad_var" not in spec.quantities else torch.enable_grad():
-            est = spec.simulate(sub, budget, gen)
-        for q in spec.quantities:
-            measured[q].value[idx] = est[q].value
-            measured[q].se[idx] = est[q].se
-        if "var" in est:
-            meas_var[idx] = est["var"].value
-        if progress:
-            progress(len(idx))
+    # Modules that draw from torch's global generator (nn.Dropout, dropout under vmap, the default initialisation
+    # of a module a rule builds) would otherwise measure with masks that change from process to process (so does its
+    # seed) and with the components swept before: the sweep seeds it too, and gives it back as it found it.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        predicted = {q: np.asarray(v, dtype=np.float64) for q, v in spec.predict(params).items()}
+        t0 = time.perf_counter()
+        for idx in _groups(spec, params, max_group or spec.max_group, budget):
+            sub = {k: v[idx] for k, v in params.items()}
+            with torch.no_grad() if "grad_var" not in spec.quantities else torch.enable_grad():
+                est = spec.simulate(sub, budget, gen)
+            for q in spec.quantities:
+                measured[q].value[idx] = est[q].value
+                measured[q].se[idx] = est[q].se
+            if "var" in est:
+                meas_var[idx] = est["var"].value
+            if progress:
+                progress(len(idx))
     seconds = time.perf_counter() - t0
     errors, noise = {}, {}
     for q in spec.quantities:

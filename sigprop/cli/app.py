@@ -4,7 +4,8 @@ Every command parses its options, calls one library function and prints (the mod
 catches an error itself. :func:`main` turns bad input (a ``ValueError`` and its kin, a usage error of the option
 parser, a file that cannot be read or written) into one line on standard error, ``error: …``, and exit status 2;
 Ctrl-C and SIGTERM into ``interrupted`` / ``terminated`` and 130 / 143, after the library has cleaned up (worker
-processes stopped, no half-written file: every write is atomic). Anything else is a bug and keeps its traceback.
+processes stopped, no half-written file: every write is atomic); a training run whose loss stopped being finite
+into its message and 3. Anything else is a bug and keeps its traceback.
 The command modules import only typer and rich at import time, so ``sigprop --help`` stays fast. With the
 environment variable ``SIGPROP_TRACEBACK=1`` bad input shows its traceback too.
 """
@@ -17,7 +18,7 @@ import sys
 
 import typer
 
-from ..core.errors import DeviceError
+from ..core.errors import DeviceError, TrainingDiverged
 from .apjn import apjn_command
 from .demo import demo_command
 from .env import doctor_command, env_command
@@ -25,6 +26,7 @@ from .inits import inits_command
 from .profiles import compare_command, measure_command, predict_command
 from .sde import sde_command
 from .terminal import error
+from .train import train_app
 from .verify import verify_command
 
 __all__ = ["app", "main", "INPUT_ERRORS"]
@@ -50,6 +52,8 @@ COMMANDS = (
 )
 for name, command, summary in COMMANDS:
     app.command(name, short_help=summary)(command)
+app.add_typer(train_app, name="train", short_help="Train a model into a run directory; exact resume; several "
+              "processes with torchrun; signal propagation tracked while it trains.")
 
 #: What counts as bad input: a value out of range, a combination that does not apply, a missing, unreadable or
 #: unwritable file, a number that overflows, a device that failed or is missing.
@@ -79,6 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     except Terminated:
         error("terminated")
         sys.exit(143)
+    except TrainingDiverged as err:  # not bad input: the run itself failed, its last good checkpoint kept
+        error(str(err))
+        sys.exit(3)
     except INPUT_ERRORS as err:
         if os.environ.get("SIGPROP_TRACEBACK"):
             raise

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["DeviceError"]
+__all__ = ["DeviceError", "TrainingDiverged"]
 
 
 class DeviceError(RuntimeError):
     """A device failed while it worked: a process measuring on it raised, or died (killed, out of memory)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """A training run's loss or gradient stopped being finite; the run stopped with its last good checkpoint kept.
+    The message says at which step, what, and what the theory says of the model at initialisation."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 
 from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
+from ..core.overrides import apply_field_overrides
 from ..core.validate import check_choice, check_integer, check_number
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "MAX_DROPOUT", "MAX_NUMBER",
@@ -305,41 +306,7 @@ def config_from_dict(data: dict) -> TransformerConfig:
     return TransformerConfig(**data)
 
 
-def _parse_value(field_type: str, key: str, text: str):
-    """``text`` as the value of field ``key`` of type ``field_type``: "none" / "null" is None only for a field that
-    may be None (``norm=none`` is the string "none")."""
-    t = text.strip()
-    if t.lower() in ("none", "null") and "None" in field_type:
-        return None
-    if "bool" in field_type:
-        if t.lower() in ("true", "1", "yes"):
-            return True
-        if t.lower() in ("false", "0", "no"):
-            return False
-        raise ValueError(f"--set {key}: expected true/false (got {text!r})")
-    if "int" in field_type and "float" not in field_type:
-        try:
-            return int(t)
-        except ValueError:
-            raise ValueError(f"--set {key}: expected an integer (got {text!r})") from None
-    if "float" in field_type:
-        try:
-            return float(t)
-        except ValueError:
-            raise ValueError(f"--set {key}: expected a number (got {text!r})") from None
-    return t
-
-
 def apply_overrides(config: TransformerConfig, overrides: list[str] | tuple[str, ...]) -> TransformerConfig:
-    """Apply ``key=value`` strings (the CLI's ``--set``), parsing each value by its field's type."""
-    types = {f.name: str(f.type) for f in fields(TransformerConfig)}
-    changes = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value (got {item!r})")
-        key, value = item.split("=", 1)
-        key = key.strip().replace("-", "_")
-        if key not in types:
-            raise ValueError(f"--set: unknown config field {key!r}; known fields: {', '.join(sorted(types))}")
-        changes[key] = _parse_value(types[key], key, value)
-    return config.replace(**changes)
+    """Apply ``key=value`` strings (the CLI's ``--set``), parsing each value by its field's type
+    (:func:`sigprop.core.overrides.apply_field_overrides`)."""
+    return apply_field_overrides(config, overrides, "--set")

@@ -8,7 +8,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-__all__ = ["make_batch", "objective_loss", "segment_halves", "check_model_inputs", "MASK_ID", "PAD_ID", "N_SPECIAL"]
+__all__ = ["make_batch", "objective_loss", "objective_sums", "segment_halves", "check_model_inputs", "MASK_ID",
+           "PAD_ID", "N_SPECIAL"]
 
 #: Ids of the special tokens in sigprop's tokenizer (:data:`sigprop.data.tokenizer.SPECIAL_TOKENS` order).
 PAD_ID, MASK_ID = 0, 1
@@ -59,14 +60,31 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
             **({"decoder_padding_mask": padding_mask} if padding_mask is not None else {})}
 
 
-def objective_loss(model, batch: dict) -> torch.Tensor:
-    """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
+def _logits(model, batch: dict) -> torch.Tensor:
     if not isinstance(batch, dict) or "inputs" not in batch or "labels" not in batch:
         raise ValueError("a batch is a dict with 'inputs' and 'labels' (build it with sigprop.model.make_batch)")
     logits = model(batch["inputs"], segment_ids=batch.get("segment_ids"), padding_mask=batch.get("padding_mask"),
                    decoder_inputs=batch.get("decoder_inputs"),
                    decoder_padding_mask=batch.get("decoder_padding_mask"))
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
+    return logits.reshape(-1, logits.shape[-1])
+
+
+def objective_loss(model, batch: dict) -> torch.Tensor:
+    """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
+    return F.cross_entropy(_logits(model, batch), batch["labels"].reshape(-1), ignore_index=-100)
+
+
+def objective_sums(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, labelled positions, correct top-1 predictions) of ``model`` on ``batch``, the loss in
+    float32 whatever the autocast: the parts a distributed run adds over its processes before dividing, so that its
+    loss is the mean over the global batch whatever the split (masked-LM batches label different counts)."""
+    logits = _logits(model, batch).float()
+    labels = batch["labels"].reshape(-1)
+    keep = labels != -100
+    total = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+    with torch.no_grad():
+        correct = ((logits.argmax(-1) == labels) & keep).sum()
+    return total, keep.sum(), correct
 
 
 def _ids(t, name: str, high: int, what: str, allow_ignore: bool = False) -> torch.Tensor:

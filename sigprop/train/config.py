@@ -1,0 +1,116 @@
+"""How a model is trained: :class:`TrainConfig`, frozen and validated in one place, separate from the model's
+:class:`~sigprop.model.config.TransformerConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+
+from ..core.overrides import apply_field_overrides
+from ..core.validate import check_choice, check_integer, check_number
+
+__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "train_config_from_dict", "apply_train_overrides"]
+
+#: Learning-rate schedules after the linear warmup (:mod:`sigprop.train.schedule`).
+SCHEDULES = ("cosine", "linear", "constant")
+#: Arithmetic of the forward and backward passes: "auto" is bf16 autocast on a GPU and float32 on a CPU.
+PRECISIONS = ("auto", "fp32", "bf16")
+#: Largest values the validation accepts where a bigger one is a typo, not a run (steps, batch).
+MAX_STEPS = 10**9
+MAX_BATCH = 10**6
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run's settings (the model's are its ``TransformerConfig``).
+
+    Optimiser: AdamW (Loshchilov & Hutter 2019) with decoupled ``weight_decay`` on the weight matrices and
+    embeddings only (no decay on norms, biases or residual scales β), moments ``adam_beta1`` / ``adam_beta2``,
+    ``adam_eps``. Learning rate: linear warmup from 0 over ``warmup_steps``, then ``schedule`` ("cosine", "linear"
+    or "constant") from ``lr`` down to ``lr·final_lr_fraction`` at ``steps``. ``clip``: the global gradient norm is
+    clipped to it (None: no clipping). ``batch_size`` is the global batch (sequences or images per step, split over
+    the processes of a distributed run). Validation every ``eval_every`` steps on ``eval_batches`` held-out batches
+    (the held-out ``val_fraction`` of the corpus's files, or of the images). A checkpoint every
+    ``checkpoint_every`` steps, the last ``keep_checkpoints`` kept. ``track_every``: record every layer's
+    statistics on a fixed probe batch of ``track_batch`` every K steps (None: never). ``seed`` fixes the weights,
+    the data order and the dropout masks. ``data``: a text file or folder (a folder of images or a ``.npy`` for a
+    patch model) instead of the default corpus (the standard library's source; the digits for a patch model).
+    ``precision``, ``compile`` (compile one transformer layer and reuse it for every layer of its shape):
+    :mod:`sigprop.train.speed`.
+    """
+
+    steps: int = 300
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup_steps: int = 30
+    schedule: str = "cosine"
+    final_lr_fraction: float = 0.1
+    clip: float | None = 1.0
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-8
+    eval_every: int = 50
+    eval_batches: int = 4
+    val_fraction: float = 0.05
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    track_every: int | None = None
+    track_batch: int = 4
+    seed: int = 0
+    data: str | None = None
+    precision: str = "auto"
+    compile: bool = False
+
+    def __post_init__(self):
+        check_integer(self, "steps", 1)
+        check_integer(self, "batch_size", 1)
+        for name, hi in (("steps", MAX_STEPS), ("batch_size", MAX_BATCH)):
+            if getattr(self, name) > hi:
+                raise ValueError(f"{name} must be <= {hi} (got {getattr(self, name)})")
+        check_number(self, "lr", 0.0, 1e3, lo_open=True)
+        check_integer(self, "warmup_steps", 0)
+        check_choice(self, "schedule", SCHEDULES)
+        check_number(self, "final_lr_fraction", 0.0, 1.0)
+        check_number(self, "clip", 0.0, lo_open=True, optional=True)
+        check_number(self, "weight_decay", 0.0, 1e3)
+        check_number(self, "adam_beta1", 0.0, 1.0, hi_open=True)
+        check_number(self, "adam_beta2", 0.0, 1.0, hi_open=True)
+        check_number(self, "adam_eps", 0.0, 1.0, lo_open=True)
+        for name in ("eval_every", "eval_batches", "checkpoint_every", "keep_checkpoints", "track_batch"):
+            check_integer(self, name, 1)
+        check_integer(self, "track_every", 1, optional=True)
+        check_number(self, "val_fraction", 0.0, 0.5, lo_open=True)
+        check_integer(self, "seed", 0)
+        if self.data is not None and (not isinstance(self.data, str) or not self.data.strip()):
+            raise ValueError(f"data must be a path or None (got {self.data!r})")
+        check_choice(self, "precision", PRECISIONS)
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be true or false (got {self.compile!r})")
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+
+def train_config_from_dict(data: dict) -> TrainConfig:
+    """A :class:`TrainConfig` from a plain dict (a JSON file), rejecting unknown keys by name."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a training config must be a JSON object of field: value pairs (got {type(data).__name__})")
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown training config field(s): {', '.join(unknown)}; known fields: "
+                         f"{', '.join(sorted(known))}")
+    return TrainConfig(**data)
+
+
+def apply_train_overrides(config: TrainConfig, overrides) -> TrainConfig:
+    """Apply ``key=value`` strings (the command line's ``--train-set``), each parsed by its field's type."""
+    return apply_field_overrides(config, list(overrides or ()), "--train-set", "training config field")

@@ -1,0 +1,160 @@
+"""Figures of training runs: a run's curves (``curves.png``), several runs overlaid (``sigprop train plot``), and the
+tracked statistics over layers × steps (``track.png``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .run_dir import read_metrics
+from .tracking import PREDICTION_FILE, QUANTITIES, read_track
+
+__all__ = ["write_run_figures", "plot_runs", "plot_track", "smooth"]
+
+_TITLES = {"fwd_var": "forward variance σ²_x", "fwd_corr": "token correlation r_x",
+           "grad_var": "gradient variance σ²_g", "grad_corr": "gradient correlation r_g"}
+
+
+def smooth(values, window: int) -> np.ndarray:
+    """Trailing mean over ``window`` steps (shorter at the start); NaN stays out of the mean."""
+    v = np.asarray(values, dtype=np.float64)
+    out = np.empty_like(v)
+    for i in range(v.size):
+        part = v[max(0, i - window + 1):i + 1]
+        part = part[np.isfinite(part)]
+        out[i] = part.mean() if part.size else np.nan
+    return out
+
+
+def _save(fig, path: Path) -> Path:
+    import os
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def _initial_validation(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("initial_validation")
+    except (OSError, ValueError):
+        return None
+
+
+def _series(run_dir: Path):
+    metrics = read_metrics(run_dir)
+    steps = np.array([m["step"] for m in metrics], dtype=np.float64)
+    loss = np.array([np.nan if m.get("loss") is None else m["loss"] for m in metrics])
+    val = [(m["step"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None]
+    first = _initial_validation(run_dir)
+    if first and first.get("val_loss") is not None:
+        val.insert(0, (0, first["val_loss"]))
+    return metrics, steps, loss, val
+
+
+def plot_runs(run_dirs, out, labels=None) -> Path:
+    """Training loss (smoothed) and validation loss of every run in ``run_dirs`` against the step, on one figure
+    written to ``out`` (a .png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
+    for i, run_dir in enumerate(map(Path, run_dirs)):
+        _, steps, loss, val = _series(run_dir)
+        label = labels[i] if labels else run_dir.name
+        color = f"C{i % 10}"
+        if steps.size:
+            ax[0].plot(steps, smooth(loss, max(1, steps.size // 50)), color=color, label=label)
+        if val:
+            vs, vl = zip(*val, strict=True)
+            ax[1].plot(vs, vl, "o-", color=color, ms=3, label=label)
+    ax[0].set(xlabel="step", ylabel="training loss (smoothed)", title="training loss")
+    ax[1].set(xlabel="step", ylabel="validation loss", title="validation loss (held-out files)")
+    for a in ax:
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    return _save(fig, Path(out))
+
+
+def _curves(run_dir: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics, steps, loss, val = _series(run_dir)
+    if not metrics:
+        return None
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    ax[0].plot(steps, loss, color="0.75", lw=0.8, label="training loss")
+    ax[0].plot(steps, smooth(loss, max(1, steps.size // 50)), color="C0", label="smoothed")
+    if val:
+        vs, vl = zip(*val, strict=True)
+        ax[0].plot(vs, vl, "o-", color="C3", ms=3, label="validation loss")
+    ax[0].set(xlabel="step", ylabel="cross-entropy", title=run_dir.name)
+    ax[0].legend(fontsize=8)
+    ax[1].plot(steps, [m.get("lr") for m in metrics], color="C2")
+    ax[1].set(xlabel="step", ylabel="learning rate", title="schedule")
+    gn = np.array([np.nan if m.get("grad_norm") is None else m["grad_norm"] for m in metrics])
+    ax[2].semilogy(steps, gn, color="C1", lw=0.8)
+    ax[2].set(xlabel="step", ylabel="gradient norm (before clipping)", title="gradient norm")
+    for a in ax:
+        a.grid(alpha=0.3)
+    return _save(fig, run_dir / "curves.png")
+
+
+def plot_track(run_dir) -> Path | None:
+    """``track.png``: for each statistic, its value over layers (x) and track steps (colour, early → late), the
+    theory's step-0 profile dashed; a model that starts to explode or collapse shows as curves fanning out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    track = read_track(run_dir)
+    if not track:
+        return None
+    try:
+        prediction = json.loads((run_dir / PREDICTION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        prediction = None
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    cmap = plt.get_cmap("viridis")
+    last = max(t["step"] for t in track) or 1
+    for ax, q in zip(axes, QUANTITIES, strict=True):
+        for t in track:
+            y = np.array([np.nan if v is None else v for v in t[q]], dtype=np.float64)
+            ax.plot(t["layers"], y, color=cmap(t["step"] / last), lw=1)
+        if prediction is not None:
+            y = np.array([np.nan if v is None else v for v in prediction[q]], dtype=np.float64)
+            ax.plot(prediction["layers"], y, "k--", lw=1.2, label="theory, step 0")
+            ax.legend(fontsize=8)
+        if q.endswith("var"):
+            ax.set_yscale("log")
+        ax.set(xlabel="layer", title=_TITLES[q])
+        ax.grid(alpha=0.3)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, last))
+    fig.colorbar(sm, ax=axes, label="training step", fraction=0.02)
+    return _save(fig, run_dir / "track.png")
+
+
+def write_run_figures(run_dir) -> tuple[Path, ...]:
+    """The figures of a finished run: ``curves.png``, and ``track.png`` when it was tracked."""
+    run_dir = Path(run_dir)
+    return tuple(p for p in (_curves(run_dir), plot_track(run_dir)) if p is not None)

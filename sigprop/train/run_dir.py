@@ -1,0 +1,108 @@
+"""A run directory holds everything about one training run:
+
+* ``run.json``: both configs, the data's split and task, the device, the world size, the versions, the command;
+* ``model_config.json`` and ``train_config.json``: the two configs alone (``--config`` reads either);
+* ``metrics.jsonl``: one JSON object per step (:data:`METRICS`), appended and flushed as the run goes;
+* ``ckpt-<step>.safetensors`` / ``.json``: the last checkpoints (:mod:`sigprop.train.checkpoint`);
+* ``curves.png``: loss, validation and learning rate against the step;
+* with tracking, ``track.jsonl``, ``track-prediction.json`` and ``track.png`` (:mod:`sigprop.train.tracking`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from ..core.jsonio import write_json_atomic, write_text_atomic
+from ..core.outputs import check_output_folder
+
+__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog", "read_metrics"]
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def prepare_new_run(run_dir) -> Path:
+    """``run_dir`` checked for a new run (before any work): a folder that can be written and holds no run yet."""
+    run_dir = check_output_folder(run_dir, "--out")
+    if (run_dir / RUN_FILE).exists():
+        raise ValueError(f"--out: {run_dir} already holds a run; continue it with `sigprop train --resume {run_dir}` "
+                         "or choose another folder")
+    return run_dir
+
+
+def write_run_files(run_dir: Path, run: dict) -> None:
+    """``run.json`` and the two configs, atomically."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "model_config.json", run["model_config"])
+    write_json_atomic(run_dir / "train_config.json", run["train_config"])
+    write_json_atomic(run_dir / RUN_FILE, run)
+
+
+def read_run(run_dir) -> dict:
+    """The ``run.json`` of ``run_dir``; ``ValueError`` naming the folder when there is none or it is unreadable."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir} is not a run directory (no such folder)")
+    path = run_dir / RUN_FILE
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{run_dir} is not a run directory (no {RUN_FILE})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is unreadable ({type(err).__name__})") from None
+    if not isinstance(run, dict) or not isinstance(run.get("model_config"), dict) \
+            or not isinstance(run.get("train_config"), dict):
+        raise ValueError(f"{path} lacks the run's configs")
+    return run
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+class MetricsLog:
+    """``metrics.jsonl``, appended one line per step and flushed. Opening it for a resumed run first keeps only the
+    lines up to the checkpoint's step (a killed run may have logged steps past its last checkpoint), rewriting the
+    file atomically."""
+
+    def __init__(self, run_dir: Path, keep_through_step: int | None = None):
+        self.path = Path(run_dir) / METRICS_FILE
+        if keep_through_step is not None:
+            kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= keep_through_step]
+            write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the run
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(_clean(record), allow_nan=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """The metrics of a run directory, one dict per line (a last line cut by a killed process is skipped)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out

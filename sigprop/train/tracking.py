@@ -1,0 +1,93 @@
+"""Signal propagation while the model trains: every ``track_every`` steps, every layer's forward variance, token
+correlation, gradient variance and gradient correlation measured on one fixed probe batch (the measurement
+recorder, :func:`sigprop.measurement.hooks.measure`), with the diagnosis of the measured profile; at step 0 the
+theory's prediction for that very model and batch beside it.
+
+The probe pass runs in training mode (dropout on, as the theory assumes) with torch's generator forked and seeded
+the same way every time, so the masks are the same at every track point and the run's own random stream is left
+untouched; it computes no parameter gradient (``autograd.grad`` to the site tensors only), so it cannot change the
+training. Files: ``track.jsonl`` (a line per track point), ``track-prediction.json`` (the step-0 theory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..core.jsonio import write_json_atomic, write_text_atomic
+
+__all__ = ["Tracker", "TRACK_FILE", "PREDICTION_FILE", "read_track", "QUANTITIES"]
+
+TRACK_FILE = "track.jsonl"
+PREDICTION_FILE = "track-prediction.json"
+QUANTITIES = ("fwd_var", "fwd_corr", "grad_var", "grad_corr")
+_PROBE_SEED = 0x5EED
+
+
+def _columns(profile) -> dict:
+    rows = sorted(profile.site("layer"), key=lambda r: r.layer)
+    out = {"layers": [r.layer for r in rows]}
+    for q in QUANTITIES:
+        out[q] = [float(getattr(r, q)) for r in rows]
+    return out
+
+
+class Tracker:
+    """Records the probe batch's statistics of ``model`` into ``run_dir``; ``resume_step`` drops the lines a killed
+    run wrote after its checkpoint."""
+
+    def __init__(self, model, probe_batch: dict, run_dir, seed: int, resume_step: int | None = None):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.batch = {k: v.to(self.device) for k, v in probe_batch.items()}
+        self.cpu_batch = probe_batch
+        self.run_dir = Path(run_dir)
+        self.seed = seed
+        self.path = self.run_dir / TRACK_FILE
+        if resume_step is not None:
+            kept = [r for r in read_track(self.run_dir) if r["step"] <= resume_step]
+            write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+
+    def predict_initial(self) -> None:
+        """The theory's profile of the model as it is now (its weights' standard deviations) on the probe batch."""
+        from ..analysis.experiment import batch_prediction
+
+        cpu_model = self.model
+        profile = batch_prediction(cpu_model, self.cpu_batch).profile()
+        write_json_atomic(self.run_dir / PREDICTION_FILE, {"step": 0, **_columns(profile)})
+
+    def record(self, step: int) -> dict:
+        """Measure the probe batch now; append its line; return the diagnosis for the metrics."""
+        from ..analysis.diagnosis import diagnose
+        from ..core.jsonio import finite_or_null
+        from ..measurement.hooks import measure
+
+        was_training = self.model.training
+        self.model.train()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.seed + _PROBE_SEED)
+            profile = measure(self.model, self.batch)
+        self.model.train(was_training)
+        diagnosis = diagnose(profile)
+        summary = {"flagged": diagnosis.flagged, "findings": diagnosis.lines(), "hint": diagnosis.hint}
+        line = finite_or_null({"step": step, **_columns(profile), "diagnosis": summary})
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, allow_nan=False) + "\n")
+        return summary
+
+
+def read_track(run_dir) -> list[dict]:
+    """The track points of a run directory (a line cut by a killed process is skipped)."""
+    path = Path(run_dir) / TRACK_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

@@ -22,6 +22,7 @@ from ..core.errors import DeviceError, TrainingDiverged
 from .apjn import apjn_command
 from .demo import demo_command
 from .env import doctor_command, env_command
+from .evaluate import eval_command
 from .inits import inits_command
 from .profiles import compare_command, measure_command, predict_command
 from .sde import sde_command
@@ -47,6 +48,8 @@ COMMANDS = (
     ("apjn", apjn_command, "The APJN of pre-LN and DyT/Derf transformers, theory against measurement (Alekseev)."),
     ("sde", sde_command, "Finite networks against the shaped Transformer's covariance SDEs (Noci et al.)."),
     ("verify", verify_command, "Every component's moment rules against Monte Carlo on the real module."),
+    ("eval", eval_command, "A trained run's validation loss in float32 and with FP8 direct casting (Kedia et al. "
+                           "Table 12)."),
     ("env", env_command, "The versions, threads and devices sigprop will use."),
     ("doctor", doctor_command, "Moved to `sigprop env` (the name is kept for the model doctor)."),
 )

@@ -109,6 +109,8 @@ def _command_line() -> str:
 
 
 def _print_result(result) -> None:
+    if not result.main:  # one report per run: rank 0's
+        return
     last, val = result.last, result.validation
     if last:
         console.print(f"step {result.steps_done}/{result.total_steps}: training loss {last['loss']:.4f}"

@@ -42,7 +42,7 @@ def join_world(device: str | None = None) -> World:
     group), else a world of one on ``device`` (default: cpu). Under torchrun ``device`` "cuda" means this process's
     GPU ``cuda:LOCAL_RANK``; "cpu" uses gloo."""
     size, rank, local = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
-    name = (device or "cpu").strip()
+    name = "cpu" if device is None else str(device).strip()
     if not name:
         raise ValueError("--device needs a device name such as cpu or cuda (got '')")
     try:

@@ -76,7 +76,8 @@ class _Quiet:
 class FitResult:
     """How a run ended: ``steps_done`` of ``total_steps``; ``stopped`` names the signal that stopped it early
     ("SIGINT" / "SIGTERM", a checkpoint written) or is None; ``last`` is the last metrics record, ``validation``
-    the last validation, ``checkpoint`` the last checkpoint's JSON, ``figures`` the figures written."""
+    the last validation, ``checkpoint`` the last checkpoint's JSON, ``figures`` the figures written; ``main``:
+    whether this process is the one that wrote them (rank 0)."""
 
     run_dir: Path
     steps_done: int
@@ -86,6 +87,7 @@ class FitResult:
     validation: dict
     checkpoint: Path | None
     figures: tuple[Path, ...] = ()
+    main: bool = True
 
 
 def fit(model_config, train_config: TrainConfig, run_dir, *, device: str | None = None,
@@ -277,7 +279,7 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
             from .plots import write_run_figures
 
             figures = write_run_figures(run_dir)
-        return FitResult(**{**result.__dict__, "figures": figures})
+        return FitResult(**{**result.__dict__, "figures": figures, "main": world.main})
     finally:
         leave_world(world)
 

@@ -38,7 +38,7 @@ def write_run_files(run_dir: Path, run: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "model_config.json", run["model_config"])
     write_json_atomic(run_dir / "train_config.json", run["train_config"])
-    write_json_atomic(run_dir / RUN_FILE, run)
+    write_json_atomic(run_dir / RUN_FILE, _clean(run))
 
 
 def read_run(run_dir) -> dict:

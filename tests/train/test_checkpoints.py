@@ -1,0 +1,145 @@
+"""Checkpoints: what they hold, what they refuse. A truncated, tampered or foreign checkpoint gives one line on
+stderr and exit status 2 (never a traceback from inside torch); a run whose loss stops being finite exits 3 with
+the step, what went non-finite and the theory's opinion, its last good checkpoint intact and loadable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from sigprop.model.config import config_from_dict
+from sigprop.model.transformer import Transformer
+from sigprop.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, model_state
+
+from .conftest import sigprop, tiny_args
+
+
+@pytest.fixture(scope="module")
+def run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "base"
+    done = sigprop("train", *tiny_args(corpus, "steps=6", "checkpoint_every=3"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _copy(run, tmp_path):
+    target = tmp_path / "copy"
+    shutil.copytree(run, target)
+    return target
+
+
+def _one_line_error(result, *needles):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_a_checkpoint_holds_the_model_and_loads_into_a_fresh_one(run):
+    path = latest_checkpoint(run)
+    info = json.loads(path.read_text())
+    assert info["step"] == 6 and info["next_step"] == 6
+    config = config_from_dict(info["model_config"])
+    model = Transformer(config)
+    ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    model.load_state_dict(model_state(ck))
+    assert any(k.startswith("optim/") and k.endswith("exp_avg_sq") for k in ck.tensors)
+    assert {"rng/torch", "rng/numpy", "rng/python"} <= set(ck.tensors)
+    assert sorted(p.name for p in run.glob("ckpt-*")) == [f"ckpt-0000000{s}.{e}" for s in (3, 6)
+                                                          for e in ("json", "safetensors")]
+
+
+def test_the_tensors_file_holds_no_pickle(run):
+    blob = latest_checkpoint(run).with_suffix(".safetensors").read_bytes()
+    header_len = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + header_len])  # safetensors: an 8-byte length, a JSON header, raw tensor bytes
+    assert "__metadata__" in header and b"\x80\x04" not in blob[:2]
+
+
+def test_a_truncated_tensors_file_is_refused_in_one_line(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    f = latest_checkpoint(copy).with_suffix(".safetensors")
+    f.write_bytes(f.read_bytes()[:1000])
+    _one_line_error(sigprop("train", "--resume", str(copy)), "SHA-256")
+
+
+def test_a_tampered_tensors_file_is_refused_in_one_line(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    f = latest_checkpoint(copy).with_suffix(".safetensors")
+    data = bytearray(f.read_bytes())
+    data[-5] ^= 0x40  # one bit of one weight
+    f.write_bytes(bytes(data))
+    _one_line_error(sigprop("train", "--resume", str(copy)), "SHA-256")
+
+
+def test_a_truncated_json_is_refused_in_one_line(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    f = latest_checkpoint(copy)
+    f.write_text(f.read_text()[:200])
+    _one_line_error(sigprop("train", "--resume", str(copy)), "truncated")
+
+
+def test_an_edited_json_whose_hash_still_matches_is_refused_when_its_config_is_foreign(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    f = latest_checkpoint(copy)
+    info = json.loads(f.read_text())
+    info["model_config"]["n_layers"] = 3
+    f.write_text(json.dumps(info))
+    _one_line_error(sigprop("train", "--resume", str(copy)), "another model", "n_layers")
+
+
+@pytest.mark.parametrize("change", ["n_layers=3", "vocab_size=280"])
+def test_a_checkpoint_of_another_model_or_vocabulary_is_refused_in_one_line(corpus, run, tmp_path, change):
+    other = tmp_path / "other"
+    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=(change,)), "--out", str(other))
+    assert done.returncode == 0, done.stderr
+    copy = _copy(run, tmp_path)
+    for suffix in ("json", "safetensors"):  # the foreign checkpoint, renamed to be the newest
+        shutil.copy(other / f"ckpt-00000004.{suffix}", copy / f"ckpt-00000009.{suffix}")
+    info = json.loads((copy / "ckpt-00000009.json").read_text())
+    info["tensors_file"] = "ckpt-00000009.safetensors"
+    (copy / "ckpt-00000009.json").write_text(json.dumps(info))
+    _one_line_error(sigprop("train", "--resume", str(copy)), "another model", change.split("=")[0])
+
+
+def test_a_foreign_tensors_file_is_refused_before_torch_sees_it(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    path = latest_checkpoint(copy)
+    config = config_from_dict(json.loads(path.read_text())["model_config"])
+    wrong = {k: (1,) for k in Transformer(config).state_dict()}
+    with pytest.raises(CheckpointError, match="does not fit the model"):
+        load_checkpoint(path, config.to_dict(), wrong)
+
+
+def test_a_diverging_run_stops_with_the_step_and_keeps_its_last_good_checkpoint(corpus, tmp_path):
+    out = tmp_path / "diverged"
+    args = tiny_args(corpus, "steps=60", "checkpoint_every=2", "lr=1000", "warmup_steps=0", "clip=none",
+                     "schedule=constant")
+    result = sigprop("train", *args, "--out", str(out))
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    step = int(errors[0].split("step ")[1].split(":")[0])
+    assert "not finite" in errors[0] and "last good checkpoint" in errors[0]
+    path = latest_checkpoint(out)
+    assert path is not None and int(path.stem.split("-")[1]) < step
+    info = json.loads(path.read_text())
+    config = config_from_dict(info["model_config"])
+    model = Transformer(config)
+    ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    model.load_state_dict(model_state(ck))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == step and last["non_finite"] in ("loss", "gradient norm")
+
+
+def test_a_model_that_overflows_at_initialisation_gets_the_theory_s_hint(corpus, tmp_path):
+    args = tiny_args(corpus, "steps=3", model=("init=deepnorm", "n_layers=40", "dropout=0"))
+    result = sigprop("train", *args, "--out", str(tmp_path / "deepnet"))
+    assert result.returncode == 3
+    assert "step 1: the loss is not finite" in result.stderr and "--set init=dslm" in result.stderr

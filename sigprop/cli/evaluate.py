@@ -4,6 +4,7 @@ a thin wrapper over :func:`sigprop.train.fp8.evaluate_run`."""
 from __future__ import annotations
 
 from pathlib import Path
+
 import typer
 
 from .options import JsonOut

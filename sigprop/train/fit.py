@@ -206,7 +206,7 @@ def _divergence_hint(model_config) -> str:
 def _residual_scales(model) -> list[float] | None:
     from ..components.residual import Residual
 
-    betas = [float(m.beta) for m in model.modules()
+    betas = [float(m.beta.detach()) for m in model.modules()
              if isinstance(m, Residual) and isinstance(m.beta, torch.nn.Parameter)]
     return betas or None
 

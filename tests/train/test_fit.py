@@ -1,0 +1,77 @@
+"""The library call behind ``sigprop train``: every kind of model trains on its objective (the validation loss
+falls), tracking records the statistics without changing the training by one bit, and the figures are written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sigprop.train import TrainConfig, fit
+from sigprop.train.presets import resolve_train_configs
+from sigprop.train.tracking import read_track
+from tests.helpers import run_cli
+
+from .conftest import TINY_MODEL, TINY_TRAIN
+
+
+def _configs(corpus, *train, model=()):
+    return resolve_train_configs(None, (), [*TINY_MODEL, *model], [*TINY_TRAIN, f"data={corpus}", *train])
+
+
+def _losses(run_dir):
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("model", [("arch=decoder",), ("arch=encoder", "norm_position=post"),
+                                   ("arch=encoder_decoder", "n_decoder_layers=2")])
+def test_each_token_objective_lowers_the_validation_loss(corpus, tmp_path, model):
+    m, t = _configs(corpus, "steps=40", "eval_every=20", "eval_batches=2", "lr=3e-3", model=model)
+    result = fit(m, t, tmp_path / "run")
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert result.steps_done == 40 and result.stopped is None
+    # it falls, and below log V: better than a uniform guess over the vocabulary
+    assert result.validation["val_loss"] < min(run["initial_validation"]["val_loss"], math.log(m.vocab_size))
+    assert {p.name for p in result.figures} == {"curves.png"}
+    assert (tmp_path / "run" / "model_config.json").exists() and (tmp_path / "run" / "train_config.json").exists()
+
+
+def test_a_vit_learns_the_digits(tmp_path):
+    m, t = resolve_train_configs(None, (), ["input=patches", "n_layers=2", "d_model=32", "n_heads=2", "seq_len=64",
+                                            "image_size=32", "patch_size=4", "n_classes=10", "dropout=0"],
+                                 ["steps=40", "batch_size=32", "lr=3e-3", "eval_every=40", "warmup_steps=4"])
+    result = fit(m, t, tmp_path / "vit")
+    assert result.validation["val_acc"] > 0.3  # chance is 0.1
+
+
+def test_tracking_records_without_changing_the_training(corpus, tmp_path):
+    m, t = _configs(corpus, "steps=12")
+    plain = fit(m, t, tmp_path / "plain")
+    tracked = fit(m, t.replace(track_every=4), tmp_path / "tracked")
+    assert _losses(tmp_path / "plain") == _losses(tmp_path / "tracked")
+    track = read_track(tmp_path / "tracked")
+    assert [p["step"] for p in track] == [0, 4, 8, 12]
+    assert all(len(p["fwd_var"]) == m.n_layers and p["diagnosis"]["findings"] for p in track)
+    prediction = json.loads((tmp_path / "tracked" / "track-prediction.json").read_text())
+    assert prediction["layers"] == list(range(m.n_layers))
+    metrics = [json.loads(line) for line in (tmp_path / "tracked" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if "diagnosis" in r] == [4, 8, 12]
+    assert {p.name for p in tracked.figures} == {"curves.png", "track.png"}
+    assert plain.last["loss"] == tracked.last["loss"]
+    figure = tmp_path / "both.png"
+    result = run_cli(["train", "plot", str(tmp_path / "plain"), str(tmp_path / "tracked"), "--out", str(figure)])
+    assert result.exit_code == 0 and figure.stat().st_size > 10_000
+
+
+def test_learnable_residual_scales_are_logged(corpus, tmp_path):
+    m, t = _configs(corpus, "steps=3", model=("learnable_beta=true",))
+    fit(m, t, tmp_path / "beta")
+    last = json.loads((tmp_path / "beta" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert len(last["beta"]) == 2 * m.n_layers  # one per residual branch
+
+
+def test_the_library_refuses_what_is_not_a_config(tmp_path):
+    with pytest.raises(ValueError, match="TrainConfig"):
+        fit(resolve_train_configs("cpu-deep")[0], {"steps": 3}, tmp_path / "x")
+    assert TrainConfig().steps > 0

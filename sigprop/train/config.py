@@ -37,7 +37,8 @@ class TrainConfig:
     the data order and the dropout masks. ``data``: a text file or folder (a folder of images or a ``.npy`` for a
     patch model) instead of the default corpus (the standard library's source; the digits for a patch model).
     ``precision``, ``compile`` (compile one transformer layer and reuse it for every layer of its shape):
-    :mod:`sigprop.train.speed`.
+    :mod:`sigprop.train.speed`. ``tensorboard``: also write the metrics as TensorBoard scalars into
+    ``RUN_DIR/tensorboard`` (needs the ``tensorboard`` extra: ``pip install sigprop[tensorboard]``).
     """
 
     steps: int = 300
@@ -62,6 +63,7 @@ class TrainConfig:
     data: str | None = None
     precision: str = "auto"
     compile: bool = False
+    tensorboard: bool = False
 
     def __post_init__(self):
         check_integer(self, "steps", 1)
@@ -86,8 +88,9 @@ class TrainConfig:
         if self.data is not None and (not isinstance(self.data, str) or not self.data.strip()):
             raise ValueError(f"data must be a path or None (got {self.data!r})")
         check_choice(self, "precision", PRECISIONS)
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile must be true or false (got {self.compile!r})")
+        for name in ("compile", "tensorboard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false (got {getattr(self, name)!r})")
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)

@@ -38,7 +38,7 @@ from .checkpoint import (
 from .config import TrainConfig, train_config_from_dict
 from .data import batch_tokens, make_data, rank_slice, step_generator
 from .distributed import World, all_sum, join_world, leave_world
-from .run_dir import MetricsLog, prepare_new_run, read_run, write_run_files
+from .run_dir import MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
 from .schedule import learning_rate
 from .speed import autocast_for, compile_layers, precision_used
 
@@ -223,6 +223,8 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
         if train_config.batch_size % world.size:
             raise ValueError(f"batch_size {train_config.batch_size} does not split over {world.size} processes")
         _check_memory(model_config, train_config, world)
+        if train_config.tensorboard:
+            TensorBoardScalars.check_available()
         torch.set_flush_denormal(True)
         data = make_data(model_config, train_config, progress=world.main)
         model = seeded_model(model_config, train_config.seed, device=world.device)
@@ -270,6 +272,8 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                 tracker.record(0)
         log = MetricsLog(run_dir, keep_through_step=start if checkpoint_path is not None else None) \
             if world.main else None
+        if log is not None and train_config.tensorboard:
+            log = _Both(log, TensorBoardScalars(run_dir, start))
         result = _loop(net, model, optimizer, data, train_config, world, precision, progress, log, tracker,
                        start, tokens, wall0, run, run_dir, objective_sums)
         if log is not None:
@@ -282,6 +286,21 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
         return FitResult(**{**result.__dict__, "figures": figures, "main": world.main})
     finally:
         leave_world(world)
+
+
+class _Both:
+    """The metrics log and the TensorBoard scalars, written together."""
+
+    def __init__(self, *logs):
+        self.logs = logs
+
+    def write(self, record: dict) -> None:
+        for log in self.logs:
+            log.write(record)
+
+    def close(self) -> None:
+        for log in self.logs:
+            log.close()
 
 
 def _load_optimizer(optimizer, ck, model) -> None:

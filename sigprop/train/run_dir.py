@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.jsonio import write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
-__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog", "read_metrics"]
+__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog", "TensorBoardScalars", "read_metrics"]
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -90,6 +90,35 @@ class MetricsLog:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
+
+
+class TensorBoardScalars:
+    """The numeric metrics of each step as TensorBoard scalars in ``RUN_DIR/tensorboard`` (the ``tensorboard``
+    extra); checked when the run starts, so a missing package is an error before any work."""
+
+    @staticmethod
+    def check_available() -> None:
+        """``ValueError`` when the ``tensorboard`` package is missing."""
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise ValueError("tensorboard=true needs the tensorboard package: pip install 'sigprop[tensorboard]'") \
+                from None
+
+    def __init__(self, run_dir: Path, first_step: int):
+        self.check_available()
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=first_step + 1 or None)
+
+    def write(self, record: dict) -> None:
+        for key, value in record.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and key != "step" \
+                    and math.isfinite(value):
+                self._writer.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def read_metrics(run_dir) -> list[dict]:

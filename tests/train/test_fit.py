@@ -75,3 +75,31 @@ def test_the_library_refuses_what_is_not_a_config(tmp_path):
     with pytest.raises(ValueError, match="TrainConfig"):
         fit(resolve_train_configs("cpu-deep")[0], {"steps": 3}, tmp_path / "x")
     assert TrainConfig().steps > 0
+
+
+def test_tensorboard_scalars_hold_the_metrics(corpus, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    m, t = _configs(corpus, "steps=4", "tensorboard=true")
+    fit(m, t, tmp_path / "tb")
+    events = EventAccumulator(str(tmp_path / "tb" / "tensorboard"))
+    events.Reload()
+    losses = [e.value for e in events.Scalars("loss")]
+    assert losses == pytest.approx(_losses(tmp_path / "tb"), rel=1e-6)  # stored as float32
+    assert {"lr", "grad_norm", "val_loss"} <= set(events.Tags()["scalars"])
+
+
+def test_compile_compiles_one_layer_for_every_layer_of_its_shape(corpus, tmp_path):
+    import torch
+    from torch._dynamo.utils import counters
+
+    m, t = _configs(corpus, "steps=4", "eval_every=4", model=("n_layers=6", "dropout=0"))
+    fit(m, t, tmp_path / "eager")
+    torch._dynamo.reset()
+    counters.clear()
+    fit(m, t.replace(compile=True), tmp_path / "compiled")
+    # six layers, two graphs: one layer in training mode, one in eval mode (the validation), not one per layer
+    assert counters["stats"]["unique_graphs"] == 2
+    eager, compiled = _losses(tmp_path / "eager"), _losses(tmp_path / "compiled")
+    assert compiled == pytest.approx(eager, rel=1e-5)  # fused kernels round differently
+    torch._dynamo.reset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,3 +106,21 @@ def test_sigterm_to_torchrun_checkpoints_and_leaves_no_process(corpus, tmp_path)
     while _processes_mentioning(str(out)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_mentioning(str(out)) == []
+
+
+def test_a_checkpoint_of_one_process_resumes_on_two(corpus, tmp_path):
+    # the global batches are the same whatever the world size; with dropout off only the reduction order changes
+    args = tiny_args(corpus, "steps=8", "checkpoint_every=4", model=("dropout=0",))
+    one = tmp_path / "one"
+    assert sigprop("train", *args, "--out", str(one)).returncode == 0
+    cut = tmp_path / "cut"
+    shutil.copytree(one, cut)
+    for suffix in ("json", "safetensors"):
+        (cut / f"ckpt-00000008.{suffix}").unlink()
+    done = subprocess.run(_torchrun(2, "train", "--resume", str(cut)), capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b = _losses(one), _losses(cut)
+    assert a[:4] == b[:4] and len(b) == 8
+    assert all(abs(x - y) <= RTOL * abs(x) for x, y in zip(a[4:], b[4:], strict=True)), (a, b)
+    assert json.loads((cut / "ckpt-00000008.json").read_text())["world_size"] == 2

@@ -61,11 +61,13 @@ def eval_command(
         table.add_row("delta (fp8 − fp32)", _fmt(result["delta"], "+.4f"), "")
     console.print(table)
     if fp8 is not None:
-        console.print(f"FP8 {fp8} (max {result['fp8_max']:g}), direct cast: activations "
-                      f"{result['activation_overflow_fraction']:.3g} saturated, {result['underflow_fraction']:.3g} "
-                      f"of nonzero values flushed to 0 (largest |x| {_fmt(result['activation_max_abs'], '.3g')}); "
-                      f"weights {result['weight_overflow_fraction']:.3g} saturated, "
-                      f"{result['weight_underflow_fraction']:.3g} flushed to 0.")
+        console.print(f"FP8 {fp8} direct cast (no scaling, max {result['fp8_max']:g}):")
+        console.print(f"  activations: {result['activation_overflow_fraction']:.3g} of values saturated, "
+                      f"{result['underflow_fraction']:.3g} of nonzero values flushed to 0 (largest |x| "
+                      f"{_fmt(result['activation_max_abs'], '.3g')})")
+        console.print(f"  weights:     {result['weight_overflow_fraction']:.3g} of values saturated, "
+                      f"{result['weight_underflow_fraction']:.3g} of nonzero values flushed to 0 (largest |w| "
+                      f"{_fmt(result['weight_max_abs'], '.3g')})")
     else:
         note("float32 only; add --fp8 e4m3 or --fp8 e5m2 for the FP8 direct-cast loss")
     if json_path is not None:

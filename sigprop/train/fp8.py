@@ -206,9 +206,9 @@ def evaluate_run(run_dir, fp8: str | None, device="cpu", batches: int | None = N
     values beyond the range saturate and are counted. On hardware without FP8 matmuls this simulates the rounding
     only.
 
-    Returns a JSON-ready dict: ``checkpoint`` (its file name), ``step``, ``device``, ``batches``, ``batch_size``,
-    ``fp32`` ({"val_loss", "val_ppl"} or {"val_loss", "val_acc"}; None for a non-finite value) and, with ``fp8``,
-    ``format``, ``fp8_<format>`` (the same keys), ``delta`` (FP8 loss − float32 loss),
+    Returns a JSON-ready dict: ``run_dir``, ``checkpoint`` (its file name), ``step``, ``device``, ``batches``,
+    ``batch_size``, ``fp32`` ({"val_loss", "val_ppl"} or {"val_loss", "val_acc"}; None for a non-finite value) and,
+    with ``fp8``, ``format``, ``fp8_max``, ``fp8_<format>`` (the same keys), ``delta`` (FP8 loss − float32 loss),
     ``activation_overflow_fraction`` (of the activation values cast, those beyond the max, saturated),
     ``underflow_fraction`` (of the nonzero activation values, those that became 0), the same two for the weights
     (``weight_overflow_fraction``, ``weight_underflow_fraction``) and the largest magnitudes met

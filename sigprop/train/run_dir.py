@@ -18,7 +18,8 @@ from pathlib import Path
 from ..core.jsonio import write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
-__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog", "TensorBoardScalars", "read_metrics"]
+__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog",
+           "TensorBoardScalars", "read_metrics"]
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"

@@ -13,8 +13,7 @@ collapse to rank one with depth. They are imported on first use, so ``import sig
 from __future__ import annotations
 
 from .core.lazy import lazy_names
-
-__version__ = "0.1.0"
+from .core.versions import VERSION as __version__
 
 #: public name -> the module that defines it
 _PUBLIC = {

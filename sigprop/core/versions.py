@@ -5,16 +5,17 @@ from __future__ import annotations
 import importlib
 import platform
 
-__all__ = ["DEPENDENCIES", "package_versions"]
+__all__ = ["VERSION", "DEPENDENCIES", "package_versions"]
+
+#: sigprop's version (the package exports it as ``sigprop.__version__``).
+VERSION = "0.1.0"
 
 DEPENDENCIES = ("torch", "numpy", "scipy", "typer", "rich", "matplotlib", "safetensors", "tokenizers")
 
 
 def package_versions() -> dict[str, str]:
     """Python's, sigprop's and each dependency's version ("MISSING (…)" for one that does not import)."""
-    from .. import __version__
-
-    out = {"python": platform.python_version(), "sigprop": __version__}
+    out = {"python": platform.python_version(), "sigprop": VERSION}
     for name in DEPENDENCIES:
         try:
             out[name] = getattr(importlib.import_module(name), "__version__", "installed")

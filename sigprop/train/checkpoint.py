@@ -232,7 +232,28 @@ def optimizer_state(checkpoint: Checkpoint, optimizer) -> dict:
             raise CheckpointError(f"checkpoint's optimiser state names parameter {index}, the optimiser has "
                                   f"{n_params}")
         state.setdefault(int(index), {})[name] = value
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for index, values in state.items():
+        for name, value in values.items():
+            if value.dim() and tuple(value.shape) != tuple(params[index].shape):
+                raise CheckpointError(f"checkpoint's optimiser state {index}/{name} has shape {tuple(value.shape)}, "
+                                      f"its parameter {tuple(params[index].shape)}")
     return {"state": state, "param_groups": fresh["param_groups"]}
 
 
-__all__ += ["model_state", "optimizer_state"]
+def restore_model(path, model, model_config, data_meta: dict, train_config=None) -> Checkpoint:
+    """Load the checkpoint whose JSON is ``path`` into ``model`` after every check: :func:`load_checkpoint` against
+    ``model_config`` and the model's tensors, the data it was trained on against ``data_meta`` (the corpus, its
+    tokenizer or the images changed since?), and with ``train_config`` the training config it was written under.
+    Returns the checkpoint (for the optimiser's state and the generators'); ``CheckpointError`` otherwise."""
+    ck = load_checkpoint(path, model_config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    if train_config is not None and ck.info.get("train_config") != train_config.to_dict():
+        raise CheckpointError(f"checkpoint {path} was written under another training config")
+    if ck.info.get("data") != data_meta:
+        raise CheckpointError(f"checkpoint {path} was trained on other data (the corpus, its tokenizer or the images "
+                              "changed since)")
+    model.load_state_dict(model_state(ck))
+    return ck
+
+
+__all__ += ["model_state", "optimizer_state", "restore_model"]

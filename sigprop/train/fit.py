@@ -27,17 +27,16 @@ import torch
 
 from ..core.errors import TrainingDiverged
 from .checkpoint import (
-    CheckpointError,
     latest_checkpoint,
-    load_checkpoint,
-    model_state,
     optimizer_state,
+    restore_model,
     restore_rng,
     save_checkpoint,
 )
 from .config import TrainConfig, train_config_from_dict
 from .data import batch_tokens, make_data, rank_slice, step_generator
 from .distributed import World, all_sum, join_world, leave_world
+from .evaluation import evaluate
 from .run_dir import MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
 from .schedule import learning_rate
 from .speed import autocast_for, compile_layers, precision_used
@@ -166,25 +165,9 @@ class _Signals:
 
 
 def _evaluate(model, data, train_config, world: World, precision: str) -> dict:
-    """Validation loss (and perplexity, or accuracy for images) on the fixed held-out batches, in eval mode."""
-    from ..model.objective import objective_sums
-
-    was_training = model.training
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=world.device)
-    with torch.no_grad(), autocast_for(precision, world.device):
-        for batch in data.val_batches(train_config.eval_batches, train_config.batch_size, world.rank, world.size):
-            total, count, correct = objective_sums(model, _to(batch, world.device))
-            totals += torch.stack([total.double(), count.double(), correct.double()])
-    model.train(was_training)
-    total, count, correct = all_sum(world, *totals).tolist()
-    loss = total / count if count else math.nan
-    out = {"val_loss": loss}
-    if data.is_images:
-        out["val_acc"] = correct / count if count else math.nan
-    else:
-        out["val_ppl"] = math.exp(loss) if loss < 700 else math.inf
-    return out
+    """The validation on this process's share of the fixed held-out batches, added over the processes."""
+    batches = data.val_batches(train_config.eval_batches, train_config.batch_size, world.rank, world.size)
+    return evaluate(model, batches, world.device, data.is_images, precision, world)
 
 
 def _divergence_hint(model_config) -> str:
@@ -231,15 +214,8 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
         optimizer = make_optimizer(model, train_config, world.device)
         start, tokens, wall0, initial = 0, 0, 0.0, None
         if checkpoint_path is not None:
-            ck = load_checkpoint(checkpoint_path, model_config.to_dict(),
-                                 {k: tuple(v.shape) for k, v in model.state_dict().items()})
-            if ck.info.get("train_config") != train_config.to_dict():
-                raise CheckpointError(f"checkpoint {checkpoint_path} was written under another training config")
-            if ck.info.get("data") != data.meta():
-                raise CheckpointError(f"checkpoint {checkpoint_path} was trained on other data (the corpus, its "
-                                      "tokenizer or the images changed since)")
-            model.load_state_dict(model_state(ck))
-            _load_optimizer(optimizer, ck, model)
+            ck = restore_model(checkpoint_path, model, model_config, data.meta(), train_config)
+            optimizer.load_state_dict(optimizer_state(ck, optimizer))
             restore_rng(ck.tensors, ck.info["rng"])
             start, tokens, wall0 = ck.step, int(ck.info.get("tokens", 0)), float(ck.info.get("wall", 0.0))
         precision = precision_used(train_config, world.device)
@@ -301,17 +277,6 @@ class _Both:
     def close(self) -> None:
         for log in self.logs:
             log.close()
-
-
-def _load_optimizer(optimizer, ck, model) -> None:
-    state = optimizer_state(ck, optimizer)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    for index, values in state["state"].items():
-        for key in ("exp_avg", "exp_avg_sq"):
-            if key in values and tuple(values[key].shape) != tuple(params[index].shape):
-                raise CheckpointError(f"checkpoint's optimiser state {index}/{key} has shape {tuple(values[key].shape)}"
-                                      f", its parameter {tuple(params[index].shape)}")
-    optimizer.load_state_dict(state)
 
 
 @dataclass(frozen=True)

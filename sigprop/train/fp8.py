@@ -170,23 +170,10 @@ def _finite(x: float) -> float | None:
 
 
 def _validation(model, batches: list[dict], device: torch.device, is_images: bool) -> dict:
-    """Validation loss (and perplexity, or accuracy for images) of ``model`` on ``batches``, in float32 and eval
-    mode, summed as the trainer sums it (:func:`sigprop.train.fit` ``_evaluate``: float64 totals over batches)."""
-    from ..model.objective import objective_sums
+    """:func:`sigprop.train.evaluation.evaluate` in float32, a value that is not finite as None."""
+    from .evaluation import evaluate
 
-    totals = torch.zeros(3, dtype=torch.float64, device=device)
-    with torch.no_grad():
-        for batch in batches:
-            total, count, correct = objective_sums(model, {k: v.to(device) for k, v in batch.items()})
-            totals += torch.stack([total.double(), count.double(), correct.double()])
-    total, count, correct = totals.tolist()
-    loss = total / count if count else math.nan
-    out = {"val_loss": loss if math.isfinite(loss) else None}
-    if is_images:
-        out["val_acc"] = correct / count if count else None
-    else:
-        out["val_ppl"] = math.exp(loss) if math.isfinite(loss) and loss < 700 else None
-    return out
+    return {k: _finite(v) for k, v in evaluate(model, batches, device, is_images).items()}
 
 
 def evaluate_run(run_dir, fp8: str | None, device="cpu", batches: int | None = None) -> dict:
@@ -219,7 +206,7 @@ def evaluate_run(run_dir, fp8: str | None, device="cpu", batches: int | None = N
     from ..core.devices import check_device
     from ..model.config import config_from_dict
     from ..model.transformer import seeded_model
-    from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, model_state
+    from .checkpoint import latest_checkpoint, restore_model
     from .config import train_config_from_dict
     from .data import make_data
     from .run_dir import read_run
@@ -236,12 +223,8 @@ def evaluate_run(run_dir, fp8: str | None, device="cpu", batches: int | None = N
     model_config = config_from_dict(run["model_config"])
     train_config = train_config_from_dict(run["train_config"])
     model = seeded_model(model_config, train_config.seed, masks=False)
-    ck = load_checkpoint(path, model_config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
     data = make_data(model_config, train_config)
-    if ck.info.get("data") != data.meta():
-        raise CheckpointError(f"checkpoint {path} was trained on other data (the corpus, its tokenizer or the images "
-                              "changed since)")
-    model.load_state_dict(model_state(ck))
+    ck = restore_model(path, model, model_config, data.meta())
     model.to(dev).eval()
     n = train_config.eval_batches if batches is None else batches
     val = data.val_batches(n, train_config.batch_size)

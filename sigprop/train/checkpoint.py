@@ -18,6 +18,7 @@ copied, so a truncated, tampered or foreign checkpoint is a one-line ``Checkpoin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -156,6 +157,25 @@ def latest_checkpoint(run_dir) -> Path | None:
     return found[-1] if found else None
 
 
+def _normalised(stored: dict, current: dict, what: str) -> dict:
+    """``stored`` (a config dict from a checkpoint) completed with the fields a later version added, where
+    ``current`` holds them at their defaults: an older checkpoint that lacks a field was written with its default.
+    Fields unknown now are kept, and differ."""
+    defaults = _field_defaults(what)
+    added = {k: v for k, v in current.items() if k not in stored and k in defaults and v == defaults[k]}
+    return {**added, **stored}
+
+
+@functools.cache
+def _field_defaults(what: str) -> dict:
+    from dataclasses import fields
+
+    from ..model.config import TransformerConfig
+    from .config import TrainConfig
+
+    return {f.name: f.default for f in fields(TransformerConfig if what == "model" else TrainConfig)}
+
+
 def _differences(a: dict, b: dict) -> list[str]:
     return [f"{k} {a.get(k)!r} ≠ {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
@@ -193,9 +213,11 @@ def load_checkpoint(path, model_config: dict | None = None, expected_shapes: dic
     except (SafetensorError, ValueError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {path}: {tensors_path.name} is not a valid safetensors file "
                               f"({str(err).splitlines()[0][:120]})") from None
-    if model_config is not None and info["model_config"] != model_config:
-        diff = _differences(info["model_config"], model_config)
-        raise CheckpointError(f"checkpoint {path} was written for another model: {'; '.join(diff[:3])}")
+    if model_config is not None:
+        stored = _normalised(info["model_config"], model_config, "model")
+        if stored != model_config:
+            diff = _differences(stored, model_config)
+            raise CheckpointError(f"checkpoint {path} was written for another model: {'; '.join(diff[:3])}")
     if expected_shapes is not None:
         have = {k[len("model/"):]: tuple(v.shape) for k, v in tensors.items() if k.startswith("model/")}
         want = {k: tuple(v) for k, v in expected_shapes.items()}
@@ -247,8 +269,13 @@ def restore_model(path, model, model_config, data_meta: dict, train_config=None)
     tokenizer or the images changed since?), and with ``train_config`` the training config it was written under.
     Returns the checkpoint (for the optimiser's state and the generators'); ``CheckpointError`` otherwise."""
     ck = load_checkpoint(path, model_config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
-    if train_config is not None and ck.info.get("train_config") != train_config.to_dict():
-        raise CheckpointError(f"checkpoint {path} was written under another training config")
+    if train_config is not None:
+        stored = ck.info.get("train_config")
+        current = train_config.to_dict()
+        if not isinstance(stored, dict) or _normalised(stored, current, "train") != current:
+            diff = _differences(stored if isinstance(stored, dict) else {}, current)
+            raise CheckpointError(f"checkpoint {path} was written under another training config: "
+                                  f"{'; '.join(diff[:3])}")
     if ck.info.get("data") != data_meta:
         raise CheckpointError(f"checkpoint {path} was trained on other data (the corpus, its tokenizer or the images "
                               "changed since)")

@@ -246,6 +246,9 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                 progress.note("tracking: predicting the model's statistics at step 0 from theory ...")
                 tracker.predict_initial()
                 tracker.record(0)
+        if start >= train_config.steps:
+            progress.note(f"the run is complete ({start} of {train_config.steps} steps): nothing to resume")
+            return FitResult(run_dir, start, train_config.steps, None, {}, {}, checkpoint_path, (), world.main)
         log = MetricsLog(run_dir, keep_through_step=start if checkpoint_path is not None else None) \
             if world.main else None
         if log is not None and train_config.tensorboard:

@@ -143,3 +143,14 @@ def test_a_model_that_overflows_at_initialisation_gets_the_theory_s_hint(corpus,
     result = sigprop("train", *args, "--out", str(tmp_path / "deepnet"))
     assert result.returncode == 3
     assert "step 1: the loss is not finite" in result.stderr and "--set init=dslm" in result.stderr
+
+
+def test_a_checkpoint_from_before_a_field_was_added_still_resumes(run, tmp_path):
+    copy = _copy(run, tmp_path)  # a field missing from an older checkpoint was written with its default
+    for name in ("run.json", latest_checkpoint(copy).name):
+        info = json.loads((copy / name).read_text())
+        del info["train_config"]["tensorboard"], info["model_config"]["shaped_gamma"]
+        (copy / name).write_text(json.dumps(info))
+    result = sigprop("train", "--resume", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "the run is complete (6 of 6 steps)" in result.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Annotated
 
@@ -47,6 +48,7 @@ class TrainDisplay:
         self._last_line = 0.0
         self._val = None
         self._rate = None
+        self._recent: deque = deque(maxlen=20)  # (tokens, wall) of the last steps: the rate over them
         self._t0 = time.perf_counter()
 
     def begin(self, total_steps: int, first_step: int) -> None:
@@ -74,9 +76,12 @@ class TrainDisplay:
     def update(self, record: dict) -> None:
         if record.get("val_loss") is not None:
             self._val = record["val_loss"]
-        rate = record.get("tokens_per_s")
-        if rate:
-            self._rate = rate if self._rate is None else 0.9 * self._rate + 0.1 * rate
+        self._recent.append((record["tokens"], record["wall"]))
+        (t0, w0), (t1, w1) = self._recent[0], self._recent[-1]
+        if len(self._recent) > 1 and w1 > w0:
+            self._rate = (t1 - t0) / (w1 - w0)
+        elif record.get("tokens_per_s"):
+            self._rate = record["tokens_per_s"]
         if self._bar is not None:
             self._bar.update(self._task, completed=record["step"], info=self._info(record))
             return
@@ -117,11 +122,11 @@ def _print_result(result) -> None:
                       + (f", validation loss {val['val_loss']:.4f}" if val.get("val_loss") is not None else "")
                       + (f" (perplexity {val['val_ppl']:.4g})" if val.get("val_ppl") is not None else "")
                       + (f" (accuracy {val['val_acc']:.3f})" if val.get("val_acc") is not None else ""))
-    console.print(f"run directory: {result.run_dir}")
+    console.print(f"run directory: {result.run_dir}", highlight=False)
     if result.checkpoint is not None:
-        console.print(f"checkpoint: {result.checkpoint}")
+        console.print(f"checkpoint: {result.checkpoint}", highlight=False)
     for fig in result.figures:
-        console.print(f"figure: {fig}")
+        console.print(f"figure: {fig}", highlight=False)
 
 
 @train_app.callback()

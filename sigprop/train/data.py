@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["TrainData", "TextData", "ImageData", "make_data", "step_generator", "rank_slice", "batch_tokens"]
+__all__ = ["TrainData", "TextData", "ImageData", "make_data", "step_generator", "rank_slice"]
 
 #: Salt of the hash that decides which files (or images) are held out.
 _SPLIT_SALT = b"sigprop-train-split-v1"
@@ -45,21 +45,11 @@ def rank_slice(batch: dict, rank: int, world: int) -> dict:
     return out
 
 
-def batch_tokens(batch: dict) -> int:
-    """Input tokens a batch feeds (an encoder–decoder's decoder side counted too; an image counts its patches as
-    its model's sequence, so this is the number of images times 1 for image batches)."""
-    n = int(batch["inputs"].shape[0] * batch["inputs"].shape[1]) if batch["inputs"].dim() == 2 else \
-        int(batch["inputs"].shape[0])
-    if "decoder_inputs" in batch:
-        n += int(batch["decoder_inputs"].numel())
-    return n
-
-
 class TrainData:
     """The protocol the trainer reads: ``train_batch(step, batch_size, rank, world)`` (rank ``rank``'s share of the
     global batch of step ``step``), ``val_batches(n, batch_size, rank, world)``,
-    ``probe_batch(n)`` (the fixed batch the tracker measures), ``meta()`` (what the run directory records) and
-    ``is_images``."""
+    ``probe_batch(n)`` (the fixed batch the tracker measures), ``tokens(batch)``, ``meta()`` (what the run directory
+    records) and ``is_images``."""
 
     is_images = False
 
@@ -71,6 +61,13 @@ class TrainData:
 
     def probe_batch(self, n: int) -> dict:
         raise NotImplementedError
+
+    def tokens(self, batch: dict) -> int:
+        """The tokens a batch feeds the model: its token ids (an encoder–decoder's decoder side too), or for
+        images their patches."""
+        n = int(batch["inputs"].numel()) if not self.is_images else \
+            int(batch["inputs"].shape[0]) * self.model_config.seq_len
+        return n + (int(batch["decoder_inputs"].numel()) if "decoder_inputs" in batch else 0)
 
     def meta(self) -> dict:
         raise NotImplementedError

@@ -34,7 +34,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import TrainConfig, train_config_from_dict
-from .data import batch_tokens, make_data, rank_slice, step_generator
+from .data import make_data, rank_slice, step_generator
 from .distributed import World, all_sum, join_world, leave_world
 from .evaluation import evaluate
 from .run_dir import MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
@@ -210,6 +210,10 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
             TensorBoardScalars.check_available()
         torch.set_flush_denormal(True)
         data = make_data(model_config, train_config, progress=world.main)
+        if checkpoint_path is None:  # a DSLM ViT's correlation schedule starts from its images' (App. H)
+            from ..analysis.experiment import with_batch_input_correlation
+
+            model_config = with_batch_input_correlation(model_config, data.train_batch(0, train_config.batch_size))
         model = seeded_model(model_config, train_config.seed, device=world.device)
         optimizer = make_optimizer(model, train_config, world.device)
         start, tokens, wall0, initial = 0, 0, 0.0, None
@@ -333,7 +337,7 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
                     f"and {kept}.{_divergence_hint(model.config)}")
             optimizer.step()
             done = step + 1
-            step_tokens = batch_tokens(global_batch)
+            step_tokens = data.tokens(global_batch)
             tokens += step_tokens
             elapsed = time.perf_counter() - t_step
             record = {"step": done, "tokens": tokens, "loss": loss, "lr": lr, "grad_norm": gn,

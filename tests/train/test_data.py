@@ -60,6 +60,7 @@ def test_the_continuation_task_predicts_the_next_window(corpus):
     assert batch["inputs"].shape == batch["decoder_inputs"].shape == batch["labels"].shape == (4, L)
     assert torch.equal(batch["decoder_inputs"][:, 0], batch["inputs"][:, -1])  # the source's last token first
     assert torch.equal(batch["decoder_inputs"][:, 1:], batch["labels"][:, :-1])  # teacher forcing
+    assert data.tokens(batch) == 2 * 4 * L
 
 
 def test_validation_batches_are_fixed_and_held_out(corpus):
@@ -79,3 +80,4 @@ def test_digits_are_split_by_image():
     assert n_val + n_train == 1797 and 0.15 < n_val / 1797 < 0.25
     batch = data.train_batch(0, 16)
     assert batch["inputs"].shape == (16, 1, 32, 32) and batch["labels"].shape == (16,)
+    assert data.tokens(batch) == 16 * 64  # the patches each image feeds the model

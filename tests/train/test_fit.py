@@ -39,10 +39,13 @@ def test_each_token_objective_lowers_the_validation_loss(corpus, tmp_path, model
 
 def test_a_vit_learns_the_digits(tmp_path):
     m, t = resolve_train_configs(None, (), ["input=patches", "n_layers=2", "d_model=32", "n_heads=2", "seq_len=64",
-                                            "image_size=32", "patch_size=4", "n_classes=10", "dropout=0"],
+                                            "image_size=32", "patch_size=4", "n_classes=10", "dropout=0",
+                                            "init=dslm"],
                                  ["steps=40", "batch_size=32", "lr=3e-3", "eval_every=40", "warmup_steps=4"])
     result = fit(m, t, tmp_path / "vit")
     assert result.validation["val_acc"] > 0.3  # chance is 0.1
+    # DeepScaleLM's schedule starts from the images' token correlation, taken from the first batch (App. H)
+    assert 0.0 < json.loads((tmp_path / "vit" / "run.json").read_text())["model_config"]["input_corr"] < 1.0
 
 
 def test_tracking_records_without_changing_the_training(corpus, tmp_path):

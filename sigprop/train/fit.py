@@ -37,9 +37,10 @@ from .config import TrainConfig, train_config_from_dict
 from .data import make_data, rank_slice, step_generator
 from .distributed import World, all_sum, join_world, leave_world
 from .evaluation import evaluate
-from .run_dir import MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
+from .run_dir import METRICS_FILE, MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
 from .schedule import learning_rate
 from .speed import autocast_for, compile_layers, precision_used
+from .tracking import TRACK_FILE, Tracker
 
 __all__ = ["fit", "resume", "FitResult", "TrainProgress"]
 
@@ -109,16 +110,22 @@ def fit(model_config, train_config: TrainConfig, run_dir, *, device: str | None 
 def resume(run_dir, *, device: str | None = None, progress: TrainProgress | None = None,
            command: str | None = None) -> FitResult:
     """Continue the run in ``run_dir`` from its newest checkpoint, exactly (module docstring), on ``device``
-    (default: the device it ran on). ``ValueError`` when the folder holds no run or no checkpoint;
+    (default: the device it ran on); a run stopped before its first checkpoint starts again from step 0 (the same
+    run: its start is a function of its configs). ``ValueError`` when the folder holds no run;
     :class:`~sigprop.train.checkpoint.CheckpointError` when the checkpoint is truncated, tampered with or foreign."""
     from ..model.config import config_from_dict
 
     run = read_run(run_dir)
     path = latest_checkpoint(run_dir)
-    if path is None:
-        raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to resume (start it again with --out)")
     model_config = config_from_dict(run["model_config"])
     train_config = train_config_from_dict(run["train_config"])
+    for partial in Path(run_dir).glob(".ckpt-*.tmp"):  # a checkpoint whose writing was cut short
+        partial.unlink(missing_ok=True)
+    if path is None:  # killed before its first checkpoint: step 0 is the run's start, which is deterministic
+        for name in (METRICS_FILE, TRACK_FILE):
+            (Path(run_dir) / name).unlink(missing_ok=True)
+        if progress is not None:
+            progress.note(f"{run_dir} holds no checkpoint yet: starting it again from step 0")
     return _run(model_config, train_config, Path(run_dir), device or run.get("device"), progress, path, command)
 
 
@@ -226,8 +233,6 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
         run = {"model_config": model_config.to_dict(), "train_config": train_config.to_dict(), "data": data.meta(),
                "device": str(world.device) if world.size == 1 else world.device.type, "world_size": world.size,
                "precision": precision, "versions": package_versions(), "command": command}
-        if world.main and checkpoint_path is None:
-            write_run_files(run_dir, run)
         if train_config.compile:
             compile_layers(model)
         net = model
@@ -238,8 +243,6 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                                           else None)
         tracker = None
         if train_config.track_every is not None and world.main:
-            from .tracking import Tracker
-
             tracker = Tracker(model, data.probe_batch(train_config.track_batch), run_dir, train_config.seed,
                               resume_step=start if checkpoint_path is not None else None)
         if checkpoint_path is None:

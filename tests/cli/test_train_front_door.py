@@ -3,8 +3,6 @@ tokenizer trained, no model built, nothing written into the run directory."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.cli.test_front_door import refused
@@ -54,9 +52,11 @@ def test_resume_with_other_options(tmp_path):
     refused(["train", "--resume", str(tmp_path), "--set", "n_layers=3"], "--resume")
 
 
-def test_resume_of_a_run_without_checkpoint(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps({"model_config": {}, "train_config": {}}))
-    refused(["train", "--resume", str(tmp_path)], "no checkpoint")
+def test_resume_of_a_run_whose_run_json_is_damaged(tmp_path):
+    (tmp_path / "run.json").write_text('{"model_config": {"n_layers": 0}, "train_config": {}}')
+    refused(["train", "--resume", str(tmp_path)], "n_layers")
+    (tmp_path / "run.json").write_text('{"model_config": ')
+    refused(["train", "--resume", str(tmp_path)], "unreadable")
 
 
 def test_an_unwritable_run_directory(tmp_path):

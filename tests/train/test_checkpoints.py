@@ -154,3 +154,18 @@ def test_a_checkpoint_from_before_a_field_was_added_still_resumes(run, tmp_path)
     result = sigprop("train", "--resume", str(copy))
     assert result.returncode == 0, result.stderr
     assert "the run is complete (6 of 6 steps)" in result.stderr
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(run, tmp_path):
+    copy = _copy(run, tmp_path)
+    for f in copy.glob("ckpt-*"):
+        f.unlink()
+    (copy / ".ckpt-00000003.safetensors.x.tmp").write_bytes(b"cut short")
+    (copy / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    result = sigprop("train", "--resume", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "starting it again from step 0" in result.stderr
+    assert (copy / "metrics.jsonl").read_text().count("\n") == 6
+    losses = [json.loads(line)["loss"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert losses == [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert not list(copy.glob(".ckpt-*.tmp"))

@@ -354,6 +354,8 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
                 record["beta"] = betas
             if tracker is not None and done % tc.track_every == 0:
                 record["diagnosis"] = tracker.record(done)
+                if record["diagnosis"]["flagged_findings"]:  # seen before the loss shows it, if it ever does
+                    progress.note(f"step {done}, tracked: {record['diagnosis']['flagged_findings'][0]}")
             if log is not None:
                 log.write(record)
             last = record

@@ -72,7 +72,8 @@ class Tracker:
             profile = measure(self.model, self.batch)
         self.model.train(was_training)
         diagnosis = diagnose(profile)
-        summary = {"flagged": diagnosis.flagged, "findings": diagnosis.lines(), "hint": diagnosis.hint}
+        summary = {"flagged": diagnosis.flagged, "findings": diagnosis.lines(),
+                   "flagged_findings": [f.describe() for f in diagnosis.findings if f.flagged], "hint": diagnosis.hint}
         line = finite_or_null({"step": step, **_columns(profile), "diagnosis": summary})
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, allow_nan=False) + "\n")

@@ -13,7 +13,7 @@ from sigprop.train.presets import resolve_train_configs
 from sigprop.train.tracking import read_track
 from tests.helpers import run_cli
 
-from .conftest import TINY_MODEL, TINY_TRAIN
+from .conftest import TINY_MODEL, TINY_TRAIN, sigprop, tiny_args
 
 
 def _configs(corpus, *train, model=()):
@@ -56,6 +56,7 @@ def test_tracking_records_without_changing_the_training(corpus, tmp_path):
     track = read_track(tmp_path / "tracked")
     assert [p["step"] for p in track] == [0, 4, 8, 12]
     assert all(len(p["fwd_var"]) == m.n_layers and p["diagnosis"]["findings"] for p in track)
+    assert all(set(p["diagnosis"]["flagged_findings"]) <= set(p["diagnosis"]["findings"]) for p in track)
     prediction = json.loads((tmp_path / "tracked" / "track-prediction.json").read_text())
     assert prediction["layers"] == list(range(m.n_layers))
     metrics = [json.loads(line) for line in (tmp_path / "tracked" / "metrics.jsonl").read_text().splitlines()]
@@ -106,3 +107,11 @@ def test_compile_compiles_one_layer_for_every_layer_of_its_shape(corpus, tmp_pat
     eager, compiled = _losses(tmp_path / "eager"), _losses(tmp_path / "compiled")
     assert compiled == pytest.approx(eager, rel=1e-5)  # fused kernels round differently
     torch._dynamo.reset()
+
+
+def test_a_flagged_track_point_is_shown_while_the_run_goes_on(corpus, tmp_path):
+    # DeepNet's skip scale compounds in a Pre-LN stack: the forward variance explodes, the final norm hides it
+    args = tiny_args(corpus, "steps=2", "track_every=2", model=("init=deepnorm", "n_layers=8", "dropout=0"))
+    result = sigprop("train", *args, "--out", str(tmp_path / "flagged"))
+    assert result.returncode == 0, result.stderr
+    assert "step 2, tracked: forward variance explodes" in result.stderr

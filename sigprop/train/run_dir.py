@@ -71,16 +71,17 @@ def _clean(value):
 
 
 class MetricsLog:
-    """``metrics.jsonl``, appended one line per step and flushed. Opening it for a resumed run first keeps only the
-    lines up to the checkpoint's step (a killed run may have logged steps past its last checkpoint), rewriting the
-    file atomically."""
+    """``metrics.jsonl``, appended one line per step and flushed (a new run starts it empty). Opening it for a
+    resumed run first keeps only the lines up to the checkpoint's step (a killed run may have logged steps past its
+    last checkpoint), rewriting the file atomically."""
 
     def __init__(self, run_dir: Path, keep_through_step: int | None = None):
         self.path = Path(run_dir) / METRICS_FILE
         if keep_through_step is not None:
             kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= keep_through_step]
             write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the run
+        mode = "w" if keep_through_step is None else "a"  # a new run starts an empty log
+        self._file = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 - held open for the run
 
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(_clean(record), allow_nan=False) + "\n")

@@ -46,7 +46,9 @@ class Tracker:
         self.run_dir = Path(run_dir)
         self.seed = seed
         self.path = self.run_dir / TRACK_FILE
-        if resume_step is not None:
+        if resume_step is None:  # a new run starts an empty file
+            self.path.unlink(missing_ok=True)
+        else:
             kept = [r for r in read_track(self.run_dir) if r["step"] <= resume_step]
             write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
 

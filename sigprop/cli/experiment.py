@@ -1,0 +1,77 @@
+"""``sigprop experiment NAME``: run one of the papers' training experiments (``--list`` shows them with their cost).
+Parses, calls :func:`sigprop.experiments.run.run_experiment`, prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .options import Overrides
+from .terminal import console
+
+__all__ = ["experiment_command"]
+
+
+def _say(text: str) -> None:
+    import time
+
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+    sys.stderr.flush()
+
+
+def _list() -> None:
+    from rich.table import Table
+
+    from ..experiments.catalog import EXPERIMENTS
+    from ..experiments.run import estimate
+
+    table = Table(title="experiments (cost: runs, tokens, and on a CPU single-thread core-hours, roughly)",
+                  title_justify="left")
+    for col in ("experiment", "question", "cpu", "gpu", "paper"):
+        table.add_column(col)
+    for name, e in EXPERIMENTS.items():
+        cells = []
+        for scale in ("cpu", "gpu", "paper"):
+            if scale not in e.scales:
+                cells.append("–")
+                continue
+            est = estimate(name, scale)
+            hours = f", ~{est['cpu_core_hours']:.2g} core-h" if scale == "cpu" else ""
+            cells.append(f"{est['runs']} runs, {est['tokens']:.2g} tokens{hours}")
+        table.add_row(name, e.question, *cells)
+    console.print(table)
+
+
+def experiment_command(
+    name: Annotated[str, typer.Argument(help="The experiment (see --list).")] = None,
+    scale: Annotated[str, typer.Option(help="cpu (this machine), gpu (one GPU per run) or paper (documented, not "
+                                       "run).")] = "cpu",
+    seeds: Annotated[int, typer.Option(help="Seeds per model at its best rate, >= 1 (default: the scale's).")] = None,
+    out: Annotated[Path, typer.Option(help="The experiment's folder (default experiments/NAME-SCALE); an "
+                                      "interrupted experiment continues where it stopped.")] = None,
+    workers: Annotated[int, typer.Option(help="Runs at a time (default: one single-thread run per CPU core, or "
+                                         "one per GPU).")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    overrides: Overrides = None,
+    train_overrides: Annotated[list[str], typer.Option("--train-set", help="Override a TrainConfig field of every "
+                                                       "run, e.g. --train-set data=~/corpus.")] = None,
+    list_experiments: Annotated[bool, typer.Option("--list", help="List the experiments and their cost.")] = False,
+) -> None:
+    """Reproduce a training claim of the papers: every model at every learning rate of its grid, the best rate's
+    other seeds, each run's fate (trained, stalled, diverged), a table and a figure."""
+    if list_experiments:
+        _list()
+        return
+    if name is None:
+        raise ValueError("name an experiment (sigprop experiment --list)")
+    from ..experiments.run import run_experiment
+
+    result = run_experiment(name, scale, seeds, out, workers, device, overrides or (), train_overrides or (),
+                            say=_say, command=" ".join(["sigprop", *sys.argv[1:]]))
+    for path in result.files:
+        console.print(f"{path.suffix[1:]}: {path}", highlight=False)
+    if result.stopped:
+        raise typer.Exit(143)

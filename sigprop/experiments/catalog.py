@@ -1,0 +1,83 @@
+"""The experiments: each reproduces a training claim of the papers at the largest scale this project can honestly
+reach (Kedia et al. arXiv section and table numbers)."""
+
+from __future__ import annotations
+
+from .spec import Experiment, ModelSpec, Scale
+
+__all__ = ["EXPERIMENTS", "get_experiment"]
+
+
+def _depth_models(shapes, heads, lrs, base_name=""):
+    """Every shape under Xavier and DeepScaleLM, Pre-LN and Post-LN."""
+    models = []
+    for norm in ("pre", "post"):
+        for init in ("xavier", "dslm"):
+            for (n, d), h in zip(shapes, heads, strict=True):
+                models.append(ModelSpec(f"{n}x{d} {init} {norm}-LN{base_name}",
+                                        dict(n_layers=n, d_model=d, n_heads=h, norm_position=norm, init=init), lrs))
+    return tuple(models)
+
+
+_CPU_TRAIN = dict(batch_size=32, warmup_steps=100, schedule="cosine", final_lr_fraction=0.1, clip=1.0,
+                  weight_decay=0.01, eval_every=200, eval_batches=8, checkpoint_every=200, keep_checkpoints=1)
+
+DEPTH = Experiment(
+    name="depth",
+    question="At a constant number of non-embedding parameters (N·d²), does a deep-thin DeepScaleLM model reach a "
+             "lower validation loss than the shallow-wide baseline at the same tokens, and do the Xavier baselines "
+             "train at depth?",
+    reference="Kedia et al. Sec. 4.2, Tables 4, 5 and 8 (causal LM here; masked LM in `depth-mlm`)",
+    scales={
+        "cpu": Scale(
+            models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3)),
+            base_model=dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0),
+            train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
+            note="2 CPU cores, one single-thread run per core; ~0.4 M non-embedding parameters per model, 20 tokens "
+                 "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions."),
+        "gpu": Scale(
+            models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3)),
+            base_model=dict(arch="decoder", vocab_size=8192, seq_len=256, max_len=256, dropout=0.0),
+            train={**_CPU_TRAIN, "batch_size": 64, "eval_every": 500, "checkpoint_every": 1000},
+            tokens_per_parameter=20.0, seeds=2,
+            note="one GPU per run; ~6.3 M non-embedding parameters per model."),
+        "paper": Scale(
+            models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)),
+            base_model=dict(arch="decoder", vocab_size=32768, seq_len=512, max_len=512, dropout=0.1),
+            train={**_CPU_TRAIN, "batch_size": 256, "warmup_steps": 2000, "eval_every": 2000,
+                   "checkpoint_every": 2000},
+            tokens_per_parameter=40.0, seeds=1,
+            note="the paper's shapes (~150 M non-embedding parameters, ~40 tokens per parameter): documented, not "
+                 "run here."),
+    },
+)
+
+DEPTH_MLM = Experiment(
+    name="depth-mlm",
+    question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
+    reference="Kedia et al. Sec. 4.1, Tables 4 and 5 (BERT, masked LM)",
+    scales={name: Scale(models=s.models, base_model={**s.base_model, "arch": "encoder"}, train=s.train,
+                        tokens_per_parameter=s.tokens_per_parameter, seeds=s.seeds, note=s.note)
+            for name, s in DEPTH.scales.items()},
+)
+
+SMOKE = Experiment(
+    name="smoke",
+    question="Does the experiment runner work on this machine (a minute: two tiny decoders, two rates, two seeds)?",
+    reference="none: a check of the runner",
+    scales={"cpu": Scale(
+        models=(ModelSpec("2x32", dict(n_layers=2, d_model=32, n_heads=2), (3e-3, 1e-2)),
+                ModelSpec("8x16", dict(n_layers=8, d_model=16, n_heads=1), (3e-3, 1e-2))),
+        base_model=dict(arch="decoder", vocab_size=300, seq_len=16, max_len=16, dropout=0.0, init="dslm"),
+        train=dict(batch_size=8, warmup_steps=4, eval_every=10, eval_batches=2, checkpoint_every=10),
+        tokens_per_parameter=8.0, seeds=2, note="tiny models, seconds a run.")},
+)
+
+EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, SMOKE)}
+
+
+def get_experiment(name: str) -> Experiment:
+    """The experiment called ``name``; ``ValueError`` listing them otherwise."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; experiments: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]

@@ -1,0 +1,130 @@
+"""``run_experiment``: the tuning runs, the best rate per model, the other seeds at it, the summary; resumable at
+every point (finished runs are skipped, interrupted ones resumed)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..core.jsonio import write_json_atomic
+from ..core.outputs import check_output_folder
+from .catalog import get_experiment
+from .runner import execute, unigram_loss
+from .spec import ModelSpec, non_embedding_parameters, plan_runs
+from .summary import best_learning_rates, summarise, write_summary
+
+__all__ = ["ExperimentResult", "run_experiment", "estimate"]
+
+#: Tokens per second of one single-thread CPU run, per million (non-embedding + embedding) parameters: a rough
+#: rate for the cost estimate of ``--list`` (measured here: ~12 k tokens/s at 0.4 M + 0.26 M parameters).
+_CPU_TOKENS_PER_S_AT_1M = 8_000.0
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What an invocation leaves: the summary (``rows``), the files written, and whether a signal stopped it."""
+
+    summary: dict
+    files: tuple[Path, ...]
+    stopped: bool
+
+
+def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
+    """The experiment with ``--set`` applied to every model's config and ``--train-set`` to the shared training
+    (each validated by its dataclass)."""
+    from ..model.config import apply_overrides, config_from_dict
+    from ..train.config import apply_train_overrides, train_config_from_dict
+
+    scale = experiment.scale(scale_name)
+    if not overrides and not train_overrides:
+        return experiment
+    models = tuple(ModelSpec(m.name, apply_overrides(config_from_dict({**scale.base_model, **m.model}),
+                                                     list(overrides or ())).to_dict(), m.lrs) for m in scale.models)
+    train = apply_train_overrides(train_config_from_dict(scale.train), train_overrides).to_dict()
+    return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
+
+
+def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=None, workers: int | None = None,
+                   device: str = "cpu", overrides=(), train_overrides=(), say=print,
+                   command: str = "") -> ExperimentResult:
+    """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
+    (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
+    CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
+    finished before are skipped and interrupted ones resumed. ``ValueError`` on bad input, before any run."""
+    experiment = get_experiment(name)
+    if scale == "paper":
+        raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
+                         "table.md: it is not run here (use cpu or gpu)")
+    experiment = _with_overrides(experiment, scale, overrides, train_overrides)
+    spec = experiment.scale(scale)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda (got {device!r})")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: CUDA is not available on this machine")
+        available = torch.cuda.device_count()
+    else:
+        available = os.cpu_count() or 1
+    workers = available if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= max(available, 1) * 4:
+        raise ValueError(f"--workers must be an integer in [1, {max(available, 1) * 4}] (got {workers!r})")
+    out = check_output_folder(Path(out) if out is not None else Path("experiments") / f"{name}-{scale}", "--out")
+    tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
+    params = {m.name: non_embedding_parameters(_config(spec, m)) for m in spec.models}
+    tokens = {}
+    for run in tuning:
+        tokens.setdefault(run.model_name, run.train_config["steps"] * run.train_config["batch_size"]
+                          * run.model_config["seq_len"] * (2 if run.model_config["arch"] == "encoder_decoder" else 1))
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "experiment.json", {"experiment": name, "scale": scale, "command": command,
+                                                "runs_planned": len(tuning), "seeds": seeds or spec.seeds})
+    say(f"{name} at {scale} scale: {len(spec.models)} models × {len({r.lr for r in tuning})} rates (tuning, seed 0), "
+        f"then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a time; into {out}")
+    unigram = {}
+    cache: dict = {}
+    for run in tuning:
+        key = (run.model_config["vocab_size"], run.train_config["data"], run.train_config["val_fraction"],
+               run.model_config["input"])
+        if key not in cache:
+            cache[key] = unigram_loss(run.model_config, run.train_config)
+        unigram[run.model_name] = cache[key]
+    margin = experiment.stall_margin
+    results, stopped = execute(tuning, out, workers, device, unigram, margin, say)
+    if not stopped:
+        rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
+        more, stopped = execute(rest, out, workers, device, unigram, margin, say)
+        results = results + more
+    summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
+    files = write_summary(summary, out, results)
+    return ExperimentResult(summary, files, stopped)
+
+
+def _config(scale, model: ModelSpec):
+    from ..model.config import config_from_dict
+
+    return config_from_dict({**scale.base_model, **model.model})
+
+
+def estimate(name: str, scale: str) -> dict:
+    """The size of experiment ``name`` at ``scale``: models, runs (tuning + other seeds), tokens, and on a CPU a
+    rough single-thread wall time (:data:`_CPU_TOKENS_PER_S_AT_1M`), for ``--list``."""
+    from ..model.size import parameter_count
+
+    experiment = get_experiment(name)
+    spec = experiment.scale(scale)
+    runs = plan_runs(experiment, scale)
+    n_runs = len(runs) + len(spec.models) * (spec.seeds - 1)
+    total_tokens, cpu_seconds = 0.0, 0.0
+    for m in spec.models:
+        config = _config(spec, m)
+        per_run = spec.tokens_per_parameter * non_embedding_parameters(config)
+        count = len(m.lrs) + spec.seeds - 1
+        total_tokens += per_run * count
+        rate = _CPU_TOKENS_PER_S_AT_1M / max(parameter_count(config) / 1e6, 1e-3)
+        cpu_seconds += per_run * count / rate
+    return {"models": len(spec.models), "runs": n_runs, "tokens": total_tokens,
+            "cpu_core_hours": cpu_seconds / 3600 if math.isfinite(cpu_seconds) else None}

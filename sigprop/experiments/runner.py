@@ -1,0 +1,208 @@
+"""Runs an experiment's training runs as parallel processes and records each one's fate.
+
+Each run is ``sigprop train`` in a process of its own (``python -m sigprop train --config SPEC --out DIR``): one
+single-threaded process per CPU core (two single-thread runs beat one two-thread run on this kind of machine) or one
+per GPU (``CUDA_VISIBLE_DEVICES``). A run whose directory holds a fate is skipped; one that was interrupted is
+resumed (``--resume``: exactly, from its last checkpoint). SIGINT or SIGTERM is passed on to the runs, which
+checkpoint and stop; the next invocation continues them.
+
+Fates: "trained" (the final validation loss is at least the experiment's margin below the unigram loss of the
+validation text), "stalled" (it is not: the model learned nothing beyond token frequencies), "diverged" (the loss or
+gradient stopped being finite: the step and the trainer's message are kept), "failed" (anything else, with the last
+error line). An interrupted run gets no fate and is resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..core.jsonio import write_json_atomic
+from .spec import RunSpec
+
+__all__ = ["RunResult", "execute", "unigram_loss", "FATES", "FATE_FILE"]
+
+FATES = ("trained", "stalled", "diverged", "failed")
+FATE_FILE = "fate.json"
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: its spec's fields, its ``fate`` and ``detail`` (why, for a run that did not train), its final
+    validation loss, the steps and tokens it ran, its wall time, and its validation curve [(tokens, loss)]."""
+
+    run_id: str
+    model_name: str
+    seed: int
+    lr: float
+    tuning: bool
+    fate: str
+    detail: str
+    final_val: float | None
+    steps: int
+    tokens: int
+    wall: float
+    curve: list
+
+
+def unigram_loss(model_config: dict, train_config: dict) -> float:
+    """The cross-entropy of the validation text under the training text's token frequencies (add-one smoothed),
+    in nats: what a model that learned only the frequencies scores (for images: ln of the number of classes)."""
+    import numpy as np
+
+    from ..model.config import config_from_dict
+    from ..train.config import train_config_from_dict
+    from ..train.data import make_data
+
+    mc, tc = config_from_dict(model_config), train_config_from_dict(train_config)
+    data = make_data(mc, tc, progress=True)
+    if data.is_images:
+        return math.log(mc.n_classes)
+    counts = np.bincount(data.train_ids.astype(np.int64), minlength=mc.vocab_size).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[data.val_ids.astype(np.int64)].mean())
+
+
+def _fate_of(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / FATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    from ..train.run_dir import read_metrics
+
+    return read_metrics(run_dir)
+
+
+def _last_error(log: Path) -> str:
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors[-1] if errors else (lines[-1] if lines else ""))[:500]
+
+
+def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, margin: float, wall: float):
+    metrics = _metrics(run_dir)
+    curve = [(m["tokens"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None and "tokens" in m]
+    last = metrics[-1] if metrics else {}
+    final = curve[-1][1] if curve else None
+    if code == 0:
+        if final is None or not math.isfinite(final):
+            fate, detail = "failed", "no final validation loss"
+        elif final > unigram - margin:
+            fate, detail = "stalled", f"final validation loss {final:.4f} ≥ unigram loss {unigram:.4f} − {margin:g}"
+        else:
+            fate, detail = "trained", ""
+    elif code == 3:
+        fate, detail = "diverged", _last_error(log).removeprefix("error: ")
+    else:
+        fate, detail = "failed", f"exit status {code}: {_last_error(log)}"
+    return RunResult(spec.run_id, spec.model_name, spec.seed, spec.lr, spec.tuning, fate, detail, final,
+                     int(last.get("step", 0)), int(last.get("tokens", 0) or 0), wall, curve)
+
+
+def _result_from(record: dict) -> RunResult:
+    return RunResult(**{**record, "curve": [tuple(p) for p in record["curve"]]})
+
+
+class _Launched:
+    def __init__(self, spec: RunSpec, proc: subprocess.Popen, log, started: float):
+        self.spec, self.proc, self.log, self.started = spec, proc, log, started
+
+
+def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
+    run_dir = out / spec.run_id
+    specs = out / "specs"
+    specs.mkdir(parents=True, exist_ok=True)
+    config = specs / f"{spec.run_id}.json"
+    write_json_atomic(config, {"model_config": spec.model_config, "train_config": spec.train_config})
+    if (run_dir / "run.json").exists():
+        args = ["train", "--resume", str(run_dir)]
+    else:
+        args = ["train", "--config", str(config), "--out", str(run_dir), "--device", device]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))}
+    if device == "cpu":
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = open(logs / f"{spec.run_id}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed when the run ends
+    proc = subprocess.Popen([sys.executable, "-m", "sigprop", *args], stdout=log, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    return _Launched(spec, proc, log, time.perf_counter())
+
+
+def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
+            say=print) -> tuple[list[RunResult], bool]:
+    """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
+    those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss."""
+    out = Path(out)
+    results, todo = {}, []
+    for spec in runs:
+        known = _fate_of(out / spec.run_id)
+        if known is not None:
+            results[spec.run_id] = _result_from(known)
+        else:
+            todo.append(spec)
+    if len(results):
+        say(f"{len(results)} of {len(runs)} runs already finished; {len(todo)} to run")
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    running: dict[int, _Launched] = {}
+    done = 0
+    try:
+        while (todo or running) and stop["signal"] is None:
+            free = [slot for slot in range(workers) if slot not in running]
+            while todo and free and stop["signal"] is None:
+                spec, slot = todo.pop(0), free.pop(0)
+                running[slot] = _launch(spec, out, device, slot)
+                say(f"start {spec.run_id}")
+            time.sleep(0.2)
+            for slot, job in list(running.items()):
+                code = job.proc.poll()
+                if code is None:
+                    continue
+                job.log.close()
+                del running[slot]
+                if code in (130, 143, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
+                    say(f"interrupted {job.spec.run_id} (resumed next time)")
+                    continue
+                result = _judge(job.spec, out / job.spec.run_id, code, Path(job.log.name),
+                                unigram[job.spec.model_name], margin, time.perf_counter() - job.started)
+                write_json_atomic(out / job.spec.run_id / FATE_FILE, asdict(result))
+                results[result.run_id] = result
+                done += 1
+                final = "–" if result.final_val is None else f"{result.final_val:.4f}"
+                say(f"{result.fate} {result.run_id}: validation {final}, {result.wall:.0f} s "
+                    f"({done}/{done + len(todo) + len(running)} of this invocation)")
+    finally:
+        for job in running.values():  # a signal: every run checkpoints and stops, to be resumed next time
+            job.proc.send_signal(signal.SIGTERM)
+        for job in running.values():
+            try:
+                job.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                job.proc.kill()
+                job.proc.wait()
+            job.log.close()
+            say(f"interrupted {job.spec.run_id} at its last checkpoint (resumed next time)")
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return [results[s.run_id] for s in runs if s.run_id in results], stop["signal"] is not None

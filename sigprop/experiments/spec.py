@@ -1,0 +1,146 @@
+"""What an experiment is: models (each a set of config fields and a learning-rate grid), the training every run
+shares, the tokens each run sees (per non-embedding parameter), the seeds, and the runs that follow from them.
+
+The learning rate is tuned per model as Kedia et al. Sec. 4 did ("deeper-thinner models needed higher LR"): every
+rate of the grid trains with the first seed (the tuning runs); the rate whose run ends at the lowest validation loss
+(among the runs that trained) trains the other seeds. A model is reported at its best rate, the grid beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["ModelSpec", "Scale", "Experiment", "RunSpec", "non_embedding_parameters", "SCALES"]
+
+#: The scales an experiment runs at: the CPU here, one GPU, the paper's configuration (documented, not run here).
+SCALES = ("cpu", "gpu", "paper")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of an experiment: its ``name`` (a row of the table), its :class:`TransformerConfig` fields over
+    the scale's, and its learning-rate grid."""
+
+    name: str
+    model: dict
+    lrs: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """An experiment at one scale: the models, the config fields every model shares (``base_model``), the
+    :class:`TrainConfig` fields every run shares (``train``), the tokens each run sees per non-embedding parameter
+    (``tokens_per_parameter``), the default number of seeds, and a note on what the scale is."""
+
+    models: tuple[ModelSpec, ...]
+    base_model: dict
+    train: dict
+    tokens_per_parameter: float
+    seeds: int = 2
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named experiment: its question, the paper's tables it reproduces, how a run's end is judged (``stall_margin``:
+    a run that ends less than this many nats below the unigram loss of the validation text learned nothing beyond
+    token frequencies: "stalled"), and its scales."""
+
+    name: str
+    question: str
+    reference: str
+    scales: dict = field(default_factory=dict)
+    stall_margin: float = 0.1
+
+    def scale(self, name: str) -> Scale:
+        if name not in SCALES:
+            raise ValueError(f"--scale must be one of {', '.join(SCALES)} (got {name!r})")
+        if name not in self.scales:
+            raise ValueError(f"experiment {self.name!r} has no {name} scale; it has: {', '.join(self.scales)}")
+        return self.scales[name]
+
+
+def non_embedding_parameters(config) -> int:
+    """The parameters of the layers and the final norm(s) of a model of ``config``, counted on one layer built on
+    the meta device (layers of a stack have one shape): the size Kedia et al. hold fixed across shapes (N·d²)."""
+    import torch
+
+    from ..model.layer import TransformerLayer
+
+    def count(module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    with torch.device("meta"):
+        encoder = count(TransformerLayer(config, 0, causal=config.arch == "decoder")) * config.n_layers
+        decoder = 0
+        if config.arch == "encoder_decoder":
+            decoder = count(TransformerLayer(config, config.n_layers, causal=True, cross=True)) * \
+                (config.n_decoder_layers or config.n_layers)
+    norms = (2 if config.arch == "encoder_decoder" else 1) * (2 * config.d_model if config.has_final_norm else 0)
+    return encoder + decoder + norms
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of an experiment: the model's name, its configs as dicts, the seed, the learning rate,
+    whether it is a tuning run (first seed, every rate of the grid), and its id (a readable name and a hash of the
+    configs: the run directory's name, stable across invocations)."""
+
+    model_name: str
+    model_config: dict
+    train_config: dict
+    seed: int
+    lr: float
+    tuning: bool
+
+    @property
+    def run_id(self) -> str:
+        digest = hashlib.sha256(json.dumps([self.model_config, self.train_config], sort_keys=True).encode())
+        slug = "".join(ch if ch.isalnum() else "-" for ch in self.model_name).strip("-")
+        return f"{slug}-lr{self.lr:g}-s{self.seed}-{digest.hexdigest()[:8]}"
+
+
+def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
+              best_lr: dict | None = None) -> list[RunSpec]:
+    """The runs of ``experiment`` at ``scale_name``: without ``best_lr`` the tuning runs (seed 0 at every rate of
+    each model's grid); with it (model name → chosen rate) the other seeds 1 … ``seeds`` − 1 at that rate. Steps are
+    set so that a run sees ``tokens_per_parameter`` tokens per non-embedding parameter."""
+    from ..model.config import config_from_dict
+    from ..train.config import train_config_from_dict
+
+    scale = experiment.scale(scale_name)
+    seeds = scale.seeds if seeds is None else seeds
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds must be an integer >= 1 (got {seeds!r})")
+    runs = []
+    for spec in scale.models:
+        model = config_from_dict({**scale.base_model, **spec.model})
+        base = train_config_from_dict(scale.train)
+        tokens_per_step = base.batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
+        steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
+        if best_lr is None:
+            chosen = [(0, lr, True) for lr in spec.lrs]
+        elif spec.name in best_lr and best_lr[spec.name] is not None:
+            chosen = [(s, best_lr[spec.name], False) for s in range(1, seeds)]
+        else:
+            chosen = []
+        for seed, lr, tuning in chosen:
+            train = base.replace(steps=steps, seed=seed, lr=lr, warmup_steps=min(base.warmup_steps, steps - 1),
+                                 eval_every=max(1, min(base.eval_every, steps)),
+                                 checkpoint_every=max(1, min(base.checkpoint_every, steps)))
+            runs.append(RunSpec(spec.name, model.to_dict(), train.to_dict(), seed, lr, tuning))
+    if best_lr is None:  # every model at the middle rate of its grid first, then the rates next to it: an
+        # experiment stopped early has one run of every model
+        runs.sort(key=lambda r: _distance_from_middle(r.lr, scale.models, r.model_name))
+    return runs
+
+
+def _distance_from_middle(lr: float, models, name: str) -> int:
+    grid = next(m.lrs for m in models if m.name == name)
+    return abs(grid.index(lr) - (len(grid) - 1) // 2) * 2 + (grid.index(lr) < (len(grid) - 1) // 2)
+
+
+__all__ += ["plan_runs"]

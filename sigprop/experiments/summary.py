@@ -1,0 +1,129 @@
+"""An experiment's results: each model at its best learning rate (mean ± standard error of the final validation loss
+over its seeds), the grid beside it, every run's fate; as JSON, a markdown table and a figure (validation loss
+against tokens, one curve per model)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
+
+__all__ = ["best_learning_rates", "summarise", "write_summary"]
+
+
+def best_learning_rates(results) -> dict:
+    """Model name → the rate whose tuning run trained to the lowest final validation loss (None if none trained)."""
+    best: dict = {}
+    for r in results:
+        if not r.tuning:
+            continue
+        best.setdefault(r.model_name, None)
+        if r.fate == "trained" and r.final_val is not None:
+            current = best[r.model_name]
+            if current is None or r.final_val < current[1]:
+                best[r.model_name] = (r.lr, r.final_val)
+    return {name: (None if v is None else v[0]) for name, v in best.items()}
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else math.nan
+
+
+def summarise(experiment, scale_name: str, scale, results, unigram: dict, parameters: dict, tokens: dict,
+              command: str) -> dict:
+    """The summary of ``results`` (every run so far): a row per model, in the scale's order."""
+    best = best_learning_rates(results)
+    rows = []
+    for spec in scale.models:
+        mine = [r for r in results if r.model_name == spec.name]
+        lr = best.get(spec.name)
+        at_best = [r for r in mine if lr is not None and r.lr == lr and r.fate == "trained"]
+        mean, se = _mean_se([r.final_val for r in at_best])
+        rows.append({
+            "model": spec.name, "non_embedding_parameters": parameters[spec.name],
+            "tokens_per_run": tokens[spec.name],
+            "tokens_per_parameter": tokens[spec.name] / parameters[spec.name],
+            "lr_grid": {f"{r.lr:g}": (r.final_val if r.fate == "trained" else r.fate) for r in mine if r.tuning},
+            "best_lr": lr, "seeds": len(at_best), "final_val_mean": mean, "final_val_se": se,
+            "unigram_loss": unigram[spec.name], "fates": {f: sum(r.fate == f for r in mine) for f in
+                                                         sorted({r.fate for r in mine})},
+            "wall_per_run_s": float(np.mean([r.wall for r in mine])) if mine else math.nan,
+            "diverged": [f"lr {r.lr:g} seed {r.seed}: {r.detail}" for r in mine if r.fate == "diverged"],
+        })
+    return finite_or_null({"experiment": experiment.name, "scale": scale_name, "question": experiment.question,
+                           "reference": experiment.reference, "note": scale.note, "command": command, "rows": rows,
+                           "runs": [r.__dict__ for r in results]})
+
+
+def _table(summary: dict) -> str:
+    lines = [f"# {summary['experiment']} ({summary['scale']} scale)", "", summary["question"], "",
+             f"Reproduces: {summary['reference']}. {summary['note']}", "", f"Command: `{summary['command']}`", "",
+             "| model | non-emb. params | tokens / param | LR grid: final val (or fate) | best LR | seeds | final val "
+             "(mean ± se) | unigram | fates | wall per run |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---|---:|"]
+    for r in summary["rows"]:
+        grid = ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in r["lr_grid"].items())
+        val = "–" if r["final_val_mean"] is None else (
+            f"{r['final_val_mean']:.4f}" + (f" ± {r['final_val_se']:.4f}" if r["final_val_se"] is not None else ""))
+        fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
+        wall = "–" if r["wall_per_run_s"] is None else f"{r['wall_per_run_s']:.0f} s"
+        lines.append(f"| {r['model']} | {r['non_embedding_parameters']:,} | {r['tokens_per_parameter']:.1f} | {grid} | "
+                     f"{r['best_lr'] if r['best_lr'] is not None else '–'} | {r['seeds']} | {val} | "
+                     f"{r['unigram_loss']:.3f} | {fates} | {wall} |")
+    diverged = [f"- {r['model']}, {d}" for r in summary["rows"] for d in r["diverged"]]
+    if diverged:
+        lines += ["", "Diverged runs:", *diverged]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(summary: dict, path: Path, results) -> Path:
+    import os
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, row in enumerate(summary["rows"]):
+        lr = row["best_lr"]
+        curves = [r.curve for r in results if r.model_name == row["model"] and r.lr == lr and r.fate == "trained"]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        tokens = np.array([p[0] for p in curves[0][:n]], dtype=np.float64)
+        mean = np.mean([[p[1] for p in c[:n]] for c in curves], axis=0)
+        ax.plot(tokens, mean, "o-", ms=2, color=f"C{i % 10}", label=f"{row['model']} (lr {lr:g}, {len(curves)} seeds)")
+    unigram = {row["unigram_loss"] for row in summary["rows"]}
+    for u in unigram:
+        ax.axhline(u, color="0.6", ls=":", lw=1)
+    ax.set(xlabel="tokens", ylabel="validation loss", title=f"{summary['experiment']} ({summary['scale']} scale)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no run trained yet", transform=ax.transAxes, ha="center")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def write_summary(summary: dict, out, results) -> tuple[Path, ...]:
+    """``results.json``, ``table.md`` and ``figure.png`` in ``out``, each written atomically."""
+    out = Path(out)
+    return (write_json_atomic(out / "results.json", summary), write_text_atomic(out / "table.md", _table(summary)),
+            _figure(summary, out / "figure.png", results))

@@ -1,0 +1,131 @@
+"""The experiment runner: the tuning runs, the best rate's other seeds, each run's fate, skipping what finished,
+resuming what was interrupted, the table and the figure; bad input refused before any run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sigprop.experiments import catalog
+from sigprop.experiments.run import run_experiment
+from sigprop.experiments.spec import Experiment, ModelSpec, Scale, non_embedding_parameters, plan_runs
+from sigprop.model.config import TransformerConfig
+from tests.cli.test_front_door import refused
+
+TINY = dict(arch="decoder", vocab_size=300, seq_len=16, max_len=16, dropout=0.0, init="dslm")
+TRAIN = dict(batch_size=4, warmup_steps=1, eval_every=4, eval_batches=1, checkpoint_every=4)
+
+
+def _experiment(corpus, lrs=(3e-3, 1e-2), tokens_per_parameter=0.3, seeds=2, stall_margin=-10.0):
+    scale = Scale(models=(ModelSpec("2x16", dict(n_layers=2, d_model=16, n_heads=1), lrs),),
+                  base_model=TINY, train={**TRAIN, "data": str(corpus)},
+                  tokens_per_parameter=tokens_per_parameter, seeds=seeds, note="a test")
+    return Experiment("tiny", "does the runner work?", "none", {"cpu": scale}, stall_margin=stall_margin)
+
+
+@pytest.fixture
+def tiny(corpus, monkeypatch):
+    def register(**kw):
+        e = _experiment(corpus, **kw)
+        monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", e)
+        return e
+
+    return register
+
+
+def test_non_embedding_parameters_count_the_layers_and_the_final_norm():
+    from sigprop.model.transformer import Transformer
+
+    for n, d in ((2, 64), (8, 32)):
+        c = TransformerConfig(**{**TINY, "n_layers": n, "d_model": d, "n_heads": 2})
+        m = Transformer(c)
+        layers = sum(p.numel() for p in m.layers.parameters()) + sum(p.numel() for p in m.final_norm.parameters())
+        assert non_embedding_parameters(c) == layers
+
+
+def test_runs_see_the_tokens_per_parameter_asked(corpus):
+    e = _experiment(corpus, tokens_per_parameter=4.0)
+    runs = plan_runs(e, "cpu")
+    assert [(r.seed, r.lr, r.tuning) for r in runs] == [(0, 3e-3, True), (0, 1e-2, True)]
+    config = TransformerConfig(**{**TINY, "n_layers": 2, "d_model": 16, "n_heads": 1})
+    tokens = runs[0].train_config["steps"] * 4 * 16
+    assert 4.0 <= tokens / non_embedding_parameters(config) < 4.0 + 64 / non_embedding_parameters(config)
+    assert [r.seed for r in plan_runs(e, "cpu", 3, {"2x16": 1e-2})] == [1, 2]
+    assert len({r.run_id for r in runs}) == 2
+
+
+def test_an_experiment_tunes_then_runs_the_seeds_then_skips_what_finished(tiny, tmp_path):
+    tiny()
+    said = []
+    result = run_experiment("tiny", out=tmp_path / "e", workers=2, say=said.append)
+    rows = result.summary["rows"]
+    assert len(rows) == 1 and set(rows[0]["lr_grid"]) == {"0.003", "0.01"}
+    best = rows[0]["best_lr"]
+    grid = rows[0]["lr_grid"]
+    assert grid[f"{best:g}"] == min(grid.values())  # the best rate is the tuning run's lowest final loss
+    assert rows[0]["seeds"] == 2 and rows[0]["final_val_se"] is not None
+    assert {p.name for p in result.files} == {"results.json", "table.md", "figure.png"}
+    assert "| 2x16 |" in (tmp_path / "e" / "table.md").read_text()
+    again = []
+    run_experiment("tiny", out=tmp_path / "e", workers=2, say=again.append)
+    assert not any(line.startswith("start") for line in again)
+    assert json.loads((tmp_path / "e" / "results.json").read_text())["rows"] == result.summary["rows"]
+
+
+def test_fates_diverged_and_stalled_are_recorded(tiny, tmp_path):
+    tiny(lrs=(1000.0,), stall_margin=10.0)  # lr 1000 diverges or, if not, a 10-nat margin calls it stalled
+    result = run_experiment("tiny", out=tmp_path / "e", workers=1, train_overrides=["clip=none"],
+                            say=lambda s: None)
+    runs = result.summary["runs"]
+    assert len(runs) == 1 and runs[0]["fate"] in ("diverged", "stalled")
+    if runs[0]["fate"] == "diverged":
+        assert "not finite" in runs[0]["detail"]
+    assert result.summary["rows"][0]["best_lr"] is None and result.summary["rows"][0]["seeds"] == 0
+
+
+def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
+    out = tmp_path / "smoke"
+    args = ["experiment", "smoke", "--train-set", f"data={corpus}", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "sigprop", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(out.glob("*/metrics.jsonl")):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not list(out.glob("*/fate.json")) or len(list(out.glob("*/fate.json"))) < 6
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps  # no run left behind
+    interrupted = [d for d in out.iterdir() if (d / "run.json").exists() and not (d / "fate.json").exists()]
+    assert interrupted  # to be resumed by the next invocation
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["experiment", "no-such"], "unknown experiment"),
+    (["experiment"], "name an experiment"),
+    (["experiment", "smoke", "--scale", "huge"], "--scale"),
+    (["experiment", "depth", "--scale", "paper"], "not run here"),
+    (["experiment", "smoke", "--seeds", "0"], "--seeds"),
+    (["experiment", "smoke", "--workers", "0"], "--workers"),
+    (["experiment", "smoke", "--device", "tpu"], "--device"),
+    (["experiment", "smoke", "--set", "n_layers=0"], "n_layers"),
+    (["experiment", "smoke", "--train-set", "lr=-1"], "lr"),
+])
+def test_bad_input_is_refused_before_any_run(tmp_path, args, needle):
+    refused([*args, "--out", str(tmp_path / "e")], needle)
+    assert not (tmp_path / "e").exists()

@@ -5,6 +5,7 @@ every collective below is then a no-op."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -66,11 +67,15 @@ def join_world(device: str | None = None) -> World:
 
 
 def leave_world(world: World) -> None:
-    """Leave the process group (a world of one has none)."""
+    """Leave the process group (a world of one has none), after every process has arrived here: no process tears
+    its connections down while another still works (rank 0 writes the figures), and an error that stopped one
+    process only (the barrier fails then) does not keep the others from leaving."""
     if world.size > 1:
         import torch.distributed as dist
 
         if dist.is_initialized():
+            with contextlib.suppress(RuntimeError):
+                dist.barrier()
             dist.destroy_process_group()
 
 

@@ -15,6 +15,8 @@ directory; all processes stop together (a stop request is summed over them every
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import math
 import signal
 import threading
@@ -208,6 +210,7 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
     from .optim import make_optimizer
 
     world = join_world(device)
+    held: dict = {}  # what must be released before the process group is left
     progress = progress if (progress is not None and world.main) else _Quiet()
     try:
         if train_config.batch_size % world.size:
@@ -235,12 +238,12 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                "precision": precision, "versions": package_versions(), "command": command}
         if train_config.compile:
             compile_layers(model)
-        net = model
+        net = held["net"] = model
         if world.size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            net = DistributedDataParallel(model, device_ids=[world.device.index] if world.device.type == "cuda"
-                                          else None)
+            net = held["net"] = DistributedDataParallel(
+                model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
         tracker = None
         if train_config.track_every is not None and world.main:
             tracker = Tracker(model, data.probe_batch(train_config.track_batch), run_dir, train_config.seed,
@@ -269,8 +272,13 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
             from .plots import write_run_figures
 
             figures = write_run_figures(run_dir)
-        return FitResult(**{**result.__dict__, "figures": figures, "main": world.main})
+        return dataclasses.replace(result, figures=figures)
     finally:
+        # DistributedDataParallel's reducer holds communication work: drop it while the process group still exists
+        # (gloo work destroyed at interpreter exit aborts the process: "terminate called without an active exception")
+        net = held.pop("net", None)
+        del net
+        gc.collect()
         leave_world(world)
 
 
@@ -289,23 +297,11 @@ class _Both:
             log.close()
 
 
-@dataclass(frozen=True)
-class _LoopResult:
-    run_dir: Path
-    steps_done: int
-    total_steps: int
-    stopped: str | None
-    last: dict
-    validation: dict
-    checkpoint: Path | None
-
-
 def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision, progress, log, tracker, start,
-          tokens, wall0, run, run_dir, objective_sums) -> _LoopResult:
+          tokens, wall0, run, run_dir, objective_sums) -> FitResult:
     params = [p for p in model.parameters() if p.requires_grad]
     last, validation, ckpt = {}, {}, latest_checkpoint(run_dir)
     t0 = time.perf_counter()
-    step = start
     progress.begin(tc.steps, start)
     with _Signals() as signals:
         for step in range(start, tc.steps):
@@ -372,6 +368,6 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
                 progress.note(f"{stopped}: checkpoint written at step {done}; continue with "
                               f"`sigprop train --resume {run_dir}`")
                 progress.end()
-                return _LoopResult(run_dir, done, tc.steps, stopped, last, validation, ckpt)
+                return FitResult(run_dir, done, tc.steps, stopped, last, validation, ckpt, (), world.main)
     progress.end()
-    return _LoopResult(run_dir, step + 1 if tc.steps > start else start, tc.steps, None, last, validation, ckpt)
+    return FitResult(run_dir, tc.steps, tc.steps, None, last, validation, ckpt, (), world.main)

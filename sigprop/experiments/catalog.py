@@ -61,6 +61,58 @@ DEPTH_MLM = Experiment(
             for name, s in DEPTH.scales.items()},
 )
 
+def _residual(beta2: float) -> dict:
+    """Fixed residual scales λ·x + β·f(x) with β² = ``beta2`` and λ² = 1 − β² in every block (Sec. 3.5)."""
+    return dict(lam=(1.0 - beta2) ** 0.5, beta=beta2**0.5)
+
+
+_DEEP = dict(n_layers=32, d_model=32, n_heads=2)  # the deepest ~0.4 M-parameter shape with two heads of 16
+_BASELINE = dict(n_layers=2, d_model=128, n_heads=4)
+_CPU_BASE = dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0)
+_CPU_NOTE = ("2 CPU cores, one single-thread run per core; 32 × 32 (two heads of 16) is the deepest shape of ~0.4 M "
+             "non-embedding parameters; 20 tokens per parameter.")
+
+DIVERGENCE = Experiment(
+    name="divergence",
+    question="At the deepest shape, which baselines fail (diverge, or stall at the unigram loss) where DeepScaleLM "
+             "trains: Post-LN with Xavier, with and without warmup, and with β² = 0.5?",
+    reference="Kedia et al. Sec. 4, Table 4 (Post-LN baselines diverging at 96 × 512 and 768 × 128) and Table 13",
+    scales={"cpu": Scale(
+        models=(ModelSpec("32x32 xavier post-LN", dict(_DEEP, norm_position="post", init="xavier"), (1e-3, 4e-3)),
+                ModelSpec("32x32 xavier post-LN, no warmup", dict(_DEEP, norm_position="post", init="xavier"),
+                          (1e-3, 4e-3), dict(warmup_steps=0)),
+                ModelSpec("32x32 xavier post-LN, beta^2=0.5", dict(_DEEP, norm_position="post", init="xavier",
+                                                                  **_residual(0.5)), (1e-3, 4e-3)),
+                ModelSpec("32x32 dslm post-LN", dict(_DEEP, norm_position="post", init="dslm"), (1e-3, 4e-3)),
+                ModelSpec("32x32 dslm post-LN, no warmup", dict(_DEEP, norm_position="post", init="dslm"),
+                          (1e-3, 4e-3), dict(warmup_steps=0))),
+        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
+)
+
+ABLATIONS = Experiment(
+    name="ablations",
+    question="Which parts of DeepScaleLM matter: the residual scaling (β² = 2/N against 0.5 and none; fixed "
+             "against learnable β) in Post-LN, and the initialisation (Xavier, σ = 0.02, DSLM, DSLM-simple) in "
+             "Pre-LN with the scaling?",
+    reference="Kedia et al. Sec. 4.5, Tables 13 (Post-LN, 96 × 512) and 14 (Pre-LN, 192 × 256 and 96 × 512)",
+    scales={"cpu": Scale(
+        models=(ModelSpec("post-LN dslm-init, no scaling", dict(_DEEP, norm_position="post", init="dslm",
+                                                               lam=1.0, beta=1.0), (1e-3, 4e-3)),
+                ModelSpec("post-LN dslm-init, beta^2=0.5", dict(_DEEP, norm_position="post", init="dslm",
+                                                               beta_k=0.5, beta_alpha=0.0), (1e-3, 4e-3)),
+                ModelSpec("post-LN dslm, beta^2=2/N fixed", dict(_DEEP, norm_position="post", init="dslm"),
+                          (1e-3, 4e-3)),
+                ModelSpec("post-LN dslm, beta^2=2/N learnable", dict(_DEEP, norm_position="post", init="dslm",
+                                                                    learnable_beta=True), (1e-3, 4e-3)),
+                ModelSpec("pre-LN xavier-init + scaling", dict(_DEEP, norm_position="pre", init="xavier",
+                                                              **_residual(2 / 32)), (1e-3, 4e-3)),
+                ModelSpec("pre-LN sigma=0.02 + scaling", dict(_DEEP, norm_position="pre", init="bert",
+                                                             **_residual(2 / 32)), (1e-3, 4e-3)),
+                ModelSpec("pre-LN dslm", dict(_DEEP, norm_position="pre", init="dslm"), (1e-3, 4e-3)),
+                ModelSpec("pre-LN dslm-simple", dict(_DEEP, norm_position="pre", init="dslm_simple"), (1e-3, 4e-3))),
+        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
+)
+
 SMOKE = Experiment(
     name="smoke",
     question="Does the experiment runner work on this machine (a minute: two tiny decoders, two rates, two seeds)?",
@@ -73,7 +125,7 @@ SMOKE = Experiment(
         tokens_per_parameter=8.0, seeds=2, note="tiny models, seconds a run.")},
 )
 
-EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, SMOKE)}
+EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, ABLATIONS, SMOKE)}
 
 
 def get_experiment(name: str) -> Experiment:

@@ -41,7 +41,8 @@ def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     if not overrides and not train_overrides:
         return experiment
     models = tuple(ModelSpec(m.name, apply_overrides(config_from_dict({**scale.base_model, **m.model}),
-                                                     list(overrides or ())).to_dict(), m.lrs) for m in scale.models)
+                                                     list(overrides or ())).to_dict(), m.lrs, m.train)
+                   for m in scale.models)
     train = apply_train_overrides(train_config_from_dict(scale.train), train_overrides).to_dict()
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
 

@@ -22,11 +22,13 @@ SCALES = ("cpu", "gpu", "paper")
 @dataclass(frozen=True)
 class ModelSpec:
     """One model of an experiment: its ``name`` (a row of the table), its :class:`TransformerConfig` fields over
-    the scale's, and its learning-rate grid."""
+    the scale's, its learning-rate grid, and :class:`TrainConfig` fields of its own over the scale's (e.g. no
+    warmup)."""
 
     name: str
     model: dict
     lrs: tuple[float, ...]
+    train: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
     runs = []
     for spec in scale.models:
         model = config_from_dict({**scale.base_model, **spec.model})
-        base = train_config_from_dict(scale.train)
+        base = train_config_from_dict({**scale.train, **spec.train})
         tokens_per_step = base.batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
         steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
         if best_lr is None:
@@ -128,7 +130,7 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
         else:
             chosen = []
         for seed, lr, tuning in chosen:
-            train = base.replace(steps=steps, seed=seed, lr=lr, warmup_steps=min(base.warmup_steps, steps - 1),
+            train = base.replace(steps=steps, seed=seed, lr=lr, warmup_steps=min(base.warmup_steps, max(steps - 1, 0)),
                                  eval_every=max(1, min(base.eval_every, steps)),
                                  checkpoint_every=max(1, min(base.checkpoint_every, steps)))
             runs.append(RunSpec(spec.name, model.to_dict(), train.to_dict(), seed, lr, tuning))

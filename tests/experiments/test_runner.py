@@ -129,3 +129,22 @@ def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
 def test_bad_input_is_refused_before_any_run(tmp_path, args, needle):
     refused([*args, "--out", str(tmp_path / "e")], needle)
     assert not (tmp_path / "e").exists()
+
+
+def test_every_experiment_plans_valid_runs_at_every_scale():
+    from sigprop.experiments.run import estimate
+
+    for name, experiment in catalog.EXPERIMENTS.items():
+        for scale in experiment.scales:
+            runs = plan_runs(experiment, scale)
+            assert runs and len({r.run_id for r in runs}) == len(runs), (name, scale)
+            for run in runs:
+                TransformerConfig(**run.model_config)  # every config valid
+                assert run.train_config["steps"] >= 1 and run.tuning
+            assert estimate(name, scale)["runs"] >= len(runs)
+
+
+def test_a_model_s_own_training_fields_apply_to_its_runs_only():
+    runs = plan_runs(catalog.get_experiment("divergence"), "cpu")
+    warmups = {r.model_name: r.train_config["warmup_steps"] for r in runs}
+    assert warmups["32x32 xavier post-LN, no warmup"] == 0 and warmups["32x32 xavier post-LN"] == 100

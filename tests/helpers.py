@@ -66,3 +66,23 @@ def run_cli(args: list[str]) -> CliResult:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """The command lines of the live processes that contain ``text``, read whole from /proc (``ps`` cuts a line
+    at 80 columns when its output is not a terminal)."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        line = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        if text in line and state != "Z":  # a zombie has exited; only its parent's wait is missing
+            found.append(line)
+    return found

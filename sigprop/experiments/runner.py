@@ -14,6 +14,7 @@ error line). An interrupted run gets no fate and is resumed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -117,6 +118,17 @@ def _result_from(record: dict) -> RunResult:
     return RunResult(**{**record, "curve": [tuple(p) for p in record["curve"]]})
 
 
+def _die_with_parent() -> None:
+    """In the child, before it runs: ask Linux to send it SIGTERM when the runner dies, even by SIGKILL, so a run
+    checkpoints and stops instead of training on for nobody (``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+
+
 class _Launched:
     def __init__(self, spec: RunSpec, proc: subprocess.Popen, log, started: float):
         self.spec, self.proc, self.log, self.started = spec, proc, log, started
@@ -141,7 +153,7 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / f"{spec.run_id}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed when the run ends
     proc = subprocess.Popen([sys.executable, "-m", "sigprop", *args], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+                            env=env, start_new_session=True, preexec_fn=_die_with_parent)
     return _Launched(spec, proc, log, time.perf_counter())
 
 

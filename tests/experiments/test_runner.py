@@ -18,6 +18,7 @@ from sigprop.experiments.run import run_experiment
 from sigprop.experiments.spec import Experiment, ModelSpec, Scale, non_embedding_parameters, plan_runs
 from sigprop.model.config import TransformerConfig
 from tests.cli.test_front_door import refused
+from tests.helpers import processes_mentioning
 
 TINY = dict(arch="decoder", vocab_size=300, seq_len=16, max_len=16, dropout=0.0, init="dslm")
 TRAIN = dict(batch_size=4, warmup_steps=1, eval_every=4, eval_batches=1, checkpoint_every=4)
@@ -109,10 +110,26 @@ def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
     assert proc.returncode == 143, err
     assert "interrupted" in err and "Traceback" not in err
     assert not list(out.glob("*/fate.json")) or len(list(out.glob("*/fate.json"))) < 6
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(out) not in ps  # no run left behind
+    assert processes_mentioning(str(out)) == []  # no run left behind
     interrupted = [d for d in out.iterdir() if (d / "run.json").exists() and not (d / "fate.json").exists()]
     assert interrupted  # to be resumed by the next invocation
+
+
+def test_runs_stop_when_the_runner_is_killed(corpus, tmp_path):
+    out = tmp_path / "killed"
+    wider = ["--set", "n_layers=6", "--set", "d_model=64", "--set", "n_heads=2"]  # runs of minutes, not seconds
+    proc = subprocess.Popen([sys.executable, "-m", "sigprop", "experiment", "smoke", "--train-set", f"data={corpus}",
+                             *wider, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("*/metrics.jsonl")):
+        time.sleep(0.1)
+    proc.kill()  # SIGKILL: the runner cannot pass anything on
+    proc.wait()
+    deadline = time.monotonic() + 15  # a run finishes its step, checkpoints and exits
+    while time.monotonic() < deadline and processes_mentioning(str(out)):
+        time.sleep(0.2)
+    assert processes_mentioning(str(out)) == []
 
 
 @pytest.mark.parametrize(("args", "needle"), [

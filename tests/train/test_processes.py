@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sigprop.train.checkpoint import latest_checkpoint
+from tests.helpers import processes_mentioning
 
 from .conftest import sigprop, tiny_args
 
@@ -35,11 +36,6 @@ def _env() -> dict:
 def _torchrun(n: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m", "sigprop",
             *args]
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if text in line and "ps -eo" not in line]
 
 
 def _wait_for_steps(run_dir: Path, n: int, proc, timeout: float = 120) -> None:
@@ -103,9 +99,9 @@ def test_sigterm_to_torchrun_checkpoints_and_leaves_no_process(corpus, tmp_path)
     last_step = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"]
     assert latest_checkpoint(out).name == f"ckpt-{last_step:08d}.json"
     deadline = time.monotonic() + 10
-    while _processes_mentioning(str(out)) and time.monotonic() < deadline:
+    while processes_mentioning(str(out)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two(corpus, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report.figures import pyplot, save_figure
+from ..core.figures import pyplot, save_figure
 from .asymptotics import PhaseMap
 from .experiment import ApjnCurve
 

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number"]
+__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json"]
 
 
 def json_number(value) -> float | None:
@@ -53,3 +53,17 @@ def write_text_atomic(path, text: str) -> Path:
 def write_json_atomic(path, data, indent: int = 1) -> Path:
     """Dump ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`). NaN is refused (not JSON)."""
     return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
+
+
+def read_config_json(path):
+    """The parsed JSON of the ``--config`` file ``path``; ``ValueError`` naming the file when it is missing, a folder
+    or not JSON."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"--config: {path} is a folder, not a file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 
 __all__ = ["best_learning_rates", "summarise", "write_summary"]
@@ -83,9 +84,6 @@ def _table(summary: dict) -> str:
 
 
 def _figure(summary: dict, path: Path, results) -> Path:
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,16 +108,7 @@ def _figure(summary: dict, path: Path, results) -> Path:
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no run trained yet", transform=ax.transAxes, ha="center")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return save_figure(fig, path, dpi=110, crop=True)
 
 
 def write_summary(summary: dict, out, results) -> tuple[Path, ...]:

@@ -85,8 +85,9 @@ def resolve_config(preset: str | None = None, config_file=None,
     line's ``--preset``, ``--config``, ``--set``); returns (config, the preset or None). The file holds
     :class:`TransformerConfig` fields, or is a profile or comparison JSON whose ``config`` is reused. ``ValueError``
     naming the preset, the file or the field otherwise."""
-    import json
     from pathlib import Path
+
+    from ..core.jsonio import read_config_json
 
     chosen, fields = None, {}
     if preset is not None:
@@ -96,14 +97,7 @@ def resolve_config(preset: str | None = None, config_file=None,
         fields = chosen.config().to_dict()
     if config_file is not None:
         path = Path(config_file)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"config file not found: {path}") from None
-        except IsADirectoryError:
-            raise ValueError(f"--config: {path} is a folder, not a file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        data = read_config_json(path)
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
             data = data["config"]  # a profile or comparison JSON: reuse its config
         if not isinstance(data, dict):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..analysis.init_sweep import InitRow
-from .figures import pyplot, save_figure
+from ..core.figures import pyplot, save_figure
 
 __all__ = ["plot_init_sweep"]
 

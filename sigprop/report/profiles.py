@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.figures import pyplot, save_figure
 from ..core.profile import Profile
 from ..measurement.spread import heavy_tails
-from .figures import pyplot, save_figure
 
 __all__ = ["plot_profiles"]
 

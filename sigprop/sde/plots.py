@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ..report.figures import pyplot, save_figure
+from ..core.figures import pyplot, save_figure
 
 __all__ = ["plot_result"]
 

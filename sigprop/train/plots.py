@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.figures import save_figure
 from .run_dir import read_metrics
 from .tracking import PREDICTION_FILE, QUANTITIES, read_track
 
@@ -29,22 +30,7 @@ def smooth(values, window: int) -> np.ndarray:
 
 
 def _save(fig, path: Path) -> Path:
-    import os
-    import tempfile
-
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
+    return save_figure(fig, path, dpi=110, crop=True)
 
 
 def _initial_validation(run_dir: Path) -> dict | None:

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from .config import TrainConfig, apply_train_overrides, train_config_from_dict
 
@@ -41,15 +39,9 @@ TRAIN_PRESETS = {
 
 
 def _read_json(path) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"config file not found: {path}") from None
-    except IsADirectoryError:
-        raise ValueError(f"--config: {path} is a folder, not a file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    from ..core.jsonio import read_config_json
+
+    data = read_config_json(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object")
     return data

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..report.figures import pyplot, save_figure
+from ..core.figures import pyplot, save_figure
 
 __all__ = ["plot_report"]
 

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..core.outputs import check_output_path
+from .outputs import check_output_path
 
 __all__ = ["pyplot", "save_figure"]
 
@@ -21,19 +21,21 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120, crop: bool = False) -> Path:
     """Lay out ``fig``, write it to ``path`` as PNG (checked first: :func:`~sigprop.core.outputs.check_output_path`;
-    parent folders created; through a temporary file and an atomic rename), close it, return the path."""
+    parent folders created; through a temporary file and an atomic rename), close it, return the path. ``crop``:
+    crop to the drawn area instead of laying out (figures with a colour bar over several axes)."""
     import matplotlib.pyplot as plt
 
     try:
         path = check_output_path(path, "figure", ".png")
-        fig.tight_layout()
+        if not crop:
+            fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
         os.close(fd)
         try:
-            fig.savefig(tmp, dpi=dpi, format="png")
+            fig.savefig(tmp, dpi=dpi, format="png", **({"bbox_inches": "tight"} if crop else {}))
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

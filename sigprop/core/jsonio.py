@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json"]
+__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl"]
 
 
 def json_number(value) -> float | None:
@@ -67,3 +67,20 @@ def read_config_json(path):
         raise ValueError(f"--config: {path} is a folder, not a file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
+
+
+def read_jsonl(path) -> list[dict]:
+    """The JSON objects of the JSON Lines file ``path``, one per line ([] when it does not exist); a line that is
+    not a JSON object (the last line cut short by a killed process) is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out

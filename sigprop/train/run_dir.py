@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from ..core.jsonio import write_json_atomic, write_text_atomic
+from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
 __all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog",
@@ -125,15 +125,4 @@ class TensorBoardScalars:
 
 def read_metrics(run_dir) -> list[dict]:
     """The metrics of a run directory, one dict per line (a last line cut by a killed process is skipped)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    return read_jsonl(Path(run_dir) / METRICS_FILE)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.jsonio import write_json_atomic, write_text_atomic
+from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
 
 __all__ = ["Tracker", "TRACK_FILE", "PREDICTION_FILE", "read_track", "QUANTITIES"]
 
@@ -84,13 +84,4 @@ class Tracker:
 
 def read_track(run_dir) -> list[dict]:
     """The track points of a run directory (a line cut by a killed process is skipped)."""
-    path = Path(run_dir) / TRACK_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    return read_jsonl(Path(run_dir) / TRACK_FILE)

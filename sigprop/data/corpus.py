@@ -2,7 +2,10 @@
 
 Nothing is downloaded (ARCHITECTURE.md, "Dependencies"): the default corpus is text that every Python installation
 already has, the ``*.py`` files of the standard library (``sysconfig.get_paths()["stdlib"]``), and ``--data PATH``
-points at a user's text file or folder instead.
+points at a user's text file or folder instead. ``--data python`` (:data:`PYTHON_CORPUS`) is the larger built-in
+corpus: the standard library and the installed packages (``site-packages``), test suites skipped, capped at
+:data:`PYTHON_MAX_BYTES` — enough text that a training run of tens of millions of tokens sees each token about once
+(the standard library alone holds ~2.6 M tokens at a vocabulary of 2048, so longer runs would repeat it).
 
 Selection is deterministic: the same files on disk give the same list on every run. When ``max_bytes`` caps the
 corpus, candidate files are taken in a fixed pseudo-random order (SHA-1 of the path relative to the root), so that a
@@ -22,6 +25,9 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "PYTHON_CORPUS",
+    "PYTHON_MAX_BYTES",
+    "default_max_bytes",
     "TEXT_SUFFIXES",
     "default_corpus_path",
     "corpus_files",
@@ -33,6 +39,14 @@ logger = logging.getLogger("sigprop.data")
 #: Default cap on the standard-library corpus (bytes of UTF-8 text): about 2 M tokens, enough for a BPE vocabulary of
 #: 8192 and quick to train on a 2-core machine.
 DEFAULT_MAX_BYTES = 8_000_000
+
+#: The name of the larger built-in corpus (``--data python``): every ``*.py`` file of the standard library and of the
+#: installed packages (``sysconfig`` ``"stdlib"`` and ``"purelib"``), test suites, compiled modules and caches skipped.
+#: A folder called ``python`` is still reachable as ``./python``.
+PYTHON_CORPUS = "python"
+
+#: Default cap on :data:`PYTHON_CORPUS`: 64 MB of source, ~20 M tokens at a vocabulary of 2048.
+PYTHON_MAX_BYTES = 64_000_000
 
 #: Suffixes read from a user's folder when ``suffixes`` is not given.
 TEXT_SUFFIXES = (
@@ -56,6 +70,16 @@ def default_corpus_path() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def default_max_bytes(path, max_bytes):
+    """The cap that applies: ``max_bytes`` if given, else :data:`DEFAULT_MAX_BYTES` for the standard library
+    (``path=None``), :data:`PYTHON_MAX_BYTES` for :data:`PYTHON_CORPUS` and none for a user's path."""
+    if max_bytes is not None:
+        return max_bytes
+    if path is None:
+        return DEFAULT_MAX_BYTES
+    return PYTHON_MAX_BYTES if path == PYTHON_CORPUS else None
+
+
 def _normalise_suffixes(suffixes) -> tuple[str, ...]:
     if isinstance(suffixes, str):
         suffixes = (suffixes,)
@@ -76,6 +100,17 @@ def _check_max_bytes(max_bytes) -> int | None:
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, numbers.Real) or not max_bytes > 0:
         raise ValueError(f"max_bytes must be a positive number of bytes or None (got {max_bytes!r})")
     return int(max_bytes) if max_bytes != float("inf") else None
+
+
+def _python_roots() -> list[Path]:
+    """The folders of :data:`PYTHON_CORPUS`: the standard library and the installed packages (once each)."""
+    paths = sysconfig.get_paths()
+    roots = []
+    for key in ("stdlib", "purelib", "platlib"):
+        root = Path(paths[key]).resolve()
+        if root.is_dir() and root not in roots:
+            roots.append(root)
+    return roots
 
 
 def _walk(root: Path, suffixes: tuple[str, ...], stdlib: bool) -> list[Path]:
@@ -141,6 +176,9 @@ def corpus_files(path=None, suffixes=None, max_bytes=None) -> list[Path]:
       (``site-packages``), the test suite and its data, ``__pycache__``, compiled modules and generated build files;
       ``max_bytes`` defaults to :data:`DEFAULT_MAX_BYTES` (``max_bytes=float("inf")`` takes all of it, ~12 MB on
       CPython 3.11).
+    * ``path="python"`` (:data:`PYTHON_CORPUS`): the ``*.py`` files of the standard library and of the installed
+      packages, with the standard library's skips (test suites, caches, compiled modules) applied to both; capped at
+      :data:`PYTHON_MAX_BYTES` unless ``max_bytes`` says otherwise.
     * ``path`` a file: that file, whatever its suffix (it must be UTF-8 text).
     * ``path`` a folder: walked recursively (hidden files and folders skipped) for files whose suffix is in
       ``suffixes`` (default :data:`TEXT_SUFFIXES`; case-insensitive, the dot optional); no cap unless ``max_bytes``.
@@ -153,11 +191,11 @@ def corpus_files(path=None, suffixes=None, max_bytes=None) -> list[Path]:
     Raises ``FileNotFoundError`` when ``path`` does not exist and ``ValueError`` when it holds no usable text or an
     argument is out of range.
     """
-    cap = _check_max_bytes(max_bytes)
+    cap = _check_max_bytes(default_max_bytes(path, max_bytes))
+    if path == PYTHON_CORPUS:
+        return _select(_python_files(suffixes), Path("/"), cap, "the Python corpus (standard library and packages)")
     stdlib = path is None
     root = default_corpus_path() if stdlib else Path(path).expanduser()
-    if stdlib and max_bytes is None:
-        cap = DEFAULT_MAX_BYTES
     if not root.exists():
         what = "the standard library folder (sysconfig 'stdlib')" if stdlib else "corpus path"
         raise FileNotFoundError(f"{what} {str(root)!r} does not exist")
@@ -175,7 +213,21 @@ def corpus_files(path=None, suffixes=None, max_bytes=None) -> list[Path]:
         if not candidates:
             hint = " (pass --data PATH to use your own text)" if stdlib else ""
             raise ValueError(f"corpus path {str(root)!r} holds no files with suffixes {list(suffixes)}{hint}")
+    return _select(candidates, base, cap, f"corpus path {str(root)!r}")
 
+
+def _python_files(suffixes) -> list[Path]:
+    suffixes = _normalise_suffixes((".py",) if suffixes is None else suffixes)
+    found = sorted({p for root in _python_roots() for p in _walk(root, suffixes, stdlib=True)})
+    if not found:
+        raise ValueError("the Python corpus holds no files: no standard library or package sources were found "
+                         "(pass --data PATH to use your own text)")
+    return found
+
+
+def _select(candidates: list[Path], base: Path, cap: int | None, what: str) -> list[Path]:
+    """The usable files of ``candidates`` (in sorted order) whose total size stays within ``cap``, taken in the
+    fixed pseudo-random order of :func:`_priority` when capped."""
     order = candidates if cap is None else sorted(candidates, key=lambda p: _priority(p, base))
     chosen: list[Path] = []
     total = 0
@@ -194,8 +246,8 @@ def corpus_files(path=None, suffixes=None, max_bytes=None) -> list[Path]:
         chosen = next(([p] for p in order if _usable(p)[0]), [])
     if not chosen:
         raise ValueError(
-            f"corpus path {str(root)!r} holds no usable text: every candidate file is empty, binary or not UTF-8"
-            f" ({len(candidates)} file(s) with suffixes {list(suffixes)} looked at)")
+            f"{what} holds no usable text: every candidate file is empty, binary or not UTF-8"
+            f" ({len(candidates)} file(s) looked at)")
     return sorted(chosen)
 
 

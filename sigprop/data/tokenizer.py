@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from .corpus import DEFAULT_MAX_BYTES, corpus_files, read_texts
+from .corpus import corpus_files, default_max_bytes, read_texts
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -74,7 +74,7 @@ def _check_vocab_size(vocab_size) -> int:
 
 
 def _effective_max_bytes(path, max_bytes):
-    return DEFAULT_MAX_BYTES if (path is None and max_bytes is None) else max_bytes
+    return default_max_bytes(path, max_bytes)
 
 
 def corpus_key(files, vocab_size: int, max_bytes=None, extra: str = "") -> str:

@@ -8,18 +8,29 @@ from .spec import Experiment, ModelSpec, Scale
 __all__ = ["EXPERIMENTS", "get_experiment"]
 
 
-def _depth_models(shapes, heads, lrs, base_name=""):
-    """Every shape under Xavier and DeepScaleLM, Pre-LN and Post-LN."""
+def _depth_models(shapes, heads, lrs, dslm_lrs, base_name=""):
+    """Every shape under Xavier (rates ``lrs``) and DeepScaleLM (``dslm_lrs``), Pre-LN and Post-LN.
+
+    DeepScaleLM's grid sits higher: its branches enter the residual stream scaled by β = √(2/N) and its embedding
+    entries are ~25× Xavier's, so under Adam (updates of ~lr per entry whatever the entry's size) a DSLM model moves
+    its function more slowly at one rate. Kedia et al. tune the rate per model and report that deeper models needed
+    higher ones (Sec. 4.2). DSLM at N ≤ 2 layers is left out: β² = 2/N ≥ 1 there gives λ = 0, blocks without a skip
+    connection, a model the paper never trains (its shallowest DSLM has 12 layers)."""
     models = []
     for norm in ("pre", "post"):
-        for init in ("xavier", "dslm"):
+        for init, grid in (("xavier", lrs), ("dslm", dslm_lrs)):
             for (n, d), h in zip(shapes, heads, strict=True):
+                if init == "dslm" and n <= 2:
+                    continue
                 models.append(ModelSpec(f"{n}x{d} {init} {norm}-LN{base_name}",
-                                        dict(n_layers=n, d_model=d, n_heads=h, norm_position=norm, init=init), lrs))
+                                        dict(n_layers=n, d_model=d, n_heads=h, norm_position=norm, init=init), grid))
     return tuple(models)
 
 
-_CPU_TRAIN = dict(batch_size=32, warmup_steps=100, schedule="cosine", final_lr_fraction=0.1, clip=1.0,
+# ``data="python"``: the standard library and the installed packages (~22 M tokens at a vocabulary of 2048), so a run
+# of 20 tokens per parameter (~8 M tokens) sees each training token at most once; the standard library alone
+# (~2.6 M tokens) would be repeated three times, and repetition, not depth, would decide the comparison.
+_CPU_TRAIN = dict(data="python", batch_size=32, warmup_steps=100, schedule="cosine", final_lr_fraction=0.1, clip=1.0,
                   weight_decay=0.01, eval_every=200, eval_batches=8, checkpoint_every=200, keep_checkpoints=1)
 
 DEPTH = Experiment(
@@ -30,19 +41,22 @@ DEPTH = Experiment(
     reference="Kedia et al. Sec. 4.2, Tables 4, 5 and 8 (causal LM here; masked LM in `depth-mlm`)",
     scales={
         "cpu": Scale(
-            models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3)),
+            models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3), (2e-3, 4e-3, 8e-3)),
             base_model=dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0),
             train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
             note="2 CPU cores, one single-thread run per core; ~0.4 M non-embedding parameters per model, 20 tokens "
                  "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions."),
         "gpu": Scale(
-            models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3)),
+            models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3), (1e-3, 2e-3, 4e-3)),
             base_model=dict(arch="decoder", vocab_size=8192, seq_len=256, max_len=256, dropout=0.0),
             train={**_CPU_TRAIN, "batch_size": 64, "eval_every": 500, "checkpoint_every": 1000},
             tokens_per_parameter=20.0, seeds=2,
-            note="one GPU per run; ~6.3 M non-embedding parameters per model."),
+            note="one GPU per run; ~6.3 M non-embedding parameters per model. The built-in corpus (~17 M tokens at a "
+                 "vocabulary of 8192) is seen ~7 times at 126 M tokens per run: results at this scale measure "
+                 "training under repetition."),
         "paper": Scale(
-            models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)),
+            models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), (1e-4, 3e-4, 5e-4, 7e-4, 1e-3),
+                                 (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)),
             base_model=dict(arch="decoder", vocab_size=32768, seq_len=512, max_len=512, dropout=0.1),
             train={**_CPU_TRAIN, "batch_size": 256, "warmup_steps": 2000, "eval_every": 2000,
                    "checkpoint_every": 2000},

@@ -83,7 +83,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "experiment.json", {"experiment": name, "scale": scale, "command": command,
                                                 "runs_planned": len(tuning), "seeds": seeds or spec.seeds})
-    say(f"{name} at {scale} scale: {len(spec.models)} models × {len({r.lr for r in tuning})} rates (tuning, seed 0), "
+    say(f"{name} at {scale} scale: {len(spec.models)} models, {len(tuning)} tuning runs (seed 0 at each rate of a "
+        f"model's grid), "
         f"then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a time; into {out}")
     unigram = {}
     cache: dict = {}

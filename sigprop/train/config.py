@@ -35,7 +35,9 @@ class TrainConfig:
     ``checkpoint_every`` steps, the last ``keep_checkpoints`` kept. ``track_every``: record every layer's
     statistics on a fixed probe batch of ``track_batch`` every K steps (None: never). ``seed`` fixes the weights,
     the data order and the dropout masks. ``data``: a text file or folder (a folder of images or a ``.npy`` for a
-    patch model) instead of the default corpus (the standard library's source; the digits for a patch model).
+    patch model) instead of the default corpus (the standard library's source; the digits for a patch model), or
+    ``"python"``, the larger built-in corpus (the standard library and the installed packages,
+    :data:`sigprop.data.corpus.PYTHON_CORPUS`).
     ``precision``, ``compile`` (compile one transformer layer and reuse it for every layer of its shape):
     :mod:`sigprop.train.speed`. ``tensorboard``: also write the metrics as TensorBoard scalars into
     ``RUN_DIR/tensorboard`` (needs the ``tensorboard`` extra: ``pip install sigprop[tensorboard]``).

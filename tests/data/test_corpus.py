@@ -27,6 +27,28 @@ def test_default_corpus_is_the_stdlib():
     assert corpus_files(max_bytes=cap) == files  # deterministic
 
 
+def test_python_corpus_is_the_stdlib_and_the_installed_packages(tmp_path, monkeypatch):
+    """``data="python"``: sources of both the standard library and site-packages, the stdlib's skips applied to
+    both, its own cap by default; a folder called ``python`` needs a path that is not the bare name."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    packages = Path(sysconfig.get_paths()["purelib"]).resolve()
+    files = corpus_files("python", max_bytes=3_000_000)
+    assert files == sorted(files) and sum(f.stat().st_size for f in files) <= 3_000_000
+    assert any(f.is_relative_to(packages) for f in files)
+    assert any(f.is_relative_to(stdlib) and not f.is_relative_to(packages) for f in files)
+    skip = {"test", "tests", "idle_test", "__pycache__"}
+    assert all(f.suffix == ".py" and not skip & set(f.parts[:-1]) for f in files)
+    assert corpus_files("python", max_bytes=3_000_000) == files  # deterministic
+    assert corpusmod.default_max_bytes("python", None) == corpusmod.PYTHON_MAX_BYTES
+    assert corpusmod.default_max_bytes(None, None) == corpusmod.DEFAULT_MAX_BYTES
+    assert corpusmod.default_max_bytes(tmp_path, None) is None
+    assert corpusmod.default_max_bytes("python", 10) == 10
+    folder = tmp_path / "python"
+    folder.mkdir()
+    (folder / "a.txt").write_text("hello\n")
+    assert corpus_files(folder) == [(folder / "a.txt").resolve()]
+
+
 def test_default_cap_applies_to_stdlib_only(tmp_path, monkeypatch):
     monkeypatch.setattr(corpusmod, "DEFAULT_MAX_BYTES", 50_000)
     assert 0 < sum(f.stat().st_size for f in corpus_files()) <= 50_000  # the stdlib gets the default cap

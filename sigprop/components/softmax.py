@@ -44,6 +44,8 @@ __all__ = [
     "softmax_backward",
     "softmax_power_moments",
     "softmax_second_moment",
+    "softmax_overlap",
+    "LOGNORMAL_OVERLAP_LIMIT",
     "SOFTMAX_APPROX",
 ]
 
@@ -142,6 +144,59 @@ def softmax_second_moment(s2, L, approx: str = "exact"):
         M, V = np.broadcast_arrays(np.asarray(M, dtype=np.float64), np.asarray(V, dtype=np.float64))
         return expect_1d(f, np.zeros_like(M), s2 + 0.0 * M, n=_NZ)
     raise ValueError(f"approx must be 'exact' or 'delta' here (got {approx!r})")
+
+
+#: Where :func:`softmax_overlap` leaves the log-normal closed form: the relative variance (e^{s²} − 1)/L of the
+#: softmax denominator's mean over its L terms, which that form neglects.
+LOGNORMAL_OVERLAP_LIMIT = 0.01
+
+_OVERLAP_GRID = np.linspace(-1.0, 1.0, 21)
+_OVERLAP_SAMPLES = 2048
+
+
+@lru_cache(maxsize=64)
+def _overlap_table(s2: float, L: int) -> np.ndarray:
+    """E[Σ_i p_i p'_i] on :data:`_OVERLAP_GRID` of row correlations, by Monte Carlo with common random numbers
+    (a fixed seed: the same numbers on every call)."""
+    rng = np.random.default_rng(0x50F7)
+    out = np.zeros_like(_OVERLAP_GRID)
+    chunk = 256
+    for _ in range(0, _OVERLAP_SAMPLES, chunk):
+        x = rng.standard_normal((chunk, L))
+        xi = rng.standard_normal((chunk, L))
+
+        def softmax(z):
+            z = z - z.max(axis=1, keepdims=True)
+            e = np.exp(z)
+            return e / e.sum(axis=1, keepdims=True)
+
+        p = softmax(np.sqrt(s2) * x)
+        for k, h in enumerate(_OVERLAP_GRID):
+            q = softmax(np.sqrt(s2) * (h * x + np.sqrt(max(1.0 - h * h, 0.0)) * xi))
+            out[k] += float((p * q).sum())
+    out /= _OVERLAP_SAMPLES
+    out[_OVERLAP_GRID == 0.0] = 1.0 / L  # independent rows: exactly L·(1/L)²
+    return out
+
+
+def softmax_overlap(s2, h, L):
+    """E[Σ_i p_i p'_i] for two softmax rows p = softmax(z), p' = softmax(z') of length L whose scores are
+    i.i.d. N(0, s²) along the row and correlated h between the rows at the same index (Cov(z_i, z'_i) = h s²).
+
+    Log-normal regime, while the denominators concentrate ((e^{s²} − 1)/L ≤ :data:`LOGNORMAL_OVERLAP_LIMIT`):
+    Σ_k e^{z_k} ≈ L e^{s²/2}, so E[p_i p'_i] ≈ E[e^{z_i + z'_i}]/(L² e^{s²}) and the overlap is e^{h s²}/L
+    (relative error O((e^{s²} − 1)/L)). Beyond it (logits of large variance: one or a few ids take most of the
+    mass, e.g. s² = 15 at L = 2048 gives 0.22 where the closed form says 1600) by Monte Carlo: 2048 row pairs
+    with common random numbers on a grid of 21 correlations in [−1, 1] (h = 0 exactly 1/L), linearly interpolated
+    in h (``tests/components/test_softmax_overlap.py`` checks it against independent sampling and against the
+    exact E[Σp²] at h = 1). ``s2`` is a scalar there (one logit variance); ``h`` broadcasts.
+    """
+    s2f = float(np.max(s2))
+    h = np.asarray(h, dtype=np.float64)
+    if s2f <= np.log1p(LOGNORMAL_OVERLAP_LIMIT * L):  # (e^{s²} − 1)/L within the limit
+        return np.exp(h * np.asarray(s2, dtype=np.float64)) / L
+    table = _overlap_table(round(s2f, 12), int(L))
+    return np.interp(np.clip(h, -1.0, 1.0), _OVERLAP_GRID, table)
 
 
 def _kedia_var(s2, L):

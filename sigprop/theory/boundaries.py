@@ -14,9 +14,11 @@ the final norm).
 
   for labelled j, l (j = l included), 0 otherwise, with E[p_{j,y}] = 1/V (the label is independent of the weights)
   and E[p_j·p_l] = exp(C_jl)/V for log-normal softmax weights over V ≫ 1 ids, C_jl = s² σ²_h d N_jl the logits'
-  covariance (N the final norm's output Gram). The −2/V matters: summed over the many pairs of different targets it
-  lowers the pooled correlation, by ~9% at V = 300. Then the final norm's backward rule. A decoder's last position
-  and every padded one carry no gradient (no label, and nothing downstream reads them).
+  covariance (N the final norm's output Gram); for logits of large variance (a model without a final norm, a
+  large head scale) E[p_j·p_l] = :func:`~sigprop.components.softmax.softmax_overlap` instead. The −2/V
+  matters: summed over the many pairs of different targets it lowers the pooled correlation, by ~9% at V = 300.
+  Then the final norm's backward rule. A decoder's last position and every padded one carry no gradient (no label,
+  and nothing downstream reads them).
 
 The rules read the init plan's declared standard deviations (the model is built without sampling weights).
 """
@@ -97,10 +99,20 @@ def head_gradient_scale(model: Transformer) -> tuple[float, int]:
     return float(plan.head_scale) ** 2 * head_var, (c.vocab_size if c.input == "tokens" else c.n_classes)
 
 
-def different_target_term(logit_cov, V):
-    """(2 − exp C)/V: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − (2 − exp C)/V subtracts for two positions whose
-    logits have covariance C (:func:`head_gradient_moments`)."""
-    return (2.0 - np.exp(logit_cov)) / V
+def different_target_term(logit_cov, V, logit_var=None):
+    """2/V − E[p_j·p_l]: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − 2/V + E[p_j·p_l] subtracts for two positions
+    whose logits have covariance C = ``logit_cov`` and variance ``logit_var`` (default C: one position with itself).
+    E[p_j·p_l] = :func:`~sigprop.components.softmax.softmax_overlap`, e^C/V in the log-normal regime, where the term
+    is (2 − e^C)/V (:func:`head_gradient_moments`). Beyond that regime the variance is one scalar (the mean of
+    ``logit_var``)."""
+    from ..components.softmax import LOGNORMAL_OVERLAP_LIMIT, softmax_overlap
+
+    cov = np.asarray(logit_cov, dtype=np.float64)
+    var = cov if logit_var is None else np.asarray(logit_var, dtype=np.float64)
+    if np.all(var <= np.log1p(LOGNORMAL_OVERLAP_LIMIT * V)):
+        return (2.0 - np.exp(cov)) / V
+    s2 = float(np.mean(var))
+    return 2.0 / V - softmax_overlap(s2, cov / s2, V)
 
 
 def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: int = 1,
@@ -195,7 +207,8 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
     var_z = scale * c.d_model * np.asarray(normed.var)
     k = 1.0 - different_target_term(var_z, V)
-    corr = (same - pairs * different_target_term(np.asarray(normed.corr) * var_z, V)) / (k * max(L - 1, 1) * M)
+    corr = (same - pairs * different_target_term(np.asarray(normed.corr) * var_z, V, var_z)) / \
+        (k * max(L - 1, 1) * M)
     g = GradMoments(var=scale * k / (M * n), corr=corr)
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
@@ -219,7 +232,9 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     scale, V = head_gradient_scale(model)
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
     same = (lab[:, :, None] == lab[:, None, :]).to(torch.float64)
-    pair = same - torch.from_numpy(different_target_term(scale * model.config.d_model * normed.numpy(), V))
+    logits = scale * model.config.d_model * normed.numpy()
+    diagonal = np.diagonal(logits, axis1=1, axis2=2)
+    pair = same - torch.from_numpy(different_target_term(logits, V, diagonal[labelled.numpy()]))
     both = (labelled[:, :, None] & labelled[:, None, :]).to(torch.float64)
     grad = scale / M**2 * pair * both
     if model.final_norm is not None:

@@ -254,7 +254,9 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                 write_run_files(run_dir, {**run, "initial_validation": initial})
             if tracker is not None:
                 progress.note("tracking: predicting the model's statistics at step 0 from theory ...")
-                tracker.predict_initial()
+                failed = tracker.predict_initial()
+                if failed:
+                    progress.note(f"tracking: {failed}")
                 tracker.record(0)
         if start >= train_config.steps:
             progress.note(f"the run is complete ({start} of {train_config.steps} steps): nothing to resume")

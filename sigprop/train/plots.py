@@ -127,7 +127,7 @@ def plot_track(run_dir) -> Path | None:
         for t in track:
             y = np.array([np.nan if v is None else v for v in t[q]], dtype=np.float64)
             ax.plot(t["layers"], y, color=cmap(t["step"] / last), lw=1)
-        if prediction is not None:
+        if prediction is not None and prediction.get(q) is not None:
             y = np.array([np.nan if v is None else v for v in prediction[q]], dtype=np.float64)
             ax.plot(prediction["layers"], y, "k--", lw=1.2, label="theory, step 0")
             ax.legend(fontsize=8)

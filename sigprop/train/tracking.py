@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
@@ -52,13 +53,30 @@ class Tracker:
             kept = [r for r in read_track(self.run_dir) if r["step"] <= resume_step]
             write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
 
-    def predict_initial(self) -> None:
-        """The theory's profile of the model as it is now (its weights' standard deviations) on the probe batch."""
+    def predict_initial(self) -> str | None:
+        """The theory's profile of the model as it is now (its weights' standard deviations) on the probe batch.
+        Returns None, or what the theory could not give: where the backward sweep fails (e.g. logits of variance
+        ~1e10 in a model without normalisation overflow the head's gradient formula) the forward profile is kept
+        alone; where the forward fails too there is no overlay. The measurements are tracked regardless."""
         from ..analysis.experiment import batch_prediction
+        from ..core.jsonio import finite_or_null
 
-        cpu_model = self.model
-        profile = batch_prediction(cpu_model, self.cpu_batch).profile()
-        write_json_atomic(self.run_dir / PREDICTION_FILE, {"step": 0, **_columns(profile)})
+        failures = (ValueError, FloatingPointError, OverflowError)
+        note = None
+        with np.errstate(over="ignore", invalid="ignore"):
+            try:
+                profile = batch_prediction(self.model, self.cpu_batch).profile()
+            except failures as exc:
+                note = f"gradient theory unavailable: {str(exc).splitlines()[0]}; forward theory only"
+                try:
+                    profile = batch_prediction(self.model, self.cpu_batch).profile(gradients=False)
+                except failures as exc2:
+                    return f"no theory: {str(exc2).splitlines()[0]}"
+        columns = _columns(profile)
+        if note is not None:  # no gradient theory: nothing to draw, rather than the zeros of a skipped sweep
+            columns.update(grad_var=None, grad_corr=None)
+        write_json_atomic(self.run_dir / PREDICTION_FILE, finite_or_null({"step": 0, **columns}))
+        return note
 
     def record(self, step: int) -> dict:
         """Measure the probe batch now; append its line; return the diagnosis for the metrics."""

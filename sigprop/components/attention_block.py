@@ -29,7 +29,9 @@ class AttentionBlock(Sequential):
     the rules read the declared values. ``forward_moments(m, L=...)`` needs the sequence length. ``causal`` masks
     future keys (a decoder's self-attention).
 
-    ``attention`` ∈ :data:`~sigprop.components.factory.ATTENTIONS`: ``"standard"`` (softmax attention) or
+    ``attention`` ∈ :data:`~sigprop.components.factory.ATTENTIONS`: ``"standard"`` (softmax attention),
+    ``"value_skipinit"`` (each head's A replaced by α·I + β·A, α = 1 and β = 0 learnable, He et al. 2023:
+    :class:`~sigprop.components.value_skipinit.ValueSkipInitAttention`) or
     ``"shaped"``: ``ShapedAttention(d, n_heads, d_head, sigma_q=…, sigma_k=…, sigma_v=…, causal=causal,
     **attention_kwargs)`` (e.g. ``tau0``, ``gamma1``, ``gamma2``, ``gamma_mode``, ``anneal_steps``; unset sigmas
     default to the paper's 1/√d, Noci et al. Eqs. 1–2). Shaped attention has no attention dropout (its moment rules
@@ -63,10 +65,14 @@ class AttentionBlock(Sequential):
                                              causal=causal, **(attention_kwargs or {}))
         else:
             if attention_kwargs:
-                raise ValueError(f"attention='standard' takes no attention_kwargs (got "
+                raise ValueError(f"attention={attention!r} takes no attention_kwargs (got "
                                  f"{', '.join(sorted(attention_kwargs))})")
-            layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k,
-                                                sigma_v=sigma_v, dropout_p=attn_dropout, causal=causal)
+            if attention == "value_skipinit":
+                from .value_skipinit import ValueSkipInitAttention as attention_class
+            else:
+                attention_class = MultiHeadAttention
+            layers["attn"] = attention_class(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k, sigma_v=sigma_v,
+                                             dropout_p=attn_dropout, causal=causal)
         layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

@@ -1,7 +1,8 @@
 """Build a normalisation or an activation by name: the one place where names map to component classes.
 
 ``ATTENTIONS`` lists the self-attention kinds that :class:`~sigprop.components.attention_block.AttentionBlock`
-builds ("standard": softmax attention; "shaped": Noci et al. 2023 Eq. 9 / App. D Eq. 33)."""
+builds ("standard": softmax attention; "shaped": Noci et al. 2023 Eq. 9 / App. D Eq. 33; "value_skipinit": He et al.
+2023's α·I + β·A, :mod:`~sigprop.components.value_skipinit`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ __all__ = ["NORMS", "ACTIVATIONS", "ATTENTIONS", "make_norm", "make_activation"]
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
 ACTIVATIONS = ("relu", "gelu", "shaped_relu")
-ATTENTIONS = ("standard", "shaped")
+ATTENTIONS = ("standard", "shaped", "value_skipinit")
 
 
 def make_norm(name: str, d: int, **kwargs) -> nn.Module | None:

@@ -76,6 +76,8 @@ class TransformerConfig:
     shaped attention A = γ₁I + Softmax(QKᵀ/τ) − γ₂W, τ = ``shaped_tau0``·√(d·d_head) (Eqs. 9, 33; W the uniform
     attention over each query's visible keys, Sec. 4.2, so a causal decoder works too; cross-attention stays
     standard). It has no attention dropout: ``attn_dropout`` (or ``dropout`` when that is None) must be 0.
+    ``attention="value_skipinit"`` (He et al. 2023) replaces every self-attention's A by α·I + β·A, α and β learnable
+    per head, 1 and 0 at initialisation (:mod:`sigprop.components.value_skipinit`).
     ``activation="shaped_relu"`` is the shaped ReLU s₊max(x,0) + s₋min(x,0), s± = 1 + c±/√d with c₊ =
     ``shaped_c_plus``, c₋ = ``shaped_c_minus`` (Eq. 4; defaults 0, −1: App. D's s₋ = 1 − 1/√n), times √c (c =
     2/(s₊² + s₋²), Eq. 4's normalising constant) when ``shaped_normalize``. γ₁ = ``shaped_gamma1``, γ₂ =

@@ -23,6 +23,7 @@ from ..components.residual import Residual
 from ..components.rmsnorm import RMSNorm
 from ..components.shaped_attention import ShapedAttention
 from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
+from ..components.value_skipinit import ValueSkipInitAttention
 from .layer import SITES
 
 __all__ = ["initialise_from_plan", "read_weights", "weight_roles", "WeightRole", "LINEAR_ROLES"]
@@ -145,6 +146,9 @@ def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) 
             s.fill(m.gamma2, m.gamma_init[1])
         elif isinstance(m, ShapedReLU):
             _init_shaped_relu(m, s)
+        elif isinstance(m, ValueSkipInitAttention):  # α = 1, β = 0 (He et al. 2023)
+            s.fill(m.vs_alpha, 1.0)
+            s.fill(m.vs_beta, 0.0)
         elif isinstance(m, Linear):
             if m.bias is not None:
                 m.bias_std = 0.0

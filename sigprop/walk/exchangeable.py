@@ -58,9 +58,12 @@ class ExchangeableState:
                                               skip_fraction=0.0 if skip_fraction is None else skip_fraction)
 
     @staticmethod
-    def skip_fraction(lam, g_out: GradMoments, g_in: GradMoments) -> float:
-        """The share λ²σ²_out/σ²_in of the input gradient's variance that came down the skip path."""
-        return float(np.clip(lam**2 * np.asarray(g_out.var) / np.asarray(g_in.var), 0.0, 1.0))
+    def skip_fraction(lam, g_out: GradMoments, g_in: GradMoments):
+        """The share λ²σ²_out/σ²_in of the input gradient's variance that came down the skip path (elementwise when
+        the moments are arrays: a layer that mixes no tokens is walked whole, pair by pair, in the token-resolved
+        state)."""
+        fraction = np.clip(lam**2 * np.asarray(g_out.var) / np.asarray(g_in.var), 0.0, 1.0)
+        return float(fraction) if np.ndim(fraction) == 0 else fraction
 
     @staticmethod
     def scale_grad(g: GradMoments, factor) -> GradMoments | None:

@@ -23,6 +23,17 @@ Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
 * ``layerscale``: Touvron et al. 2021: Xavier, learnable β = ε (0.1 for N ≤ 18, 10⁻⁵ for N ≤ 24, 10⁻⁶ beyond).
 * ``skipinit`` / ``rezero``: De & Smith 2020 / Bachlechner et al. 2021: Xavier, learnable β = 0 (ReZero is meant
   with ``norm_position="none"``).
+* ``noci2022``: Noci et al. 2022 as Kedia et al. describe it (Sec. 3.4, App. F and Table 11): Q, K and V of each
+  head N(0, 1/fan_out) = N(0, 1/d_head), "a rather non-standard version of Xavier", which puts the queries and keys
+  H times above Xavier's 1/d (the large Q/K that Sec. 3.4 blames for their divergence); the other matrices Xavier;
+  every residual branch scaled β = 1/√N with λ = 1 (Noci et al.'s depth-dependent residual scaling, which Sec. 3.4
+  also cites).
+* ``mup``: the initialisation of µP (Yang et al. 2021, "Tensor Programs V", Table 3 for Adam), at one width:
+  every hidden matrix (Q, K, V, O, W₁, W₂) N(0, 1/fan_in); embedding tables of unit output variance (σ² =
+  1/n_emb, µP's O(1) input weights); the readout at µP's 1/width: an untied head N(0, 1/d²), a tied head (the
+  token table) through a head scale 1/d. Not represented: µP's zero-initialised queries (sigprop's attention needs
+  σ_q > 0), its 1/d_head attention temperature and its per-layer learning rates, so this is "µP-style" (Kedia et
+  al. Table 11 report vanilla µP diverging at 96 and 192 layers).
 * ``alekseev``: Alekseev 2026, Sec. 2.1 and App. A (the ViT of its experiments, timm's std-0.02 initialisation in
   the paper's σ parametrisation): W_V, W_O ∈ R^{d×d} with variance σ²_V/d, σ²_O/d and σ_O = σ_V = √σ_OV
   (``config.sigma_ov``); W_1 (d → d_ff) with variance σ²_1/d and W_2 (d_ff → d) with variance σ²_2/d_ff
@@ -338,6 +349,29 @@ def _scheme_zero_beta(name):
     return scheme
 
 
+def _scheme_noci2022(c):
+    """Noci et al. 2022 as Kedia et al. Sec. 3.4 / App. F describe it (module docstring)."""
+    stds = _xavier_stds(c)
+    big = np.full(c.total_layers, math.sqrt(1.0 / c.d_head))
+    stds.update(q=big, k=big.copy(), v=big.copy())
+    lam, beta = _unit_scales(c, 1.0, 1.0 / math.sqrt(c.total_layers))
+    return InitPlan("noci2022", stds, lam, beta, False, 1.0)
+
+
+def _scheme_mup(c):
+    """µP-style initialisation, Yang et al. 2021 Table 3 (module docstring)."""
+    d, n = c.d_model, c.total_layers
+    per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
+    emb = math.sqrt(1.0 / c.n_embedding_types)
+    stds = {"token": emb, "position": emb, "segment": emb, "patch": emb / math.sqrt(_patch_dim(c)),
+            "q": per_layer(1.0 / math.sqrt(d)), "k": per_layer(1.0 / math.sqrt(d)), "v": per_layer(1.0 / math.sqrt(d)),
+            "o": per_layer(1.0 / math.sqrt(c.n_heads * c.d_head)), "w1": per_layer(1.0 / math.sqrt(d)),
+            "w2": per_layer(1.0 / math.sqrt(c.ffn_width)), "head": 1.0 / d}
+    lam, beta = _unit_scales(c)
+    tied = c.input == "tokens" and c.tie_head
+    return InitPlan("mup", stds, lam, beta, False, 1.0 / d if tied else 1.0)
+
+
 def _scheme_alekseev(c):
     """Alekseev 2026 Sec. 2.1 / App. A (module docstring)."""
     n = c.total_layers
@@ -381,6 +415,8 @@ SCHEMES = {
     "layerscale": _scheme_layerscale,
     "skipinit": _scheme_zero_beta("skipinit"),
     "rezero": _scheme_zero_beta("rezero"),
+    "noci2022": _scheme_noci2022,
+    "mup": _scheme_mup,
     "alekseev": _scheme_alekseev,
     "shaped": _scheme_shaped,
 }

@@ -116,6 +116,22 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std = 1.0 / math.sqrt(shape[0])  # stored (d_in, H·d_head)
         else:
             std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
+    elif c.init == "noci2022":
+        # Kedia et al. App. F: Q, K, V of each head N(0, 1/fan_out) = 1/d_head; the rest Xavier
+        std = 1.0 / math.sqrt(c.d_model // c.n_heads) if role in ("q", "k", "v") else xavier(shape)
+    elif c.init == "mup":
+        # Yang et al. 2021 Table 3: hidden matrices 1/fan_in, unit-variance embeddings, readout std 1/d
+        n_emb = 3 if c.n_segments else 2
+        if role in ("token", "position", "segment"):
+            std = math.sqrt(1.0 / n_emb)
+        elif role == "patch":
+            std = math.sqrt(1.0 / n_emb) / math.sqrt(c.channels * c.patch_size**2)
+        elif role == "head":
+            std = 1.0 / d
+        elif role in ("q", "k", "v"):
+            std = 1.0 / math.sqrt(shape[0])  # stored (d_in, H·d_head)
+        else:
+            std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
     elif c.init in ("dslm", "dslm_simple"):
         n_emb = 3 if c.n_segments else 2
         emb = math.sqrt((1.0 - p) / n_emb)  # σ²_e = (1−p)/n_emb (Fig. 15: (1−p)/3 for token+position+segment)
@@ -164,19 +180,23 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
         beta = 0.0
     elif c.init == "shaped":  # λ² + γ² = 1 (Noci et al. Sec. 2, Thm. 4.2)
         lam, beta = math.sqrt(1.0 - c.shaped_gamma**2), c.shaped_gamma
+    elif c.init == "noci2022":  # branches scaled 1/√N (Kedia et al. Sec. 3.4)
+        beta = 1.0 / math.sqrt(N)
     lam = lam if c.lam is None else c.lam
     beta = beta if c.beta is None else c.beta
     learnable = c.init in LEARNABLE_SCHEMES or c.learnable_beta
     head = 1.0 / math.sqrt(c.d_model) if c.init in ("dslm", "dslm_simple") else 1.0
     if c.init == "shaped" and c.input == "tokens" and c.tie_head:
         head = 1.0 / math.sqrt(c.d_model)  # the tied table's logits kept O(1)
+    if c.init == "mup" and c.input == "tokens" and c.tie_head:
+        head = 1.0 / c.d_model  # µP's 1/width readout multiplier on the tied table
     head = head if c.head_scale is None else c.head_scale
     return lam, beta, learnable, head
 
 
 def test_every_scheme_has_an_expectation():
     covered = {"xavier", "bert", "dslm", "dslm_simple", "deepnorm", "dsinit", "layerscale", "skipinit", "rezero",
-               "alekseev", "shaped"}
+               "alekseev", "shaped", "noci2022", "mup"}
     assert set(SCHEMES) == covered, "a new scheme needs its expectation in this file"
 
 

@@ -39,6 +39,9 @@ def _list() -> None:
                 cells.append("–")
                 continue
             est = estimate(name, scale)
+            if est.get("evaluates"):
+                cells.append(f"evaluates the {est['evaluates']} runs (trains them if missing)")
+                continue
             hours = f", ~{est['cpu_core_hours']:.2g} core-h" if scale == "cpu" else ""
             cells.append(f"{est['runs']} runs, {est['tokens']:.2g} tokens{hours}")
         table.add_row(name, e.question, *cells)
@@ -58,6 +61,8 @@ def experiment_command(
     overrides: Overrides = None,
     train_overrides: Annotated[list[str], typer.Option("--train-set", help="Override a TrainConfig field of every "
                                                        "run, e.g. --train-set data=~/corpus.")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="For an experiment that evaluates another's trained models (fp8): "
+                                           "that experiment's folder (default experiments/SOURCE-SCALE).")] = None,
     list_experiments: Annotated[bool, typer.Option("--list", help="List the experiments and their cost.")] = False,
 ) -> None:
     """Reproduce a training claim of the papers: every model at every learning rate of its grid, the best rate's
@@ -70,7 +75,7 @@ def experiment_command(
     from ..experiments.run import run_experiment
 
     result = run_experiment(name, scale, seeds, out, workers, device, overrides or (), train_overrides or (),
-                            say=_say, command=" ".join(["sigprop", *sys.argv[1:]]))
+                            say=_say, command=" ".join(["sigprop", *sys.argv[1:]]), runs_dir=runs_dir)
     for path in result.files:
         console.print(f"{path.suffix[1:]}: {path}", highlight=False)
     if result.stopped:

@@ -75,6 +75,15 @@ DEPTH_MLM = Experiment(
             for name, s in DEPTH.scales.items()},
 )
 
+FP8 = Experiment(
+    name="fp8",
+    question="Do the trained DeepScaleLM models lose less validation loss than the Xavier baselines when cast "
+             "directly (no scaling factor) to FP8, E4M3 and E5M2?",
+    reference="Kedia et al. Sec. 4.6, Table 12 (FP8 direct casting of the trained models)",
+    scales=DEPTH.scales, runs_from="depth", evaluation="fp8",
+)
+
+
 def _residual(beta2: float) -> dict:
     """Fixed residual scales λ·x + β·f(x) with β² = ``beta2`` and λ² = 1 − β² in every block (Sec. 3.5)."""
     return dict(lam=(1.0 - beta2) ** 0.5, beta=beta2**0.5)
@@ -127,6 +136,33 @@ ABLATIONS = Experiment(
         base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
 )
 
+_PRIOR_LRS = (2e-3, 6e-3)
+
+PRIOR_METHODS = Experiment(
+    name="prior-methods",
+    question="At the deepest shape, how do the prior methods for deep Transformers train against DeepScaleLM: "
+             "DSInit, DeepNet, LayerScale, SkipInit, ReZero, Value-SkipInit, Bamboo (a vanilla Pre-LN model), "
+             "µP-style and Noci et al. 2022's initialisation?",
+    reference="Kedia et al. Sec. 4.5, Table 11 (192 × 256 and 96 × 512; ADMIN, which needs a profiling pass, is not "
+              "built here)",
+    scales={"cpu": Scale(
+        models=(ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRIOR_LRS),
+                ModelSpec("deepnet (post-LN)", dict(_DEEP, norm_position="post", init="deepnorm"), _PRIOR_LRS),
+                ModelSpec("layerscale (pre-LN)", dict(_DEEP, norm_position="pre", init="layerscale"), _PRIOR_LRS),
+                ModelSpec("skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="skipinit"), _PRIOR_LRS),
+                ModelSpec("rezero (no norm)", dict(_DEEP, norm_position="none", init="rezero"), _PRIOR_LRS),
+                ModelSpec("value-skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="xavier",
+                                                          attention="value_skipinit"), _PRIOR_LRS),
+                ModelSpec("bamboo (pre-LN, sigma=0.02)", dict(_DEEP, norm_position="pre", init="bert"), _PRIOR_LRS),
+                ModelSpec("mup-style (pre-LN)", dict(_DEEP, norm_position="pre", init="mup"), _PRIOR_LRS),
+                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRIOR_LRS),
+                ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRIOR_LRS),
+                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _PRIOR_LRS)),
+        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
+        note=_CPU_NOTE + " Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the "
+                         "rest Pre-LN); DSLM in both.")},
+)
+
 SMOKE = Experiment(
     name="smoke",
     question="Does the experiment runner work on this machine (a minute: two tiny decoders, two rates, two seeds)?",
@@ -139,7 +175,7 @@ SMOKE = Experiment(
         tokens_per_parameter=8.0, seeds=2, note="tiny models, seconds a run.")},
 )
 
-EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, ABLATIONS, SMOKE)}
+EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, PRIOR_METHODS, ABLATIONS, FP8, SMOKE)}
 
 
 def get_experiment(name: str) -> Experiment:

@@ -3,6 +3,7 @@ every point (finished runs are skipped, interrupted ones resumed)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ class ExperimentResult:
     summary: dict
     files: tuple[Path, ...]
     stopped: bool
+    runs: tuple = ()
 
 
 def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
@@ -47,14 +49,50 @@ def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
 
 
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """Hold an exclusive lock on ``folder`` (``.lock`` in it) for the duration: two invocations on one folder would
+    train the same runs twice. ``ValueError`` if another process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with open(folder / ".lock", "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise ValueError(f"{folder} is in use by {holder}: wait for it, or stop it (it resumes later)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"`sigprop experiment` (pid {os.getpid()})")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=None, workers: int | None = None,
                    device: str = "cpu", overrides=(), train_overrides=(), say=print,
-                   command: str = "") -> ExperimentResult:
+                   command: str = "", runs_dir=None) -> ExperimentResult:
     """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
     (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
-    finished before are skipped and interrupted ones resumed. ``ValueError`` on bad input, before any run."""
+    finished before are skipped and interrupted ones resumed. ``ValueError`` on bad input, before any run.
+
+    An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
+    ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``."""
     experiment = get_experiment(name)
+    if experiment.runs_from is not None:
+        return _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say,
+                               command, runs_dir)
+    if runs_dir is not None:
+        raise ValueError(f"--runs-dir is for the experiments that evaluate another's runs; {name!r} trains its own "
+                         "(give --out)")
     if scale == "paper":
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
@@ -75,6 +113,11 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
         raise ValueError(f"--workers must be an integer in [1, {max(available, 1) * 4}] (got {workers!r})")
     out = check_output_folder(Path(out) if out is not None else Path("experiments") / f"{name}-{scale}", "--out")
     tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
+    with _folder_lock(out):
+        return _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning)
+
+
+def _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning) -> ExperimentResult:
     params = {m.name: non_embedding_parameters(_config(spec, m)) for m in spec.models}
     tokens = {}
     for run in tuning:
@@ -102,7 +145,39 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
         results = results + more
     summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
     files = write_summary(summary, out, results)
-    return ExperimentResult(summary, files, stopped)
+    return ExperimentResult(summary, files, stopped, results)
+
+
+def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say, command,
+                    runs_dir) -> ExperimentResult:
+    from .evaluations import EVALUATIONS
+
+    source = experiment.runs_from
+    experiment.scale(scale)
+    out = check_output_folder(Path(out) if out is not None else Path("experiments") / f"{experiment.name}-{scale}",
+                              "--out")
+    runs_dir = check_output_folder(Path(runs_dir) if runs_dir is not None else Path("experiments") /
+                                   f"{source}-{scale}", "--runs-dir")
+    if out.resolve() == runs_dir.resolve():
+        raise ValueError(f"--out and --runs-dir must differ: {experiment.name} writes its own table beside "
+                         f"{source}'s runs, not over {source}'s table")
+    evaluate, write = EVALUATIONS[experiment.evaluation]
+    say(f"{experiment.name}: the trained models of `{source}` in {runs_dir} (its missing runs are trained first)")
+    parts = ["sigprop", "experiment", source, "--scale", scale, "--out", str(runs_dir)]
+    parts += ["--seeds", str(seeds)] if seeds is not None else []
+    trained = run_experiment(source, scale, seeds, runs_dir, workers, device, overrides, train_overrides, say,
+                             " ".join(parts))
+    if trained.stopped:
+        return ExperimentResult(trained.summary, trained.files, True)
+    with _folder_lock(out):
+        table = evaluate(trained.summary, trained.runs, runs_dir, out, say)
+        table.update(question=experiment.question, reference=experiment.reference, command=command,
+                     source=str(runs_dir))
+        files = write(table, out, f"{experiment.name} ({scale} scale)",
+                      f"{experiment.question}\n\nReproduces: {experiment.reference}. Models: the `{source}` "
+                      f"experiment's runs in `{runs_dir}`, each at its best learning rate, every seed.\n\n"
+                      f"Command: `{command}`")
+    return ExperimentResult(table, files, False)
 
 
 def _config(scale, model: ModelSpec):
@@ -118,6 +193,9 @@ def estimate(name: str, scale: str) -> dict:
 
     experiment = get_experiment(name)
     spec = experiment.scale(scale)
+    if experiment.runs_from is not None:
+        return {"models": len(spec.models), "runs": 0, "tokens": 0.0, "cpu_core_hours": 0.0,
+                "evaluates": experiment.runs_from}
     runs = plan_runs(experiment, scale)
     n_runs = len(runs) + len(spec.models) * (spec.seeds - 1)
     total_tokens, cpu_seconds = 0.0, 0.0

@@ -158,9 +158,11 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
 
 
 def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
-            say=print) -> tuple[list[RunResult], bool]:
+            say=print, watch=None) -> tuple[list[RunResult], bool]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
-    those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss."""
+    those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
+    ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
+    progress from their run directories)."""
     out = Path(out)
     results, todo = {}, []
     for spec in runs:
@@ -178,7 +180,7 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     running: dict[int, _Launched] = {}
-    done = 0
+    done, watched = 0, 0.0
     try:
         while (todo or running) and stop["signal"] is None:
             free = [slot for slot in range(workers) if slot not in running]
@@ -187,6 +189,9 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
                 running[slot] = _launch(spec, out, device, slot)
                 say(f"start {spec.run_id}")
             time.sleep(0.2)
+            if watch is not None and time.perf_counter() - watched >= 1.0:
+                watch([job.spec for job in running.values()])
+                watched = time.perf_counter()
             for slot, job in list(running.items()):
                 code = job.proc.poll()
                 if code is None:

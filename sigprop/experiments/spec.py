@@ -49,13 +49,19 @@ class Scale:
 class Experiment:
     """A named experiment: its question, the paper's tables it reproduces, how a run's end is judged (``stall_margin``:
     a run that ends less than this many nats below the unigram loss of the validation text learned nothing beyond
-    token frequencies: "stalled"), and its scales."""
+    token frequencies: "stalled"), and its scales.
+
+    An experiment that studies the trained models of another (``runs_from``, e.g. FP8 casting of the ``depth``
+    models) trains nothing of its own: it completes that experiment (in its folder) and then applies ``evaluation``
+    (a name of :data:`sigprop.experiments.evaluations.EVALUATIONS`) to every model's runs at its best rate."""
 
     name: str
     question: str
     reference: str
     scales: dict = field(default_factory=dict)
     stall_margin: float = 0.1
+    runs_from: str | None = None
+    evaluation: str | None = None
 
     def scale(self, name: str) -> Scale:
         if name not in SCALES:

@@ -158,7 +158,11 @@ def test_every_experiment_plans_valid_runs_at_every_scale():
             for run in runs:
                 TransformerConfig(**run.model_config)  # every config valid
                 assert run.train_config["steps"] >= 1 and run.tuning
-            assert estimate(name, scale)["runs"] >= len(runs)
+            cost = estimate(name, scale)
+            if experiment.runs_from is None:
+                assert cost["runs"] >= len(runs)
+            else:  # trains nothing of its own: the source's runs are its models
+                assert cost["runs"] == 0 and cost["evaluates"] == experiment.runs_from in catalog.EXPERIMENTS
 
 
 def test_a_model_s_own_training_fields_apply_to_its_runs_only():

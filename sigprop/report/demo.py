@@ -1,6 +1,7 @@
 """``sigprop demo``: theory against measurement on the built-in default — a vanilla Pre-LN Xavier encoder and the
-same model with DeepScaleLM (Kedia et al. Sec. 3.5), masked LM on the Python standard library's own source — with a
-report (figures, JSON, Markdown summary) written to one folder."""
+same model with DeepScaleLM (Kedia et al. Sec. 3.5), masked LM on the Python standard library's own source — then
+training: the deep model the theory calls unstable beside its DeepScaleLM twin (:mod:`sigprop.report.demo_training`),
+with a report (figures, JSON, Markdown summary) written to one folder."""
 
 from __future__ import annotations
 
@@ -24,11 +25,13 @@ DEMO_CONFIGS = {
 
 
 def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size: int = 4,
-             progress: Progress | None = None) -> dict:
+             progress: Progress | None = None, train: bool = True) -> dict:
     """Predict, measure and compare each of :data:`DEMO_CONFIGS`; write ``demo-<name>.png`` / ``.json`` and
     ``demo.md`` into ``out_dir`` (with each model's diagnosis, :meth:`Comparison.diagnosis_lines`, and a note for each
-    quantity whose seed mean is skewed, :func:`sigprop.measurement.spread.heavy_tails`). Returns {name: {"comparison":
-    Comparison, "figure": path, "json": path}} plus "summary" (the Markdown path). ``seeds``, ``batch_size`` and the
+    quantity whose seed mean is skewed, :func:`sigprop.measurement.spread.heavy_tails`); with ``train``, the training
+    section (:func:`sigprop.report.demo_training.run_demo_training`: ``demo-training.png`` and the runs in
+    ``training/``). Returns {name: {"comparison": Comparison, "figure": path, "json": path}} plus "summary" (the
+    Markdown path) and, with ``train``, "training" (that function's result). ``seeds``, ``batch_size`` and the
     folder are checked before any work (``ValueError``)."""
     from ..analysis.experiment import batch_prediction, compare_config
     from ..measurement.spread import heavy_tails
@@ -70,6 +73,11 @@ def run_demo(out_dir: str | Path = "sigprop-report", seeds: int = 4, batch_size:
     if notes:
         lines += ["", f"Seed spread (hollow points in the figures; with {seeds} seeds a mildly skewed mean is common):",
                   "", *notes]
+    if train:
+        from .demo_training import run_demo_training
+
+        results["training"] = run_demo_training(out, progress)
+        lines += ["", *results["training"]["lines"]]
     summary = out / "demo.md"
     write_text_atomic(summary, "\n".join(lines) + "\n")
     results["summary"] = summary

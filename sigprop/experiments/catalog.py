@@ -163,6 +163,44 @@ PRIOR_METHODS = Experiment(
                          "rest Pre-LN); DSLM in both.")},
 )
 
+def _derf_models() -> tuple[ModelSpec, ...]:
+    """Alekseev Sec. 4 on digits: depth × {Pre-LN, Derf α = 0.5, 1, 2} (Fig. 4a); the weight-std scale at 16 blocks
+    (Fig. 4b: σ_OV and σ_21 scale with the std squared); warmup at 16 blocks for the largest α (Fig. 5a); every model
+    over the learning-rate grid (Fig. 5b reads off the grid)."""
+    lrs = (3e-4, 1e-3, 3e-3)
+    kinds = (("pre-LN", dict(norm="layernorm")),) + tuple(
+        (f"derf a={a:g}", dict(norm="derf", norm_alpha=a)) for a in (0.5, 1.0, 2.0))
+    models = [ModelSpec(f"{name} N={n}", dict(kind, n_layers=n), lrs) for n in (4, 16, 64) for name, kind in kinds]
+    for scale in (0.5, 2.0):
+        for name, kind in (kinds[0], kinds[2]):
+            models.append(ModelSpec(f"{name} N=16 std x{scale:g}",
+                                    dict(kind, n_layers=16, sigma_ov=0.31 * scale**2, sigma_21=0.61 * scale**2), lrs))
+    for warmup in (0, 240):
+        models.append(ModelSpec(f"derf a=2 N=16 warmup {warmup}", dict(kinds[3][1], n_layers=16), lrs,
+                                dict(warmup_steps=warmup)))
+    return tuple(models)
+
+
+DERF = Experiment(
+    name="derf",
+    question="Does a Derf ViT stop training beyond a critical depth that a smaller α pushes deeper, while Pre-LN "
+             "trains at every depth; how do the weight scale, the learning rate and the warmup move it; and does the "
+             "APJN theory's depth scale λ⁻¹ predict the boundary?",
+    reference="Alekseev 2026 Sec. 4, Figs. 4–5 (ViT on CIFAR-100; digits here), theory Results 3.1–3.5",
+    scales={"cpu": Scale(
+        models=_derf_models(),
+        base_model=dict(arch="encoder", input="patches", image_size=16, patch_size=4, channels=1, n_classes=10,
+                        seq_len=16, d_model=64, n_heads=2, dropout=0.0, norm_position="pre", init="alekseev",
+                        sigma_ov=0.31, sigma_21=0.61),
+        train=dict(steps=600, batch_size=64, warmup_steps=80, schedule="constant", clip=None, weight_decay=0.05,
+                   adam_beta2=0.999, eval_every=100, eval_batches=4, checkpoint_every=300, keep_checkpoints=1),
+        tokens_per_parameter=None, seeds=2,
+        note="scikit-learn's digits (16 × 16, 16 patches of 4 × 4), d = 64, two heads, the paper's σ_OV = 0.31 and "
+             "σ_21 = 0.61, AdamW (β₂ = 0.999, weight decay 0.05), linear warmup then a constant rate, no clipping, "
+             "600 steps of 64 images (~22 epochs; the paper: 20 on CIFAR-100).")},
+    evaluation="apjn",
+)
+
 SMOKE = Experiment(
     name="smoke",
     question="Does the experiment runner work on this machine (a minute: two tiny decoders, two rates, two seeds)?",
@@ -175,7 +213,7 @@ SMOKE = Experiment(
         tokens_per_parameter=8.0, seeds=2, note="tiny models, seconds a run.")},
 )
 
-EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, PRIOR_METHODS, ABLATIONS, FP8, SMOKE)}
+EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, PRIOR_METHODS, ABLATIONS, FP8, DERF, SMOKE)}
 
 
 def get_experiment(name: str) -> Experiment:

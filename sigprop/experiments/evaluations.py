@@ -1,5 +1,14 @@
-"""Evaluations of an experiment's trained models, for the experiments that train nothing of their own
-(:attr:`Experiment.runs_from`): FP8 direct casting (Kedia et al. Sec. 4.6, Table 12).
+"""Evaluations of an experiment's trained models: FP8 direct casting (Kedia et al. Sec. 4.6, Table 12), for the
+experiments that train nothing of their own (:attr:`Experiment.runs_from`), and the APJN theory beside the trained
+Derf and Pre-LN ViTs (Alekseev Secs. 3–4), after an experiment's own runs.
+
+``apjn``: for every model, the theory of Alekseev Results 3.1–3.5 at its configuration: the embedding covariance
+(q⁰, p⁰) of Eq. 21 measured on digits images through the model's patch embedding (seed 0, 256 images), the
+backward APJN to the input of a final normalisation 𝒥^{out,0} (Eq. 91, the simplified recurrence), and for Derf the
+stretched-exponential scale parameter λ⁻¹ (Eq. 19; 𝒥^{b,0} ∼ e^{√(b/λ)}, Eq. 18) with the depth in units of λ,
+N/λ = N·λ⁻¹. The table puts them beside the model's final validation accuracy (mean over seeds, at its best rate)
+and its fate; the figure draws accuracy against depth per α with each α's depth scale λ marked. The question
+(Alekseev Sec. 4): does the theory's depth scale predict where a Derf model stops training?
 
 ``fp8``: every run of a model at its best learning rate (every seed that trained) is evaluated at its final
 checkpoint in float32 and with FP8 direct casting, E4M3 and E5M2 (:func:`sigprop.train.fp8.evaluate_run`: every
@@ -128,5 +137,123 @@ def write_fp8(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
             fp8_figure(table, out / "figure.png", title))
 
 
+def _embedding_covariance(config) -> tuple[float, float]:
+    """(q⁰, p⁰) of Alekseev Eq. 21: the patch embedding's output on 256 digits images, model seed 0, batch mean."""
+    import torch
+
+    from ..apjn.inputs import estimate_q0_p0
+    from ..data.digits import digits
+    from ..model.transformer import seeded_model
+
+    model = seeded_model(config, 0)
+    images, _ = digits(count=256, size=config.image_size, channels=config.channels, normalise="rms")
+    with torch.no_grad():
+        h = model.embed(images)
+    q0, p0 = estimate_q0_p0(h)
+    return float(np.mean(q0)), float(np.mean(p0))
+
+
+def _apjn_theory(config) -> dict:
+    from ..apjn.asymptotics import lambda_inv
+    from ..apjn.recurrence import apjn_profile
+
+    norm = {"derf": "erf", "dyt": "tanh", "layernorm": "layernorm"}.get(config.norm)
+    if norm is None or config.norm_position != "pre":
+        return {"q0": None, "p0": None, "log_apjn": None, "lambda_inv": None}
+    q0, p0 = _embedding_covariance(config)
+    p0 = min(max(p0, -q0), q0)
+    kw = dict(sigma_21=config.sigma_21, sigma_ov=config.sigma_ov, norm=norm, alpha=config.norm_alpha)
+    profile = apjn_profile(**kw, blocks=config.n_layers, q0=q0, p0=p0)
+    with np.errstate(over="ignore", divide="ignore"):
+        log_out = float(np.log(profile.final_factor) + profile.log_backward()[0])
+    lam = float(lambda_inv(**kw)) if norm != "layernorm" else None
+    return {"q0": q0, "p0": p0, "log_apjn": log_out, "lambda_inv": lam}
+
+
+def evaluate_apjn(summary: dict, results, runs_dir, out, say=print) -> dict:
+    """The APJN table of a ViT experiment's models (module docstring): a row per model, in the scale's order."""
+    from ..model.config import config_from_dict
+
+    rows = []
+    for row in summary["rows"]:
+        runs = [r for r in results if r.model_name == row["model"]]
+        if not runs:
+            continue
+        config = config_from_dict(read_config_json(Path(runs_dir) / runs[0].run_id / "model_config.json"))
+        accuracy = []
+        for r in runs:
+            if r.lr == row["best_lr"] and r.fate == "trained":
+                accuracy.append(_final_accuracy(Path(runs_dir) / r.run_id))
+        theory = _apjn_theory(config)
+        mean, se = _mean_se(accuracy)
+        rows.append({"model": row["model"], "depth": config.n_layers, "norm": config.norm,
+                     "alpha": config.norm_alpha if config.norm in ("derf", "dyt") else None,
+                     "sigma_21": config.sigma_21, "sigma_ov": config.sigma_ov, "best_lr": row["best_lr"],
+                     "accuracy_mean": mean, "accuracy_se": se, "fates": row["fates"], "lr_grid": row["lr_grid"],
+                     **theory, "depth_over_lambda": (config.n_layers * theory["lambda_inv"]
+                                                     if theory["lambda_inv"] else None)})
+    return finite_or_null({"experiment": summary["experiment"], "scale": summary["scale"], "rows": rows})
+
+
+def _final_accuracy(run_dir: Path) -> float | None:
+    from ..train.run_dir import read_metrics
+
+    accs = [m["val_acc"] for m in read_metrics(run_dir) if m.get("val_acc") is not None]
+    return accs[-1] if accs else None
+
+
+def apjn_table(table: dict, title: str, intro: str) -> str:
+    """The APJN table as markdown."""
+    lines = [f"# {title}: the APJN theory beside the trained models", "", intro, "",
+             "| model | depth N | α | σ_21, σ_OV | best LR | final accuracy (mean ± se) | fates | "
+             "theory: log 𝒥^{out,0} | λ⁻¹ | N/λ |", "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+    for r in table["rows"]:
+        fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
+        lines.append(
+            f"| {r['model']} | {r['depth']} | {'–' if r['alpha'] is None else format(r['alpha'], 'g')} | "
+            f"{r['sigma_21']:g}, {r['sigma_ov']:g} | {'–' if r['best_lr'] is None else format(r['best_lr'], 'g')} | "
+            f"{_cell(r['accuracy_mean'], r['accuracy_se'], '.3f')} | {fates} | {_cell(r['log_apjn'], None, '.2f')} | "
+            f"{_cell(r['lambda_inv'], None, '.3g')} | {_cell(r['depth_over_lambda'], None, '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def apjn_figure(table: dict, path: Path, title: str) -> Path:
+    """Final accuracy against depth, one curve per (norm, α, σ), each Derf α's depth scale λ = 1/λ⁻¹ dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    groups: dict = {}
+    for r in table["rows"]:
+        key = (r["norm"], r["alpha"], r["sigma_21"], r["sigma_ov"])
+        groups.setdefault(key, []).append(r)
+    for i, (key, rows) in enumerate(sorted(groups.items(), key=lambda kv: str(kv[0]))):
+        rows = sorted(rows, key=lambda r: r["depth"])
+        if len(rows) < 2:
+            continue
+        norm, alpha, s21, sov = key
+        label = "pre-LN" if norm == "layernorm" else f"{norm} α={alpha:g}"
+        y = [np.nan if r["accuracy_mean"] is None else r["accuracy_mean"] for r in rows]
+        ax.plot([r["depth"] for r in rows], y, "o-", color=f"C{i % 10}", label=label)
+        if rows[0]["lambda_inv"]:
+            ax.axvline(1.0 / rows[0]["lambda_inv"], color=f"C{i % 10}", ls=":", lw=1)
+    ax.set(xscale="log", xlabel="depth N (blocks)", ylabel="final validation accuracy",
+           title=f"{title} (dotted: the theory's depth scale λ)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return save_figure(fig, path, dpi=110, crop=True)
+
+
+def write_apjn(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
+    """``theory.json``, ``theory.md`` and ``theory.png`` in ``out`` (beside the experiment's own table)."""
+    out = Path(out)
+    return (write_json_atomic(out / "theory.json", table),
+            write_text_atomic(out / "theory.md", apjn_table(table, title, intro)),
+            apjn_figure(table, out / "theory.png", title))
+
+
 #: Evaluation name → (evaluate, write).
-EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8)}
+EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8), "apjn": (evaluate_apjn, write_apjn)}

@@ -145,6 +145,13 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
         results = results + more
     summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
     files = write_summary(summary, out, results)
+    if experiment.evaluation is not None and not stopped:
+        from .evaluations import EVALUATIONS
+
+        evaluate, write = EVALUATIONS[experiment.evaluation]
+        table = evaluate(summary, results, out, out, say)
+        files += write(table, out, f"{name} ({scale} scale)", f"{experiment.question}\n\nReproduces: "
+                       f"{experiment.reference}.\n\nCommand: `{command}`")
     return ExperimentResult(summary, files, stopped, results)
 
 
@@ -186,6 +193,13 @@ def _config(scale, model: ModelSpec):
     return config_from_dict({**scale.base_model, **model.model})
 
 
+def _fixed_tokens(scale, model: ModelSpec, config) -> float:
+    from ..train.config import train_config_from_dict
+
+    train = train_config_from_dict({**scale.train, **model.train})
+    return float(train.steps * train.batch_size * config.seq_len * (2 if config.arch == "encoder_decoder" else 1))
+
+
 def estimate(name: str, scale: str) -> dict:
     """The size of experiment ``name`` at ``scale``: models, runs (tuning + other seeds), tokens, and on a CPU a
     rough single-thread wall time (:data:`_CPU_TOKENS_PER_S_AT_1M`), for ``--list``."""
@@ -201,7 +215,8 @@ def estimate(name: str, scale: str) -> dict:
     total_tokens, cpu_seconds = 0.0, 0.0
     for m in spec.models:
         config = _config(spec, m)
-        per_run = spec.tokens_per_parameter * non_embedding_parameters(config)
+        per_run = (spec.tokens_per_parameter * non_embedding_parameters(config) if spec.tokens_per_parameter is not None
+                   else _fixed_tokens(spec, m, config))
         count = len(m.lrs) + spec.seeds - 1
         total_tokens += per_run * count
         rate = _CPU_TOKENS_PER_S_AT_1M / max(parameter_count(config) / 1e6, 1e-3)

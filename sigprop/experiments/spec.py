@@ -35,12 +35,13 @@ class ModelSpec:
 class Scale:
     """An experiment at one scale: the models, the config fields every model shares (``base_model``), the
     :class:`TrainConfig` fields every run shares (``train``), the tokens each run sees per non-embedding parameter
-    (``tokens_per_parameter``), the default number of seeds, and a note on what the scale is."""
+    (``tokens_per_parameter``; None: every run takes the ``steps`` of ``train``, as an experiment that trains every
+    model for the same number of epochs does), the default number of seeds, and a note on what the scale is."""
 
     models: tuple[ModelSpec, ...]
     base_model: dict
     train: dict
-    tokens_per_parameter: float
+    tokens_per_parameter: float | None
     seeds: int = 2
     note: str = ""
 
@@ -128,7 +129,10 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
         model = config_from_dict({**scale.base_model, **spec.model})
         base = train_config_from_dict({**scale.train, **spec.train})
         tokens_per_step = base.batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
-        steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
+        if scale.tokens_per_parameter is None:
+            steps = base.steps
+        else:
+            steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
         if best_lr is None:
             chosen = [(0, lr, True) for lr in spec.lrs]
         elif spec.name in best_lr and best_lr[spec.name] is not None:

@@ -54,3 +54,26 @@ def test_a_folder_in_use_is_refused(tiny_fp8, tmp_path):
     with _folder_lock(tmp_path / "e"), pytest.raises(ValueError, match="in use by"):
         run_experiment("tiny", out=tmp_path / "e", say=lambda s: None)
     assert not list((tmp_path / "e").glob("2x16*"))
+
+
+def test_a_vit_experiment_gets_the_apjn_theory_beside_its_accuracy(monkeypatch, tmp_path):
+    """The derf experiment's form on two tiny digits ViTs (Pre-LN and Derf, 10 steps): its table, and the theory's
+    table with λ⁻¹ for the Derf model only, N/λ = N·λ⁻¹ its depth in units of λ, the accuracy of its best run."""
+    derf = catalog.get_experiment("derf")
+    scale = derf.scale("cpu")
+    models = tuple(m for m in scale.models if m.name in ("pre-LN N=4", "derf a=1 N=4"))
+    tiny = dataclasses.replace(scale, models=tuple(dataclasses.replace(m, lrs=(1e-3,)) for m in models),
+                               base_model={**scale.base_model, "d_model": 16},
+                               train={**scale.train, "steps": 10, "eval_every": 5, "warmup_steps": 2,
+                                      "batch_size": 16, "checkpoint_every": 10}, seeds=1)
+    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny-derf", dataclasses.replace(derf, name="tiny-derf",
+                                                                               scales={"cpu": tiny}))
+    result = run_experiment("tiny-derf", out=tmp_path / "d", workers=2, say=lambda s: None)
+    assert {p.name for p in result.files} >= {"table.md", "theory.md", "theory.json", "theory.png"}
+    theory = json.loads((tmp_path / "d" / "theory.json").read_text())["rows"]
+    by_name = {r["model"]: r for r in theory}
+    assert by_name["pre-LN N=4"]["lambda_inv"] is None and by_name["pre-LN N=4"]["log_apjn"] is not None
+    lam = by_name["derf a=1 N=4"]["lambda_inv"]
+    assert lam > 0 and by_name["derf a=1 N=4"]["depth_over_lambda"] == pytest.approx(4 * lam)
+    assert all(0.0 <= (r["accuracy_mean"] or 0.0) <= 1.0 for r in theory)
+    assert "| derf a=1 N=4 | 4 | 1 |" in (tmp_path / "d" / "theory.md").read_text()

@@ -201,6 +201,33 @@ DERF = Experiment(
     evaluation="apjn",
 )
 
+_SHAPED = dict(attention="shaped", activation="shaped_relu", init="shaped", norm_position="none", shaped_gamma=0.2)
+_SHAPED_LRS = (1e-3, 3e-3, 1e-2)
+
+SHAPED = Experiment(
+    name="shaped",
+    question="Does shaped attention keep a masked-LM Transformer trainable where the Pre-LN baseline's attention "
+             "entropy collapses at a high learning rate, and do the 'recover' (annealed back to standard attention) "
+             "and 'learn' schedules train as well as the fixed one?",
+    reference="Noci et al. 2023 App. D (BERT masked LM: shaped attention, fixed / learn / recover, against Pre-LN), "
+              "Sec. 4 (entropy collapse)",
+    scales={"cpu": Scale(
+        models=(ModelSpec("pre-LN", dict(norm_position="pre", init="xavier"), _SHAPED_LRS),
+                ModelSpec("shaped, fixed", dict(_SHAPED), _SHAPED_LRS),
+                ModelSpec("shaped, learn", dict(_SHAPED, shaped_mode="learn"), _SHAPED_LRS),
+                ModelSpec("shaped, recover", dict(_SHAPED, shaped_mode="recover", shaped_anneal_steps=1000),
+                          _SHAPED_LRS)),
+        base_model=dict(arch="encoder", n_layers=16, d_model=64, n_heads=2, vocab_size=2048, seq_len=128,
+                        max_len=128, dropout=0.0),
+        train={**_CPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
+        tokens_per_parameter=None, seeds=2,
+        note="16 layers of d = 64 (two heads of 32), masked LM (15%) on `data=python`, 1,500 steps of 32 × 128 tokens "
+             "(6.1 M tokens, ~8 per non-embedding parameter); shaped models unnormalised with γ = 0.2 residual "
+             "branches (App. D: 0.05–0.2), 'recover' annealed to standard attention over the first 1,000 steps; "
+             "every layer's attention entropy tracked every 250 steps (track.png in each run's folder).")},
+    evaluation="entropy",
+)
+
 SMOKE = Experiment(
     name="smoke",
     question="Does the experiment runner work on this machine (a minute: two tiny decoders, two rates, two seeds)?",
@@ -213,7 +240,8 @@ SMOKE = Experiment(
         tokens_per_parameter=8.0, seeds=2, note="tiny models, seconds a run.")},
 )
 
-EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, PRIOR_METHODS, ABLATIONS, FP8, DERF, SMOKE)}
+EXPERIMENTS = {e.name: e for e in (DEPTH, DEPTH_MLM, DIVERGENCE, PRIOR_METHODS, ABLATIONS, FP8, DERF, SHAPED,
+                                   SMOKE)}
 
 
 def get_experiment(name: str) -> Experiment:

@@ -10,6 +10,11 @@ N/λ = N·λ⁻¹. The table puts them beside the model's final validation accur
 and its fate; the figure draws accuracy against depth per α with each α's depth scale λ marked. The question
 (Alekseev Sec. 4): does the theory's depth scale predict where a Derf model stops training?
 
+``entropy``: every run's tracked attention entropy (``track.jsonl``; normalised, 1 uniform, 0 collapsed onto one key:
+:mod:`sigprop.measurement.attention_entropy`) at its last track point, the lowest layer's and the mean over layers,
+beside the run's fate and final loss, for every learning rate of the grid (entropy collapse appears at high rates,
+Noci et al. 2023 Sec. 4); the figure draws each model's per-layer entropy at the end of its runs, one panel per rate.
+
 ``fp8``: every run of a model at its best learning rate (every seed that trained) is evaluated at its final
 checkpoint in float32 and with FP8 direct casting, E4M3 and E5M2 (:func:`sigprop.train.fp8.evaluate_run`: every
 linear layer's weight and input and every embedding table rounded to the format with no scaling factor, values
@@ -28,7 +33,7 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
 
-__all__ = ["EVALUATIONS", "evaluate_fp8"]
+__all__ = ["EVALUATIONS", "evaluate_fp8", "evaluate_apjn", "evaluate_entropy"]
 
 _FORMATS = ("e4m3", "e5m2")
 
@@ -255,5 +260,65 @@ def write_apjn(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
             apjn_figure(table, out / "theory.png", title))
 
 
+def evaluate_entropy(summary: dict, results, runs_dir, out, say=print) -> dict:
+    """The entropy table: a row per run (model, rate, seed) in the scale's model order (module docstring)."""
+    from ..train.tracking import read_track
+
+    order = {row["model"]: i for i, row in enumerate(summary["rows"])}
+    rows = []
+    for r in sorted(results, key=lambda r: (order.get(r.model_name, 0), r.lr, r.seed)):
+        track = read_track(Path(runs_dir) / r.run_id)
+        last = next((t for t in reversed(track) if t.get("attn_entropy")), None)
+        values = [v for v in (last or {}).get("attn_entropy") or [] if v is not None]
+        rows.append({"model": r.model_name, "lr": r.lr, "seed": r.seed, "fate": r.fate, "final_val": r.final_val,
+                     "track_step": last["step"] if last else None, "entropy": values,
+                     "entropy_min": min(values) if values else None,
+                     "entropy_mean": float(np.mean(values)) if values else None})
+    return finite_or_null({"experiment": summary["experiment"], "scale": summary["scale"], "rows": rows})
+
+
+def entropy_table(table: dict, title: str, intro: str) -> str:
+    lines = [f"# {title}: attention entropy at the end of every run", "", intro, "",
+             "| model | LR | seed | fate | final val | tracked at step | entropy, lowest layer | entropy, mean |",
+             "|---|---:|---:|---|---:|---:|---:|---:|"]
+    for r in table["rows"]:
+        lines.append(f"| {r['model']} | {r['lr']:g} | {r['seed']} | {r['fate']} | {_cell(r['final_val'], None)} | "
+                     f"{'–' if r['track_step'] is None else r['track_step']} | "
+                     f"{_cell(r['entropy_min'], None, '.3f')} | {_cell(r['entropy_mean'], None, '.3f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def entropy_figure(table: dict, path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lrs = sorted({r["lr"] for r in table["rows"]})
+    models = list(dict.fromkeys(r["model"] for r in table["rows"]))
+    fig, axes = plt.subplots(1, max(len(lrs), 1), figsize=(4.5 * max(len(lrs), 1), 4), squeeze=False)
+    for ax, lr in zip(axes[0], lrs, strict=False):
+        for i, model in enumerate(models):
+            for r in table["rows"]:
+                if r["model"] == model and r["lr"] == lr and r["entropy"]:
+                    ax.plot(range(len(r["entropy"])), r["entropy"], "o-", ms=2, color=f"C{i % 10}",
+                            label=model if r["seed"] == 0 else None)
+        ax.set(xlabel="layer", ylabel="attention entropy / max", title=f"lr {lr:g}", ylim=(0, 1.05))
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return save_figure(fig, path, dpi=110, crop=True)
+
+
+def write_entropy(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
+    """``entropy.json``, ``entropy.md`` and ``entropy.png`` in ``out`` (beside the experiment's own table)."""
+    out = Path(out)
+    return (write_json_atomic(out / "entropy.json", table),
+            write_text_atomic(out / "entropy.md", entropy_table(table, title, intro)),
+            entropy_figure(table, out / "entropy.png", title))
+
+
 #: Evaluation name → (evaluate, write).
-EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8), "apjn": (evaluate_apjn, write_apjn)}
+EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8), "apjn": (evaluate_apjn, write_apjn),
+               "entropy": (evaluate_entropy, write_entropy)}

@@ -301,6 +301,8 @@ class _Both:
 
 def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision, progress, log, tracker, start,
           tokens, wall0, run, run_dir, objective_sums) -> FitResult:
+    from ..model.shaped import anneal_shaped
+
     params = [p for p in model.parameters() if p.requires_grad]
     last, validation, ckpt = {}, {}, latest_checkpoint(run_dir)
     t0 = time.perf_counter()
@@ -311,6 +313,7 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
             lr = learning_rate(step, tc)
             for group in optimizer.param_groups:
                 group["lr"] = lr
+            anneal_shaped(model, step)  # shaped "recover" modules follow App. D's schedule (stateless: resumes)
             torch.manual_seed(_dropout_seed(tc.seed, step, world.rank))
             global_batch = data.train_batch(step, tc.batch_size)
             labelled = int((global_batch["labels"] != -100).sum())

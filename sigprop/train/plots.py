@@ -15,7 +15,8 @@ from .tracking import PREDICTION_FILE, QUANTITIES, read_track
 __all__ = ["write_run_figures", "plot_runs", "plot_track", "smooth"]
 
 _TITLES = {"fwd_var": "forward variance σ²_x", "fwd_corr": "token correlation r_x",
-           "grad_var": "gradient variance σ²_g", "grad_corr": "gradient correlation r_g"}
+           "grad_var": "gradient variance σ²_g", "grad_corr": "gradient correlation r_g",
+           "attn_entropy": "attention entropy / its maximum"}
 
 
 def smooth(values, window: int) -> np.ndarray:
@@ -120,11 +121,14 @@ def plot_track(run_dir) -> Path | None:
         prediction = json.loads((run_dir / PREDICTION_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         prediction = None
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    quantities = QUANTITIES + (("attn_entropy",) if any(t.get("attn_entropy") for t in track) else ())
+    fig, axes = plt.subplots(1, len(quantities), figsize=(4.5 * len(quantities), 4))
     cmap = plt.get_cmap("viridis")
     last = max(t["step"] for t in track) or 1
-    for ax, q in zip(axes, QUANTITIES, strict=True):
+    for ax, q in zip(axes, quantities, strict=True):
         for t in track:
+            if t.get(q) is None:
+                continue
             y = np.array([np.nan if v is None else v for v in t[q]], dtype=np.float64)
             ax.plot(t["layers"], y, color=cmap(t["step"] / last), lw=1)
         if prediction is not None and prediction.get(q) is not None:

@@ -1,7 +1,9 @@
 """Signal propagation while the model trains: every ``track_every`` steps, every layer's forward variance, token
 correlation, gradient variance and gradient correlation measured on one fixed probe batch (the measurement
-recorder, :func:`sigprop.measurement.hooks.measure`), with the diagnosis of the measured profile; at step 0 the
-theory's prediction for that very model and batch beside it.
+recorder, :func:`sigprop.measurement.hooks.measure`), with the diagnosis of the measured profile, and every layer's
+normalised attention entropy (:func:`sigprop.measurement.attention_entropy.attention_entropies`: 1 uniform, 0
+collapsed onto one key; an eval-mode forward pass without gradients); at step 0 the theory's prediction for that
+very model and batch beside it.
 
 The probe pass runs in training mode (dropout on, as the theory assumes) with torch's generator forked and seeded
 the same way every time, so the masks are the same at every track point and the run's own random stream is left
@@ -91,10 +93,13 @@ class Tracker:
             torch.manual_seed(self.seed + _PROBE_SEED)
             profile = measure(self.model, self.batch)
         self.model.train(was_training)
+        from ..measurement.attention_entropy import attention_entropies
+
+        entropy = attention_entropies(self.model, self.batch)
         diagnosis = diagnose(profile)
         summary = {"flagged": diagnosis.flagged, "findings": diagnosis.lines(),
                    "flagged_findings": [f.describe() for f in diagnosis.findings if f.flagged], "hint": diagnosis.hint}
-        line = finite_or_null({"step": step, **_columns(profile), "diagnosis": summary})
+        line = finite_or_null({"step": step, **_columns(profile), "attn_entropy": entropy, "diagnosis": summary})
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, allow_nan=False) + "\n")
         return summary

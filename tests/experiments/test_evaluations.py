@@ -77,3 +77,22 @@ def test_a_vit_experiment_gets_the_apjn_theory_beside_its_accuracy(monkeypatch, 
     assert lam > 0 and by_name["derf a=1 N=4"]["depth_over_lambda"] == pytest.approx(4 * lam)
     assert all(0.0 <= (r["accuracy_mean"] or 0.0) <= 1.0 for r in theory)
     assert "| derf a=1 N=4 | 4 | 1 |" in (tmp_path / "d" / "theory.md").read_text()
+
+
+def test_the_shaped_experiment_tabulates_every_run_s_attention_entropy(monkeypatch, tmp_path, corpus):
+    """The shaped experiment's form on tiny encoders (Pre-LN and shaped, 8 steps, tracked every 4): a row per run
+    with its last tracked entropies, each in [0, 1]."""
+    shaped = catalog.get_experiment("shaped")
+    scale = shaped.scale("cpu")
+    models = tuple(dataclasses.replace(m, lrs=(1e-3,)) for m in scale.models if m.name in ("pre-LN", "shaped, fixed"))
+    tiny = dataclasses.replace(scale, models=models, base_model={**scale.base_model, "n_layers": 2, "d_model": 16,
+                                                                 "vocab_size": 300, "seq_len": 16, "max_len": 16},
+                               train={**scale.train, "steps": 8, "eval_every": 4, "track_every": 4, "batch_size": 4,
+                                      "warmup_steps": 1, "checkpoint_every": 8, "data": str(corpus)}, seeds=1)
+    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny-shaped", dataclasses.replace(shaped, name="tiny-shaped",
+                                                                                 scales={"cpu": tiny}))
+    result = run_experiment("tiny-shaped", out=tmp_path / "s", workers=2, say=lambda s: None)
+    assert {p.name for p in result.files} >= {"entropy.md", "entropy.json", "entropy.png"}
+    rows = json.loads((tmp_path / "s" / "entropy.json").read_text())["rows"]
+    assert [r["model"] for r in rows] == ["pre-LN", "shaped, fixed"]
+    assert all(r["track_step"] == 8 and len(r["entropy"]) == 2 and 0.0 <= r["entropy_min"] <= 1.0 for r in rows)

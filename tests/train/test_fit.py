@@ -56,6 +56,8 @@ def test_tracking_records_without_changing_the_training(corpus, tmp_path):
     track = read_track(tmp_path / "tracked")
     assert [p["step"] for p in track] == [0, 4, 8, 12]
     assert all(len(p["fwd_var"]) == m.n_layers and p["diagnosis"]["findings"] for p in track)
+    assert all(len(p["attn_entropy"]) == m.n_layers and all(0.0 <= e <= 1.0 + 1e-9 for e in p["attn_entropy"])
+               for p in track)
     assert all(set(p["diagnosis"]["flagged_findings"]) <= set(p["diagnosis"]["findings"]) for p in track)
     prediction = json.loads((tmp_path / "tracked" / "track-prediction.json").read_text())
     assert prediction["layers"] == list(range(m.n_layers))
@@ -115,3 +117,17 @@ def test_a_flagged_track_point_is_shown_while_the_run_goes_on(corpus, tmp_path):
     result = sigprop("train", *args, "--out", str(tmp_path / "flagged"))
     assert result.returncode == 0, result.stderr
     assert "step 2, tracked: forward variance explodes" in result.stderr
+
+
+def test_a_shaped_recover_model_is_annealed_by_the_trainer(corpus, tmp_path):
+    """App. D's "recover": γ₁, γ₂ of every shaped attention (and s₋ of the shaped ReLU) fall linearly to 0 over
+    shaped_anneal_steps optimiser steps; the trainer anneals once per step, so the final checkpoint holds zeros."""
+    from safetensors.torch import load_file
+
+    m, t = _configs(corpus, "steps=8", "eval_every=8", "checkpoint_every=8",
+                    model=("arch=encoder", "attention=shaped", "activation=shaped_relu", "init=shaped",
+                           "norm_position=none", "dropout=0", "shaped_mode=recover", "shaped_anneal_steps=4"))
+    fit(m, t, tmp_path / "run")
+    tensors = load_file(str(next((tmp_path / "run").glob("ckpt-*.safetensors"))))
+    gammas = {k: v for k, v in tensors.items() if k.endswith(("gamma1", "gamma2"))}
+    assert len(gammas) == 2 * m.n_layers and all(float(v.abs().max()) == 0.0 for v in gammas.values())

@@ -1,0 +1,85 @@
+"""The entropy of every layer's self-attention probabilities on a batch, normalised by its largest value: 1 for a
+uniform row over the keys a query may see, 0 for a row on a single key (entropy collapse, the failure shaped
+attention prevents: Noci et al. 2023 Sec. 4, App. D; Alekseev 2026 Sec. 1).
+
+For a query with m visible keys (causal and padding masks applied) and probabilities p = softmax(q·kᵀ/τ) over them,
+H = −Σ p log p and the normalised entropy is H / log m (queries with m = 1 are left out); the value per layer is its
+mean over the batch, the heads and the queries. τ is √d_head for softmax attention (scaled dot-product attention)
+and shaped attention's own temperature τ = τ₀√(d·d_head) for its softmax part (Eq. 9). Value-SkipInit attention
+reports its softmax matrix A (what β multiplies).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["attention_entropies"]
+
+
+def _self_attention(layer):
+    block = getattr(getattr(layer, "attn", None), "branch", None)
+    return getattr(block, "attn", None)
+
+
+def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bool, key_mask) -> float:
+    logits = (q @ k.transpose(-1, -2)).double() / tau  # (B, H, L, L)
+    lq, lk = logits.shape[-2:]
+    visible = torch.ones(lq, lk, dtype=torch.bool, device=logits.device)
+    if causal:
+        visible = visible.tril()
+    visible = visible.expand(logits.shape)
+    if key_mask is not None:
+        visible = visible & key_mask.bool()[:, None, None, :]
+    logp = torch.log_softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
+    p = logp.exp()
+    entropy = -(torch.where(visible, p * logp, torch.zeros_like(p))).sum(-1)
+    m = visible.sum(-1)
+    keep = m >= 2
+    if not bool(keep.any()):
+        return math.nan
+    return float((entropy[keep] / torch.log(m[keep].double())).mean())
+
+
+def attention_entropies(model, batch: dict) -> list[float]:
+    """Normalised attention entropy of each layer's self-attention (module docstring) on ``batch`` (the inputs of
+    :func:`sigprop.model.objective.make_batch`), in eval mode without gradients; NaN for a layer whose
+    self-attention is not a softmax attention sigprop knows."""
+    from ..components.attention import MultiHeadAttention
+    from ..components.shaped_attention import ShapedAttention
+    from ..model.objective import objective_sums
+
+    captured: dict = {}
+    hooks = []
+    layers = list(model.all_layers())
+    for layer in layers:
+        attn = _self_attention(layer)
+        if isinstance(attn, MultiHeadAttention | ShapedAttention):
+            def hook(module, args, kwargs, index=layer.index):
+                captured[index] = (args[0].detach(), kwargs.get("key_padding_mask"))
+            hooks.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            objective_sums(model, batch)
+    finally:
+        model.train(was_training)
+        for h in hooks:
+            h.remove()
+    out = []
+    for layer in layers:
+        attn = _self_attention(layer)
+        if layer.index not in captured:
+            out.append(math.nan)
+            continue
+        x, key_mask = captured[layer.index]
+
+        def heads(t, module=attn):
+            return t.unflatten(-1, (module.n_heads, module.d_head)).transpose(-2, -3)
+
+        tau = float(attn.tau) if isinstance(attn, ShapedAttention) else math.sqrt(attn.d_head)
+        with torch.no_grad():
+            out.append(_normalised_entropy(heads(x @ attn.w_q), heads(x @ attn.w_k), tau, attn.causal, key_mask))
+    return out

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["NORMS", "ACTIVATIONS", "ATTENTIONS", "make_norm", "make_activation"]
+__all__ = ["NORMS", "ACTIVATIONS", "GATED_ACTIVATIONS", "ATTENTIONS", "make_norm", "make_activation"]
 
 NORMS = ("layernorm", "rmsnorm", "dyt", "derf", "none")
-ACTIVATIONS = ("relu", "gelu", "shaped_relu")
+ACTIVATIONS = ("relu", "gelu", "shaped_relu", "swiglu", "geglu")
+#: The gated activations: the FFN block builds a :class:`~sigprop.components.glu.GLU` (gate and up projections)
+#: for them instead of a linear layer and an activation.
+GATED_ACTIVATIONS = ("swiglu", "geglu")
 ATTENTIONS = ("standard", "shaped", "value_skipinit")
 
 

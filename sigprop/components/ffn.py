@@ -14,7 +14,7 @@ import numpy as np
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range, clip_corr
 from .dropout import Dropout
-from .factory import make_activation, make_norm
+from .factory import GATED_ACTIVATIONS, make_activation, make_norm
 from .linear import Linear
 from .sequential import Sequential
 
@@ -24,7 +24,9 @@ __all__ = ["FFNBlock", "ffn_block_table2"]
 class FFNBlock(Sequential):
     """norm → fc1 (d → d_ff) → act → fc2 (d_ff → d) → drop. ``norm="none"`` gives the bare block of Table 2.
 
-    Weight standard deviations default to Xavier-normal; the rules read the declared values.
+    Weight standard deviations default to Xavier-normal; the rules read the declared values. A gated activation
+    (``"swiglu"``, ``"geglu"``: Llama-style) makes fc1 a :class:`~sigprop.components.glu.GLU`, φ(x W_gate) ⊙ (x W_up),
+    with ``w1_std`` for both its matrices, and no separate activation.
     ``activation_kwargs`` go to :func:`~sigprop.components.factory.make_activation` (e.g. ``{"n": d}`` and the
     slopes' constants for ``activation="shaped_relu"``, Noci et al. Eq. 4).
     """
@@ -39,8 +41,13 @@ class FFNBlock(Sequential):
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:
             layers["norm"] = norm_module
-        layers["fc1"] = Linear(d, d_ff, weight_std=w1_std)
-        layers["act"] = make_activation(activation, **(activation_kwargs or {}))
+        if activation in GATED_ACTIVATIONS:
+            from .glu import GLU
+
+            layers["fc1"] = GLU(d, d_ff, gate=activation, gate_std=w1_std, up_std=w1_std)
+        else:
+            layers["fc1"] = Linear(d, d_ff, weight_std=w1_std)
+            layers["act"] = make_activation(activation, **(activation_kwargs or {}))
         layers["fc2"] = Linear(d_ff, d, weight_std=w2_std)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

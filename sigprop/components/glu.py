@@ -13,11 +13,11 @@ s_a = d_in σ²_gate (σ² + μ²), s_b = d_in σ²_up (σ² + μ²) and token c
     E h = 0,   E h² = E[φ(a)²]·s_b,   E[h_t h_s] = E[φ(a_t) φ(a_s)]·ρ s_b,
 
 so σ²_h = E[φ(a)²] s_b and r_h = ρ·E[φ(a_t)φ(a_s)]/E[φ(a)²], the Gaussian expectations by Gauss–Hermite quadrature
-(96 nodes, tensor rule for the pair, evaluated in chunks of pairs so that a token-resolved walk's arrays fit in
-memory). φ and φ' vary on a scale of ~1 while a's standard deviation is √s_a, so the rule converges geometrically
-while s_a is moderate: we state and test the range s_a ≤ 16 (a pre-activation std up to 4; a Llama block after
-RMSNorm with σ²_gate ~ 1/d has s_a ~ 1). The mean is exactly 0 (unlike a ReLU's output): the gate's mean E φ(a) > 0
-is multiplied by b's zero.
+(96 nodes, tensor rule for the pair; for the many pairs of a token-resolved walk, a table over ρ and s_a of the
+same rule, interpolated). φ and φ' vary on a scale of ~1 while a's standard deviation is √s_a, so the rule converges
+geometrically while s_a is moderate: we state and test the range s_a ≤ 16 (a pre-activation std up to 4; a Llama
+block after RMSNorm with σ²_gate ~ 1/d has s_a ~ 1). The mean is exactly 0 (unlike a ReLU's output): the gate's
+mean E φ(a) > 0 is multiplied by b's zero.
 
 Backward (output gradient g_h of variance G and token correlation r_g, zero-mean and independent of the forward at
 initialisation, as every rule here assumes): g_a = g_h ⊙ b ⊙ φ'(a), g_b = g_h ⊙ φ(a), g_x = g_a W_gateᵀ + g_b W_upᵀ,
@@ -29,8 +29,13 @@ whose two terms are uncorrelated (independent zero-mean matrices), so
 Assumes: Gaussian pre-activations of one variance for every token, i.e. inputs of a fixed length (a norm's output)
 or d_in large: for i.i.d. Gaussian inputs the spread of |x|² across tokens raises E h² by O(2/d_in) (measured: 8% at
 d_in = 32, within the Monte Carlo error at 512), because the gate's and the up projection's variances move together;
-weights independent of the input and of the output gradient (true at initialisation). Checked against Monte Carlo
-of the real module in ``tests/components/test_glu.py``.
+weights independent of the input and of the output gradient (true at initialisation); one token correlation ρ for
+every pair. The last is where finite width shows: r_h is convex in ρ, so the spread of the pairs' own correlations
+(about (1 − ρ²)/√d_in) raises the mean output correlation above r_h(mean ρ). Measured at d_in = 64 with inputs of
+fixed length and mean pair correlation 0.30 (spread 0.11): 0.114 against 0.102 predicted, the variance exact
+(0.3560 against 0.3558); through a 6-layer SwiGLU Pre-RMSNorm encoder of width 64 the last layer's forward
+variance is then predicted 8% low (4.07 against 4.41 ± 0.11 measured over 24 seeds; 0.1% for the ReLU twin). Checked
+against Monte Carlo of the real module (d_in = 512) in ``tests/components/test_glu.py``.
 """
 
 from __future__ import annotations
@@ -69,16 +74,30 @@ def _pre_activations(m: Moments, d_in, gate_var, up_var):
     return d_in * gate_var * second, d_in * up_var * second, rho
 
 
-_CHUNK = 512  # pairs per tensor-rule evaluation: 512 × 96² float64 = 38 MB
+_GRID_ABOVE = 256  # pairs beyond which a table over (s, ρ) is interpolated instead of a tensor rule per pair
+_GRID_RHO = np.linspace(-1.0, 1.0, 81)
 
 
 def _pair_expectation(f, s, rho):
-    """E[f(a_t, a_s)] for zero-mean Gaussians of variance ``s`` and correlation ``rho`` (broadcast), in chunks."""
+    """E[f(a_t, a_s)] for zero-mean Gaussians of variance ``s`` and correlation ``rho`` (broadcast): the tensor
+    Gauss–Hermite rule per pair, or for the many pairs of a token-resolved walk a table over 81 correlations × up to 9
+    variances (geometric) of the same rule, interpolated linearly in ρ and log s. Measured against the per-pair rule
+    (``tests/components/test_glu.py``), as a fraction of E[f(a, a)]: ≤ 1e-4 when the pairs' variances are within 3%
+    of each other (a norm's output: a fixed length), ≤ 0.5% when they spread over a factor 4."""
     s, rho = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(rho, dtype=np.float64))
-    flat_s, flat_r = s.reshape(-1), rho.reshape(-1)
-    out = np.concatenate([np.atleast_1d(expect_2d(f, 0.0, flat_s[i:i + _CHUNK], flat_r[i:i + _CHUNK]))
-                          for i in range(0, max(flat_s.size, 1), _CHUNK)]) if flat_s.size else np.zeros(0)
-    return float(out[0]) if s.ndim == 0 else out.reshape(s.shape)
+    if s.size <= _GRID_ABOVE:
+        return expect_2d(f, 0.0, s, rho)
+    lo, hi = float(s.min()), float(s.max())
+    grid_s = np.geomspace(lo, hi, 9) if hi > lo * (1.0 + 1e-9) else np.array([lo])
+    table = expect_2d(f, 0.0, grid_s[:, None], _GRID_RHO[None, :])  # (len(grid_s), 81)
+    by_rho = np.stack([np.interp(np.clip(rho, -1.0, 1.0), _GRID_RHO, row) for row in table])  # (len(grid_s), ...)
+    if grid_s.size == 1:
+        return by_rho[0]
+    pos = np.interp(np.log(s), np.log(grid_s), np.arange(grid_s.size))
+    i = np.clip(np.floor(pos).astype(int), 0, grid_s.size - 2)
+    w = pos - i
+    pick = lambda k: np.take_along_axis(by_rho, k[None], axis=0)[0]  # noqa: E731
+    return (1.0 - w) * pick(i) + w * pick(i + 1)
 
 
 def glu_forward(m: Moments, d_in, gate_var, up_var, gate: str = "swiglu") -> Moments:

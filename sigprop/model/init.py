@@ -78,7 +78,7 @@ from .layer import SITES
 
 __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
-ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "head")
+ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "w3", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
 
 
@@ -101,7 +101,11 @@ class InitPlan:
     notes: dict = field(default_factory=dict)
 
     def std(self, role: str, layer: int | None = None) -> float:
-        """The std of role ``role`` (in layer ``layer`` for block roles)."""
+        """The std of role ``role`` (in layer ``layer`` for block roles). ``w3``, the up projection of a gated FFN
+        (SwiGLU / GeGLU: :class:`~sigprop.components.glu.GLU`, whose gate is ``w1``), takes ``w1``'s value in a plan
+        that names no ``w3`` of its own (it has w1's shape)."""
+        if role == "w3" and "w3" not in self.stds:
+            role = "w1"
         if role not in self.stds:
             raise KeyError(f"init plan '{self.scheme}' has no std for role {role!r}")
         v = self.stds[role]

@@ -16,6 +16,7 @@ from ..components.attention import MultiHeadAttention
 from ..components.derf import Derf
 from ..components.dyt import DyT
 from ..components.embedding import Embedding
+from ..components.glu import GLU
 from ..components.layernorm import LayerNorm
 from ..components.linear import Linear
 from ..components.patch import PatchEmbedding
@@ -116,6 +117,9 @@ def _branch_roles(branch: nn.Module, layer: int) -> list[WeightRole]:
         elif isinstance(m, ShapedAttention):
             out += [WeightRole(role, layer, w, _set(m, f"sigma_{role}"))
                     for role, w in (("q", m.w_q), ("k", m.w_k), ("v", m.w_v))]
+        elif isinstance(m, GLU):  # a gated FFN's gate and up projections
+            out += [WeightRole("w1", layer, m.w_gate, _set(m, "gate_std")),
+                    WeightRole("w3", layer, m.w_up, _set(m, "up_std"))]
         elif isinstance(m, Linear):
             if name not in LINEAR_ROLES:
                 raise TypeError(f"no init role for linear layer {name!r} in {type(branch).__name__}")
@@ -153,7 +157,7 @@ def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) 
             if m.bias is not None:
                 m.bias_std = 0.0
                 s.fill(m.bias, 0.0)
-        elif not isinstance(m, MultiHeadAttention) and any(True for _ in m.parameters()):
+        elif not isinstance(m, MultiHeadAttention | GLU) and any(True for _ in m.parameters()):
             _init_norm(m, s, config, position)
 
 

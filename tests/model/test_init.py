@@ -58,6 +58,9 @@ CONFIGS = {
                                   shaped_anneal_steps=5, norm_position="post", shaped_gamma=0.2),
     # wide matrices (n = 65 536 entries: a sampled std within 1.2 % of its plan) for the sampler's accuracy
     "wide": dict(d_model=128, vocab_size=512, n_layers=2, beta_k=1.0),
+    # a Llama-style FFN: SwiGLU (gate w1, up w3, stored (d_in, d_ff)) after RMSNorm, and GeGLU
+    "swiglu_rmsnorm": dict(arch="decoder", activation="swiglu", norm="rmsnorm", tie_head=False),
+    "geglu": dict(activation="geglu"),
 }
 
 BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
@@ -86,6 +89,10 @@ def xavier(shape) -> float:
 
 
 def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
+    if role == "w3":  # a gated FFN's up projection: w1's std (same shape), in the (d_in, d_ff) layout of the gate
+        role = "w1"
+    if role == "w1" and c.activation in ("swiglu", "geglu"):
+        shape = tuple(reversed(shape))  # the gate is stored (d_in, d_ff): as nn.Linear's (d_out, d_in) below
     d, p, N = c.d_model, c.dropout, n_total(c)
     d_ff = c.d_ff if c.d_ff is not None else 4 * d
     if c.init == "bert":
@@ -216,6 +223,8 @@ _PATTERNS = [
     (re.compile(_LAYER + r"\.(?:attn|cross)\.branch\.attn\.w_(?P<qkv>[qkv])$"), "qkv"),
     (re.compile(_LAYER + r"\.(?:attn|cross)\.branch\.proj\.weight$"), "o"),
     (re.compile(_LAYER + r"\.ffn\.branch\.fc1\.weight$"), "w1"),
+    (re.compile(_LAYER + r"\.ffn\.branch\.fc1\.w_gate$"), "w1"),  # a gated FFN (SwiGLU / GeGLU)
+    (re.compile(_LAYER + r"\.ffn\.branch\.fc1\.w_up$"), "w3"),
     (re.compile(_LAYER + r"\.ffn\.branch\.fc2\.weight$"), "w2"),
     (re.compile(_LAYER + r"\.attn\.branch\.attn\.gamma(?P<g>[12])$"), "gamma"),  # shaped attention, "learn"
     (re.compile(_LAYER + r"\.ffn\.branch\.act\.s_minus$"), "s_minus"),  # shaped ReLU, "learn"
@@ -347,7 +356,12 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
                     root = math.sqrt(c.d_model)
                     assert float(br.act.s_plus) == float(f32(1.0 + c.shaped_c_plus / root))
                     assert float(br.act.s_minus.detach()) == float(f32(1.0 + c.shaped_c_minus / root))
-                assert br.fc1.weight_std == plan.std("w1", index) and br.fc2.weight_std == plan.std("w2", index)
+                if c.activation in ("swiglu", "geglu"):  # the gate and up projections of a GLU
+                    assert br.fc1.gate_std == plan.std("w1", index) and br.fc1.up_std == plan.std("w3", index)
+                    seen_roles.update(("w1", "w3"))
+                else:
+                    assert br.fc1.weight_std == plan.std("w1", index)
+                assert br.fc2.weight_std == plan.std("w2", index)
                 seen_roles.update(("w1", "w2"))
             else:
                 shaped = site == "attn" and c.attention == "shaped"  # cross-attention stays standard
@@ -363,6 +377,7 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
                     assert torch.equal(br.attn.gamma2.detach(), f32(c.shaped_gamma2))
                 assert br.proj.weight_std == plan.std("o", index)
     expected_roles = set(BLOCK_ROLES) | ({"token", "position"} if tokens else {"patch", "position"})
+    expected_roles |= {"w3"} if c.activation in ("swiglu", "geglu") else set()
     expected_roles |= {"segment"} if c.n_segments else set()
     expected_roles |= set() if (tokens and c.tie_head) else {"head"}
     assert seen_roles == expected_roles

@@ -145,7 +145,7 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
         results = results + more
     summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
     files = write_summary(summary, out, results)
-    if experiment.evaluation is not None and not stopped:
+    if experiment.evaluation is not None:  # also of a stopped experiment: its finished runs, its table so far
         from .evaluations import EVALUATIONS
 
         evaluate, write = EVALUATIONS[experiment.evaluation]

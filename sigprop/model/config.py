@@ -36,9 +36,11 @@ class TransformerConfig:
     segment embeddings) or ``"patches"`` (a linear embedding of ``patch_size``² × ``channels`` image patches plus
     learned positions, App. H).
 
-    Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``), each wrapped in a
-    residual y = λ·x + β·f(x). ``norm_position`` = ``"pre"`` (norm inside the branch), ``"post"`` (norm after the
-    residual add) or ``"none"``; ``norm`` ∈ layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere,
+    Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``: relu, gelu, shaped_relu,
+    or a gated unit, ``"swiglu"`` / ``"geglu"``, whose d → d_ff half is φ(x W_gate) ⊙ (x W_up) as in Llama-style
+    models: :mod:`sigprop.components.glu`), each wrapped in a residual y = λ·x + β·f(x). ``norm_position`` =
+    ``"pre"`` (norm inside the branch), ``"post"`` (norm after the residual add) or ``"none"``; ``norm`` ∈
+    layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere,
     final norm included, as in Noci et al.'s unnormalised shaped Transformer; not with ``norm_position="post"``,
     where the norm is the only thing after the residual add) (``norm_alpha`` is DyT/Derf's initial
     α; ``norm_alpha_attn`` / ``norm_alpha_ffn`` / ``norm_alpha_final``, None = ``norm_alpha``, set it separately for

@@ -45,7 +45,12 @@ def make_activation(name: str, **kwargs) -> nn.Module:
     """The activation ``name`` as a moment-aware module: "relu", "gelu" (no keywords) or "shaped_relu"
     (:class:`~sigprop.components.shaped_relu.ShapedReLU`, Noci et al. Eq. 4; keywords ``n`` (the width that sets
     the slopes s± = 1 + c±/√n, required), ``c_plus``, ``c_minus``, ``normalize``, ``mode``, ``anneal_steps`` go
-    to its constructor). Raises ``ValueError`` for an unknown name, or for keywords given to relu / gelu."""
+    to its constructor). Raises ``ValueError`` for an unknown name, for keywords given to relu / gelu, and for a
+    gated activation (swiglu, geglu: the FFN block builds a :class:`~sigprop.components.glu.GLU`, which needs the
+    projections)."""
+    if name in GATED_ACTIVATIONS:
+        raise ValueError(f"activation {name!r} is a gated unit with its own projections: FFNBlock builds it as a GLU "
+                         "(sigprop.components.glu.GLU), not as a standalone activation")
     if name in ("relu", "gelu") and kwargs:
         raise ValueError(f"activation {name!r} takes no keyword arguments (got {', '.join(sorted(kwargs))})")
     if name == "relu":

@@ -14,7 +14,18 @@ from sigprop.components.shaped_relu import ShapedReLU
 
 
 def test_names():
-    assert ACTIVATIONS == ("relu", "gelu", "shaped_relu") and ATTENTIONS == ("standard", "shaped")
+    assert ACTIVATIONS == ("relu", "gelu", "shaped_relu", "swiglu", "geglu")
+    assert ATTENTIONS == ("standard", "shaped", "value_skipinit")
+
+
+def test_gated_activations_are_built_by_the_ffn_block():
+    from sigprop.components.glu import GLU
+
+    with pytest.raises(ValueError, match="gated unit"):
+        make_activation("swiglu")
+    block = FFNBlock(16, 32, activation="geglu", norm="none", w1_std=0.2)
+    assert isinstance(block.fc1, GLU) and block.fc1.gate == "geglu" and not hasattr(block, "act")
+    assert block.fc1.gate_std == block.fc1.up_std == 0.2
 
 
 def test_make_activation_keywords():

@@ -66,6 +66,7 @@ from .attention_gram import gram_attention, gram_attention_backward
 from .attention_sampled import sampled_backward, sampled_forward
 from .attention_theory import attention_terms, score_variance
 from .draws import DEFAULT_GRAM_HEADS, DEFAULT_HEADS
+from .rope import apply_rope
 
 __all__ = [
     "SingleHeadAttention",
@@ -93,21 +94,24 @@ ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
 CLOSED_FORM_MAX_S2 = 0.3
 
 
-def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool) -> str:
-    """The rule "auto" stands for at input ``m``: "sampled" if causal or if any s² exceeds
-    :data:`CLOSED_FORM_MAX_S2`, else "exact"; other approximations are returned unchanged."""
+def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool, rope: float | None = None) -> str:
+    """The rule "auto" stands for at input ``m``: "sampled" if causal, rotary (``rope`` not None) or if any s²
+    exceeds :data:`CLOSED_FORM_MAX_S2`, else "exact"; other approximations are returned unchanged."""
     if approx != "auto":
         return approx
-    if causal:
+    if causal or rope is not None:
         return "sampled"
     var, r = _effective_input(m)
     s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
     return "sampled" if np.any(s2 > CLOSED_FORM_MAX_S2) else "exact"
 
 
-def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx):
+def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope=None):
     if approx not in ATTENTION_APPROX:
         raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+    if rope is not None and approx in ("exact", "kedia"):
+        raise NotImplementedError(f"the {approx!r} attention rule assumes exchangeable keys, which rotary position "
+                                  "embedding breaks: use approx='sampled' (or 'auto')")
     if causal and approx in ("exact", "kedia"):
         raise NotImplementedError(f"the {approx!r} attention rule is bidirectional: use approx='sampled' (or "
                                   "'auto') for causal attention")
@@ -130,7 +134,8 @@ def _effective_input(m: Moments):
 
 
 def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                      approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
+                      approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
+                      rope: float | None = None) -> Moments:
     """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
 
     ``approx``:
@@ -140,12 +145,15 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
       σ²_y = d_in σ²_v [((1−r)²(L−1) d_in σ⁶ σ²_qk + e^{(1−r) d²_in σ⁴ σ²_qk}(4(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/(1−p))/L
       + rσ²], Cov_y = d_in σ²_v [rσ² + (2(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/L].
 
-    Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` if causal.
+    ``rope``: the rotary base of a RoPE head (:mod:`~sigprop.components.rope`), sampled rule only.
+
+    Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` if causal
+    or rotary with a closed form.
     """
-    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
-    approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal)
+    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope)
+    approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal, rope)
     if approx == "sampled":
-        return sampled_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed)
+        return sampled_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed, rope)
     var, r = _effective_input(m)
     if approx == "kedia":
         a = (1.0 - r)
@@ -166,7 +174,7 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
 
 def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                        causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
-                       seed: int = 0) -> GradMoments:
+                       seed: int = 0, rope: float | None = None) -> GradMoments:
     """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
 
     ``approx``:
@@ -177,10 +185,10 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
 
     Assumes: see the module docstring; the output gradient is zero-mean, Gaussian and independent of the input.
     """
-    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx)
-    approx = resolve_approx(approx, m_in, d_in, sigma_q2, sigma_k2, causal)
+    d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope)
+    approx = resolve_approx(approx, m_in, d_in, sigma_q2, sigma_k2, causal, rope)
     if approx == "sampled":
-        return sampled_backward(g, m_in, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed)
+        return sampled_backward(g, m_in, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed, rope)
     var, r = _effective_input(m_in)
     om = sv2 * d_k * g.var
     rg = g.corr
@@ -206,22 +214,27 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
 
 
 def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
+                approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
+                rope: float | None = None) -> Moments:
     """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
     :func:`attention_forward` with d_k = d_head (heads have independent weights; the hidden correlation between
-    units of different heads is zero like within a head)."""
+    units of different heads is zero like within a head). Grouped-query attention, where query heads share a key
+    and value head, has the same rule: each element's law is one head's (see :class:`MultiHeadAttention`)."""
     check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
-    return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed)
+    return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed, rope)
 
 
 def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                  causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
-                 seed: int = 0) -> GradMoments:
+                 seed: int = 0, rope: float | None = None) -> GradMoments:
     """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
-    (independent zero-mean W_V per head), so variance and token covariance are ``n_heads`` times
-    :func:`attention_backward` with d_k = d_head, and the correlation is unchanged."""
+    (each head's output gradient is zero-mean and uncorrelated with another head's, which holds for independent
+    W_V per head and also for grouped-query heads sharing W_V and W_K, since the gradients reaching different
+    output units are uncorrelated: :class:`MultiHeadAttention`), so variance and token covariance are ``n_heads``
+    times :func:`attention_backward` with d_k = d_head, and the correlation is unchanged."""
     h = check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
-    one = attention_backward(g, m_in, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed)
+    one = attention_backward(g, m_in, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed,
+                             rope)
     return GradMoments(var=h * one.var, corr=one.corr)
 
 
@@ -362,22 +375,50 @@ class SingleHeadAttention(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with separate bias-free W_Q, W_K, W_V ∈ R^{d_in×(H·d_head)} (H = ``n_heads``), computed
-    by ``torch.nn.functional.scaled_dot_product_attention`` (``dropout_p`` in training, ``is_causal``); the heads'
+    """Multi-head attention with separate bias-free W_Q ∈ R^{d_in×(H·d_head)} (H = ``n_heads``) and W_K, W_V ∈
+    R^{d_in×(H_kv·d_head)} (H_kv = ``n_kv_heads``, default H), computed by
+    ``torch.nn.functional.scaled_dot_product_attention`` (``dropout_p`` in training, ``is_causal``); the heads'
     outputs are concatenated to width H·d_head. Sigmas may be tensors broadcastable to ``batch_shape`` (leading
-    dimensions of independent weight copies); ``dropout_p`` is a float (SDPA takes one probability)."""
+    dimensions of independent weight copies); ``dropout_p`` is a float (SDPA takes one probability).
+
+    Grouped-query attention (Ainslie et al. 2023; multi-query at H_kv = 1): key/value head j serves the query heads
+    j·H/H_kv … (j + 1)·H/H_kv − 1, as the Hugging Face Llama code groups them. Its moment rules are the multi-head
+    ones. Forward: each output element is one query head's, whose law (over all weights) is a head's of standard
+    attention; two heads sharing W_V are correlated across units, a correlation no rule downstream reads (the next
+    layer, W_O, sums squares of its inputs' units with independent weights). Backward: the input gradient is a sum
+    over heads of terms linear in each head's output gradient; those come from disjoint columns of W_O, hence are
+    uncorrelated, so the cross terms between heads vanish in expectation even where the heads share W_K and W_V.
+    What sharing changes is the spread from one weight draw to the next, not the expectation (tested).
+
+    ``rope``: the rotary base (e.g. 10000) of rotary position embedding on queries and keys, positions 0 … L − 1
+    (:mod:`~sigprop.components.rope`; with ``x_kv`` the keys take positions 0 … L_kv − 1, so pass the query rows
+    as a prefix); None: no rotation. Its rules are the sampled ones ("auto" resolves to "sampled").
+    """
 
     rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed"}), inputs=frozenset({"key_padding_mask"}),
                   mixes_tokens=True, gram=True, sampled=True)
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto"):
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto",
+                 n_kv_heads: int | None = None, rope: float | None = None):
         super().__init__()
-        for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head")):
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head"), (n_kv_heads, "n_kv_heads")):
             check_range(v, name, lo=1.0, allowed="integers >= 1")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
         if approx not in ATTENTION_APPROX:
             raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
+        if rope is not None:
+            if approx in ("exact", "kedia"):
+                raise ValueError(f"approx={approx!r} assumes exchangeable keys, which rotary embedding breaks: use "
+                                 "'auto' or 'sampled'")
+            if d_head % 2:
+                raise ValueError(f"rotary embedding needs an even d_head (got {d_head})")
+            check_range(rope, "rope theta", lo=1.0, lo_open=True, allowed="(1, inf)")
         self.d_in, self.n_heads, self.d_head = int(d_in), int(n_heads), int(d_head)
+        self.n_kv_heads = int(n_kv_heads)
+        self.rope = None if rope is None else float(rope)
         self.causal, self.approx = bool(causal), approx
         self.rule_used: str | None = None  # the attention rule the last moment call used ("auto" resolved)
         self.dropout_p = float(check_range(dropout_p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
@@ -387,17 +428,27 @@ class MultiHeadAttention(nn.Module):
             val = x if val is None else val
             check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
             self.register_buffer(name, _as_tensor(val, self.batch_shape))
-        shape = self.batch_shape + (self.d_in, self.n_heads * self.d_head)
-        self.w_q = nn.Parameter(torch.empty(shape))
-        self.w_k = nn.Parameter(torch.empty(shape))
-        self.w_v = nn.Parameter(torch.empty(shape))
+        kv_shape = self.batch_shape + (self.d_in, self.n_kv_heads * self.d_head)
+        self.w_q = nn.Parameter(torch.empty(self.batch_shape + (self.d_in, self.n_heads * self.d_head)))
+        self.w_k = nn.Parameter(torch.empty(kv_shape))
+        self.w_v = nn.Parameter(torch.empty(kv_shape))
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         _sample_qkv(self, generator)
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
-        return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
+        """(…, L, n·d_head) → (…, n, L, d_head) for the n heads the width holds."""
+        return t.unflatten(-1, (t.shape[-1] // self.d_head, self.d_head)).transpose(-2, -3)
+
+    def _shared_kv(self, k: torch.Tensor, v: torch.Tensor, rotate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys rotated (``rotate`` and RoPE) and each key/value head repeated for the query heads of its group."""
+        if rotate and self.rope is not None:
+            k = apply_rope(k, self.rope)
+        group = self.n_heads // self.n_kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+        return k, v
 
     def forward(self, x: torch.Tensor, x_kv=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention of ``x`` (…, L, d_in) → (…, L, H·d_head); with ``x_kv`` (a tensor or a sequence of blocks
@@ -410,14 +461,18 @@ class MultiHeadAttention(nn.Module):
         if self.causal and x_kv is not None:
             raise NotImplementedError("causal masking is implemented for self-attention (x_kv=None) only")
         w = lambda t: t.reshape(self.batch_shape + (1,) * extra + t.shape[-2:])  # noqa: E731
-        hd = self.n_heads * self.d_head
+        hq, hkv = self.n_heads * self.d_head, self.n_kv_heads * self.d_head
         if x_kv is None:
-            q, k, v = (self._heads(t) for t in (x @ w(torch.cat((self.w_q, self.w_k, self.w_v), -1))).split(hd, -1))
+            fused = x @ w(torch.cat((self.w_q, self.w_k, self.w_v), -1))
+            q, k, v = (self._heads(t) for t in fused.split((hq, hkv, hkv), -1))
         else:
             q = self._heads(x @ w(self.w_q))
             wkv = w(torch.cat((self.w_k, self.w_v), -1))
             blocks = [x_kv] if isinstance(x_kv, torch.Tensor) else list(x_kv)
-            k, v = (self._heads(t) for t in torch.cat([b @ wkv for b in blocks], dim=-2).split(hd, -1))
+            k, v = (self._heads(t) for t in torch.cat([b @ wkv for b in blocks], dim=-2).split(hkv, -1))
+        if self.rope is not None:
+            q = apply_rope(q, self.rope)
+        k, v = self._shared_kv(k, v, rotate=True)
         mask, causal = None, self.causal
         if key_padding_mask is not None:
             mask = key_padding_mask.bool()[..., None, None, :]  # (…, 1 head, 1 query, L_kv)
@@ -429,13 +484,22 @@ class MultiHeadAttention(nn.Module):
                                            dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal)
         return o.transpose(-2, -3).flatten(-2)
 
+    def queries_and_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q, K) of self-attention on ``x`` (…, L, d_in) per query head, (…, H, L, d_head) each: rotated where the
+        module has RoPE, each key head repeated for the query heads of its group (what the scores are made of)."""
+        q = self._heads(x @ self.w_q)
+        if self.rope is not None:
+            q = apply_rope(q, self.rope)
+        k, _ = self._shared_kv(self._heads(x @ self.w_k), self._heads(x @ self.w_k), rotate=True)
+        return q, k
+
     def _declared(self):
         f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
         return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2
 
     def _rule(self, m: Moments) -> str:
         sq, sk, _ = self._declared()
-        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal)
+        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.rope)
         return self.rule_used
 
     def forward_moments(self, m: Moments, L, attention_heads: int = DEFAULT_HEADS,
@@ -444,7 +508,7 @@ class MultiHeadAttention(nn.Module):
         rule used is kept in ``self.rule_used``. ``attention_heads`` / ``attention_seed``: the sampled rule's draw."""
         sq, sk, sv = self._declared()
         return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
-                           self._rule(m), attention_heads, attention_seed)
+                           self._rule(m), attention_heads, attention_seed, self.rope)
 
     def gram_forward(self, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
                      attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
@@ -457,7 +521,7 @@ class MultiHeadAttention(nn.Module):
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
         return gram_attention(gram, self.d_in, self.d_head, sq, sk, sv, float(self.dropout_p), self.causal, key_mask,
-                              attention_heads, attention_seed, fixed_norm).gram
+                              attention_heads, attention_seed, fixed_norm, self.rope).gram
 
     def gram_backward(self, grad_gram: torch.Tensor, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
                       attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
@@ -472,11 +536,11 @@ class MultiHeadAttention(nn.Module):
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
         return self.n_heads * gram_attention_backward(gram, grad_gram, self.d_in, self.d_head, sq, sk, sv,
                                                       float(self.dropout_p), self.causal, key_mask, attention_heads,
-                                                      attention_seed, fixed_norm)
+                                                      attention_seed, fixed_norm, self.rope)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
                          attention_seed: int = 0) -> GradMoments:
         """:func:`mha_backward` with the module's declared sigmas (see :meth:`forward_moments`)."""
         sq, sk, sv = self._declared()
         return mha_backward(g, m_in, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p,
-                            self.causal, self._rule(m_in), attention_heads, attention_seed)
+                            self.causal, self._rule(m_in), attention_heads, attention_seed, self.rope)

@@ -44,6 +44,7 @@ import torch
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range, clip_corr
 from .draws import DEFAULT_HEADS, standard_normal, uniform
+from .rope import apply_rope
 
 __all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward"]
 
@@ -125,10 +126,13 @@ def _gaussian_input(c, delta, mean, var, corr):
     return x.requires_grad_(True)
 
 
-def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal):
+def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal, rope=None):
     """The value-free output O = Ã X_kv of a chunk of heads (W_V is averaged exactly, module docstring) and the
-    mean per-query score variance."""
-    s = (x @ (math.sqrt(sq) * z["zq"])) @ (x_kv @ (math.sqrt(sk) * z["zk"])).transpose(-1, -2) / math.sqrt(d_k)
+    mean per-query score variance; ``rope``: rotary base (queries and keys rotated by their positions), or None."""
+    q, k = x @ (math.sqrt(sq) * z["zq"]), x_kv @ (math.sqrt(sk) * z["zk"])
+    if rope is not None:
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
+    s = q @ k.transpose(-1, -2) / math.sqrt(d_k)
     s2 = float(s.detach().var(dim=-1).mean())
     if causal:
         n = s.shape[-1]
@@ -139,7 +143,7 @@ def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal):
     return a @ x_kv, s2
 
 
-def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed) -> dict:
+def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed, rope=None) -> dict:
     """Per-element moment estimates (mean over heads, standard error) of the sampled heads: forward ("f"), and the
     query-input ("sh"/"in") and, for a separate key/value input ``kv``, key/value-input ("kv_sh"/"kv_in") gradient
     for a unit shared / independent output gradient; each as {"var": (est, se), "cov": (est, se)}. ``q`` and ``kv``
@@ -151,7 +155,7 @@ def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed)
         for z in _base(heads, L, d_in, d_k, p > 0.0, seed, L_kv if kv is not None else 0):
             x = _gaussian_input(z["c"], z["delta"], *q)
             x_kv = x if kv is None else _gaussian_input(z["c_kv"], z["delta_kv"], *kv)
-            o, s2 = _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal)
+            o, s2 = _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal, rope)
             inputs = (x,) if kv is None else (x, x_kv)
             g_sh = torch.autograd.grad(o, inputs, z["w_sh"], retain_graph=True)
             g_in = torch.autograd.grad(o, inputs, z["w_in"])
@@ -179,8 +183,8 @@ def _fields(est: dict, key: str, prefix: str) -> dict:
 
 
 @lru_cache(maxsize=4096)
-def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, seed) -> SampledAttention:
-    e = _sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed)
+def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, seed, rope=None) -> SampledAttention:
+    e = _sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed, rope)
     return SampledAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
                             **_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
 
@@ -207,16 +211,19 @@ def _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads):
 
 
 def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                     mean=0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> SampledAttention:
+                     mean=0.0, heads: int = DEFAULT_HEADS, seed: int = 0,
+                     rope: float | None = None) -> SampledAttention:
     """Sample ``heads`` single attention heads on Gaussian input of per-element variance ``var``, token correlation
     ``corr`` and mean ``mean`` (module docstring) and return the moments with their standard errors.
 
     Scalars only (see :func:`sampled_forward` for arrays). Cached: a repeated call with equal arguments returns the
-    same draw. Raises ``ValueError`` naming the argument on invalid input.
+    same draw. ``rope``: the rotary base of a RoPE model (:mod:`~sigprop.components.rope`; positions 0 … L − 1),
+    None without. Raises ``ValueError`` naming the argument on invalid input.
     """
     mean, var, corr = _checked_input(var, corr, mean)
     d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
-    return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed))
+    rope = None if rope is None else float(rope)
+    return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed), rope)
 
 
 def _each(fn, *arrays):
@@ -229,13 +236,13 @@ def _each(fn, *arrays):
 
 
 def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                    heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
+                    heads: int = DEFAULT_HEADS, seed: int = 0, rope: float | None = None) -> Moments:
     """Output moments of single-head attention by sampling (module docstring): mean, variance and token
     correlation as the measurement defines them; hidden correlation 0 (independent W_V columns). Arrays broadcast
     (one sampled configuration per element)."""
 
     def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp):
-        s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed)
+        s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         return s.fwd_mean, s.fwd_var, s.fwd_cov / s.fwd_var
 
     mean, var, corr = _each(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
@@ -243,13 +250,14 @@ def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
 
 
 def sampled_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
-                     causal: bool = False, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
+                     causal: bool = False, heads: int = DEFAULT_HEADS, seed: int = 0,
+                     rope: float | None = None) -> GradMoments:
     """Input-gradient moments of single-head attention by sampling, through values, keys and queries:
     σ²_gx = σ²_g[r_g V_sh + (1 − r_g)V_in], Cov = σ²_g[r_g C_sh + (1 − r_g)C_in] (module docstring). Reuses the
     forward's draw when ``m_in`` is the forward's input."""
 
     def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp, gv, gc):
-        s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed)
+        s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         v = gv * (gc * s.sh_var + (1.0 - gc) * s.in_var)
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)
         return v, c / v

@@ -408,6 +408,13 @@ class ShapedAttention(nn.Module):
         return shaped_attention(x, self.w_q, self.w_k, self.w_v, self.n_heads, self.tau, self.gamma1.to(x.dtype),
                                 self.gamma2.to(x.dtype), self.causal, key_padding_mask)
 
+    def queries_and_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q, K) per head, (…, H, L, d_head) each: what the softmax part's scores are made of."""
+        def heads(t):
+            return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
+
+        return heads(x @ self.w_q), heads(x @ self.w_k)
+
     def attention_matrix(self, x: torch.Tensor) -> torch.Tensor:
         """A per head, shape (…, H, L, L) (:func:`shaped_attention_matrix`)."""
         self._check_input(x)

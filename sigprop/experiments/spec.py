@@ -92,6 +92,13 @@ def non_embedding_parameters(config) -> int:
     return encoder + decoder + norms
 
 
+_UNSET = object()
+#: Model-config fields added after run ids were first written, with their defaults: left out of a run id's digest
+#: while at the default, so that a run folder keeps its name (and an experiment resumes) across versions.
+_LATER_FIELDS = {"n_kv_heads": None, "head_dim": None, "position": "learned", "rope_theta": 10000.0,
+                 "initializer_range": 0.02}
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One training run of an experiment: the model's name, its configs as dicts, the seed, the learning rate,
@@ -107,7 +114,8 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        digest = hashlib.sha256(json.dumps([self.model_config, self.train_config], sort_keys=True).encode())
+        model = {k: v for k, v in self.model_config.items() if _LATER_FIELDS.get(k, _UNSET) != v}
+        digest = hashlib.sha256(json.dumps([model, self.train_config], sort_keys=True).encode())
         slug = "".join(ch if ch.isalnum() else "-" for ch in self.model_name).strip("-")
         return f"{slug}-lr{self.lr:g}-s{self.seed}-{digest.hexdigest()[:8]}"
 

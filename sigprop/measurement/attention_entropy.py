@@ -76,10 +76,7 @@ def attention_entropies(model, batch: dict) -> list[float]:
             continue
         x, key_mask = captured[layer.index]
 
-        def heads(t, module=attn):
-            return t.unflatten(-1, (module.n_heads, module.d_head)).transpose(-2, -3)
-
         tau = float(attn.tau) if isinstance(attn, ShapedAttention) else math.sqrt(attn.d_head)
         with torch.no_grad():
-            out.append(_normalised_entropy(heads(x @ attn.w_q), heads(x @ attn.w_k), tau, attn.causal, key_mask))
+            out.append(_normalised_entropy(*attn.queries_and_keys(x), tau, attn.causal, key_mask))
     return out

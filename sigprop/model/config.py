@@ -12,7 +12,8 @@ from ..components.shaped_relu import SHAPED_MODES
 from ..core.overrides import apply_field_overrides
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "V_INITS", "MAX_DROPOUT", "MAX_NUMBER",
+__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "POSITIONS", "V_INITS", "MAX_DROPOUT",
+           "MAX_NUMBER",
            "config_from_dict", "apply_overrides"]
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
@@ -24,6 +25,8 @@ MAX_NUMBER = 1e6
 INPUTS = ("tokens", "patches")
 NORM_POSITIONS = ("pre", "post", "none")
 V_INITS = ("scheme", "noci")
+#: Position information: a learned table added to the embedding, rotary embedding of queries and keys, or none.
+POSITIONS = ("learned", "rope", "none")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,14 @@ class TransformerConfig:
     σ_21 = 2·0.02²·d ≈ 0.61); they are fixed numbers, not recomputed from ``d_model`` (timm's std-0.02 values at
     another width are :func:`sigprop.model.vit.timm_sigmas`). The two fields are read by ``init="alekseev"`` only.
 
+    Llama-style models (Touvron et al. 2023; Qwen, Mistral): ``position="rope"`` drops the position table and rotates
+    every self-attention's queries and keys by their positions with base ``rope_theta``
+    (:mod:`sigprop.components.rope`), ``position="none"`` uses no position information at all; ``n_kv_heads`` (None =
+    ``n_heads``) key/value heads each serve ``n_heads/n_kv_heads`` query heads (grouped-query attention, multi-query
+    at 1); ``head_dim`` (None = ``d_model/n_heads``) sets the head width independently of ``d_model``;
+    ``tie_head=False`` gives the LM head its own matrix; ``initializer_range`` is the standard deviation of every
+    matrix and table under ``init="bert"`` (Hugging Face's field of that name; 0.02 in GPT-2, BERT and Llama).
+
     Ranges: every real number below :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT`
     (0.9), booleans true or false; ``lam`` and ``beta`` not both 0. ``tie_head`` ties the LM head to the token
     embedding (token input only; a patch model's classifier is its own).
@@ -104,6 +115,10 @@ class TransformerConfig:
     n_decoder_layers: int | None = None
     d_model: int = 256
     n_heads: int = 4
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    position: str = "learned"
+    rope_theta: float = 10000.0
     d_ff: int | None = None
     activation: str = "relu"
     dropout: float = 0.1
@@ -119,6 +134,7 @@ class TransformerConfig:
     tie_head: bool = True
     head_scale: float | None = None
     init: str = "xavier"
+    initializer_range: float = 0.02
     beta_k: float = 2.0
     beta_alpha: float = 1.0
     lam: float | None = None
@@ -167,6 +183,7 @@ class TransformerConfig:
         choice("shaped_mode", SHAPED_MODES)
         choice("norm_position", NORM_POSITIONS)
         choice("v_init", V_INITS)
+        choice("position", POSITIONS)
         choice("init", tuple(SCHEMES))
         for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "seq_len", "image_size",
                      "patch_size", "channels", "n_classes"):
@@ -174,6 +191,10 @@ class TransformerConfig:
         integer("n_segments", 0)
         integer("n_decoder_layers", 1, optional=True)
         integer("d_ff", 1, optional=True)
+        integer("n_kv_heads", 1, optional=True)
+        integer("head_dim", 1, optional=True)
+        number("rope_theta", 1.0, lo_open=True)
+        number("initializer_range", 0.0, lo_open=True)
         number("dropout", 0.0, MAX_DROPOUT)
         number("attn_dropout", 0.0, MAX_DROPOUT, optional=True)
         number("norm_eps", 0.0)
@@ -206,8 +227,7 @@ class TransformerConfig:
             raise ValueError("norm='none' with norm_position='post' leaves nothing after the residual add: use "
                              "norm_position='none' (or 'pre') for an unnormalised model, or choose a norm of "
                              f"{', '.join(n for n in NORMS if n != 'none')}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        self._check_heads()
         if self.input == "tokens" and self.seq_len > self.max_len:
             raise ValueError(f"seq_len ({self.seq_len}) must not exceed max_len ({self.max_len})")
         if self.input == "patches":
@@ -227,6 +247,25 @@ class TransformerConfig:
         if self.init.startswith("dslm") and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
                              f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
+
+    def _check_heads(self) -> None:
+        """Head widths, grouped-query heads and rotary embedding (Llama-style fields)."""
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), or set head_dim")
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        special = [name for name, on in (("n_kv_heads", self.n_kv_heads not in (None, self.n_heads)),
+                                         ("position='rope'", self.position == "rope")) if on]
+        if special and self.attention != "standard":
+            raise ValueError(f"{' and '.join(special)} apply to standard attention only (got attention="
+                             f"{self.attention!r})")
+        if self.position != "learned" and self.input == "patches":
+            raise ValueError("a patch model (ViT) has its learned position table: position must be 'learned'")
+        if self.position == "rope":
+            if self.arch == "encoder_decoder":
+                raise ValueError("position='rope' is supported for arch='encoder' and 'decoder'")
+            if self.d_head % 2:
+                raise ValueError(f"position='rope' needs an even head width (d_head = {self.d_head})")
 
     def _check_shaped(self) -> None:
         """The shaped-Transformer fields' cross-field rules (Noci et al. App. D)."""
@@ -253,7 +292,22 @@ class TransformerConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``n_kv_heads``, or ``n_heads`` where that is None)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def rope(self) -> float | None:
+        """The rotary base the self-attentions use (None without RoPE)."""
+        return self.rope_theta if self.position == "rope" else None
+
+    @property
+    def position_table(self) -> int:
+        """Rows of the learned position table (0 without one)."""
+        return self.max_len if self.position == "learned" else 0
 
     @property
     def p_attn(self) -> float:
@@ -282,7 +336,7 @@ class TransformerConfig:
     @property
     def n_embedding_types(self) -> int:
         """Number of embedding tables summed at the input (token/patch, position, segment)."""
-        return 2 + (1 if self.n_segments else 0)
+        return 1 + (1 if self.position == "learned" or self.input == "patches" else 0) + (1 if self.n_segments else 0)
 
     @property
     def total_layers(self) -> int:

@@ -12,7 +12,8 @@ raises if any parameter of the model was not initialised by the plan.
 Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
 
 * ``xavier``: every matrix N(0, 2/(fan_in + fan_out)) on its full shape (Q, K, V, O are d × d).
-* ``bert``: every matrix and table N(0, 0.02²) (Devlin et al.).
+* ``bert``: every matrix and table N(0, σ²), σ = ``config.initializer_range`` (0.02: Devlin et al.; the
+  ``initializer_range`` of Hugging Face's GPT-2, BERT and Llama ``_init_weights``, biases zero, norms at 1).
 * ``dslm``: App. M, Fig. 15: σ²_e = (1−p)/n_emb for each of the n_emb embedding tables, σ²_q = σ²_k = 1/d,
   FFN σ² = √(2(1−p)/(d·d_ff)) (= (1/d)√((1−p)/2) at d_ff = 4d: unit FFN output, Table 2), V and O of layer n
   σ² = (1/d)√((1−p)/r_n) with r_n the token correlation at the layer's input from Fig. 15's recurrence
@@ -228,8 +229,8 @@ def _xavier_stds(c) -> dict:
         "position": _xavier(c.max_len if c.input == "tokens" else c.n_patches, d),
         "segment": _xavier(max(c.n_segments, 1), d),
         "patch": _xavier(_patch_dim(c), d),
-        "q": per_layer(_xavier(d, d)), "k": per_layer(_xavier(d, d)), "v": per_layer(_xavier(d, d)),
-        "o": per_layer(_xavier(d, d)),
+        "q": per_layer(_xavier(d, c.n_heads * c.d_head)), "k": per_layer(_xavier(d, c.kv_heads * c.d_head)),
+        "v": per_layer(_xavier(d, c.kv_heads * c.d_head)), "o": per_layer(_xavier(c.n_heads * c.d_head, d)),
         "w1": per_layer(_xavier(d, c.ffn_width)), "w2": per_layer(_xavier(c.ffn_width, d)),
         "head": _xavier(d, out_dim),
     }
@@ -293,7 +294,8 @@ def _scheme_xavier(c):
 
 
 def _scheme_bert(c):
-    stds = {k: (np.full(c.total_layers, 0.02) if k in _BLOCK_ROLES else 0.02) for k in ROLES}
+    std = c.initializer_range
+    stds = {k: (np.full(c.total_layers, std) if k in _BLOCK_ROLES else std) for k in ROLES}
     lam, beta = _unit_scales(c)
     return InitPlan("bert", stds, lam, beta, False, 1.0)
 

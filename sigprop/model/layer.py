@@ -76,9 +76,9 @@ class TransformerLayer(Sequential):
             if c.norm_position == "post":
                 layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))
 
-        add("attn", AttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
+        add("attn", AttentionBlock(c.d_model, c.n_heads, c.d_head, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                                    norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,
-                                   attention_kwargs=attention_kwargs(c)))
+                                   attention_kwargs=attention_kwargs(c), n_kv_heads=c.n_kv_heads, rope=c.rope))
         if cross:
             add("cross", CrossAttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                                              norm_kw=norm_kwargs(c, "cross")))

@@ -12,6 +12,8 @@ and the sampled attention rule's draws (per head, float64 inputs of L × d and Q
 
 from __future__ import annotations
 
+from ..components.factory import GATED_ACTIVATIONS
+
 __all__ = ["parameter_count", "measure_bytes", "theory_bytes", "available_bytes", "check_fits"]
 
 #: What the activation estimate leaves out, as a factor (module docstring).
@@ -25,14 +27,15 @@ def parameter_count(config) -> int:
     attention, cross-attention, FFN and norms, the head when untied)."""
     d, n_layers = config.d_model, config.total_layers
     if config.input == "tokens":
-        embed = (config.vocab_size + config.max_len + config.n_segments) * d
+        embed = (config.vocab_size + config.position_table + config.n_segments) * d
         head = 0 if config.tie_head else config.vocab_size * d
     else:
         embed = (config.channels * config.patch_size**2 + 1 + config.n_patches) * d
         head = config.n_classes * d
-    attention = 4 * d * d
-    per_layer = attention + 2 * d * config.ffn_width + 6 * d
-    cross = (n_layers - config.n_layers) * (attention + 2 * d) if config.arch == "encoder_decoder" else 0
+    attention = 2 * d * config.d_head * (config.n_heads + config.kv_heads)
+    ffn_matrices = 3 if config.activation in GATED_ACTIVATIONS else 2
+    per_layer = attention + ffn_matrices * d * config.ffn_width + 6 * d
+    cross = (n_layers - config.n_layers) * (4 * d * d + 2 * d) if config.arch == "encoder_decoder" else 0
     return int(embed + head + n_layers * per_layer + cross + 2 * d)
 
 

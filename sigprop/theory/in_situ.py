@@ -87,7 +87,7 @@ def exact_attention_gram(mha, x: torch.Tensor, keep: torch.Tensor, heads: int, s
     blocked = ag.blocked_scores(keep, mha.causal)
     total = torch.zeros(B, L, L, dtype=torch.float64)
     for _, zq, zk, u in ag.head_draws(heads, L, d, d_k, p > 0.0, seed):
-        o = ag.value_free_output(x.double()[:, None], zq, zk, u, sq, sk, d_k, p, blocked)
+        o = ag.value_free_output(x.double()[:, None], zq, zk, u, sq, sk, d_k, p, blocked, getattr(mha, "rope", None))
         total += sv * (o @ o.transpose(-1, -2)).sum(1)
     return total / heads
 

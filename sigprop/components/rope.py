@@ -76,4 +76,5 @@ def rope_score_variance(var, corr, d_in, sigma_q2, sigma_k2, gap, d_head: int, t
     psi = rope_score_correlation(gap, d_head, theta)
     d = np.asarray(d_in, dtype=np.float64)
     r = np.asarray(corr, dtype=np.float64)
-    return np.asarray(sigma_q2) * sigma_k2 * d * np.asarray(var) ** 2 * (d * (1.0 - r * psi) + 2.0 * r * r * (1.0 - psi))
+    scale = np.asarray(sigma_q2) * sigma_k2 * d * np.asarray(var) ** 2
+    return scale * (d * (1.0 - r * psi) + 2.0 * r * r * (1.0 - psi))

@@ -43,6 +43,7 @@ from torch import nn
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
 from ..walk.protocol import Rules
+from .layernorm import expected_cosine, normalised_grad_corr
 
 __all__ = ["RMSNorm", "rmsnorm_forward", "rmsnorm_backward", "rmsnorm_expectations", "RMSNORM_APPROX",
            "DEFAULT_EPS"]
@@ -205,6 +206,36 @@ def rmsnorm_expectations(mean, var, corr, corr_hidden, d, eps, pair: bool = True
     return {k: v.reshape(shape) for k, v in out.items()}
 
 
+#: The centred closed form (:func:`_centred`) is used where d·eps/(σ²(d − 2)), its first-order eps term, is below
+#: this: its series in eps, kept to second order, then leaves out ≲ 1e-6 relative (a Llama block at d = 256 with
+#: eps = 1e-6 and std-0.02 embeddings has 2.5e-3 at the first norm).
+CENTRED_EPS_TERM = 1e-2
+
+
+def _inverse_norm_series(d, t, power: int, terms: int = 3):
+    """E[(1 + t·d/χ²_d)^{-1} (d/χ²_d)^power]-style series: Σ_k (−t)^k d^(k+power) E[1/(χ²_d)^(k+power)], k < terms,
+    with E[1/(χ²_d)^m] = 1/((d − 2)(d − 4)…(d − 2m)); t = eps/σ². ``power`` 0 gives E[|x|²/D], 1 gives σ² d E[1/D]
+    (D = |x|² + d·eps, |x|² = σ²χ²_d)."""
+    d = np.asarray(d, dtype=np.float64)
+    out = 0.0
+    for k in range(terms):
+        m = k + power
+        inv = 1.0
+        for j in range(1, m + 1):
+            inv = inv / (d - 2.0 * j)
+        out = out + (-t) ** k * d ** m * inv
+    return out
+
+
+def _centred(mean, var, corr_hidden, d, eps) -> bool:
+    """Whether every configuration has a zero-mean input with independent hidden units and a small eps term: the
+    token-resolved state's inputs (a Gram matrix per sequence), which reach RMSNorm pair by pair, thousands at a
+    time, where the product quadrature would take minutes."""
+    return bool(np.all(np.asarray(mean) == 0.0) and np.all(np.asarray(corr_hidden) == 0.0)
+                and np.all(np.asarray(d, dtype=np.float64) * eps / (np.asarray(var) * (np.asarray(d) - 2.0))
+                           <= CENTRED_EPS_TERM))
+
+
 def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Moments:
     """Moments after RMSNorm over ``d`` hidden units, y = x/√(mean(x²) + eps).
 
@@ -217,6 +248,11 @@ def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Mo
       n = d (:func:`sigprop.components.layernorm.expected_cosine`) = r(1 − (1 − r²)/(2d)) + O(d⁻²).
     ``approx="large_d"``: the d → ∞ limit (σ̂ replaced by its limit, as Kedia et al. App. A.6 do for LayerNorm):
       μ_out = μ/√q, σ²_out = σ²/q, r_out = r, corr_hidden_out = corr_hidden, q = μ² + σ² + eps.
+
+    Zero-mean input with corr_hidden = 0 (what the token-resolved state feeds, thousands of pairs at a time) takes the
+    closed form instead: σ²_out = E[|x|²/D] = Σ_k (−d·eps/σ²)^k E[1/(χ²_d)^k] = 1 − d·eps/(σ²(d − 2)) + …
+    (three terms), r_out = E[cos θ] with n = d (its eps correction is O(eps/(σ²d))), corr_hidden_out = 0 (by
+    symmetry), while d·eps/(σ²(d − 2)) ≤ :data:`CENTRED_EPS_TERM` (tested against the quadrature).
 
     Assumes: Gaussian input with the separable covariance of :mod:`sigprop.core.moments`; affine weight at its
     initial value 1. Raises ``ValueError`` for d < 16, eps < 0, an unknown ``approx`` or corr_hidden outside
@@ -231,6 +267,9 @@ def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Mo
         q = m.second_moment + eps
         return Moments(mean=m.mean / np.sqrt(q) + zero, var=m.var / q + zero, corr=clip_corr(m.corr + zero),
                        corr_hidden=clip_corr(m.corr_hidden + zero))
+    if _centred(m.mean, m.var, m.corr_hidden, d, eps):
+        var = _inverse_norm_series(d, eps / m.var, 0) + zero
+        return Moments(mean=zero, var=var, corr=clip_corr(expected_cosine(d, m.corr) + zero), corr_hidden=zero)
     e = rmsnorm_expectations(m.mean, m.var, m.corr, m.corr_hidden, d, eps, pair=True)
     mu2 = e["m"] ** 2
     var = e["ey2"] - mu2
@@ -245,7 +284,9 @@ def rmsnorm_backward(g: GradMoments, m_in: Moments, d, eps=DEFAULT_EPS, approx: 
     ``approx="exact"`` (default), with D = |x|² + d·eps, q = |x|²/D (module docstring; exact, eps included):
       σ²_gin = σ²_g E[tr(M²)/rms²]/d = σ²_g E[(d − 2q + q²)/D]   (→ σ²_g (d − 1) E[1/|x|²] at eps = 0),
       r_gin = r_g E[(d − q_t − q_s + (y_t·y_s/d)²)/√(D_t D_s)] / E[(d − 2q + q²)/D].
-      For μ = 0, eps = 0: σ²_gin = σ²_g (d − 1)/(σ²(d − 2)) and r_gin is LayerNorm's with n = d.
+      For μ = 0, eps = 0: σ²_gin = σ²_g (d − 1)/(σ²(d − 2)) and r_gin is LayerNorm's with n = d; zero-mean input
+      with corr_hidden = 0 takes that closed form with its series in eps (σ²_gin = σ²_g (d − 1) E[1/D], three
+      terms, as :func:`rmsnorm_forward`).
     ``approx="large_d"``: σ²_gin = σ²_g/(μ² + σ² + eps), r_gin = r_g.
 
     Assumes: Gaussian input (moments ``m_in``); zero-mean output gradient independent of x with i.i.d. hidden
@@ -258,6 +299,10 @@ def rmsnorm_backward(g: GradMoments, m_in: Moments, d, eps=DEFAULT_EPS, approx: 
     zero = np.zeros(np.broadcast(g.var, g.corr, m_in.mean, m_in.var, m_in.corr, m_in.corr_hidden, d, eps).shape)
     if approx == "large_d":
         return GradMoments(var=g.var / (m_in.second_moment + eps) + zero, corr=clip_corr(g.corr + zero))
+    if _centred(m_in.mean, m_in.var, m_in.corr_hidden, d, eps):
+        dd = np.asarray(d, dtype=np.float64)
+        var = g.var * (dd - 1.0) / (m_in.var * dd) * _inverse_norm_series(dd, eps / m_in.var, 1)
+        return GradMoments(var=var + zero, corr=clip_corr(g.corr * normalised_grad_corr(dd, m_in.corr) + zero))
     e = rmsnorm_expectations(m_in.mean, m_in.var, m_in.corr, m_in.corr_hidden, d, eps, pair=True)
     var = g.var / m_in.var * e["gv"]
     corr = g.corr * e["gc"] / e["gv"]

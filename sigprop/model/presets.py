@@ -57,6 +57,13 @@ PRESETS = {
     "decoder-preln": Preset("Pre-LN decoder (causal attention, next-token loss), Xavier: the sampled attention "
                             "rule, moments averaged over positions",
                             dict(arch="decoder", norm_position="pre", init="xavier"), figure="Kedia et al. Figs. 1-2"),
+    "llama-preln": Preset("Llama-style decoder, 48 layers: RMSNorm before each branch, SwiGLU (d_ff = 768), rotary "
+                          "positions and no position table, 4 query heads of 64 sharing 2 key/value heads, no "
+                          "dropout, an untied head, every matrix N(0, 0.02²) (Hugging Face's initializer_range)",
+                          dict(arch="decoder", n_layers=48, n_heads=4, n_kv_heads=2, d_ff=768, activation="swiglu",
+                               norm="rmsnorm", norm_eps=1e-6, position="rope", dropout=0.0, tie_head=False,
+                               init="bert", initializer_range=0.02),
+                          figure="Touvron et al. 2023 (Llama)"),
     "vit-preln": Preset("Pre-LN ViT, Xavier: the patch model of vit-dslm without DeepScaleLM: forward variance "
                         "grows linearly, the gradient towards the input (App. H's baseline)",
                         dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,

@@ -28,6 +28,7 @@ COMPONENTS = {
     "softmax": "softmax",
     "attention": "attention",
     "mha": "mha",
+    "glu": "glu",
     "ffn_block": "ffn_block",
     "residual": "residual",
 }

@@ -279,7 +279,7 @@ def _input_correlation(c) -> float:
     from ..components.embedding import embedding_forward, zipf_correlation
 
     var = (1.0 - c.dropout) / c.n_embedding_types
-    m = embedding_forward(var, zipf_correlation(c.vocab_size), position_var=var,
+    m = embedding_forward(var, zipf_correlation(c.vocab_size), position_var=var if c.position_table else 0.0,
                           segment_var=var if c.n_segments else 0.0)
     return (1.0 - c.dropout) * float(m.corr)
 

@@ -61,6 +61,10 @@ CONFIGS = {
     # a Llama-style FFN: SwiGLU (gate w1, up w3, stored (d_in, d_ff)) after RMSNorm, and GeGLU
     "swiglu_rmsnorm": dict(arch="decoder", activation="swiglu", norm="rmsnorm", tie_head=False),
     "geglu": dict(activation="geglu"),
+    # a Llama-style block whole: rotary positions (no position table), 4 query heads of 12 sharing 2 key/value heads
+    # (head_dim != d_model / n_heads), an untied head, another initializer_range for init="bert"
+    "llama_gqa_rope": dict(arch="decoder", activation="swiglu", norm="rmsnorm", position="rope", n_heads=4,
+                           n_kv_heads=2, head_dim=12, tie_head=False, initializer_range=0.05),
 }
 
 BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
@@ -82,6 +86,12 @@ def n_total(c) -> int:
     return c.n_layers
 
 
+def embedding_tables(c) -> int:
+    """Tables summed at the input: token (or patch), a learned position table unless rotary / none, segments."""
+    positions = c.input == "patches" or c.position == "learned"
+    return 1 + int(positions) + int(bool(c.n_segments))
+
+
 def xavier(shape) -> float:
     """Xavier-normal on the parameter's full 2-D shape: √(2/(fan_in + fan_out))."""
     assert len(shape) == 2, shape
@@ -96,7 +106,7 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
     d, p, N = c.d_model, c.dropout, n_total(c)
     d_ff = c.d_ff if c.d_ff is not None else 4 * d
     if c.init == "bert":
-        std = 0.02
+        std = c.initializer_range
     elif c.init == "alekseev":
         # Alekseev Sec. 2.1 / App. A: W_V, W_O variance σ²/d with σ_O = σ_V = √σ_OV; W_1 variance σ_1²/d and W_2
         # σ_2²/d_ff with σ_1 = σ_2 = √σ_21; Q, K, embeddings and head N(0, 0.02²) (timm's ViT)
@@ -113,7 +123,7 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
     elif c.init == "shaped":
         # Noci et al. Eqs. 1, 2, 4 (W/√n with W ~ N(0, 1)): every matrix N(0, 1/fan_in), the (d_in, d_out) Q/K/V
         # matrices and the (d_out, d_in) Linear weights alike; embeddings σ²_e = (1−p)/n_emb (unit output)
-        n_emb = 3 if c.n_segments else 2
+        n_emb = embedding_tables(c)
         emb = math.sqrt((1.0 - p) / n_emb)
         if role in ("token", "position", "segment"):
             std = emb
@@ -125,10 +135,10 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
     elif c.init == "noci2022":
         # Kedia et al. App. F: Q, K, V of each head N(0, 1/fan_out) = 1/d_head; the rest Xavier
-        std = 1.0 / math.sqrt(c.d_model // c.n_heads) if role in ("q", "k", "v") else xavier(shape)
+        std = 1.0 / math.sqrt(c.d_head) if role in ("q", "k", "v") else xavier(shape)
     elif c.init == "mup":
         # Yang et al. 2021 Table 3: hidden matrices 1/fan_in, unit-variance embeddings, readout std 1/d
-        n_emb = 3 if c.n_segments else 2
+        n_emb = embedding_tables(c)
         if role in ("token", "position", "segment"):
             std = math.sqrt(1.0 / n_emb)
         elif role == "patch":
@@ -140,7 +150,7 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
         else:
             std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
     elif c.init in ("dslm", "dslm_simple"):
-        n_emb = 3 if c.n_segments else 2
+        n_emb = embedding_tables(c)
         emb = math.sqrt((1.0 - p) / n_emb)  # σ²_e = (1−p)/n_emb (Fig. 15: (1−p)/3 for token+position+segment)
         ffn = (2.0 * (1.0 - p) / (d * d_ff)) ** 0.25  # σ² = √(2(1−p)/(d·d_ff)) = (1/d)√((1−p)/2) at d_ff = 4d
         if role in ("token", "position", "segment"):
@@ -327,7 +337,10 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
     emb = model.embed
     if tokens:
         assert emb.token_std == plan.std("token")
-        assert emb.position_std == plan.std("position")
+        if c.position == "learned":
+            assert emb.position_std == plan.std("position")
+        else:  # rotary or no positions: no table at all
+            assert emb.position is None and "embed.position.weight" not in dict(model.named_parameters())
         if c.n_segments:
             assert emb.segment_std == plan.std("segment")
         if c.tie_head:
@@ -376,7 +389,8 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
                     assert torch.equal(br.attn.gamma1.detach(), f32(c.shaped_gamma1))
                     assert torch.equal(br.attn.gamma2.detach(), f32(c.shaped_gamma2))
                 assert br.proj.weight_std == plan.std("o", index)
-    expected_roles = set(BLOCK_ROLES) | ({"token", "position"} if tokens else {"patch", "position"})
+    expected_roles = set(BLOCK_ROLES) | ({"token"} if tokens else {"patch", "position"})
+    expected_roles |= {"position"} if tokens and c.position == "learned" else set()
     expected_roles |= {"w3"} if c.activation in ("swiglu", "geglu") else set()
     expected_roles |= {"segment"} if c.n_segments else set()
     expected_roles |= set() if (tokens and c.tie_head) else {"head"}
@@ -413,7 +427,7 @@ def test_dslm_unit_ffn_embedding_and_residual(scheme, case):
             assert lam**2 + beta**2 == pytest.approx(1.0, rel=1e-12)  # λ² + β² = 1 (Sec. 3.5)
             assert beta**2 == pytest.approx(c.beta_k / N**c.beta_alpha, rel=1e-12)  # β² = k/N^α
     # embeddings: the summed tables have variance 1 − p, i.e. unit variance after the embedding dropout
-    n_emb = 3 if c.n_segments else 2
+    n_emb = embedding_tables(c)
     total = plan.std("token") ** 2 + plan.std("position") ** 2 + (plan.std("segment") ** 2 if c.n_segments else 0.0)
     assert total == pytest.approx(1.0 - p, rel=1e-12)
     assert n_emb * plan.std("token") ** 2 == pytest.approx(1.0 - p, rel=1e-12)

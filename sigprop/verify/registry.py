@@ -29,6 +29,7 @@ COMPONENTS = {
     "attention": "attention",
     "mha": "mha",
     "glu": "glu",
+    "rope_gqa": "rope_gqa",
     "ffn_block": "ffn_block",
     "residual": "residual",
 }

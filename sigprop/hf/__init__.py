@@ -1,0 +1,1 @@
+"""Hugging Face models in sigprop (the optional extra ``hf``)."""

@@ -1,0 +1,172 @@
+"""Hugging Face configurations as sigprop configurations: :func:`from_hf` maps a GPT-2, BERT or Llama-family (Llama,
+Qwen2, Mistral) configuration (or a model, or a local folder holding ``config.json``) to the
+:class:`~sigprop.model.config.TransformerConfig` that builds the same network at initialisation, and says what it
+cannot map (:func:`map_hf_config` returns the list; :func:`from_hf` warns with it).
+
+What "the same" means here: the same weight shapes, the same per-role initial standard deviations and the same
+placement of norms, residuals and positions, so that sigprop's theory of the mapped config describes the Hugging Face
+model at initialisation. Hugging Face's ``_init_weights`` draws every matrix and table from N(0, initializer_range²),
+biases zero, norms at 1 (sigprop's ``init="bert"`` with ``initializer_range``), with one exception: GPT-2 draws each
+block's output projections (attention and MLP ``c_proj``) with std initializer_range/√(2·n_layer). A branch ending in
+a matrix scaled by c is the branch times c, so that is β = 1/√(2·n_layer) on every residual (λ = 1): the same
+function at initialisation; in training the scale then sits outside the weights (a fixed multiplier), not in them.
+Zero biases change nothing at initialisation and are not modelled (noted where the model has them).
+
+Needs the optional extra ``hf`` (``pip install -e ".[hf]"``); nothing is downloaded: a folder is read with
+``local_files_only``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.config import TransformerConfig
+
+__all__ = ["HFMapping", "map_hf_config", "from_hf", "FAMILIES"]
+
+#: model_type → the family mapping it.
+FAMILIES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "qwen2": "llama", "mistral": "llama"}
+#: Sequence length the mapped config's predictions assume, unless the model's context is shorter.
+DEFAULT_SEQ_LEN = 128
+
+
+@dataclass(frozen=True)
+class HFMapping:
+    """A mapped configuration and what the mapping leaves out or approximates (one sentence each)."""
+
+    config: TransformerConfig
+    notes: tuple[str, ...]
+    model_type: str
+
+
+def _hf_config(obj):
+    """The ``PretrainedConfig`` of a config, a model or a local folder (``config.json``)."""
+    if isinstance(obj, str | Path):
+        path = Path(obj)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path}: not a folder with a config.json (sigprop reads local Hugging Face models only)")
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(path), local_files_only=True)
+    cfg = getattr(obj, "config", obj)
+    if not hasattr(cfg, "model_type") or not hasattr(cfg, "to_dict"):
+        raise TypeError(f"expected a Hugging Face config, model or local folder (got {type(obj).__name__})")
+    return cfg
+
+
+def _activation(name: str, notes: list, gated: bool) -> str:
+    name = str(name)
+    if name in ("silu", "swish"):
+        return "swiglu" if gated else _unmapped(name, notes)
+    if name in ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        if name != "gelu":
+            notes.append(f"activation {name!r} (GELU's tanh approximation) is modelled as the exact GELU: the two "
+                         "differ by at most 0.0005 at any input")
+        return "geglu" if gated else "gelu"
+    if name == "relu" and not gated:
+        return "relu"
+    return _unmapped(name, notes)
+
+
+def _unmapped(name: str, notes: list) -> str:
+    raise ValueError(f"activation {name!r} has no sigprop rule (supported: relu, gelu and its tanh forms; silu or "
+                     "gelu in a gated MLP)")
+
+
+def _seq_len(max_len: int) -> int:
+    return min(DEFAULT_SEQ_LEN, int(max_len))
+
+
+def _gpt2(c, notes: list) -> dict:
+    d = int(c.n_embd)
+    if c.embd_pdrop != c.resid_pdrop:
+        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
+                     "has one, resid_pdrop is used")
+    if getattr(c, "scale_attn_by_inverse_layer_idx", False) or getattr(c, "reorder_and_upcast_attn", False):
+        notes.append("scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not modelled")
+    notes.append("biases (zero at initialisation) are not modelled")
+    notes.append("output projections at initializer_range/√(2·n_layer) are mapped to β = 1/√(2·n_layer) on every "
+                 "residual (the same function at initialisation)")
+    return dict(arch="decoder", n_layers=int(c.n_layer), d_model=d, n_heads=int(c.n_head),
+                d_ff=int(c.n_inner) if c.n_inner else 4 * d,
+                activation=_activation(c.activation_function, notes, False),
+                dropout=float(c.resid_pdrop), attn_dropout=float(c.attn_pdrop), norm="layernorm",
+                norm_eps=float(c.layer_norm_epsilon), norm_position="pre", final_norm=True, position="learned",
+                max_len=int(c.n_positions), seq_len=_seq_len(c.n_positions), vocab_size=int(c.vocab_size),
+                tie_head=bool(getattr(c, "tie_word_embeddings", True)), init="bert",
+                initializer_range=float(c.initializer_range), beta=1.0 / math.sqrt(2.0 * int(c.n_layer)))
+
+
+def _bert(c, notes: list) -> dict:
+    notes.append("BERT's embedding LayerNorm (after the token, position and segment sum) is not modelled: sigprop's "
+                 "first layer reads the sum as it is")
+    notes.append("the masked-LM head's transform (dense, GELU, LayerNorm before the tied decoder) is not modelled")
+    notes.append("biases (zero at initialisation) are not modelled")
+    if getattr(c, "is_decoder", False):
+        raise ValueError("a BERT configured as a decoder (is_decoder=True) is not supported")
+    return dict(arch="encoder", n_layers=int(c.num_hidden_layers), d_model=int(c.hidden_size),
+                n_heads=int(c.num_attention_heads), d_ff=int(c.intermediate_size),
+                activation=_activation(c.hidden_act, notes, False), dropout=float(c.hidden_dropout_prob),
+                attn_dropout=float(c.attention_probs_dropout_prob), norm="layernorm", norm_eps=float(c.layer_norm_eps),
+                norm_position="post", final_norm=False, position="learned", max_len=int(c.max_position_embeddings),
+                seq_len=_seq_len(c.max_position_embeddings), n_segments=int(c.type_vocab_size),
+                vocab_size=int(c.vocab_size), tie_head=bool(getattr(c, "tie_word_embeddings", True)), init="bert",
+                initializer_range=float(c.initializer_range))
+
+
+def _rope_theta(c, notes: list) -> float:
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
+    if kind != "default":
+        notes.append(f"rope scaling {kind!r} is not modelled: plain rotary embedding with the same base")
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    return float(theta if theta is not None else getattr(c, "rope_theta", 10000.0))
+
+
+def _llama(c, notes: list) -> dict:
+    d, h = int(c.hidden_size), int(c.num_attention_heads)
+    head_dim = getattr(c, "head_dim", None)
+    head_dim = None if head_dim in (None, d // h) and d % h == 0 else int(head_dim)
+    if getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False) or c.model_type == "qwen2":
+        notes.append("biases (zero at initialisation) are not modelled")
+    window = getattr(c, "sliding_window", None)
+    seq_len = _seq_len(c.max_position_embeddings)
+    if window and getattr(c, "use_sliding_window", True) and int(window) < seq_len:
+        notes.append(f"sliding-window attention ({window} tokens) is not modelled")
+    return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=h,
+                n_kv_heads=int(getattr(c, "num_key_value_heads", None) or h), head_dim=head_dim,
+                d_ff=int(c.intermediate_size), activation=_activation(c.hidden_act, notes, True), dropout=0.0,
+                attn_dropout=float(getattr(c, "attention_dropout", 0.0)), norm="rmsnorm",
+                norm_eps=float(c.rms_norm_eps), norm_position="pre", final_norm=True, position="rope",
+                rope_theta=_rope_theta(c, notes), max_len=int(c.max_position_embeddings), seq_len=seq_len,
+                vocab_size=int(c.vocab_size), tie_head=bool(getattr(c, "tie_word_embeddings", False)), init="bert",
+                initializer_range=float(c.initializer_range))
+
+
+_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama}
+
+
+def map_hf_config(obj, **overrides) -> HFMapping:
+    """Map a Hugging Face config, model or local model folder to a :class:`TransformerConfig` (module docstring);
+    ``overrides`` set config fields afterwards (e.g. ``seq_len=256``). ``ValueError`` for a model type or an
+    activation sigprop has no rules for, naming it."""
+    cfg = _hf_config(obj)
+    kind = str(cfg.model_type)
+    if kind not in FAMILIES:
+        raise ValueError(f"model_type {kind!r} is not mapped; supported: {', '.join(FAMILIES)}")
+    notes: list = []
+    fields = _MAPPERS[FAMILIES[kind]](cfg, notes)
+    fields.update(overrides)
+    return HFMapping(config=TransformerConfig(**fields), notes=tuple(dict.fromkeys(notes)), model_type=kind)
+
+
+def from_hf(hf_config_or_model, **overrides) -> TransformerConfig:
+    """The sigprop configuration of a Hugging Face config, model or local folder (:func:`map_hf_config`); what the
+    mapping leaves out is issued as one ``UserWarning``."""
+    mapping = map_hf_config(hf_config_or_model, **overrides)
+    if mapping.notes:
+        warnings.warn(f"from_hf({mapping.model_type}): " + "; ".join(mapping.notes), UserWarning, stacklevel=2)
+    return mapping.config

@@ -1,0 +1,98 @@
+"""Hugging Face configurations mapped to sigprop's (the extra ``hf``; skipped without ``transformers``): per family
+(GPT-2, BERT, Llama, Qwen2, Mistral), small configs built locally, nothing downloaded."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import sigprop  # noqa: E402
+from sigprop.hf.config_map import map_hf_config  # noqa: E402
+from sigprop.model.transformer import Transformer  # noqa: E402
+
+
+def _matrix_elements(model, skip=()) -> int:
+    """Elements of the parameters with two or more dimensions (weights and tables), shared ones once."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if p.dim() >= 2 and id(p) not in seen and not any(s in name for s in skip):
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+SMALL = {
+    "gpt2": lambda: transformers.GPT2Config(n_layer=3, n_embd=64, n_head=4, n_positions=64, vocab_size=211),
+    "bert": lambda: transformers.BertConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                                            intermediate_size=128, max_position_embeddings=64, vocab_size=211),
+    "llama": lambda: transformers.LlamaConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=4,
+                                              num_key_value_heads=2, intermediate_size=160,
+                                              max_position_embeddings=64, vocab_size=211),
+    "qwen2": lambda: transformers.Qwen2Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                              num_key_value_heads=1, intermediate_size=96,
+                                              max_position_embeddings=64, vocab_size=211),
+    "mistral": lambda: transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                  num_key_value_heads=2, head_dim=24, intermediate_size=96,
+                                                  max_position_embeddings=64, vocab_size=211),
+}
+#: What each family's model holds that the mapped sigprop model does not (named in the mapping's notes).
+NOT_MODELLED = {"bert": ("pooler", "cls.predictions.transform")}
+LM_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
+              "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+
+
+@pytest.mark.parametrize("family", list(SMALL))
+def test_mapped_model_has_the_same_matrices(family):
+    """The sigprop model built from the mapped config holds as many weight and table elements as the Hugging Face
+    model (less what the notes name), so shapes, heads, widths, tying and positions all map."""
+    hf_config = SMALL[family]()
+    hf_model = getattr(transformers, LM_CLASSES[family])(hf_config)
+    mapping = map_hf_config(hf_model)
+    ours = Transformer(mapping.config)
+    assert _matrix_elements(ours) == _matrix_elements(hf_model, NOT_MODELLED.get(family, ()))
+    assert mapping.config.n_layers == hf_config.num_hidden_layers
+
+
+def test_fields_of_each_family():
+    g = map_hf_config(SMALL["gpt2"]()).config
+    assert (g.arch, g.norm, g.norm_position, g.position, g.tie_head) == ("decoder", "layernorm", "pre", "learned", True)
+    assert g.beta == pytest.approx(1.0 / math.sqrt(6.0)) and g.initializer_range == 0.02 and g.activation == "gelu"
+    b = map_hf_config(SMALL["bert"]()).config
+    assert (b.arch, b.norm_position, b.n_segments, b.norm_eps) == ("encoder", "post", 2, 1e-12)
+    m = map_hf_config(SMALL["mistral"]()).config
+    assert (m.position, m.norm, m.activation, m.n_kv_heads, m.head_dim, m.tie_head) == (
+        "rope", "rmsnorm", "swiglu", 2, 24, False)
+    assert m.rope_theta == 10000.0
+
+
+def test_gpt2_output_projection_scale_is_the_residual_beta():
+    """GPT-2's _init_weights draws c_proj with std initializer_range/√(2·n_layer): the measured std of the HF
+    model's c_proj equals β·initializer_range of the mapping."""
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=64, vocab_size=211)
+    model = transformers.GPT2LMHeadModel(cfg)
+    mapped = map_hf_config(cfg).config
+    std = float(torch.cat([b.attn.c_proj.weight.detach().flatten() for b in model.transformer.h]).std())
+    assert std == pytest.approx(mapped.beta * mapped.initializer_range, rel=0.01)
+    fc = float(torch.cat([b.mlp.c_fc.weight.detach().flatten() for b in model.transformer.h]).std())
+    assert fc == pytest.approx(mapped.initializer_range, rel=0.01)
+
+
+def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path):
+    with pytest.warns(UserWarning, match="embedding LayerNorm"):
+        sigprop.from_hf(SMALL["bert"]())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sigprop.from_hf(transformers.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                                 intermediate_size=96, vocab_size=50))  # maps fully: no warning
+    with pytest.raises(ValueError, match="not mapped"):
+        map_hf_config(transformers.T5Config())
+    with pytest.raises(ValueError, match="config.json"):
+        map_hf_config(tmp_path)
+    SMALL["llama"]().save_pretrained(tmp_path)
+    assert map_hf_config(tmp_path).config.n_kv_heads == 2

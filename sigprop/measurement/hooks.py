@@ -461,6 +461,8 @@ class Recorder:
         return record
 
     def _record(self, key, out, store_fwd, store_grad) -> None:
+        if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+            out = out[0]  # a block returning (hidden states, attention weights, …), as Hugging Face's did
         if not isinstance(out, torch.Tensor) or out.dim() != 3:
             raise ValueError(f"site {key}: the module output must be a (batch, tokens, hidden) tensor "
                              f"(got {getattr(out, 'shape', type(out))})")
@@ -599,7 +601,8 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     """Measured profile of ``model`` on ``batch``: ``n_repeats`` forward + backward passes under a :class:`Recorder`.
 
     The loss is ``loss_fn(model, batch)`` if given, else ``model.loss(batch)`` (a scalar tensor). ``sites`` defaults
-    to ``model.sites()``. ``mask`` (bool (batch, tokens), True = real token, or ``{(layer, site): mask}``) excludes
+    to ``model.sites()``; a Hugging Face GPT-2, BERT or Llama-family model gets its family's sites and sigprop's
+    objective on its logits (:mod:`sigprop.hf.adapters`). ``mask`` (bool (batch, tokens), True = real token, or ``{(layer, site): mask}``) excludes
     padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and an encoder–decoder's
     ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left as the caller set
     it (in train mode each repeat draws new dropout masks: repeats then average over them).
@@ -614,6 +617,11 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")
+    from ..hf.adapters import hf_loss, hf_sites, is_hf_model
+
+    if is_hf_model(model):  # a Hugging Face model: its per-family sites and sigprop's objective on its logits
+        sites = hf_sites(model) if sites is None else sites
+        loss_fn = hf_loss if loss_fn is None else loss_fn
     if loss_fn is None and not callable(getattr(model, "loss", None)):
         raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
     site_list, _ = _resolve_sites(model if sites is None else sites)

@@ -14,14 +14,15 @@ from hypothesis import strategies as st
 
 from sigprop.components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from sigprop.components.shaped_relu import SHAPED_MODES
-from sigprop.model.config import ARCHS, INPUTS, MAX_DROPOUT, MAX_NUMBER, NORM_POSITIONS, V_INITS, TransformerConfig
+from sigprop.model.config import (ARCHS, INPUTS, MAX_DROPOUT, MAX_NUMBER, NORM_POSITIONS, POSITIONS, V_INITS,
+                                  TransformerConfig)
 from sigprop.model.init import SCHEMES
 from tests.helpers import run_cli
 
 #: field -> (kind, lower bound, lower bound open, upper bound, may be None) for numbers; the allowed set for choices
 INTS = {"vocab_size": 1, "max_len": 1, "n_layers": 1, "d_model": 1, "n_heads": 1, "seq_len": 1, "image_size": 1,
         "patch_size": 1, "channels": 1, "n_classes": 1, "n_segments": 0}
-OPTIONAL_INTS = {"n_decoder_layers": 1, "d_ff": 1, "shaped_anneal_steps": 1}
+OPTIONAL_INTS = {"n_decoder_layers": 1, "d_ff": 1, "shaped_anneal_steps": 1, "n_kv_heads": 1, "head_dim": 1}
 FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
     "dropout": (0.0, False, MAX_DROPOUT, False), "attn_dropout": (0.0, False, MAX_DROPOUT, True),
     "norm_eps": (0.0, False, MAX_NUMBER, False), "norm_alpha": (0.0, True, MAX_NUMBER, False),
@@ -34,10 +35,12 @@ FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
     "mask_prob": (0.0, True, 1.0, False, "hi_open"), "shaped_tau0": (0.0, True, MAX_NUMBER, False),
     "shaped_gamma1": (-MAX_NUMBER, False, MAX_NUMBER, False), "shaped_gamma2": (-MAX_NUMBER, False, MAX_NUMBER, False),
     "shaped_c_plus": (-MAX_NUMBER, False, MAX_NUMBER, False), "shaped_c_minus": (-MAX_NUMBER, False, MAX_NUMBER, False),
-    "shaped_gamma": (0.0, True, 1.0, False),
+    "shaped_gamma": (0.0, True, 1.0, False), "rope_theta": (1.0, True, MAX_NUMBER, False),
+    "initializer_range": (0.0, True, MAX_NUMBER, False),
 }
 CHOICES = {"arch": ARCHS, "input": INPUTS, "activation": ACTIVATIONS, "norm": NORMS, "norm_position": NORM_POSITIONS,
-           "v_init": V_INITS, "init": tuple(SCHEMES), "attention": ATTENTIONS, "shaped_mode": SHAPED_MODES}
+           "v_init": V_INITS, "init": tuple(SCHEMES), "attention": ATTENTIONS, "shaped_mode": SHAPED_MODES,
+           "position": POSITIONS}
 BOOLS = {"tie_head": False, "learnable_beta": False, "shaped_normalize": False, "final_norm": True}
 
 

@@ -602,10 +602,10 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
 
     The loss is ``loss_fn(model, batch)`` if given, else ``model.loss(batch)`` (a scalar tensor). ``sites`` defaults
     to ``model.sites()``; a Hugging Face GPT-2, BERT or Llama-family model gets its family's sites and sigprop's
-    objective on its logits (:mod:`sigprop.hf.adapters`). ``mask`` (bool (batch, tokens), True = real token, or ``{(layer, site): mask}``) excludes
-    padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and an encoder–decoder's
-    ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left as the caller set
-    it (in train mode each repeat draws new dropout masks: repeats then average over them).
+    objective on its logits (:mod:`sigprop.hf.adapters`). ``mask`` (bool (batch, tokens), True = real token, or
+    ``{(layer, site): mask}``) excludes padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and
+    an encoder–decoder's ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left
+    as the caller set it (in train mode each repeat draws new dropout masks: repeats then average over them).
 
     The backward pass is ``torch.autograd.grad(loss, site_outputs)``: it delivers ∂Loss/∂x at every site exactly as
     ``loss.backward()`` would, but computes no parameter gradient, so existing ``.grad`` fields are left untouched

@@ -14,8 +14,16 @@ from hypothesis import strategies as st
 
 from sigprop.components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from sigprop.components.shaped_relu import SHAPED_MODES
-from sigprop.model.config import (ARCHS, INPUTS, MAX_DROPOUT, MAX_NUMBER, NORM_POSITIONS, POSITIONS, V_INITS,
-                                  TransformerConfig)
+from sigprop.model.config import (
+    ARCHS,
+    INPUTS,
+    MAX_DROPOUT,
+    MAX_NUMBER,
+    NORM_POSITIONS,
+    POSITIONS,
+    V_INITS,
+    TransformerConfig,
+)
 from sigprop.model.init import SCHEMES
 from tests.helpers import run_cli
 

@@ -167,6 +167,10 @@ def measure_command(
     merge: list[Path] = typer.Option(None, "--merge", help="Measure nothing: merge these `sigprop measure --json` "
                                      "files of disjoint seeds of one model and batch (repeatable) into the "
                                      "measurement of all their seeds."),
+    hf: Path = typer.Option(None, "--hf", help="Measure a Hugging Face model (GPT-2, BERT, Llama, Qwen2, Mistral): a "
+                            "local folder (its safetensors weights, measured once) or a config.json (each seed "
+                            "initialised by Hugging Face's own code). Needs the extra `hf`; the batch is built for "
+                            "the mapped config (sigprop.from_hf)."),
 ):
     """Measure every layer's forward and gradient moments of real models on real text, with hooks.
 
@@ -177,7 +181,7 @@ def measure_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device, first_seed=first_seed,
-                      merge=merge, json=json_path, plot=plot)
+                      merge=merge, hf=hf, json=json_path, plot=plot)
     with Display() as display:
         run = run_measure(request, display)
     profile = run.profile

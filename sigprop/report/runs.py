@@ -82,6 +82,7 @@ class Request:
     grad_boundary: str = "measured"
     measured: Path | None = None
     merge: tuple[Path, ...] = ()
+    hf: Path | None = None
     json: Path | None = None
     plot: Path | None = None
 
@@ -106,6 +107,10 @@ class Request:
         set_(self, "data", _path(self.data, "--data", file=False))
         set_(self, "measured", _path(self.measured, "--measured"))
         set_(self, "merge", tuple(_path(p, "--merge") for p in self.merge))
+        set_(self, "hf", _path(self.hf, "--hf", file=False))
+        if self.hf is not None:
+            _refuse("--hf measures the Hugging Face model as it is configured", preset=self.preset,
+                    config=self.config_file, set=self.overrides, merge=self.merge, device=self.device)
         if self.measured is not None:
             _refuse("--measured takes the model and its seeds from the file", preset=self.preset,
                     config=self.config_file, set=self.overrides, seeds=self.seeds, device=self.device,
@@ -122,7 +127,13 @@ class Request:
             set_(self, "plot", check_output_path(self.plot, "--plot", ".png"))
 
     def model(self) -> tuple[TransformerConfig, Preset | None]:
-        """The configuration asked for and its preset (or None): :func:`~sigprop.model.presets.resolve_config`."""
+        """The configuration asked for and its preset (or None): :func:`~sigprop.model.presets.resolve_config`, or
+        for ``--hf`` the mapping of the Hugging Face model's configuration (:func:`sigprop.hf.config_map.from_hf`)."""
+        if self.hf is not None:
+            from ..hf.config_map import map_hf_config
+            from ..hf.measure import read_hf_source
+
+            return map_hf_config(read_hf_source(self.hf).config).config, None
         return resolve_config(self.preset, self.config_file, self.overrides)
 
     def seeds_for(self, preset: Preset | None) -> int:
@@ -219,9 +230,18 @@ def run_measure(request: Request, progress: Progress | None = None) -> MeasureRu
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
         check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
         config, batch = _batch(config, request, batch_size, progress, [])
-        tick = tasks(progress).task(f"measure {config.total_layers} layers × {seeds} seeds", seeds)
-        profile = measure_seeds(config, batch, seeds, request.first_seed, progress=tick, device=request.device,
-                                per_seed=True)
+        if request.hf is not None:
+            from ..hf.measure import measure_hf, read_hf_source
+
+            source = read_hf_source(request.hf)
+            seeds = 1 if source.weights is not None else seeds
+            tick = tasks(progress).task(f"measure the Hugging Face model ({config.total_layers} layers) × {seeds}",
+                                        seeds)
+            profile = measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config)
+        else:
+            tick = tasks(progress).task(f"measure {config.total_layers} layers × {seeds} seeds", seeds)
+            profile = measure_seeds(config, batch, seeds, request.first_seed, progress=tick, device=request.device,
+                                    per_seed=True)
         profile.meta["batch_source"] = batch_source(request)
     diagnosis = record_diagnosis(profile)
     run = MeasureRun(config, profile, diagnosis, len(profile.meta.get("seeds", [])))

@@ -1,0 +1,112 @@
+"""Export a sigprop model to a Hugging Face checkpoint that plain inference code loads without remote code:
+``export_hf(model, out_dir, to="gpt2")`` writes a Pre-LN decoder as a GPT-2 model (``config.json`` and
+``model.safetensors``), its residual scales folded into the output projections (:mod:`sigprop.fix.fold`).
+
+The correspondence (GPT-2's Conv1D weights are stored (in, out), as sigprop's W_Q, W_K, W_V; sigprop's linear
+layers (out, in)): wte = the token table, wpe = the position table, per layer ln_1 / ln_2 = the attention / FFN
+norms, attn.c_attn = [W_Q | W_K | W_V] (heads contiguous in both), attn.c_proj = (β/c)·W_Oᵀ, mlp.c_fc = W_1ᵀ,
+mlp.c_proj = (β/c)·W_2ᵀ (c the running product of λ), biases zero, ln_f = the final norm with its affine parameters
+times the head's output scale, the LM head tied to wte (or its own matrix when sigprop's is untied). GELU is GPT-2's
+``activation_function="gelu"`` (the exact form sigprop uses, not GPT-2's default tanh approximation). The exported
+model computes the same logits up to the norms' ε (:mod:`sigprop.fix.fold`; exactly for ``norm_eps=0``).
+
+Other targets (OPT for Post-LN decoders, BERT-style encoders) are not written yet: ``ValueError`` names them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .fold import branch_scales
+
+__all__ = ["export_hf", "EXPORT_TARGETS"]
+
+EXPORT_TARGETS = ("gpt2",)
+
+
+def _check_gpt2(c) -> None:
+    wrong = []
+    for field, want in (("arch", "decoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "pre"),
+                        ("position", "learned"), ("attention", "standard"), ("n_segments", 0)):
+        if getattr(c, field) != want:
+            wrong.append(f"{field}={getattr(c, field)!r} (GPT-2 needs {want!r})")
+    if c.activation not in ("gelu", "relu"):
+        wrong.append(f"activation={c.activation!r} (GPT-2 has gelu or relu)")
+    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
+        wrong.append("grouped-query heads or head_dim != d_model/n_heads (GPT-2 has neither)")
+    if not c.has_final_norm:
+        wrong.append("no final norm (GPT-2 has ln_f)")
+    if wrong:
+        raise ValueError("cannot export to GPT-2: " + "; ".join(wrong))
+
+
+def _gpt2_state(model) -> tuple[dict, dict]:
+    """(GPT2Config keyword arguments, GPT-2 state dict) of a sigprop Pre-LN decoder (module docstring)."""
+    c = model.config
+    _check_gpt2(c)
+    f = lambda t: t.detach().to(torch.float32 if t.dtype not in (torch.float64,) else t.dtype).clone()  # noqa: E731
+    zeros = lambda n, like: torch.zeros(n, dtype=like.dtype)  # noqa: E731
+    state = {"transformer.wte.weight": f(model.embed.token.weight),
+             "transformer.wpe.weight": f(model.embed.position.weight)}
+    for layer, factors in zip(model.all_layers(), branch_scales(model), strict=True):
+        i = layer.index
+        attn, ffn = layer.attn.branch, layer.ffn.branch
+        p = f"transformer.h.{i}."
+        state[p + "ln_1.weight"], state[p + "ln_1.bias"] = f(attn.norm.weight), f(attn.norm.bias)
+        qkv = torch.cat([f(attn.attn.w_q), f(attn.attn.w_k), f(attn.attn.w_v)], dim=1)
+        state[p + "attn.c_attn.weight"], state[p + "attn.c_attn.bias"] = qkv, zeros(qkv.shape[1], qkv)
+        w_o = f(attn.proj.weight).T * factors["attn"]
+        state[p + "attn.c_proj.weight"], state[p + "attn.c_proj.bias"] = w_o.contiguous(), zeros(c.d_model, w_o)
+        state[p + "ln_2.weight"], state[p + "ln_2.bias"] = f(ffn.norm.weight), f(ffn.norm.bias)
+        w1, w2 = f(ffn.fc1.weight).T.contiguous(), (f(ffn.fc2.weight).T * factors["ffn"]).contiguous()
+        state[p + "mlp.c_fc.weight"], state[p + "mlp.c_fc.bias"] = w1, zeros(w1.shape[1], w1)
+        state[p + "mlp.c_proj.weight"], state[p + "mlp.c_proj.bias"] = w2, zeros(c.d_model, w2)
+        for linear in (attn.proj, ffn.fc1, ffn.fc2):
+            if getattr(linear, "bias", None) is not None and bool(linear.bias.detach().abs().max() > 0):
+                raise ValueError(f"layer {i}: a non-zero bias (the export writes zero biases)")
+    s = float(model.head_scale)
+    state["transformer.ln_f.weight"] = f(model.final_norm.weight) * s
+    state["transformer.ln_f.bias"] = f(model.final_norm.bias) * s
+    state["lm_head.weight"] = f(model.head.weight)
+    kwargs = dict(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model, n_layer=c.n_layers,
+                  n_head=c.n_heads, n_inner=c.ffn_width, activation_function=c.activation, resid_pdrop=c.dropout,
+                  embd_pdrop=c.dropout, attn_pdrop=c.p_attn, layer_norm_epsilon=c.norm_eps,
+                  tie_word_embeddings=bool(c.tie_head), scale_attn_weights=True)
+    return kwargs, state
+
+
+def export_hf(model, out_dir, to: str = "gpt2") -> Path:
+    """Write ``model`` (a sigprop :class:`~sigprop.model.transformer.Transformer`) as a Hugging Face ``to`` checkpoint
+    in ``out_dir`` (created; written to a temporary folder beside it and renamed, so a failure leaves nothing
+    half-written), safetensors only. Returns the folder. ``ValueError`` naming what does not map."""
+    if to not in EXPORT_TARGETS:
+        raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r}; OPT and BERT-style targets "
+                         "are not written yet)")
+    import transformers
+
+    kwargs, state = _gpt2_state(model)
+    hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kwargs))
+    dtype = state["transformer.wte.weight"].dtype
+    hf_model = hf_model.to(dtype)
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith("masked_bias")
+               and not (k == "lm_head.weight" and kwargs["tie_word_embeddings"])]
+    if missing or unexpected:
+        raise RuntimeError(f"GPT-2 state mismatch: missing {missing}, unexpected {unexpected}")
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

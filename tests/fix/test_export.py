@@ -1,0 +1,68 @@
+"""Folding and GPT-2 export (Kedia et al. Sec. 3.5): the exported checkpoint loads with ``from_pretrained`` (no
+remote code) and gives sigprop's logits (skipped without ``transformers``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from sigprop.fix.export import export_hf  # noqa: E402
+from sigprop.fix.fold import branch_scales  # noqa: E402
+from sigprop.model.config import TransformerConfig  # noqa: E402
+from sigprop.model.transformer import Transformer  # noqa: E402
+
+BASE = dict(arch="decoder", n_layers=6, d_model=64, n_heads=4, vocab_size=97, max_len=32, seq_len=32, dropout=0.0)
+
+
+def _pair(tmp_path, **fields):
+    config = TransformerConfig(**{**BASE, **fields})
+    model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
+    out = export_hf(model, tmp_path / "gpt2")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(out, dtype=torch.float64).eval()
+    ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    return model, float((ours - theirs).norm() / ours.norm())
+
+
+@pytest.mark.parametrize("init,activation", [("dslm", "gelu"), ("xavier", "relu"), ("dslm_simple", "gelu")])
+def test_exported_gpt2_gives_the_same_logits_without_eps(tmp_path, init, activation):
+    """With ε = 0 the fold is exact: float64 logits agree to rounding."""
+    _, err = _pair(tmp_path, init=init, activation=activation, norm_eps=0.0)
+    assert err <= 1e-12
+
+
+def test_exported_gpt2_with_eps_within_the_folds_bound(tmp_path):
+    """With ε the folded norms see the stream divided by c = Πλ, i.e. an effective ε·c²: each of the 2N + 1 norms
+    changes its output by at most ε|1 − c²|/(2σ²) relative, σ² ≥ 0.5 the smallest stream variance of a DSLM Pre-LN
+    stack at initialisation (sigprop predicts ~1), so the logits move by at most the sum of those."""
+    model, err = _pair(tmp_path, init="dslm", activation="gelu", norm_eps=1e-5)
+    lam2 = float(model.layers[0].attn.lam) ** 2
+    worst = abs(1.0 - lam2 ** (2 * model.config.n_layers))  # the largest |1 − c²|: the last norm's
+    bound = (2 * model.config.n_layers + 1) * 1e-5 * worst / (2 * 0.5)
+    assert 0.0 < err <= bound, (err, bound)
+    print(f"fold with eps: relative logit error {err:.2e} (bound {bound:.2e})")
+
+
+def test_branch_scales_fold_lambda_into_the_output_projections():
+    config = TransformerConfig(**{**BASE, "init": "dslm"})
+    model = Transformer(config, sample=False)
+    beta2 = 2.0 / config.n_layers
+    lam = math.sqrt(1.0 - beta2)
+    scales = branch_scales(model)
+    assert scales[0]["attn"] == pytest.approx(math.sqrt(beta2) / lam)
+    assert scales[-1]["ffn"] == pytest.approx(math.sqrt(beta2) / lam ** (2 * config.n_layers))
+    post = Transformer(config.replace(norm_position="post"), sample=False)
+    assert branch_scales(post)[3]["ffn"] == pytest.approx(math.sqrt(beta2) / lam)
+
+
+def test_export_refuses_what_gpt2_cannot_hold(tmp_path):
+    with pytest.raises(ValueError, match="norm_position"):
+        export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post"}), sample=False), tmp_path / "x")
+    with pytest.raises(ValueError, match="to must be one of"):
+        export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="opt")
+    assert not (tmp_path / "x").exists()

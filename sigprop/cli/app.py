@@ -24,6 +24,7 @@ from .demo import demo_command
 from .env import doctor_command, env_command
 from .evaluate import eval_command
 from .experiment import experiment_command
+from .fold import fold_command
 from .inits import inits_command
 from .profiles import compare_command, measure_command, predict_command
 from .sde import sde_command
@@ -51,6 +52,7 @@ COMMANDS = (
     ("verify", verify_command, "Every component's moment rules against Monte Carlo on the real module."),
     ("eval", eval_command, "A trained run's validation loss in float32 and with FP8 direct casting (Kedia et al. "
                            "Table 12)."),
+    ("fold", fold_command, "Fold a trained run's residual scales into its weights and export it to Hugging Face."),
     ("experiment", experiment_command, "The papers' training experiments: grids of runs, fates, a table, a figure."),
     ("env", env_command, "The versions, threads and devices sigprop will use."),
     ("doctor", doctor_command, "Moved to `sigprop env` (the name is kept for the model doctor)."),

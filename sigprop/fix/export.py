@@ -24,7 +24,7 @@ import torch
 
 from .fold import branch_scales
 
-__all__ = ["export_hf", "EXPORT_TARGETS"]
+__all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
 
 EXPORT_TARGETS = ("gpt2",)
 
@@ -76,7 +76,8 @@ def _gpt2_state(model) -> tuple[dict, dict]:
     kwargs = dict(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model, n_layer=c.n_layers,
                   n_head=c.n_heads, n_inner=c.ffn_width, activation_function=c.activation, resid_pdrop=c.dropout,
                   embd_pdrop=c.dropout, attn_pdrop=c.p_attn, layer_norm_epsilon=c.norm_eps,
-                  tie_word_embeddings=bool(c.tie_head), scale_attn_weights=True)
+                  tie_word_embeddings=bool(c.tie_head), scale_attn_weights=True, bos_token_id=None,
+                  eos_token_id=None)
     return kwargs, state
 
 
@@ -110,3 +111,30 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
+    """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
+    checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2") into
+    ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
+    model the target cannot hold, before anything is written."""
+    from ..model.config import config_from_dict
+    from ..model.transformer import Transformer
+    from ..train.checkpoint import latest_checkpoint, load_checkpoint, model_state
+    from ..train.run_dir import read_run
+
+    targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
+    if to not in targets:
+        raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to fold")
+    config = config_from_dict(run["model_config"])
+    if targets[to] == "gpt2":
+        _check_gpt2(config)
+    model = Transformer(config, generator=torch.Generator().manual_seed(0))
+    ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    model.load_state_dict(model_state(ck))
+    return export_hf(model.eval(), out_dir, to=targets[to]), ck.step

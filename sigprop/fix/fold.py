@@ -40,12 +40,13 @@ def branch_scales(model) -> list[dict[str, float]]:
             if not isinstance(child, Residual):
                 continue
             lam, beta = (float(v) for v in child.scales())
+            if lam == 0.0:
+                raise ValueError(f"layer {layer.index}, {name}: λ = 0 (no skip connection, e.g. DeepScaleLM at "
+                                 "N = 2) has no fold: the branch replaces the stream")
             if c.norm_position == "pre":
                 running *= lam
                 factors[name] = beta / running
             else:
-                if lam == 0.0:
-                    raise ValueError(f"layer {layer.index}, {name}: λ = 0 has no Post-LN fold")
                 factors[name] = beta / lam
         out.append(factors)
     return out

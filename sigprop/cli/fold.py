@@ -1,0 +1,31 @@
+"""``sigprop fold``: a trained run folded into a vanilla Hugging Face checkpoint (a thin wrapper over
+:func:`sigprop.fix.export.fold_run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .terminal import console
+
+__all__ = ["fold_command"]
+
+
+def fold_command(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `sigprop train --out`."),
+    out: Path = typer.Argument(..., help="The folder to write the Hugging Face checkpoint into (replaced)."),
+    to: str = typer.Option("hf-gpt2", "--to", help="The target: hf-gpt2 (a Pre-LN decoder with LayerNorm, GELU or "
+                           "ReLU and learned positions)."),
+):
+    """Fold a trained run's residual scales (λ, β, the head's output scale) into its weights and write it as a Hugging
+    Face checkpoint that `from_pretrained` loads without remote code (Kedia et al. Sec. 3.5).
+
+    Pre-LN: each branch's output projection is multiplied by β/Πλ and the final norm absorbs the rest; the logits are
+    the same up to the norms' ε. Needs the extra `hf` (transformers).
+    """
+    from ..fix.export import fold_run
+
+    folder, step = fold_run(run_dir, out, to)
+    console.print(f"{run_dir} at step {step} → {to}: {folder}")
+    console.print(f"load it with transformers.AutoModelForCausalLM.from_pretrained({str(folder)!r})")

@@ -1,0 +1,52 @@
+"""``sigprop fold RUN_DIR OUT --to hf-gpt2``: a trained run, folded and exported, loads with ``from_pretrained`` and
+gives the run's logits (skipped without ``transformers``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from sigprop.model.config import config_from_dict  # noqa: E402
+from sigprop.model.transformer import Transformer  # noqa: E402
+from sigprop.train.checkpoint import latest_checkpoint, load_checkpoint, model_state  # noqa: E402
+from sigprop.train.run_dir import read_run  # noqa: E402
+
+from .conftest import sigprop, tiny_args  # noqa: E402
+
+
+def test_fold_a_trained_run_into_gpt2(corpus, tmp_path):
+    run = tmp_path / "run"
+    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=("n_layers=4",)), "--out",
+                   str(run))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "gpt2"
+    done = sigprop("fold", str(run), str(out), "--to", "hf-gpt2")
+    assert done.returncode == 0, done.stderr
+    config = config_from_dict(read_run(run)["model_config"])
+    model = Transformer(config)
+    model.load_state_dict(model_state(load_checkpoint(latest_checkpoint(run))))
+    model = model.double().eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
+    ids = torch.randint(5, config.vocab_size, (2, config.seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    # trained λ, β are DSLM's constants; the fold is exact up to the norms' eps (1e-5): see tests/fix
+    assert float((ours - theirs).norm() / ours.norm()) <= 1e-4
+
+
+def test_fold_errors(corpus, tmp_path):
+    done = sigprop("fold", str(tmp_path / "nowhere"), str(tmp_path / "out"))
+    assert done.returncode == 2 and "run directory" in done.stderr
+    run = tmp_path / "post"
+    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=("norm_position=post",)),
+                   "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    done = sigprop("fold", str(run), str(tmp_path / "out"))
+    assert done.returncode == 2 and "norm_position" in done.stderr and not (tmp_path / "out").exists()
+    run = tmp_path / "two"  # DeepScaleLM at N = 2: λ = 0, no skip connection to fold
+    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2"), "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    done = sigprop("fold", str(run), str(tmp_path / "out"))
+    assert done.returncode == 2 and "λ = 0" in done.stderr and "Traceback" not in done.stderr

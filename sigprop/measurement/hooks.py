@@ -602,7 +602,7 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
 
     The loss is ``loss_fn(model, batch)`` if given, else ``model.loss(batch)`` (a scalar tensor). ``sites`` defaults
     to ``model.sites()``; a Hugging Face GPT-2, BERT or Llama-family model gets its family's sites and sigprop's
-    objective on its logits (:mod:`sigprop.hf.adapters`). ``mask`` (bool (batch, tokens), True = real token, or
+    objective on its logits (:mod:`sigprop.measurement.hf_sites`). ``mask`` (bool (batch, tokens), True = real token, or
     ``{(layer, site): mask}``) excludes padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and
     an encoder–decoder's ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left
     as the caller set it (in train mode each repeat draws new dropout masks: repeats then average over them).
@@ -617,7 +617,7 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")
-    from ..hf.adapters import hf_loss, hf_sites, is_hf_model
+    from .hf_sites import hf_loss, hf_sites, is_hf_model
 
     if is_hf_model(model):  # a Hugging Face model: its per-family sites and sigprop's objective on its logits
         sites = hf_sites(model) if sites is None else sites

@@ -15,9 +15,11 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from .config_map import FAMILIES
+__all__ = ["FAMILIES", "is_hf_model", "hf_sites", "hf_loss"]
 
-__all__ = ["is_hf_model", "hf_sites", "hf_loss"]
+#: Hugging Face model_type → the family whose sites, loss and configuration mapping sigprop has
+#: (:mod:`sigprop.hf.config_map` maps the configurations).
+FAMILIES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "qwen2": "llama", "mistral": "llama"}
 
 
 def is_hf_model(model) -> bool:

@@ -26,14 +26,18 @@ Backward (g_y with variance σ²_g and token correlation r_g; w_i = W_V g_i, E[w
 M Σ_m dS_km δ_m, with dS_ik = A_ik w_i·(D̃_ik x_k − o_i)):
     VV = Ω r_g E C_k² + Ω(1 − r_g) P2/(1−p),      C_k = Σ_i Ã_ik (column sum),
          E C_k² = P2/(1−p) + (1 − 1/L) E e^κ (1 − (E e^κ − 1)(2e^{s²} − 1)/L),
-    KK = Ω P2 d²_in σ²_qk σ² (1 + v s²)(σ² − ρ(1−p))/(1−p) + Ω r_g (Eκ + Var κ) E e^κ (1 − 1/L),
-    QQ = Ω σ²_qk τ² d_in [1 + P2 p/(1−p) − 2P2 + (d_in + 1) P2/(1−p)] + Ω σ²_qk d²_in ρ τ P2 p/(1−p),
+    KK = Ω K d²_in σ²_qk σ² (1 + v s²)(σ² − ρ(1−p))/(1−p) + Ω r_g (Eκ + Var κ) E e^κ (1 − 1/L),
+    QQ = Ω σ²_qk τ² d_in [1 + P2 p/(1−p) − 2P2 + Q + (d_in + 1) K/(1−p)] + Ω σ²_qk d²_in ρ τ P2 p/(1−p),
     VK = 2Ω s² e^{s²} (1 + p)/((1−p) L d_in) + 2Ω r_g Eκ E e^κ / d_in,
     σ²_gx = VV + KK + QQ + VK     (v = relative variance of |a_i|², see attention_theory),
     Cov_gx = Ω r_g E[C_k C_l] + Ω(1 − r_g)(1 − P2)/(L − 1) + Ω r_g σ²_qk τ² d_in (1 − P2)²,
          E[C_k C_l] = 1 + (P2 p/(1−p) − (E C_k² − 1))/(L − 1)   (exchangeability of the keys).
   QQ (the query path, τ M w_k) is what makes the paper's gradient rule fail: relative to the value path at r_g = 0 it
-  is ~ s² L/d_in, up to ~13× inside Table 22's ranges. KK (the key path) adds O(s²).
+  is ~ s² L/d_in, up to ~13× inside Table 22's ranges. KK (the key path) adds O(s²). Both carry the score paths'
+  weight K = E Σ_k A_ik²(1 − 2A_ik + Σ_m A_im²) (the gradient through a score is A_ik w·(x_k − o_i), whose i.i.d.
+  part has variance ∝ 1 − 2A_ik + Σ_m A_im²) and Q = E(Σ_k A_ik²)² (:func:`~sigprop.components.attention_theory.
+  softmax_score_weights`, exact quadrature): K → P2(1 − 1/L) at small scores, P2/2 for two keys, where P2 alone
+  overstated the gradient variance by ~2s²/L (19% at L = 2, s² = 0.2; 0.3% at L = 128).
 
 Accuracy (verify sweep "attention", 1024 configurations over Table 22's ranges, p ≤ 0.9; percent / points):
 p50/p90/p99 of |error| var 0.01/0.12/1.4, corr 0.00/0.01/0.38, grad var 0.08/0.85/2.9, grad corr 0.02/0.35/1.3,
@@ -43,11 +47,11 @@ the mean signed error is ≤ 0.02% overall and ≈ +0.1% in the gradient varianc
 
 Assumes: Gaussian input with zero hidden correlation (a non-zero ``corr_hidden`` is ignored: it enters only through
 fourth-order terms), token correlation r ∈ [0, 1], Gaussian weights independent of the input (initialisation),
-bidirectional attention (``causal=True`` raises NotImplementedError in the rules), small scores (Table 22's ranges
-give s² ≤ 0.13, where the rules are verified; larger scores are untested), L ≥ 2. A mean μ is absorbed into the shared
-part, σ² → σ² + μ², r → (rσ² + μ²)/(σ² + μ²): the statistics depend on X only through its Gram matrix, whose
-distribution this preserves up to O(1/d_in) (not swept: Table 22 has μ = 0). No "kedia_table1" form is offered:
-Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at r = 0, which a :class:`Moments` cannot hold.
+bidirectional attention (the causal rules: :mod:`sigprop.components.attention_causal`), small scores (Table 22's
+ranges give s² ≤ 0.13, where the rules are verified; larger scores are untested), L ≥ 2. A mean μ is absorbed
+into the shared part, σ² → σ² + μ², r → (rσ² + μ²)/(σ² + μ²): the statistics depend on X only through its Gram
+matrix, whose distribution this preserves up to O(1/d_in) (not swept: Table 22 has μ = 0). No "kedia_table1" form
+is offered: Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at r = 0, which a :class:`Moments` cannot hold.
 """
 
 from __future__ import annotations
@@ -62,9 +66,10 @@ from torch import nn
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
+from .attention_causal import causal_backward, causal_forward
 from .attention_gram import gram_attention, gram_attention_backward
 from .attention_sampled import sampled_backward, sampled_forward
-from .attention_theory import attention_terms, score_variance
+from .attention_theory import attention_terms, query_gradient, query_variance, score_variance
 from .draws import DEFAULT_GRAM_HEADS, DEFAULT_HEADS
 from .rope import apply_rope
 
@@ -77,13 +82,15 @@ __all__ = [
     "mha_backward",
     "ATTENTION_APPROX",
     "CLOSED_FORM_MAX_S2",
+    "CAUSAL_MAX_S2",
     "resolve_approx",
 ]
 
-#: The approximations offered by the attention rules: "exact" (our closed form, bidirectional, small scores),
+#: The approximations offered by the attention rules: "exact" (our closed form, small scores; causal:
+#: :mod:`sigprop.components.attention_causal`),
 #: "kedia" (the paper's printed form), "sampled" (Monte Carlo of the same expectation at any score scale, causal
 #: included: :mod:`sigprop.components.attention_sampled`) and "auto" (the closed form inside its verified domain,
-#: bidirectional with s² ≤ :data:`CLOSED_FORM_MAX_S2`, sampled elsewhere).
+#: s² ≤ :data:`CLOSED_FORM_MAX_S2`, causal s² ≤ :data:`CAUSAL_MAX_S2`, without rotary positions; sampled elsewhere).
 ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
 
 #: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Against the sampled rule
@@ -93,17 +100,25 @@ ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
 #: O(s⁴/L). ``tests/components/test_attention_sampled.py`` checks both sides of the threshold.
 CLOSED_FORM_MAX_S2 = 0.3
 
+#: Largest s² at which "auto" uses the causal closed form (:mod:`sigprop.components.attention_causal`). Against the
+#: sampled rule (d_in 256, d_k 64, dropout 0.1, ``bench/attention_causal.py``): at L = 128 every statistic within
+#: its noise up to s² = 0.5 (gradient variance ≤ 0.4% for an independent output gradient, +1.8 ± 1.6% for a fully
+#: shared one at r = 0.8), +4.5% (shared, r = 0.8) at 0.7 and +12% at 1; short sequences drift sooner (L = 32: +3%
+#: and +5% at s² = 0.5). ``tests/components/test_attention_causal.py`` checks both sides of the threshold.
+CAUSAL_MAX_S2 = 0.5
+
 
 def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool, rope: float | None = None) -> str:
-    """The rule "auto" stands for at input ``m``: "sampled" if causal, rotary (``rope`` not None) or if any s²
-    exceeds :data:`CLOSED_FORM_MAX_S2`, else "exact"; other approximations are returned unchanged."""
+    """The rule "auto" stands for at input ``m``: "sampled" if rotary (``rope`` not None) or if any s² exceeds
+    :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; other approximations are returned
+    unchanged."""
     if approx != "auto":
         return approx
-    if causal or rope is not None:
+    if rope is not None:
         return "sampled"
     var, r = _effective_input(m)
     s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
-    return "sampled" if np.any(s2 > CLOSED_FORM_MAX_S2) else "exact"
+    return "sampled" if np.any(s2 > (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)) else "exact"
 
 
 def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope=None):
@@ -112,9 +127,9 @@ def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx,
     if rope is not None and approx in ("exact", "kedia"):
         raise NotImplementedError(f"the {approx!r} attention rule assumes exchangeable keys, which rotary position "
                                   "embedding breaks: use approx='sampled' (or 'auto')")
-    if causal and approx in ("exact", "kedia"):
-        raise NotImplementedError(f"the {approx!r} attention rule is bidirectional: use approx='sampled' (or "
-                                  "'auto') for causal attention")
+    if causal and approx == "kedia":
+        raise NotImplementedError("the 'kedia' attention rule is bidirectional: use approx='exact', 'sampled' or "
+                                  "'auto' for causal attention")
     d_in = check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
     d_k = check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
     L = check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)")
@@ -140,15 +155,16 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
 
     ``approx``:
 
-    * "exact": ours (module docstring); per-element mean 0, hidden correlation 0.
+    * "exact": ours (module docstring); per-element mean 0, hidden correlation 0; causal: averaged over positions
+      (:mod:`~sigprop.components.attention_causal`).
     * "kedia": the paper's closed form as printed (App. A.8, Tables 15/17; its code simulations/SHA.py):
       σ²_y = d_in σ²_v [((1−r)²(L−1) d_in σ⁶ σ²_qk + e^{(1−r) d²_in σ⁴ σ²_qk}(4(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/(1−p))/L
       + rσ²], Cov_y = d_in σ²_v [rσ² + (2(1−r)² d_in σ⁶ σ²_qk + (1−r)σ²)/L].
 
     ``rope``: the rotary base of a RoPE head (:mod:`~sigprop.components.rope`), sampled rule only.
 
-    Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` if causal
-    or rotary with a closed form.
+    Assumes: see the module docstring. Raises ``ValueError`` outside the domain, ``NotImplementedError`` for
+    causal "kedia" or rotary with a closed form.
     """
     d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope)
     approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal, rope)
@@ -161,11 +177,11 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
                 + np.exp(a * d_in**2 * var**2 * sqk2) * (4.0 * a**2 * d_in * var**3 * sqk2 + a * var) / (1.0 - p)) / L
                + r * var)
         c_o = r * var + (2.0 * a**2 * d_in * var**3 * sqk2 + a * var) / L
+    elif causal:
+        v_o, c_o = causal_forward(var, r, d_in, d_k, L, sqk2, p)
     else:
         t = attention_terms(var, r, d_in, d_k, L, sqk2, p)
-        q = p / (1.0 - p)
-        v_o = (t.rho * (1.0 + q * t.P2) + t.tau * t.P2 / (1.0 - p)
-               + t.ms * (1.0 - t.P2 + 4.0 * q * t.P2))
+        v_o = query_variance(t)
         c_o = t.rho + t.tau * t.ekappa / L + t.tau**2 * d_in * sqk2 * t.rho * (1.0 - t.P2) ** 2
     scale = d_in * sv2
     zero = 0.0 * v_o
@@ -179,7 +195,8 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
 
     ``approx``:
 
-    * "exact": ours (module docstring): value, key and query paths and their cross term.
+    * "exact": ours (module docstring): value, key and query paths and their cross term; causal: averaged over
+      positions (:mod:`~sigprop.components.attention_causal`).
     * "kedia": the paper's closed form (value path with uniform attention only; its code ignores the gradient
       through queries and keys): σ²_g d_k σ²_v (1 + (L−1) r_g (1−p))/(L(1−p)), Cov σ²_g d_k σ²_v (1 + (L−1) r_g)/L.
 
@@ -196,18 +213,19 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
         gv = om * (1.0 + (L - 1.0) * rg * (1.0 - p)) / (L * (1.0 - p))
         gc = om * (1.0 + (L - 1.0) * rg) / L
         return GradMoments(var=gv, corr=clip_corr(gc / gv))
+    if causal:
+        gv, gc = causal_backward(var, r, d_in, d_k, L, sqk2, p, om, rg)
+        return GradMoments(var=gv, corr=clip_corr(gc / gv))
     t = attention_terms(var, r, d_in, d_k, L, sqk2, p)
     q = p / (1.0 - p)
     wc, wg = om * rg, om * (1.0 - rg)
     ek = t.ekappa
     ec2 = t.P2 / (1.0 - p) + (1.0 - 1.0 / L) * ek * (1.0 - (ek - 1.0) * (2.0 * np.exp(t.s2) - 1.0) / L)
     vv = wc * ec2 + wg * t.P2 / (1.0 - p)
-    kk = (om * t.P2 * d_in**2 * sqk2 * var * (1.0 + t.vrel * t.s2) * (var - t.rho * (1.0 - p)) / (1.0 - p)
-          + wc * (t.kappa + t.vkappa) * ek * (1.0 - 1.0 / L))
-    qq = (om * sqk2 * t.tau**2 * d_in * (1.0 + q * t.P2 - 2.0 * t.P2 + (d_in + 1.0) * t.P2 / (1.0 - p))
-          + om * sqk2 * d_in**2 * t.rho * t.tau * t.P2 * q)
-    vk = 2.0 * om * t.s2 * np.exp(t.s2) * (1.0 + p) / ((1.0 - p) * L * d_in) + 2.0 * wc * t.kappa * ek / d_in
-    gv = vv + kk + qq + vk
+    own = query_gradient(t, om)
+    kk = own.keys + wc * (t.kappa + t.vkappa) * ek * (1.0 - 1.0 / L)
+    vk = own.values_keys + 2.0 * wc * t.kappa * ek / d_in
+    gv = vv + kk + own.queries + vk
     ecc = 1.0 + (q * t.P2 - (ec2 - 1.0)) / (L - 1.0)
     gc = wc * ecc + wg * (1.0 - t.P2) / (L - 1.0) + wc * sqk2 * t.tau**2 * d_in * (1.0 - t.P2) ** 2
     return GradMoments(var=gv, corr=clip_corr(gc / gv))

@@ -22,7 +22,8 @@ import numpy as np
 
 from .softmax import softmax_power_moments
 
-__all__ = ["AttentionTerms", "attention_terms", "mm_moments", "score_variance", "softmax_participation"]
+__all__ = ["AttentionTerms", "QueryGradient", "attention_terms", "mm_moments", "query_gradient", "query_variance",
+           "score_variance", "softmax_participation"]
 
 #: 3-point Gauss–Hermite rule (exact for polynomials of degree ≤ 5) over the per-query score variance.
 _GH3_Z = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
@@ -45,6 +46,28 @@ def mm_moments(d, e, sqk2):
     trb2 = d * sqk2**2 * (d * d + 2.0 * d / e + d * (d + 1.0) * (d + 1.0 + e) / e)
     vartrb = sqk2**2 * d * d * (4.0 * d / e + 2.0 + 2.0 / e)
     return trb2, vartrb
+
+
+def softmax_score_weights(t2_mean, t2_var, L):
+    """(P2, K, Q) for a softmax over L keys with i.i.d. N(0, t²) scores, t² random (as in
+    :func:`softmax_participation`): P2 = E Σ_k A_k², Q = E(Σ_k A_k²)² = L E p⁴ + L(L − 1) E p_i²p_j² and the weight
+    of the score paths K = E Σ_k A_k²(1 − 2A_k + Σ_m A_m²) = P2 − 2L E p³ + Q.
+
+    K is what the key and query paths carry (module :mod:`~sigprop.components.attention`): the gradient through the
+    score s_ik is A_ik w·(x_k − o_i), and averaging the i.i.d. parts u_k = w·δ_k gives E(u_k − Σ_m A_m u_m)² ∝
+    1 − 2A_k + Σ_m A_m²; K → P2(1 − 1/L) for small scores, and ~ P2/2 for two keys."""
+    t2_mean = np.asarray(t2_mean, dtype=np.float64)
+    sd = np.sqrt(np.maximum(np.asarray(t2_var, dtype=np.float64), 0.0))
+    L = np.asarray(L, dtype=np.float64)
+    p2 = k = qq = 0.0
+    for z, w in zip(_GH3_Z, _GH3_W, strict=True):
+        t2 = np.maximum(t2_mean + sd * z, 0.0)
+        mom = softmax_power_moments(t2, L, orders=(2, 3, 4), pair=True)
+        q = L * mom["p4"] + L * (L - 1.0) * mom["p2p2"]
+        p2 = p2 + w * L * mom["p2"]
+        k = k + w * (L * mom["p2"] - 2.0 * L * mom["p3"] + q)
+        qq = qq + w * q
+    return p2, k, qq
 
 
 def softmax_participation(t2_mean, t2_var, L):
@@ -71,6 +94,8 @@ class AttentionTerms:
     s2: np.ndarray  # mean score variance of a query over generic keys, τ σ² d² σ²_qk
     vrel: np.ndarray  # relative variance of |a_i|² (hence of a query's score variance)
     P2: np.ndarray  # E Σ_k A_ik²
+    K: np.ndarray  # E Σ_k A_ik²(1 − 2A_ik + Σ_m A_im²), the score paths' weight
+    Q: np.ndarray  # E(Σ_k A_ik²)²
     kappa: np.ndarray  # E κ (score covariance of two queries on one key)
     vkappa: np.ndarray  # Var κ
     ekappa: np.ndarray  # E e^κ ≈ exp(E κ + Var κ / 2)
@@ -94,7 +119,37 @@ def attention_terms(var, corr, d, e, L, sqk2, p) -> AttentionTerms:
     vrel = (2.0 * trb2 + vartrb) / (d**4 * sqk2**2)
     kappa = tau * rho * d * d * sqk2
     vkappa = tau**2 * ((var**2 + rho**2) * trb2 + rho**2 * vartrb)
-    P2 = softmax_participation(s2, vrel * s2**2, L)
-    return AttentionTerms(rho=rho, tau=tau, sig2=var, s2=s2, vrel=vrel, P2=P2, kappa=kappa, vkappa=vkappa,
+    P2, K, Q = softmax_score_weights(s2, vrel * s2**2, L)
+    return AttentionTerms(rho=rho, tau=tau, sig2=var, s2=s2, vrel=vrel, P2=P2, K=K, Q=Q, kappa=kappa, vkappa=vkappa,
                           ekappa=np.exp(kappa + 0.5 * vkappa), ms=tau**2 * d * sqk2 * var, sqk2=sqk2, d=d, e=e,
                           L=L, p=p)
+
+
+def query_variance(t: AttentionTerms) -> np.ndarray:
+    """σ²_y/(d_in σ²_v) of one query over its t.L keys (:mod:`~sigprop.components.attention`, forward):
+    ρ(1 + P2 p/(1−p)) + τ P2/(1−p) + m(1 − P2 + 4 P2 p/(1−p)), m = τ² d_in σ²_qk σ²."""
+    q = t.p / (1.0 - t.p)
+    return t.rho * (1.0 + q * t.P2) + t.tau * t.P2 / (1.0 - t.p) + t.ms * (1.0 - t.P2 + 4.0 * q * t.P2)
+
+
+@dataclass(frozen=True)
+class QueryGradient:
+    """The input-gradient variance terms that one query's own output gradient w_i carries (weighted by
+    Ω = σ²_v d_k σ²_g whatever the gradient's token correlation, since they hold |w_i|² only): the key path's
+    Σ_k E dS_ik² |a_i|² (``keys``), the query path (``queries``) and the value-key cross term (``values_keys``)."""
+
+    keys: np.ndarray
+    queries: np.ndarray
+    values_keys: np.ndarray
+
+
+def query_gradient(t: AttentionTerms, om) -> QueryGradient:
+    """The per-query gradient terms (:class:`QueryGradient`) of the module docstring's KK, QQ and VK at Ω = ``om``:
+    KK₁ = Ω P2 d²_in σ²_qk σ²(1 + v s²)(σ² − ρ(1−p))/(1−p), QQ as printed, VK₁ = 2Ω s² e^{s²}(1+p)/((1−p) L d_in)."""
+    p, d = t.p, t.d
+    q = p / (1.0 - p)
+    keys = om * t.K * d**2 * t.sqk2 * t.sig2 * (1.0 + t.vrel * t.s2) * (t.sig2 - t.rho * (1.0 - p)) / (1.0 - p)
+    queries = (om * t.sqk2 * t.tau**2 * d * (1.0 + q * t.P2 - 2.0 * t.P2 + t.Q + (d + 1.0) * t.K / (1.0 - p))
+               + om * t.sqk2 * d**2 * t.rho * t.tau * t.P2 * q)
+    values_keys = 2.0 * om * t.s2 * np.exp(t.s2) * (1.0 + p) / ((1.0 - p) * t.L * d)
+    return QueryGradient(keys=keys, queries=queries, values_keys=values_keys)

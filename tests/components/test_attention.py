@@ -106,9 +106,9 @@ def test_invalid_inputs_raise():
     m, g = Moments(0.0, 1.0, 0.3), GradMoments(1.0, 0.2)
     args = dict(d_in=100, d_k=32, L=300, sigma_q2=1e-4, sigma_k2=1e-4, sigma_v2=0.01)
     with pytest.raises(NotImplementedError, match="causal"):
-        attention_forward(m, **args, causal=True)
+        attention_forward(m, **args, causal=True, approx="kedia")
     with pytest.raises(NotImplementedError, match="causal"):
-        attention_backward(g, m, **args, causal=True)
+        attention_backward(g, m, **args, causal=True, approx="kedia")
     with pytest.raises(ValueError, match="dropout p"):
         attention_forward(m, **args, p=1.0)
     with pytest.raises(ValueError, match="d_k"):

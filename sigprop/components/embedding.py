@@ -152,6 +152,12 @@ def input_moments(x: torch.Tensor, mask: torch.Tensor | None = None) -> Moments:
     return Moments(mean=mean, var=var, corr=clip_corr(corr, tol=1e-6), corr_hidden=clip_corr(corr_hidden, tol=1e-6))
 
 
+def _table(rows: int, d_model: int) -> nn.Embedding:
+    """An embedding table left uninitialised (:meth:`Embedding.reset_parameters` fills it): torch's own default
+    fill on the meta device imports torch._dynamo, ~2.5 s of every theory-only model's start."""
+    return nn.Embedding(rows, d_model, _weight=torch.empty(rows, d_model))
+
+
 class Embedding(nn.Module):
     """Token + learned position (+ optional segment) embeddings, each table N(0, std²).
 
@@ -169,9 +175,9 @@ class Embedding(nn.Module):
         self.token_std = float(check_range(token_std, "token_std", lo=0.0, lo_open=True, allowed="(0, inf)"))
         self.position_std = self.token_std if position_std is None else float(position_std)
         self.segment_std = self.token_std if segment_std is None else float(segment_std)
-        self.token = nn.Embedding(vocab_size, d_model)
-        self.position = nn.Embedding(max_len, d_model) if max_len else None
-        self.segment = nn.Embedding(n_segments, d_model) if n_segments else None
+        self.token = _table(vocab_size, d_model)
+        self.position = _table(max_len, d_model) if max_len else None
+        self.segment = _table(n_segments, d_model) if n_segments else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -10,7 +10,14 @@ times the head's output scale, the LM head tied to wte (or its own matrix when s
 ``activation_function="gelu"`` (the exact form sigprop uses, not GPT-2's default tanh approximation). The exported
 model computes the same logits up to the norms' ε (:mod:`sigprop.fix.fold`; exactly for ``norm_eps=0``).
 
-Other targets (OPT for Post-LN decoders, BERT-style encoders) are not written yet: ``ValueError`` names them.
+``to="opt"`` writes a Post-LN decoder as an OPT model (``do_layer_norm_before=False``): embed_tokens = the token
+table, embed_positions = the position table after OPT's two offset rows (zeros; OPT reads row position + 2), per
+layer self_attn.{q,k,v}_proj = W_Qᵀ, W_Kᵀ, W_Vᵀ, out_proj = (β/λ)·W_O, self_attn_layer_norm / final_layer_norm = the
+attention / FFN norms, fc1 = W_1, fc2 = (β/λ)·W_2, biases zero, and the head's output scale on the last norm's affine
+parameters (Post-LN OPT has no final norm). OPT's LayerNorm ε is fixed at 1e-5, so the model's ``norm_eps`` must be
+1e-5; folding β/λ moves each norm's ε to ε/λ² (:mod:`sigprop.fix.fold`), the exported logits' only difference.
+
+BERT-style encoders are not written yet: ``ValueError`` names them.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
 
-EXPORT_TARGETS = ("gpt2",)
+EXPORT_TARGETS = ("gpt2", "opt")
 
 
 def _check_gpt2(c) -> None:
@@ -45,11 +52,71 @@ def _check_gpt2(c) -> None:
         raise ValueError("cannot export to GPT-2: " + "; ".join(wrong))
 
 
+def _check_opt(c) -> None:
+    wrong = []
+    for field, want in (("arch", "decoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "post"),
+                        ("position", "learned"), ("attention", "standard"), ("n_segments", 0), ("norm_eps", 1e-5)):
+        if getattr(c, field) != want:
+            wrong.append(f"{field}={getattr(c, field)!r} (OPT needs {want!r})")
+    if c.activation not in ("gelu", "relu"):
+        wrong.append(f"activation={c.activation!r} (OPT has gelu or relu)")
+    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
+        wrong.append("grouped-query heads or head_dim != d_model/n_heads (OPT has neither)")
+    if c.has_final_norm:
+        wrong.append("a final norm after a Post-LN stack (Post-LN OPT has none)")
+    if wrong:
+        raise ValueError("cannot export to OPT: " + "; ".join(wrong))
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """A detached copy in float64 if ``t`` is float64, else float32."""
+    return t.detach().to(torch.float64 if t.dtype == torch.float64 else torch.float32).clone()
+
+
+def _check_zero_biases(layer) -> None:
+    for linear in (layer.attn.branch.proj, layer.ffn.branch.fc1, layer.ffn.branch.fc2):
+        if getattr(linear, "bias", None) is not None and bool(linear.bias.detach().abs().max() > 0):
+            raise ValueError(f"layer {layer.index}: a non-zero bias (the export writes zero biases)")
+
+
+def _opt_state(model) -> tuple[dict, dict]:
+    """(OPTConfig keyword arguments, OPT state dict) of a sigprop Post-LN decoder (module docstring)."""
+    c = model.config
+    _check_opt(c)
+    f = _float
+    table = f(model.embed.position.weight)
+    state = {"model.decoder.embed_tokens.weight": f(model.embed.token.weight),
+             "model.decoder.embed_positions.weight": torch.cat([torch.zeros(2, c.d_model, dtype=table.dtype), table])}
+    layers = list(model.all_layers())
+    for layer, factors in zip(layers, branch_scales(model), strict=True):
+        _check_zero_biases(layer)
+        attn, ffn = layer.attn.branch, layer.ffn.branch
+        p = f"model.decoder.layers.{layer.index}."
+        weights = {"self_attn.q_proj": f(attn.attn.w_q).T, "self_attn.k_proj": f(attn.attn.w_k).T,
+                   "self_attn.v_proj": f(attn.attn.w_v).T, "self_attn.out_proj": f(attn.proj.weight) * factors["attn"],
+                   "fc1": f(ffn.fc1.weight), "fc2": f(ffn.fc2.weight) * factors["ffn"]}
+        for name, w in weights.items():
+            state[p + name + ".weight"] = w.contiguous()
+            state[p + name + ".bias"] = torch.zeros(w.shape[0], dtype=w.dtype)
+        last = layer is layers[-1]
+        for name, norm in (("self_attn_layer_norm", layer.attn_norm), ("final_layer_norm", layer.ffn_norm)):
+            s = float(model.head_scale) if last and name == "final_layer_norm" else 1.0
+            state[p + name + ".weight"], state[p + name + ".bias"] = f(norm.weight) * s, f(norm.bias) * s
+    state["lm_head.weight"] = f(model.head.weight)
+    kwargs = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers,
+                  ffn_dim=c.ffn_width, max_position_embeddings=c.max_len, do_layer_norm_before=False,
+                  word_embed_proj_dim=c.d_model, num_attention_heads=c.n_heads, activation_function=c.activation,
+                  dropout=c.dropout, attention_dropout=c.p_attn, layerdrop=0.0, enable_bias=True,
+                  layer_norm_elementwise_affine=True, tie_word_embeddings=bool(c.tie_head), pad_token_id=None,
+                  bos_token_id=None, eos_token_id=None)
+    return kwargs, state
+
+
 def _gpt2_state(model) -> tuple[dict, dict]:
     """(GPT2Config keyword arguments, GPT-2 state dict) of a sigprop Pre-LN decoder (module docstring)."""
     c = model.config
     _check_gpt2(c)
-    f = lambda t: t.detach().to(torch.float32 if t.dtype not in (torch.float64,) else t.dtype).clone()  # noqa: E731
+    f = _float
     zeros = lambda n, like: torch.zeros(n, dtype=like.dtype)  # noqa: E731
     state = {"transformer.wte.weight": f(model.embed.token.weight),
              "transformer.wpe.weight": f(model.embed.position.weight)}
@@ -66,9 +133,7 @@ def _gpt2_state(model) -> tuple[dict, dict]:
         w1, w2 = f(ffn.fc1.weight).T.contiguous(), (f(ffn.fc2.weight).T * factors["ffn"]).contiguous()
         state[p + "mlp.c_fc.weight"], state[p + "mlp.c_fc.bias"] = w1, zeros(w1.shape[1], w1)
         state[p + "mlp.c_proj.weight"], state[p + "mlp.c_proj.bias"] = w2, zeros(c.d_model, w2)
-        for linear in (attn.proj, ffn.fc1, ffn.fc2):
-            if getattr(linear, "bias", None) is not None and bool(linear.bias.detach().abs().max() > 0):
-                raise ValueError(f"layer {i}: a non-zero bias (the export writes zero biases)")
+        _check_zero_biases(layer)
     s = float(model.head_scale)
     state["transformer.ln_f.weight"] = f(model.final_norm.weight) * s
     state["transformer.ln_f.bias"] = f(model.final_norm.bias) * s
@@ -86,19 +151,22 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
     in ``out_dir`` (created; written to a temporary folder beside it and renamed, so a failure leaves nothing
     half-written), safetensors only. Returns the folder. ``ValueError`` naming what does not map."""
     if to not in EXPORT_TARGETS:
-        raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r}; OPT and BERT-style targets "
-                         "are not written yet)")
+        raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r}; BERT-style targets are not "
+                         "written yet)")
     import transformers
 
-    kwargs, state = _gpt2_state(model)
-    hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kwargs))
-    dtype = state["transformer.wte.weight"].dtype
-    hf_model = hf_model.to(dtype)
+    if to == "gpt2":
+        kwargs, state = _gpt2_state(model)
+        hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kwargs))
+    else:
+        kwargs, state = _opt_state(model)
+        hf_model = transformers.OPTForCausalLM(transformers.OPTConfig(**kwargs))
+    hf_model = hf_model.to(next(iter(state.values())).dtype)
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith("masked_bias")
                and not (k == "lm_head.weight" and kwargs["tie_word_embeddings"])]
     if missing or unexpected:
-        raise RuntimeError(f"GPT-2 state mismatch: missing {missing}, unexpected {unexpected}")
+        raise RuntimeError(f"{to} state mismatch: missing {missing}, unexpected {unexpected}")
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -115,7 +183,8 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
 
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
-    checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2") into
+    checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2" for a
+    Pre-LN decoder, "hf-opt" for a Post-LN one) into
     ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
     model the target cannot hold, before anything is written."""
     from ..model.config import config_from_dict
@@ -132,8 +201,7 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     if path is None:
         raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to fold")
     config = config_from_dict(run["model_config"])
-    if targets[to] == "gpt2":
-        _check_gpt2(config)
+    (_check_gpt2 if targets[to] == "gpt2" else _check_opt)(config)
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
     ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
     model.load_state_dict(model_state(ck))

@@ -1,4 +1,4 @@
-"""Folding and GPT-2 export (Kedia et al. Sec. 3.5): the exported checkpoint loads with ``from_pretrained`` (no
+"""Folding and GPT-2 / OPT export (Kedia et al. Sec. 3.5): the exported checkpoint loads with ``from_pretrained`` (no
 remote code) and gives sigprop's logits (skipped without ``transformers``)."""
 
 from __future__ import annotations
@@ -64,5 +64,45 @@ def test_export_refuses_what_gpt2_cannot_hold(tmp_path):
     with pytest.raises(ValueError, match="norm_position"):
         export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post"}), sample=False), tmp_path / "x")
     with pytest.raises(ValueError, match="to must be one of"):
+        export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="bert")
+    with pytest.raises(ValueError, match="OPT needs 'post'"):
         export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="opt")
+    with pytest.raises(ValueError, match="norm_eps"):
+        export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post", "norm_eps": 1e-6}), sample=False),
+                  tmp_path / "x", to="opt")
     assert not (tmp_path / "x").exists()
+
+
+def _opt_pair(tmp_path, eps_zero: bool, **fields):
+    """sigprop's Post-LN decoder and its OPT export (float64), and the relative difference of their logits; with
+    ``eps_zero`` every LayerNorm of both models is set to ε = 0 after the export (OPT's ε is fixed at 1e-5)."""
+    config = TransformerConfig(**{**BASE, "norm_position": "post", **fields})
+    model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
+    out = export_hf(model, tmp_path / "opt", to="opt")
+    hf = transformers.OPTForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
+    if eps_zero:
+        for m in (*model.modules(), *hf.modules()):
+            if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 0.0
+    ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    return model, float((ours - theirs).norm() / ours.norm())
+
+
+@pytest.mark.parametrize("init,activation", [("dslm", "gelu"), ("xavier", "relu")])
+def test_exported_opt_gives_the_same_logits_without_eps(tmp_path, init, activation):
+    """A Post-LN decoder as OPT (``do_layer_norm_before=False``, positions after OPT's two offset rows): with ε = 0
+    the fold β/λ is exact, float64 logits agree to rounding."""
+    _, err = _opt_pair(tmp_path, True, init=init, activation=activation)
+    assert err <= 1e-12
+
+
+def test_exported_opt_with_eps_within_the_folds_bound(tmp_path):
+    """With ε each folded Post-LN norm sees its input divided by λ, an effective ε/λ²: each of the 2N norms changes
+    its output by at most ε|1/λ² − 1|/(2σ²) relative, σ² ≥ 0.5 (the norm's input is a unit stream plus a branch)."""
+    model, err = _opt_pair(tmp_path, False, init="dslm", activation="gelu")
+    lam2 = float(model.layers[0].attn.lam) ** 2
+    bound = 2 * model.config.n_layers * 1e-5 * abs(1.0 / lam2 - 1.0) / (2 * 0.5)
+    assert 0.0 < err <= bound, (err, bound)
+    print(f"OPT fold with eps: relative logit error {err:.2e} (bound {bound:.2e})")

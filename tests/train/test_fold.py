@@ -1,5 +1,5 @@
-"""``sigprop fold RUN_DIR OUT --to hf-gpt2``: a trained run, folded and exported, loads with ``from_pretrained`` and
-gives the run's logits (skipped without ``transformers``)."""
+"""``sigprop fold RUN_DIR OUT --to hf-gpt2 | hf-opt``: a trained run, folded and exported, loads with
+``from_pretrained`` and gives the run's logits (skipped without ``transformers``)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,8 @@ from sigprop.train.run_dir import read_run  # noqa: E402
 from .conftest import sigprop, tiny_args  # noqa: E402
 
 
-def test_fold_a_trained_run_into_gpt2(corpus, tmp_path):
-    run = tmp_path / "run"
-    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=("n_layers=4",)), "--out",
-                   str(run))
-    assert done.returncode == 0, done.stderr
-    out = tmp_path / "gpt2"
-    done = sigprop("fold", str(run), str(out), "--to", "hf-gpt2")
-    assert done.returncode == 0, done.stderr
+def _same_logits(run, out):
+    """The relative difference of the run's and its export's float64 logits."""
     config = config_from_dict(read_run(run)["model_config"])
     model = Transformer(config)
     model.load_state_dict(model_state(load_checkpoint(latest_checkpoint(run))))
@@ -32,19 +26,33 @@ def test_fold_a_trained_run_into_gpt2(corpus, tmp_path):
     ids = torch.randint(5, config.vocab_size, (2, config.seq_len), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours, theirs = model(ids), hf(ids).logits
+    return float((ours - theirs).norm() / ours.norm())
+
+
+def test_fold_a_trained_run_into_gpt2(corpus, tmp_path):
+    run = tmp_path / "run"
+    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=("n_layers=4",)), "--out",
+                   str(run))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "gpt2"
+    done = sigprop("fold", str(run), str(out), "--to", "hf-gpt2")
+    assert done.returncode == 0, done.stderr
     # trained λ, β are DSLM's constants; the fold is exact up to the norms' eps (1e-5): see tests/fix
-    assert float((ours - theirs).norm() / ours.norm()) <= 1e-4
+    assert _same_logits(run, out) <= 1e-4
 
 
 def test_fold_errors(corpus, tmp_path):
     done = sigprop("fold", str(tmp_path / "nowhere"), str(tmp_path / "out"))
     assert done.returncode == 2 and "run directory" in done.stderr
     run = tmp_path / "post"
-    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=("norm_position=post",)),
-                   "--out", str(run))
+    post = ("norm_position=post", "n_layers=4")
+    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=post), "--out", str(run))
     assert done.returncode == 0, done.stderr
     done = sigprop("fold", str(run), str(tmp_path / "out"))
     assert done.returncode == 2 and "norm_position" in done.stderr and not (tmp_path / "out").exists()
+    done = sigprop("fold", str(run), str(tmp_path / "opt"), "--to", "hf-opt")  # a Post-LN decoder is OPT's
+    assert done.returncode == 0, done.stderr
+    assert _same_logits(run, tmp_path / "opt") <= 1e-4
     run = tmp_path / "two"  # DeepScaleLM at N = 2: λ = 0, no skip connection to fold
     done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2"), "--out", str(run))
     assert done.returncode == 0, done.stderr

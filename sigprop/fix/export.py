@@ -187,20 +187,14 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     Pre-LN decoder, "hf-opt" for a Post-LN one) into
     ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
     model the target cannot hold, before anything is written."""
-    from ..model.config import config_from_dict
     from ..model.transformer import Transformer
-    from ..train.checkpoint import latest_checkpoint, load_checkpoint, model_state
-    from ..train.run_dir import read_run
+    from ..train.checkpoint import load_checkpoint, model_state
+    from ..train.run_dir import newest_checkpoint
 
     targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
-    run_dir = Path(run_dir)
-    run = read_run(run_dir)
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to fold")
-    config = config_from_dict(run["model_config"])
+    config, _, path = newest_checkpoint(Path(run_dir), "fold")
     (_check_gpt2 if targets[to] == "gpt2" else _check_opt)(config)
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
     ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})

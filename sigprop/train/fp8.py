@@ -204,24 +204,17 @@ def evaluate_run(run_dir, fp8: str | None, device="cpu", batches: int | None = N
     checkpoint.
     """
     from ..core.devices import check_device
-    from ..model.config import config_from_dict
     from ..model.transformer import seeded_model
-    from .checkpoint import latest_checkpoint, restore_model
-    from .config import train_config_from_dict
+    from .checkpoint import restore_model
     from .data import make_data
-    from .run_dir import read_run
+    from .run_dir import newest_checkpoint
 
     fmt = check_fp8_format(fp8)
     if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 1):
         raise ValueError(f"batches must be an integer >= 1 (got {batches!r})")
     run_dir = Path(run_dir)
-    run = read_run(run_dir)
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to evaluate")
+    model_config, train_config, path = newest_checkpoint(run_dir, "evaluate")
     dev = check_device(device if device is not None else "cpu")
-    model_config = config_from_dict(run["model_config"])
-    train_config = train_config_from_dict(run["train_config"])
     model = seeded_model(model_config, train_config.seed, masks=False)
     data = make_data(model_config, train_config)
     ck = restore_model(path, model, model_config, data.meta())

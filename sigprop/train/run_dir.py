@@ -18,8 +18,8 @@ from pathlib import Path
 from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
-__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "MetricsLog",
-           "TensorBoardScalars", "read_metrics"]
+__all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "newest_checkpoint",
+           "MetricsLog", "TensorBoardScalars", "read_metrics"]
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -58,6 +58,21 @@ def read_run(run_dir) -> dict:
             or not isinstance(run.get("train_config"), dict):
         raise ValueError(f"{path} lacks the run's configs")
     return run
+
+
+def newest_checkpoint(run_dir, purpose: str):
+    """(model config, training config, the newest checkpoint's JSON path) of the run in ``run_dir``, for a command
+    that reads its trained weights; ``ValueError`` (one line, naming ``purpose``) for a folder that is no run or a run
+    without a checkpoint."""
+    from ..model.config import config_from_dict
+    from .checkpoint import latest_checkpoint
+    from .config import train_config_from_dict
+
+    run = read_run(run_dir)
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to {purpose}")
+    return config_from_dict(run["model_config"]), train_config_from_dict(run["train_config"]), path
 
 
 def _clean(value):

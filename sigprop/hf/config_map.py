@@ -59,7 +59,7 @@ def _hf_config(obj):
 def _activation(name: str, notes: list, gated: bool) -> str:
     name = str(name)
     if name in ("silu", "swish"):
-        return "swiglu" if gated else _unmapped(name, notes)
+        return "swiglu" if gated else _unmapped(name)
     if name in ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
         if name != "gelu":
             notes.append(f"activation {name!r} (GELU's tanh approximation) is modelled as the exact GELU: the two "
@@ -67,10 +67,10 @@ def _activation(name: str, notes: list, gated: bool) -> str:
         return "geglu" if gated else "gelu"
     if name == "relu" and not gated:
         return "relu"
-    return _unmapped(name, notes)
+    return _unmapped(name)
 
 
-def _unmapped(name: str, notes: list) -> str:
+def _unmapped(name: str) -> str:
     raise ValueError(f"activation {name!r} has no sigprop rule (supported: relu, gelu and its tanh forms; silu or "
                      "gelu in a gated MLP)")
 

@@ -86,3 +86,33 @@ def processes_mentioning(text: str) -> list[str]:
         if text in line and state != "Z":  # a zombie has exited; only its parent's wait is missing
             found.append(line)
     return found
+
+
+def mha_module_moments(d, dk, L, sigma_qk2, r, n_heads=1, n_kv_heads=None, rope=None, causal=False, p=0.0,
+                       draws=64, seed=0) -> dict:
+    """Monte Carlo of the real :class:`~sigprop.components.attention.MultiHeadAttention` (fresh weights per draw,
+    σ²_q = σ²_k = ``sigma_qk2``, σ²_v = 1/d): Gaussian input of 8 sequences of L tokens with shared part r, output
+    gradient with token correlation 0.3 and independent units. {"fv", "fc", "gv", "gc": (mean, se)} over draws: the
+    forward and input-gradient variance and mean token covariance (over ordered pairs)."""
+    from sigprop.components.attention import MultiHeadAttention
+
+    gen = torch.Generator().manual_seed(seed)
+    out = {k: [] for k in ("fv", "fc", "gv", "gc")}
+    width = n_heads * dk
+    for _ in range(draws):
+        mha = MultiHeadAttention(d, n_heads, dk, sigma_q=math.sqrt(sigma_qk2), sigma_k=math.sqrt(sigma_qk2),
+                                 sigma_v=1 / math.sqrt(d), dropout_p=p, causal=causal, n_kv_heads=n_kv_heads,
+                                 rope=rope).double()
+        mha.reset_parameters(generator=gen)
+        x = (math.sqrt(r) * torch.randn(8, 1, d, generator=gen, dtype=torch.float64)
+             + math.sqrt(1 - r) * torch.randn(8, L, d, generator=gen, dtype=torch.float64)).requires_grad_(True)
+        y = mha(x)
+        gy = (math.sqrt(0.3) * torch.randn(8, 1, width, generator=gen, dtype=torch.float64)
+              + math.sqrt(0.7) * torch.randn(8, L, width, generator=gen, dtype=torch.float64))
+        gx, = torch.autograd.grad(y, x, gy)
+        for key, t in (("f", y.detach()), ("g", gx)):
+            m2 = (t * t).mean()
+            tot = t.sum(dim=1)
+            out[key + "v"].append(float(m2))
+            out[key + "c"].append(float(((tot * tot).mean() - m2 * L) / (L * (L - 1))))
+    return {k: (float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v)))) for k, v in out.items()}

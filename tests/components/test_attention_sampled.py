@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-import torch
 
 from sigprop.components.attention import (
     CLOSED_FORM_MAX_S2,
@@ -19,7 +17,7 @@ from sigprop.components.attention import (
 )
 from sigprop.components.attention_sampled import sample_attention, sampled_backward, sampled_forward
 from sigprop.core.moments import GradMoments, Moments
-from tests.helpers import Z
+from tests.helpers import Z, mha_module_moments
 
 D, DK, L = 64, 16, 32
 
@@ -68,30 +66,9 @@ def test_closed_form_threshold_is_where_it_still_agrees():
     assert gap20 > 0.02 + Z * se20
 
 
-def _module_moments(s2, r, causal, p, draws=64, seed=0):
-    """Monte Carlo of the real module: per draw fresh weights (sampled by the module), Gaussian input with shared
-    part r, output gradient with token correlation 0.3. Returns {quantity: (mean, se)} over draws."""
-    gen = torch.Generator().manual_seed(seed)
-    sq = _qk_var(s2, r)
-    out = {k: [] for k in ("fv", "fc", "gv", "gc")}
-    for _ in range(draws):
-        mha = MultiHeadAttention(D, 1, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq), sigma_v=1 / math.sqrt(D),
-                                 dropout_p=p,
-                                 causal=causal).double()
-        mha.reset_parameters(generator=gen)
-        x = (math.sqrt(r) * torch.randn(8, 1, D, generator=gen, dtype=torch.float64)
-             + math.sqrt(1 - r) * torch.randn(8, L, D, generator=gen, dtype=torch.float64)).requires_grad_(True)
-        y = mha(x)
-        gy = (math.sqrt(0.3) * torch.randn(8, 1, DK, generator=gen, dtype=torch.float64)
-              + math.sqrt(0.7) * torch.randn(8, L, DK, generator=gen, dtype=torch.float64))
-        gx, = torch.autograd.grad(y, x, gy)
-        for key, t in (("f", y.detach()), ("g", gx)):
-            sq2 = (t * t).mean()
-            tot = t.sum(dim=1)
-            cov = ((tot * tot).mean() - sq2 * L) / (L * (L - 1))
-            out[key + "v"].append(float(sq2))
-            out[key + "c"].append(float(cov))
-    return {k: (float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v)))) for k, v in out.items()}
+def _module_moments(s2, r, causal, p):
+    """Monte Carlo of the real module (:func:`tests.helpers.mha_module_moments`, one head, 64 draws)."""
+    return mha_module_moments(D, DK, L, _qk_var(s2, r), r, causal=causal, p=p)
 
 
 @pytest.mark.parametrize("s2,r,causal,p", [(16.0, 0.2, False, 0.0), (4.0, 0.5, True, 0.0),

@@ -15,7 +15,7 @@ from sigprop.components.attention_gram import gram_attention
 from sigprop.components.attention_sampled import sample_attention
 from sigprop.components.rope import apply_rope, rope_frequencies, rope_score_correlation, rope_score_variance
 from sigprop.core.moments import GradMoments, Moments
-from tests.helpers import Z, mc_mean
+from tests.helpers import Z, mc_mean, mha_module_moments
 
 D, DK, L = 64, 16, 32
 
@@ -81,29 +81,10 @@ def test_score_difference_variance_against_monte_carlo(r):
     assert abs(est - pred) <= Z * se, (est, pred, se)
 
 
-def _module_moments(n_heads, n_kv, rope, r, s2, causal=False, draws=48, seed=0):
-    """Monte Carlo of the real module (fresh weights per draw), Gaussian input with shared part r, output gradient
-    with token correlation 0.3 and independent units; {quantity: (mean, se)} over draws."""
-    gen = torch.Generator().manual_seed(seed)
+def _module_moments(n_heads, n_kv, rope, r, s2, causal=False):
+    """Monte Carlo of the real module (:func:`tests.helpers.mha_module_moments`, 48 draws) and its σ²_q."""
     sq = math.sqrt(s2 / ((1.0 - r) * D * D)) if r < 1 else 1e-3
-    out = {k: [] for k in ("fv", "fc", "gv", "gc")}
-    width = n_heads * DK
-    for _ in range(draws):
-        mha = MultiHeadAttention(D, n_heads, DK, sigma_q=math.sqrt(sq), sigma_k=math.sqrt(sq),
-                                 sigma_v=1 / math.sqrt(D), causal=causal, n_kv_heads=n_kv, rope=rope).double()
-        mha.reset_parameters(generator=gen)
-        x = (math.sqrt(r) * torch.randn(8, 1, D, generator=gen, dtype=torch.float64)
-             + math.sqrt(1 - r) * torch.randn(8, L, D, generator=gen, dtype=torch.float64)).requires_grad_(True)
-        y = mha(x)
-        gy = (math.sqrt(0.3) * torch.randn(8, 1, width, generator=gen, dtype=torch.float64)
-              + math.sqrt(0.7) * torch.randn(8, L, width, generator=gen, dtype=torch.float64))
-        gx, = torch.autograd.grad(y, x, gy)
-        for key, t in (("f", y.detach()), ("g", gx)):
-            m2 = (t * t).mean()
-            tot = t.sum(dim=1)
-            out[key + "v"].append(float(m2))
-            out[key + "c"].append(float(((tot * tot).mean() - m2 * L) / (L * (L - 1))))
-    return {k: (float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v)))) for k, v in out.items()}, sq
+    return mha_module_moments(D, DK, L, sq, r, n_heads, n_kv, rope, causal, draws=48), sq
 
 
 def _rule(n_heads, sq, r, rope, causal=False, heads=256, seed=7):

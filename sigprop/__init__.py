@@ -6,7 +6,8 @@ Noci et al. 2023), measured against real PyTorch models with hooks. The architec
 Public names: ``Moments``, ``GradMoments``, ``TransformerConfig``, ``Transformer``, ``InitPlan``,
 ``predict(model_or_config) -> Profile``, ``measure(model, batch) -> Profile``,
 ``compare(predicted, measured) -> Comparison``, ``diagnose(profile) -> Diagnosis``: does it explode, vanish or
-collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerConfig`` (the extra ``hf``). They are
+collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerConfig`` (the extra ``hf``);
+``apply_init(model, scheme)``: a sigprop or Hugging Face model re-initialised in place under a scheme. They are
 imported on first use, so ``import sigprop`` (and the command line's ``--help``) stays fast.
 """
 
@@ -23,7 +24,7 @@ _PUBLIC = {
     "predict": "theory.predict", "measure": "measurement.hooks", "Recorder": "measurement.hooks",
     "compare": "analysis.comparison", "Comparison": "analysis.comparison",
     "diagnose": "analysis.diagnosis", "Diagnosis": "analysis.diagnosis",
-    "from_hf": "hf.config_map",
+    "from_hf": "hf.config_map", "apply_init": "fix.apply_init",
 }
 
 __all__ = [*_PUBLIC, "__version__"]

@@ -21,7 +21,8 @@ import typer
 from ..core.errors import DeviceError, TrainingDiverged
 from .apjn import apjn_command
 from .demo import demo_command
-from .env import doctor_command, env_command
+from .doctor import doctor_command
+from .env import env_command
 from .evaluate import eval_command
 from .experiment import experiment_command
 from .fold import fold_command
@@ -55,7 +56,7 @@ COMMANDS = (
     ("fold", fold_command, "Fold a trained run's residual scales into its weights and export it to Hugging Face."),
     ("experiment", experiment_command, "The papers' training experiments: grids of runs, fates, a table, a figure."),
     ("env", env_command, "The versions, threads and devices sigprop will use."),
-    ("doctor", doctor_command, "Moved to `sigprop env` (the name is kept for the model doctor)."),
+    ("doctor", doctor_command, "Is this model stable at its depth, why, and the fix with its profile (--html)."),
 )
 for name, command, summary in COMMANDS:
     app.command(name, short_help=summary)(command)

@@ -1,12 +1,12 @@
 """``sigprop env``: the versions, threads and devices sigprop will use (:func:`sigprop.report.environment.
-environment_report`); ``sigprop env`` prints the same until the model doctor takes its name."""
+environment_report`)."""
 
 from __future__ import annotations
 
 from .options import JsonOut
-from .terminal import console, note
+from .terminal import console
 
-__all__ = ["env_command", "doctor_command"]
+__all__ = ["env_command"]
 
 
 def env_command(json_path: JsonOut = None):
@@ -23,8 +23,3 @@ def env_command(json_path: JsonOut = None):
     if json_path is not None:
         console.print(f"JSON: {write_json_atomic(json_path, report)}")
 
-
-def doctor_command(json_path: JsonOut = None):
-    """The environment report, now `sigprop env` (this name is kept for the model doctor)."""
-    note("the environment report is `sigprop env` now; `sigprop env` will diagnose a model")
-    env_command(json_path)

@@ -268,8 +268,6 @@ def test_components_name_a_bad_width():
         AttentionBlock(d=10, n_heads=3)
 
 
-def test_env_and_the_old_doctor(tmp_path):
+def test_env(tmp_path):
     result = run_cli(["env", "--json", tmp_path / "env.json"])
     assert result.exit_code == 0 and "torch" in json.loads((tmp_path / "env.json").read_text())
-    old = run_cli(["doctor"])
-    assert old.exit_code == 0 and "sigprop env" in old.stderr and "torch" in old.stdout

@@ -1,0 +1,155 @@
+"""``sigprop doctor``: a model's signal propagation at initialisation, predicted and measured, diagnosed, and the fix
+with the fixed model's profile beside the current one.
+
+The model is a sigprop configuration (a preset or a config file), a Hugging Face configuration (mapped by
+:func:`~sigprop.hf.config_map.map_hf_config`) or a training run's. The diagnosis is
+:func:`~sigprop.analysis.diagnosis.diagnose` of the measured profile (of the predicted one when nothing is measured):
+forward growth, vanishing or exploding gradients with their per-layer law, rank collapse, and a model whose layers
+pass the stream on unchanged. The recommendation, when something is flagged:
+
+* a variance that changes with depth under a scheme other than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
+  App. E.3–E.4), the config's own λ / β overrides removed; for a Pre-LN DeepNet (a Post-LN scheme) the same;
+* rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F).
+
+The fixed configuration is predicted (and measured with the same seeds) so that the report sets the two profiles side
+by side. The hint speaks the model's language: ``sigprop.apply_init(model, "dslm")`` for a Hugging Face model,
+``--set init=dslm`` for a sigprop configuration or run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.config import TransformerConfig
+from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
+
+__all__ = ["DoctorReport", "Recommendation", "doctor", "recommend", "SOURCES"]
+
+#: Where a doctored model came from: a sigprop configuration, a Hugging Face configuration or model, a training run.
+SOURCES = ("sigprop", "hf", "run")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The fix: the config fields it sets (``changes``), why, and how to apply it in the model's language."""
+
+    changes: dict
+    reasons: tuple[str, ...]
+    apply: str
+
+    def to_dict(self) -> dict:
+        return {"changes": dict(self.changes), "reasons": list(self.reasons), "apply": self.apply}
+
+
+@dataclass
+class DoctorReport:
+    """The current model's profiles and diagnosis and, when a fix is recommended, the fixed model's."""
+
+    config: TransformerConfig
+    source: str
+    seeds: int
+    predicted: object
+    measured: object | None
+    diagnosis: Diagnosis
+    recommendation: Recommendation | None
+    fixed_config: TransformerConfig | None = None
+    fixed_predicted: object | None = None
+    fixed_measured: object | None = None
+    fixed_diagnosis: Diagnosis | None = None
+    agreement: dict = field(default_factory=dict)  # "current" / "fixed": {quantity: median relative error}
+
+    @property
+    def verdict(self) -> str:
+        if not self.diagnosis.flagged:
+            return "stable at initialisation: nothing flagged"
+        flagged = "; ".join(f.describe() for f in self.diagnosis.findings if f.flagged)
+        return f"unstable at initialisation: {flagged}"
+
+    def to_dict(self) -> dict:
+        def profile(p):
+            return None if p is None else [{"layer": r.layer, "site": r.site, "fwd_var": r.fwd_var,
+                                            "fwd_corr": r.fwd_corr, "grad_var": r.grad_var,
+                                            "grad_corr": r.grad_corr} for r in p.site("layer")]
+
+        return {"kind": "doctor", "source": self.source, "config": self.config.to_dict(), "seeds": self.seeds,
+                "verdict": self.verdict, "diagnosis": self.diagnosis.to_dict(),
+                "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
+                "fixed_config": None if self.fixed_config is None else self.fixed_config.to_dict(),
+                "fixed_diagnosis": None if self.fixed_diagnosis is None else self.fixed_diagnosis.to_dict(),
+                "agreement": self.agreement,
+                "profiles": {"predicted": profile(self.predicted), "measured": profile(self.measured),
+                             "fixed_predicted": profile(self.fixed_predicted),
+                             "fixed_measured": profile(self.fixed_measured)}}
+
+
+def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "sigprop") -> Recommendation | None:
+    """The fix for ``diagnosis`` of ``config`` (module docstring), or None when nothing flagged has one."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
+    changes, reasons = {}, []
+    depth = any(f.flagged and f.verdict in DEPTH_VERDICTS for f in diagnosis.findings)
+    collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
+    if depth and config.init not in DSLM_INITS and config.norm_position in ("pre", "post"):
+        changes["init"] = "dslm"
+        changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})  # the scheme's own
+        reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
+                       "App. E.3–E.4)" + (": DeepNet is a Post-LN scheme, whose skip scale compounds in a Pre-LN stack"
+                                          if config.init == "deepnorm" and config.norm_position == "pre" else ""))
+    if collapse and config.dropout == 0.0:
+        changes["dropout"] = 0.1
+        reasons.append("dropout caps the token correlation below rank collapse (Kedia et al. App. F)")
+    if not changes:
+        return None
+    if source == "hf":
+        if "dropout" in changes:
+            apply = (f"sigprop.apply_init(model, {changes.get('init', config.init)!r}) and set the model's dropout "
+                     f"to {changes.get('dropout')}")
+        else:
+            apply = f"sigprop.apply_init(model, {changes['init']!r})"
+        if "init" not in changes:
+            apply = f"set the model's dropout to {changes['dropout']}"
+    else:
+        apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
+    return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
+
+
+def _median_errors(comparison) -> dict:
+    return {q: float(s.median_rel) for q, s in comparison.summaries.items() if q != "fwd_mean"}  # mean: ~0
+
+
+def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, batch_size: int = 4,
+           progress=None) -> DoctorReport:
+    """Predict (and with ``seeds`` ≥ 1 measure, on a batch of ``batch_size`` sequences of the default corpus) the
+    model of ``config``, diagnose it, recommend a fix (:func:`recommend`) and predict and measure the fixed model the
+    same way. ``progress``: a :class:`~sigprop.core.progress.Progress` (or None)."""
+    from ..core.progress import tasks
+    from ..theory.predict import predict
+    from .experiment import compare_config, config_batch
+
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 0:
+        raise ValueError(f"seeds must be an integer >= 0 (got {seeds!r})")
+    progress = tasks(progress)
+
+    def look(cfg: TransformerConfig, what: str):
+        if seeds == 0:
+            progress.task(f"predict the {what} model ({cfg.total_layers} layers)", None)
+            return predict(cfg, batch_size=batch_size), None, {}
+        progress.task(f"predict and measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", None)
+        filled, batch = config_batch(cfg, batch_size, None, 0, False)
+        predicted, measured, comparison = compare_config(filled, batch, seeds)
+        return predicted, measured, _median_errors(comparison)
+
+    predicted, measured, errors = look(config, "current")
+    diagnosis = diagnose(measured if measured is not None else predicted)
+    report = DoctorReport(config, source, seeds, predicted, measured, diagnosis,
+                          recommend(config, diagnosis, source), agreement={"current": errors} if errors else {})
+    if report.recommendation is not None:
+        fixed = config.replace(**report.recommendation.changes)
+        f_pred, f_meas, f_errors = look(fixed, "fixed")
+        report.fixed_config, report.fixed_predicted, report.fixed_measured = fixed, f_pred, f_meas
+        report.fixed_diagnosis = diagnose(f_meas if f_meas is not None else f_pred)
+        if f_errors:
+            report.agreement["fixed"] = f_errors
+    return report

@@ -1,0 +1,64 @@
+"""``sigprop doctor MODEL``: predict and measure a model, say whether its signal propagation is stable at its depth
+and why, recommend a fix with the fixed model's profile beside the current one, and write an HTML report
+(a thin wrapper over :func:`sigprop.analysis.doctor.doctor`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .options import JsonOut
+from .terminal import Display, console
+
+__all__ = ["doctor_command"]
+
+
+def doctor_command(
+    model: str = typer.Argument(..., help="A preset name, a sigprop config JSON, a Hugging Face model folder or "
+                                "config.json (mapped to sigprop's config), or a training run's folder."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one config field of a sigprop config or run, "
+                                        "e.g. --set n_layers=96 (repeatable)."),
+    seeds: int = typer.Option(2, "--seeds", help="Models measured per configuration, >= 0 (0: theory only)."),
+    json_path: JsonOut = None,
+    html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here (a .html path, "
+                                   "checked before any work; figures embedded)."),
+):
+    """Diagnose a model at initialisation: forward growth, vanishing or exploding gradients with their per-layer
+    law, rank collapse; recommend a fix (DeepScaleLM, Kedia et al. Sec. 3.5; dropout against rank collapse) and show
+    the fixed model's predicted and measured profile beside the current one. The hint speaks the model's language:
+    `sigprop.apply_init(model, "dslm")` for a Hugging Face model, `--set init=dslm` for a sigprop config or run."""
+    from ..analysis.doctor import doctor
+    from ..core.jsonio import write_json_atomic
+    from ..core.outputs import check_output_path
+    from ..report.doctor import resolve_model, write_doctor_html
+
+    if seeds < 0:
+        raise ValueError(f"--seeds must be >= 0 (got {seeds})")
+    if json_path is not None:
+        check_output_path(json_path, "--json", ".json")
+    if html_path is not None:
+        check_output_path(html_path, "--html", ".html")
+    config, source, name = resolve_model(model, tuple(overrides or ()))
+    with Display() as display:
+        report = doctor(config, source, seeds, progress=display)
+    console.print(f"[bold]{name}[/bold] ({config.total_layers} layers, d = {config.d_model}, "
+                  f"{config.norm_position}-LN, init {config.init}): {report.verdict}")
+    for line in report.diagnosis.lines():
+        console.print(f"  {line}")
+    rec = report.recommendation
+    if rec is not None:
+        console.print("[bold]fix[/bold]: " + "; ".join(rec.reasons))
+        console.print(f"  apply it: {rec.apply}")
+        if report.fixed_diagnosis is not None:
+            state = "still flagged" if report.fixed_diagnosis.flagged else "nothing flagged"
+            console.print(f"  the fixed model: {state}")
+            for line in report.fixed_diagnosis.lines():
+                console.print(f"    {line}")
+    for which, errors in report.agreement.items():
+        text = ", ".join(f"{q} {100 * v:.2f}%" for q, v in errors.items())
+        console.print(f"theory vs measurement ({which}, median relative error): {text}")
+    if json_path is not None:
+        console.print(f"JSON: {write_json_atomic(json_path, report.to_dict())}")
+    if html_path is not None:
+        console.print(f"HTML: {write_doctor_html(report, html_path, name)}")

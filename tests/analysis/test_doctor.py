@@ -1,0 +1,78 @@
+"""``sigprop doctor``: the diagnosis and the fix on models the papers call unstable (theory only, small widths, fast
+attention rules), the model's language in the hint, the HTML and JSON reports, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sigprop.analysis.diagnosis import diagnose
+from sigprop.analysis.doctor import doctor, recommend
+from sigprop.model.config import TransformerConfig
+from tests.helpers import run_cli
+
+#: small scores (qk_gain 0.3): the closed-form attention rules, a quick prediction
+SMALL = dict(n_layers=48, d_model=64, n_heads=2, vocab_size=300, seq_len=32, max_len=32, qk_gain=0.3)
+
+
+@pytest.mark.parametrize("fields,flag", [(dict(norm_position="post", init="xavier"), "gradient variance vanishes"),
+                                         (dict(norm_position="pre", init="xavier"), "forward variance grows")])
+def test_unstable_models_are_flagged_and_dslm_fixes_them(fields, flag):
+    """Post-LN Xavier loses its gradient towards the input and vanilla Pre-LN's forward variance grows with depth
+    (Kedia et al. Figs. 1, 3); DeepScaleLM, the recommendation, leaves nothing flagged."""
+    report = doctor(TransformerConfig(**{**SMALL, **fields}), seeds=0)
+    assert report.diagnosis.flagged and flag in report.verdict, report.verdict
+    assert report.recommendation.changes == {"init": "dslm"}
+    assert report.recommendation.apply == "--set init=dslm"
+    assert report.fixed_config.init == "dslm" and not report.fixed_diagnosis.flagged, report.fixed_diagnosis.lines()
+
+
+def test_rank_collapse_without_dropout_gets_dropout():
+    """Noci et al.'s V init without dropout collapses the tokens (Kedia et al. App. F): the fix is dropout."""
+    from sigprop.model.presets import preset_config
+
+    config = preset_config("rank-collapse-noci").replace(n_layers=48, d_model=64, n_heads=2, seq_len=32, max_len=32)
+    report = doctor(config, seeds=0)
+    assert any(f.flagged and f.quantity == "fwd_corr" for f in report.diagnosis.findings)
+    assert report.recommendation.changes.get("dropout") == 0.1
+
+
+def test_the_hint_speaks_the_models_language():
+    config = TransformerConfig(**{**SMALL, "norm_position": "pre", "init": "xavier", "lam": 1.0})
+    d = diagnose(doctor(config, seeds=0).predicted)
+    assert recommend(config, d, "hf").apply == "sigprop.apply_init(model, 'dslm')"
+    assert recommend(config, d, "sigprop").apply == "--set init=dslm --set lam=none"
+    with pytest.raises(ValueError, match="source"):
+        recommend(config, d, "keras")
+
+
+def test_cli_reports(tmp_path):
+    out = run_cli(["doctor", "fig3-postln", *[f"--set={k}={v}" for k, v in SMALL.items()], "--seeds", "0",
+                   "--json", tmp_path / "d.json", "--html", tmp_path / "d.html"])
+    assert out.exit_code == 0, out.stderr
+    assert "unstable at initialisation" in out.stdout and "apply it: --set init=dslm" in out.stdout
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["kind"] == "doctor" and data["recommendation"]["changes"] == {"init": "dslm"}
+    assert len(data["profiles"]["fixed_predicted"]) == SMALL["n_layers"]
+    page = (tmp_path / "d.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "<script" not in page
+
+
+def test_cli_bad_input_fails_before_work(tmp_path):
+    for args, words in ((["doctor", "no-such-model"], "neither a preset"),
+                        (["doctor", "fig1-preln", "--html", tmp_path / "r.txt"], "--html"),
+                        (["doctor", "fig1-preln", "--seeds", "-1"], "--seeds")):
+        out = run_cli(args)
+        assert out.exit_code == 2 and words in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+
+
+def test_measured_profiles_beside_the_theory():
+    """With seeds the current and the fixed model are measured on the default corpus beside the prediction, and
+    the diagnosis reads the measurement."""
+    config = TransformerConfig(**{**SMALL, "n_layers": 8, "norm_position": "post", "init": "xavier"})
+    report = doctor(config, seeds=2)
+    assert report.measured is not None and report.diagnosis.kind == "measured"
+    assert set(report.agreement["current"]) == {"fwd_var", "fwd_corr", "grad_var", "grad_corr"}
+    if report.recommendation is not None:
+        assert report.fixed_measured is not None and "fixed" in report.agreement

@@ -9,6 +9,7 @@ pass the stream on unchanged. The recommendation, when something is flagged:
 
 * a variance that changes with depth under a scheme other than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
   App. E.3–E.4), the config's own λ / β overrides removed; for a Pre-LN DeepNet (a Post-LN scheme) the same;
+* with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
 * rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F).
 
 The fixed configuration is predicted (and measured with the same seeds) so that the report sets the two profiles side
@@ -95,19 +96,23 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
                        "App. E.3–E.4)" + (": DeepNet is a Post-LN scheme, whose skip scale compounds in a Pre-LN stack"
                                           if config.init == "deepnorm" and config.norm_position == "pre" else ""))
+    if depth and config.qk_gain > 1.0:
+        changes["qk_gain"] = 1.0
+        reasons.append(f"Q/K at {config.qk_gain:g}× their scheme's std make the scores s² {config.qk_gain ** 4:g}× "
+                       "larger and the softmax's gradient explode (Kedia et al. Sec. 3.3): back to 1×")
     if collapse and config.dropout == 0.0:
         changes["dropout"] = 0.1
         reasons.append("dropout caps the token correlation below rank collapse (Kedia et al. App. F)")
     if not changes:
         return None
     if source == "hf":
-        if "dropout" in changes:
-            apply = (f"sigprop.apply_init(model, {changes.get('init', config.init)!r}) and set the model's dropout "
-                     f"to {changes.get('dropout')}")
+        if set(changes) - {"init", "lam", "beta"}:
+            extra = ", ".join(f"{k} = {v}" for k, v in changes.items() if k not in ("init", "lam", "beta"))
+            apply = f"sigprop.apply_init(model, {changes.get('init', config.init)!r}), then set {extra}"
         else:
             apply = f"sigprop.apply_init(model, {changes['init']!r})"
         if "init" not in changes:
-            apply = f"set the model's dropout to {changes['dropout']}"
+            apply = "set " + ", ".join(f"{k} = {v}" for k, v in changes.items())
     else:
         apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
     return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)

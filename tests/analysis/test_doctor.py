@@ -76,3 +76,14 @@ def test_measured_profiles_beside_the_theory():
     assert set(report.agreement["current"]) == {"fwd_var", "fwd_corr", "grad_var", "grad_corr"}
     if report.recommendation is not None:
         assert report.fixed_measured is not None and "fixed" in report.agreement
+
+
+def test_oversized_qk_scores_are_brought_back():
+    """Q/K at 2× Xavier (Kedia et al. Sec. 3.3): a flagged depth law with qk_gain > 1 adds qk_gain = 1 to the fix
+    (the whole model, 24 layers of sampled attention, takes a minute: `sigprop doctor qk-2x-xavier`)."""
+    config = TransformerConfig(**{**SMALL, "norm_position": "pre", "init": "xavier"})
+    d = diagnose(doctor(config, seeds=0).predicted)
+    rec = recommend(config.replace(qk_gain=2.0), d)
+    assert rec.changes == {"init": "dslm", "qk_gain": 1.0} and rec.apply == "--set init=dslm --set qk_gain=1.0"
+    assert recommend(config.replace(qk_gain=2.0), d, "hf").apply == \
+        "sigprop.apply_init(model, 'dslm'), then set qk_gain = 1.0"

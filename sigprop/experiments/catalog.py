@@ -3,6 +3,8 @@ reach (Kedia et al. arXiv section and table numbers)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .spec import Experiment, ModelSpec, Scale
 
 __all__ = ["EXPERIMENTS", "get_experiment"]
@@ -43,14 +45,15 @@ DEPTH = Experiment(
         "cpu": Scale(
             models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3), (2e-3, 4e-3, 8e-3)),
             base_model=dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0),
-            train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
+            train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=2,
             note="2 CPU cores, one single-thread run per core; ~0.4 M non-embedding parameters per model, 20 tokens "
-                 "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions."),
+                 "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions. A model whose best "
+                 "rate sits at an edge of its grid tries up to two more rates past that edge."),
         "gpu": Scale(
             models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3), (1e-3, 2e-3, 4e-3)),
             base_model=dict(arch="decoder", vocab_size=8192, seq_len=256, max_len=256, dropout=0.0),
             train={**_CPU_TRAIN, "batch_size": 64, "eval_every": 500, "checkpoint_every": 1000},
-            tokens_per_parameter=20.0, seeds=2,
+            tokens_per_parameter=20.0, seeds=2, grid_extensions=2,
             note="one GPU per run; ~6.3 M non-embedding parameters per model. The built-in corpus (~17 M tokens at a "
                  "vocabulary of 8192) is seen ~7 times at 126 M tokens per run: results at this scale measure "
                  "training under repetition."),
@@ -70,9 +73,7 @@ DEPTH_MLM = Experiment(
     name="depth-mlm",
     question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
     reference="Kedia et al. Sec. 4.1, Tables 4 and 5 (BERT, masked LM)",
-    scales={name: Scale(models=s.models, base_model={**s.base_model, "arch": "encoder"}, train=s.train,
-                        tokens_per_parameter=s.tokens_per_parameter, seeds=s.seeds, note=s.note)
-            for name, s in DEPTH.scales.items()},
+    scales={name: replace(s, base_model={**s.base_model, "arch": "encoder"}) for name, s in DEPTH.scales.items()},
 )
 
 FP8 = Experiment(

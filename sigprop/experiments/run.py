@@ -13,7 +13,7 @@ from ..core.jsonio import write_json_atomic
 from ..core.outputs import check_output_folder
 from .catalog import get_experiment
 from .runner import execute, unigram_loss
-from .spec import ModelSpec, non_embedding_parameters, plan_runs
+from .spec import ModelSpec, edge_rates, non_embedding_parameters, plan_runs
 from .summary import best_learning_rates, summarise, write_summary
 
 __all__ = ["ExperimentResult", "run_experiment", "estimate"]
@@ -139,6 +139,12 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
         unigram[run.model_name] = cache[key]
     margin = experiment.stall_margin
     results, stopped = execute(tuning, out, workers, device, unigram, margin, say)
+    while not stopped and (extra := edge_rates(spec, results)):
+        say("best rate at the edge of the grid tried: " + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in
+                                                                    extra.items()))
+        more, stopped = execute(plan_runs(experiment, scale, seeds, extra_lrs=extra), out, workers, device, unigram,
+                                margin, say)
+        results = results + more
     if not stopped:
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
         more, stopped = execute(rest, out, workers, device, unigram, margin, say)

@@ -4,6 +4,8 @@ shares, the tokens each run sees (per non-embedding parameter), the seeds, and t
 The learning rate is tuned per model as Kedia et al. Sec. 4 did ("deeper-thinner models needed higher LR"): every
 rate of the grid trains with the first seed (the tuning runs); the rate whose run ends at the lowest validation loss
 (among the runs that trained) trains the other seeds. A model is reported at its best rate, the grid beside it.
+A best rate at an edge of the grid says only that the optimum lies at or beyond it: a scale with ``grid_extensions``
+then tries the next rate past that edge (:func:`edge_rates`), up to that many times per edge, before the seeds.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Scale:
     """An experiment at one scale: the models, the config fields every model shares (``base_model``), the
     :class:`TrainConfig` fields every run shares (``train``), the tokens each run sees per non-embedding parameter
     (``tokens_per_parameter``; None: every run takes the ``steps`` of ``train``, as an experiment that trains every
-    model for the same number of epochs does), the default number of seeds, and a note on what the scale is."""
+    model for the same number of epochs does), the default number of seeds, a note on what the scale is, and how
+    many times a model's grid may grow past an edge where its best rate sits (``grid_extensions``; 0: never)."""
 
     models: tuple[ModelSpec, ...]
     base_model: dict
@@ -44,6 +47,7 @@ class Scale:
     tokens_per_parameter: float | None
     seeds: int = 2
     note: str = ""
+    grid_extensions: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,11 @@ class RunSpec:
 
 
 def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
-              best_lr: dict | None = None) -> list[RunSpec]:
+              best_lr: dict | None = None, extra_lrs: dict | None = None) -> list[RunSpec]:
     """The runs of ``experiment`` at ``scale_name``: without ``best_lr`` the tuning runs (seed 0 at every rate of
-    each model's grid); with it (model name → chosen rate) the other seeds 1 … ``seeds`` − 1 at that rate. Steps are
-    set so that a run sees ``tokens_per_parameter`` tokens per non-embedding parameter."""
+    each model's grid, or with ``extra_lrs`` (model name → rates) at those rates only, for the models named); with
+    ``best_lr`` (model name → chosen rate) the other seeds 1 … ``seeds`` − 1 at that rate. Steps are set so that a
+    run sees ``tokens_per_parameter`` tokens per non-embedding parameter."""
     from ..model.config import config_from_dict
     from ..train.config import train_config_from_dict
 
@@ -141,7 +146,9 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
             steps = base.steps
         else:
             steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
-        if best_lr is None:
+        if extra_lrs is not None:
+            chosen = [(0, lr, True) for lr in extra_lrs.get(spec.name, ())]
+        elif best_lr is None:
             chosen = [(0, lr, True) for lr in spec.lrs]
         elif spec.name in best_lr and best_lr[spec.name] is not None:
             chosen = [(s, best_lr[spec.name], False) for s in range(1, seeds)]
@@ -152,8 +159,8 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
                                  eval_every=max(1, min(base.eval_every, steps)),
                                  checkpoint_every=max(1, min(base.checkpoint_every, steps)))
             runs.append(RunSpec(spec.name, model.to_dict(), train.to_dict(), seed, lr, tuning))
-    if best_lr is None:  # every model at the middle rate of its grid first, then the rates next to it: an
-        # experiment stopped early has one run of every model
+    if best_lr is None and extra_lrs is None:  # every model at the middle rate of its grid first, then the rates
+        # next to it: an experiment stopped early has one run of every model
         runs.sort(key=lambda r: _distance_from_middle(r.lr, scale.models, r.model_name))
     return runs
 
@@ -163,4 +170,28 @@ def _distance_from_middle(lr: float, models, name: str) -> int:
     return abs(grid.index(lr) - (len(grid) - 1) // 2) * 2 + (grid.index(lr) < (len(grid) - 1) // 2)
 
 
-__all__ += ["plan_runs"]
+def edge_rates(scale: Scale, results) -> dict:
+    """Model name → the one rate to try next because the model's best tuning rate so far sits at an edge of the rates
+    tried: above the top by the grid's top step (its two highest rates' ratio), or below the bottom by its bottom
+    step; at most ``scale.grid_extensions`` rates past each edge of the original grid. Empty when every model's best
+    rate is inside its grid (or none trained, or the extensions are spent): the tuning is complete."""
+    from .summary import best_learning_rates
+
+    best = best_learning_rates(results)
+    proposals = {}
+    for spec in scale.models:
+        lr = best.get(spec.name)
+        if lr is None or scale.grid_extensions <= 0:
+            continue
+        grid = sorted(spec.lrs)
+        tried = sorted({r.lr for r in results if r.tuning and r.model_name == spec.name})
+        up = grid[-1] / grid[-2] if len(grid) > 1 else 2.0
+        down = grid[1] / grid[0] if len(grid) > 1 else 2.0
+        if lr == tried[-1] and sum(t > grid[-1] for t in tried) < scale.grid_extensions:
+            proposals[spec.name] = (float(f"{lr * up:.3g}"),)
+        elif lr == tried[0] and sum(t < grid[0] for t in tried) < scale.grid_extensions:
+            proposals[spec.name] = (float(f"{lr / down:.3g}"),)
+    return proposals
+
+
+__all__ += ["plan_runs", "edge_rates"]

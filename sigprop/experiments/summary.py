@@ -50,8 +50,10 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
             "model": spec.name, "non_embedding_parameters": parameters[spec.name],
             "tokens_per_run": tokens[spec.name],
             "tokens_per_parameter": tokens[spec.name] / parameters[spec.name],
-            "lr_grid": {f"{r.lr:g}": (r.final_val if r.fate == "trained" else r.fate) for r in mine if r.tuning},
-            "best_lr": lr, "seeds": len(at_best), "final_val_mean": mean, "final_val_se": se,
+            "lr_grid": {f"{r.lr:g}": (r.final_val if r.fate == "trained" else r.fate)
+                        for r in sorted(mine, key=lambda r: r.lr) if r.tuning},
+            "best_lr": lr, "best_lr_at_edge": lr is not None and len(tried := {r.lr for r in mine if r.tuning}) > 1
+            and lr in (min(tried), max(tried)), "seeds": len(at_best), "final_val_mean": mean, "final_val_se": se,
             "unigram_loss": unigram[spec.name], "fates": {f: sum(r.fate == f for r in mine) for f in
                                                          sorted({r.fate for r in mine})},
             "wall_per_run_s": float(np.mean([r.wall for r in mine])) if mine else math.nan,
@@ -75,12 +77,20 @@ def _table(summary: dict) -> str:
         fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
         wall = "–" if r["wall_per_run_s"] is None else f"{r['wall_per_run_s']:.0f} s"
         lines.append(f"| {r['model']} | {r['non_embedding_parameters']:,} | {r['tokens_per_parameter']:.1f} | {grid} | "
-                     f"{r['best_lr'] if r['best_lr'] is not None else '–'} | {r['seeds']} | {val} | "
+                     f"{_best(r)} | {r['seeds']} | {val} | "
                      f"{r['unigram_loss']:.3f} | {fates} | {wall} |")
     diverged = [f"- {r['model']}, {d}" for r in summary["rows"] for d in r["diverged"]]
     if diverged:
         lines += ["", "Diverged runs:", *diverged]
+    if any(r.get("best_lr_at_edge") for r in summary["rows"]):
+        lines += ["", "(edge): the best rate is the highest or lowest tried, so the model's optimum may lie beyond it."]
     return "\n".join(lines) + "\n"
+
+
+def _best(row: dict) -> str:
+    if row["best_lr"] is None:
+        return "–"
+    return f"{row['best_lr']:g}" + (" (edge)" if row.get("best_lr_at_edge") else "")
 
 
 def _figure(summary: dict, path: Path, results) -> Path:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,36 @@ def test_a_model_s_own_training_fields_apply_to_its_runs_only():
     runs = plan_runs(catalog.get_experiment("divergence"), "cpu")
     warmups = {r.model_name: r.train_config["warmup_steps"] for r in runs}
     assert warmups["32x32 xavier post-LN, no warmup"] == 0 and warmups["32x32 xavier post-LN"] == 100
+
+
+def _tuned(model: str, lr: float, final: float | None):
+    from sigprop.experiments.runner import RunResult
+
+    fate = "trained" if final is not None else "stalled"
+    return RunResult(f"{model}-{lr:g}", model, 0, lr, True, fate, "", final, 1, 1, 1.0, [])
+
+
+def test_a_best_rate_at_an_edge_of_the_grid_extends_the_grid_past_that_edge():
+    from sigprop.experiments.spec import edge_rates
+
+    models = (ModelSpec("a", {}, (1e-3, 2e-3, 4e-3)), ModelSpec("b", {}, (1e-3, 3e-3)),
+              ModelSpec("c", {}, (1e-3, 2e-3)))
+    scale = Scale(models=models, base_model={}, train={}, tokens_per_parameter=1.0, grid_extensions=2)
+    inside = [_tuned("a", 1e-3, 3.0), _tuned("a", 2e-3, 2.0), _tuned("a", 4e-3, 2.5)]
+    assert edge_rates(scale, inside) == {}  # an interior optimum: the tuning is complete
+    top = [_tuned("a", 1e-3, 3.0), _tuned("a", 2e-3, 2.5), _tuned("a", 4e-3, 2.0)]
+    assert edge_rates(scale, top) == {"a": (8e-3,)}  # up by the grid's top step
+    assert edge_rates(scale, [*top, _tuned("a", 8e-3, 1.9)]) == {"a": (1.6e-2,)}
+    spent = [*top, _tuned("a", 8e-3, 1.9), _tuned("a", 1.6e-2, 1.8)]
+    assert edge_rates(scale, spent) == {}  # two past the edge: no more
+    assert edge_rates(replace(scale, grid_extensions=0), top) == {}
+    bottom = [_tuned("b", 1e-3, 2.0), _tuned("b", 3e-3, None)]  # the top stalled; the best is the bottom
+    assert edge_rates(scale, bottom) == {"b": (3.33e-4,)}  # down by the bottom step, three significant digits
+    assert edge_rates(scale, [_tuned("c", 1e-3, None), _tuned("c", 2e-3, None)]) == {}  # nothing trained
+
+
+def test_the_extended_rates_are_tuning_runs_of_their_own(corpus):
+    e = _experiment(corpus)
+    extra = plan_runs(e, "cpu", extra_lrs={"2x16": (2e-2,)})
+    assert [(r.seed, r.lr, r.tuning) for r in extra] == [(0, 2e-2, True)]
+    assert extra[0].run_id not in {r.run_id for r in plan_runs(e, "cpu")}

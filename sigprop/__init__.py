@@ -7,7 +7,8 @@ Public names: ``Moments``, ``GradMoments``, ``TransformerConfig``, ``Transformer
 ``predict(model_or_config) -> Profile``, ``measure(model, batch) -> Profile``,
 ``compare(predicted, measured) -> Comparison``, ``diagnose(profile) -> Diagnosis``: does it explode, vanish or
 collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerConfig`` (the extra ``hf``);
-``apply_init(model, scheme)``: a sigprop or Hugging Face model re-initialised in place under a scheme. They are
+``apply_init(model, scheme)``: a sigprop or Hugging Face model re-initialised in place under a scheme;
+``plan_for(config)``: the init plan a model of ``config`` gets (``init="auto"``: calibrated by the theory). They are
 imported on first use, so ``import sigprop`` (and the command line's ``--help``) stays fast.
 """
 
@@ -20,7 +21,7 @@ from .core.versions import VERSION as __version__
 _PUBLIC = {
     "Moments": "core.moments", "GradMoments": "core.moments", "Profile": "core.profile",
     "TransformerConfig": "model.config", "Transformer": "model.transformer", "InitPlan": "model.init",
-    "make_plan": "model.init", "make_batch": "model.objective",
+    "make_plan": "model.init", "plan_for": "model.transformer", "make_batch": "model.objective",
     "predict": "theory.predict", "measure": "measurement.hooks", "Recorder": "measurement.hooks",
     "compare": "analysis.comparison", "Comparison": "analysis.comparison",
     "diagnose": "analysis.diagnosis", "Diagnosis": "analysis.diagnosis",

@@ -83,6 +83,7 @@ __all__ = [
     "ATTENTION_APPROX",
     "CLOSED_FORM_MAX_S2",
     "CAUSAL_MAX_S2",
+    "FORWARD_MAX_S2",
     "resolve_approx",
 ]
 
@@ -90,8 +91,15 @@ __all__ = [
 #: :mod:`sigprop.components.attention_causal`),
 #: "kedia" (the paper's printed form), "sampled" (Monte Carlo of the same expectation at any score scale, causal
 #: included: :mod:`sigprop.components.attention_sampled`) and "auto" (the closed form inside its verified domain,
-#: s² ≤ :data:`CLOSED_FORM_MAX_S2`, causal s² ≤ :data:`CAUSAL_MAX_S2`, without rotary positions; sampled elsewhere).
-ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto")
+#: s² ≤ :data:`CLOSED_FORM_MAX_S2`, causal s² ≤ :data:`CAUSAL_MAX_S2`, without rotary positions; sampled elsewhere);
+#: "forward" is "auto" with the wider domain s² ≤ :data:`FORWARD_MAX_S2`, for a walk that reads only forward
+#: moments (``init="auto"``'s calibration, :mod:`sigprop.model.auto_init`).
+ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto", "forward")
+
+#: Largest s² at which "forward" uses the closed form. Its forward variance and covariance against the sampled rule
+#: (d_in 256, d_k 64, dropout 0.1, 256 heads; docs/bench-attention-causal.txt): causal, L = 32 and 128, r = 0.3 and
+#: 0.8, within 0.9% up to s² = 1; bidirectional within 0.5% there (the gradient drifts sooner: "auto"'s limits).
+FORWARD_MAX_S2 = 1.0
 
 #: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Against the sampled rule
 #: the closed form's gradient variance is within ~2% up to here at every L ≥ 32 scanned (d_in 64/256, r 0/0.5).
@@ -113,15 +121,16 @@ CAUSAL_MAX_S2 = 0.5
 
 def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool, rope: float | None = None) -> str:
     """The rule "auto" stands for at input ``m``: "sampled" if rotary (``rope`` not None) or if any s² exceeds
-    :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; other approximations are returned
-    unchanged."""
-    if approx != "auto":
+    :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; "forward" likewise with
+    :data:`FORWARD_MAX_S2`; other approximations are returned unchanged."""
+    if approx not in ("auto", "forward"):
         return approx
     if rope is not None:
         return "sampled"
     var, r = _effective_input(m)
     s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
-    return "sampled" if np.any(s2 > (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)) else "exact"
+    limit = FORWARD_MAX_S2 if approx == "forward" else (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)
+    return "sampled" if np.any(s2 > limit) else "exact"
 
 
 def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope=None):

@@ -35,16 +35,17 @@ __all__ = ["apply_init"]
 
 def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None = None) -> nn.Module:
     """Re-initialise ``model`` in place under init scheme ``scheme`` (a name of :data:`sigprop.model.init.SCHEMES`;
-    module docstring) and return it. ``generator``: the weights' random stream (default: torch's global one).
+    module docstring; ``"auto"``: :func:`sigprop.model.transformer.plan_for` calibrates it for the model's
+    configuration) and return it. ``generator``: the weights' random stream (default: torch's global one).
     ``ValueError`` for an unknown scheme or a model family sigprop cannot re-initialise, before any weight changes."""
     from ..measurement.hf_sites import FAMILIES, is_hf_model
-    from ..model.init import SCHEMES, InitPlan
-    from ..model.transformer import Transformer
+    from ..model.init import SCHEMES
+    from ..model.transformer import Transformer, plan_for
 
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)} (got {scheme!r})")
     if isinstance(model, Transformer):
-        plan = InitPlan.from_scheme(model.config, scheme)
+        plan = plan_for(model.config.replace(init=scheme))
         with torch.no_grad():
             plan.apply(model, generator)
         model.config, model.plan = model.config.replace(init=scheme), plan
@@ -62,11 +63,10 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
 def _hf_plan(model, scheme: str):
     """The mapped config under ``scheme`` (without the mapping's residual scales), its plan and the fold factors."""
     from ..hf.config_map import map_hf_config
-    from ..model.init import make_plan
-    from ..model.transformer import Transformer
+    from ..model.transformer import Transformer, plan_for
 
     config = map_hf_config(model).config.replace(init=scheme, lam=None, beta=None)
-    plan = make_plan(config)
+    plan = plan_for(config)
     return config, plan, branch_scales(Transformer(config, plan=plan, sample=False))
 
 

@@ -244,7 +244,7 @@ class TransformerConfig:
             raise ValueError(f"for patch input seq_len must equal the number of patches "
                              f"({self.n_patches} = ({self.image_size}/{self.patch_size})²); got {self.seq_len}")
         beta2 = self.beta_k / self.total_layers**self.beta_alpha
-        if self.init.startswith("dslm") and beta2 > 1.0 and self.lam is None:
+        if (self.init.startswith("dslm") or self.init == "auto") and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
                              f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
 

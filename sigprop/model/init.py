@@ -59,6 +59,12 @@ Schemes (Kedia et al. Table 3, Sec. 3.5, App. K, M):
   ``norm_position="none"`` (the paper's unnormalised architecture), ``attention="shaped"`` and
   ``activation="shaped_relu"``; the plan applies to any configuration.
 
+* ``auto``: ``dslm`` with each residual branch's output projection (O, W₂; a cross-attention's β) calibrated
+  layer by layer by the component rules so that every branch's output second moment equals its skip input's: the
+  stream keeps unit variance whatever the components (SwiGLU, RMSNorm, DyT/Derf, causal or grouped-query
+  attention). The scheme gives DSLM's plan; :func:`sigprop.model.transformer.plan_for` calibrates it
+  (:mod:`sigprop.model.auto_init`), and every model built from a config uses that.
+
 DyT/Derf α: :meth:`InitPlan.apply` sets every DyT/Derf norm's α to the config's value at its position
 (:meth:`TransformerConfig.alpha_at`: attention, FFN or final norm).
 
@@ -315,6 +321,13 @@ def _scheme_dslm(c):
     return InitPlan("dslm", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)
 
 
+def _scheme_auto(c):
+    """DSLM's plan, to be calibrated (module docstring; :mod:`sigprop.model.auto_init`)."""
+    plan = _scheme_dslm(c)
+    return InitPlan("auto", plan.stds, plan.lam, plan.beta, False, plan.head_scale,
+                    {**plan.notes, "calibrated": False})
+
+
 def _scheme_dslm_simple(c):
     stds, lam, beta, notes = _dslm_common(c)
     stds["v"] = stds["o"] = stds["w1"].copy()
@@ -425,12 +438,14 @@ SCHEMES = {
     "mup": _scheme_mup,
     "alekseev": _scheme_alekseev,
     "shaped": _scheme_shaped,
+    "auto": _scheme_auto,
 }
 
 
 def make_plan(config) -> InitPlan:
     """The plan of ``config.init`` with the config's overrides (qk_gain, v_init, lam, beta, learnable_beta,
-    head_scale) applied."""
+    head_scale) applied. For ``init="auto"`` this is the plan before its calibration: a model gets
+    :func:`sigprop.model.transformer.plan_for`'s."""
     plan = SCHEMES[config.init](config)
     stds = dict(plan.stds)
     if config.qk_gain != 1.0:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,7 +18,34 @@ from .config import TransformerConfig
 from .init import InitPlan, make_plan
 from .layer import TransformerLayer, norm_kwargs
 
-__all__ = ["Transformer", "Stack", "seeded_model", "DROPOUT_SEED_OFFSET"]
+__all__ = ["plan_for", "Transformer", "Stack", "seeded_model", "DROPOUT_SEED_OFFSET"]
+
+@functools.lru_cache(maxsize=64)
+def plan_for(config: TransformerConfig) -> InitPlan:
+    """The plan a model of ``config`` is built with: its scheme's (:func:`~sigprop.model.init.make_plan`); for
+    ``init="auto"`` DSLM's with every branch's output projection calibrated by the theory
+    (:mod:`sigprop.model.auto_init`: one forward walk of the theory's model, ~0.01–0.05 s a layer; cached per
+    config). ``ValueError`` where the rules cannot walk the config."""
+    plan = make_plan(config)
+    if config.init != "auto":
+        return plan
+    from .auto_init import branch_factors
+
+    factors = branch_factors(Transformer(_calibration_config(config), plan=plan, sample=False))
+    stds = dict(plan.stds)
+    stds["o"] = plan.stds["o"] * np.sqrt(factors["attn"])
+    stds["w2"] = plan.stds["w2"] * np.sqrt(factors["ffn"])
+    beta = {**plan.beta, "cross": plan.beta["cross"] * np.sqrt(factors["cross"])}
+    notes = {**plan.notes, "calibrated": True,
+             **{f"{site}_factor": factors[site].tolist() for site in ("attn", "cross", "ffn")}}
+    return InitPlan("auto", stds, plan.lam, beta, plan.learnable_beta, plan.head_scale, notes)
+
+
+def _calibration_config(config: TransformerConfig) -> TransformerConfig:
+    """The config the calibration walks: rotary positions off (they leave the scores' variance unchanged; the
+    closed-form attention rule then applies: :mod:`sigprop.model.auto_init`)."""
+    return config.replace(position="none") if config.position == "rope" else config
+
 
 #: The global RNG (which dropout draws from) is seeded with this plus the model's seed by :func:`seeded_model`.
 DROPOUT_SEED_OFFSET = 10_000
@@ -56,7 +85,7 @@ class Transformer(nn.Module):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig (got {type(config).__name__})")
         self.config = config
-        self.plan = plan if plan is not None else make_plan(config)
+        self.plan = plan if plan is not None else plan_for(config)
         # Modules are built on the meta device (free), then materialised once and initialised only by the plan:
         # no weight is sampled twice. ``sample=False`` is the theory's model: its weight matrices stay on the meta
         # device (the rules read the plan's declared values, never a weight), the small tensors the rules do read

@@ -149,7 +149,7 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std = 1.0 / math.sqrt(shape[0])  # stored (d_in, H·d_head)
         else:
             std = 1.0 / math.sqrt(shape[1])  # nn.Linear layout (d_out, d_in)
-    elif c.init in ("dslm", "dslm_simple"):
+    elif c.init in ("dslm", "dslm_simple", "auto"):
         n_emb = embedding_tables(c)
         emb = math.sqrt((1.0 - p) / n_emb)  # σ²_e = (1−p)/n_emb (Fig. 15: (1−p)/3 for token+position+segment)
         ffn = (2.0 * (1.0 - p) / (d * d_ff)) ** 0.25  # σ² = √(2(1−p)/(d·d_ff)) = (1/d)√((1−p)/2) at d_ff = 4d
@@ -169,6 +169,8 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
         else:
             assert role == "head"
             std = xavier(shape)
+        if c.init == "auto" and role in ("o", "w2"):  # DSLM's, times the calibration (tests/model/test_auto_init.py)
+            std *= math.sqrt(plan.notes["attn_factor" if role == "o" else "ffn_factor"][layer])
     else:
         std = xavier(shape)
         if c.init == "dsinit" and role in BLOCK_ROLES:
@@ -186,7 +188,7 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
     """(λ, β, β learnable, head scale)."""
     N = n_total(c)
     lam, beta = 1.0, 1.0
-    if c.init in ("dslm", "dslm_simple"):
+    if c.init in ("dslm", "dslm_simple", "auto"):
         b2 = c.beta_k / N**c.beta_alpha
         lam, beta = math.sqrt(1.0 - b2), math.sqrt(b2)
     elif c.init == "deepnorm":
@@ -202,7 +204,7 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
     lam = lam if c.lam is None else c.lam
     beta = beta if c.beta is None else c.beta
     learnable = c.init in LEARNABLE_SCHEMES or c.learnable_beta
-    head = 1.0 / math.sqrt(c.d_model) if c.init in ("dslm", "dslm_simple") else 1.0
+    head = 1.0 / math.sqrt(c.d_model) if c.init in ("dslm", "dslm_simple", "auto") else 1.0
     if c.init == "shaped" and c.input == "tokens" and c.tie_head:
         head = 1.0 / math.sqrt(c.d_model)  # the tied table's logits kept O(1)
     if c.init == "mup" and c.input == "tokens" and c.tie_head:
@@ -213,7 +215,7 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
 
 def test_every_scheme_has_an_expectation():
     covered = {"xavier", "bert", "dslm", "dslm_simple", "deepnorm", "dsinit", "layerscale", "skipinit", "rezero",
-               "alekseev", "shaped", "noci2022", "mup"}
+               "alekseev", "shaped", "noci2022", "mup", "auto"}
     assert set(SCHEMES) == covered, "a new scheme needs its expectation in this file"
 
 
@@ -327,8 +329,9 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
             seen_roles.add(role)
         elif kind[0] == "beta":
             _, site, layer = kind
-            assert plan.scales(site, layer) == pytest.approx((lam, beta), rel=1e-12)
-            assert torch.equal(prm.detach(), f32(beta)), f"{name}: β = {float(prm)}, expected {beta}"
+            b = beta * math.sqrt(plan.notes["cross_factor"][layer]) if c.init == "auto" and site == "cross" else beta
+            assert plan.scales(site, layer) == pytest.approx((lam, b), rel=1e-12)
+            assert torch.equal(prm.detach(), f32(b)), f"{name}: β = {float(prm)}, expected {b}"
         else:
             assert torch.all(prm.detach() == f32(kind[1])), f"{name}: expected the constant {kind[1]}"
 
@@ -361,7 +364,8 @@ def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):
         sites = ["attn", "cross", "ffn"] if index >= c.n_layers else ["attn", "ffn"]
         for site in sites:
             res = getattr(lyr, site)
-            assert torch.equal(res.lam, f32(lam)) and torch.equal(res.beta.detach(), f32(beta))
+            b = beta * math.sqrt(plan.notes["cross_factor"][index]) if c.init == "auto" and site == "cross" else beta
+            assert torch.equal(res.lam, f32(lam)) and torch.equal(res.beta.detach(), f32(b))
             assert isinstance(res.beta, nn.Parameter) is learnable
             br = res.branch
             if site == "ffn":

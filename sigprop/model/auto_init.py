@@ -1,0 +1,129 @@
+"""``init="auto"``: DeepScaleLM's plan with every residual branch's output calibrated by the theory, layer by layer.
+
+DeepScaleLM (Kedia et al. Sec. 3, App. M) chooses each branch's weights so that its output has unit variance given a
+unit-variance input, by closed forms derived for ReLU/GELU feed-forward blocks, LayerNorm before or after each block
+and bidirectional attention over tokens of correlation r (Fig. 15's schedule). Where a model leaves those
+assumptions (SwiGLU, RMSNorm, DyT/Derf instead of a norm, causal or grouped-query attention, cross-attention) the
+closed forms are off by a factor, and the factor compounds over depth through the stream.
+
+``init="auto"`` keeps DSLM's plan (embedding tables of unit output variance, σ²_q = σ²_k = 1/d, the residual scales
+λ² + β² = 1 with β² = k/N^α, the head scale) and replaces its closed forms for the *output* projections by the
+component rules themselves. Walking the theory's model forward from the embedding's moments, at every residual add
+y = λ·x + β·f(x) it evaluates the branch on its true input moments and rescales the branch's last matrix (O for
+self-attention, W₂ for the feed-forward block) so that the branch's output second moment equals the skip input's,
+E f² = E x². Then E y² = (λ² + β²) E x² = E x²: the stream keeps the embedding's unit second moment at every layer,
+whatever the components (before a Post-LN norm the skip input is the previous norm's output, of unit second moment,
+which is DSLM's own target). The branch output is linear in its last matrix, so the rescale is exact: one walk of
+each branch, no iteration. Cross-attention shares its O role with self-attention in a plan (one value per layer),
+so its factor goes into its β instead (the forward pass is the same; λ² + β² = 1 no longer holds for that site).
+
+Where DSLM's assumptions hold (ReLU, LayerNorm, bidirectional attention), the calibrated plan is DSLM's up to the
+difference between its closed forms and sigprop's exact rules (tested). The token correlation is held below
+collapse by DSLM's residual scaling itself: each layer moves the stream by β² = 2/N of its variance, so N layers
+move it by O(1) (App. E.3).
+
+Speed: self-attention is walked with the closed-form rule (bidirectional or causal) up to s² = 1 (``approx="forward"``,
+:data:`~sigprop.components.attention.FORWARD_MAX_S2`) where :func:`sigprop.predict` samples above 0.3 / 0.5 (DSLM's
+σ²_q = σ²_k = 1/d put the scores near s² ≈ 1 − r at every layer): the forward variance is all the calibration
+reads, and there the closed form stays within 0.5% (bidirectional) / 0.9% (causal) of the sampled rule
+(``bench/attention_causal.py``, docs/bench-attention-causal.txt), while the sampled rule takes ~1 s a layer (it
+still serves larger scores, e.g. ``qk_gain=2``). Rotary positions rotate queries and
+keys without changing the scores' variance; the walk leaves them out (the closed form assumes exchangeable keys),
+an approximation of the branch's output variance that the measured profile checks. Cross-attention has only the
+sampled rule (``CROSS_HEADS`` heads a layer here).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..components.attention import MultiHeadAttention
+from ..components.cross_attention import CrossAttention
+from ..components.draws import layer_context
+from ..components.embedding import zipf_correlation
+from ..components.residual import Residual
+from ..core.moments import Moments
+from ..walk.exchangeable import EXCHANGEABLE
+from ..walk.walker import Flow, Walker
+
+__all__ = ["branch_factors", "CROSS_HEADS"]
+
+#: Heads a layer the sampled cross-attention rule draws in the calibration walk (its forward variance's relative
+#: standard error is ~1/√(heads · d_head) per layer, ~1% at 32 heads of 64).
+CROSS_HEADS = 32
+
+
+def _input_moments(model, decoder: bool = False) -> Moments:
+    """The moments entering a stack: the embedding's output after its dropout, for i.i.d. Zipf(1) tokens over the
+    vocabulary (App. A.1); a patch model's from ``config.input_corr`` (its images' correlation, as DSLM needs)."""
+    c = model.config
+    if c.input != "tokens":
+        if c.input_corr is None:
+            raise ValueError("init='auto' with patch input needs config.input_corr, the token correlation of the "
+                             "patch embedding's output on your images (as init='dslm' does)")
+        return Moments(mean=0.0, var=1.0, corr=float(c.input_corr))
+    drop = model.dec_embed_drop if decoder else model.embed_drop
+    return drop.forward_moments(model.embed.forward_moments(zipf_correlation(c.vocab_size)))
+
+
+def _second_moment(m: Moments) -> float:
+    return float(np.mean(m.second_moment))
+
+
+def _scaled(m: Moments, factor: float) -> Moments:
+    """The moments of √factor times a variable of moments ``m``."""
+    return Moments(mean=m.mean * np.sqrt(factor), var=m.var * factor, corr=m.corr, corr_hidden=m.corr_hidden)
+
+
+def _calibrated_layer(walker: Walker, layer, flow: Flow, factors: dict) -> Flow:
+    """Walk ``layer`` child by child as :meth:`Sequential.walk_forward` and :meth:`Residual.walk_forward` do, each
+    branch's output rescaled to the skip input's second moment; its factor recorded in ``factors[site][index]``."""
+    for name, child in layer.named_children():
+        if not isinstance(child, Residual):  # a post-norm: reads the offer of the add before it
+            flow, _ = walker.forward(child, flow)
+            continue
+        lam, beta = child.scales()
+        branch, _ = walker.forward(child.branch, Flow(flow.value, flow.source))
+        value = branch.value
+        if name == "cross":  # its O is the layer's self-attention O, already rescaled; the rest goes into β
+            value = _scaled(value, factors["attn"][layer.index])
+        factor = _second_moment(flow.value) / _second_moment(value)
+        factors[name][layer.index] = factor
+        out = _scaled(value, factor)
+        added = walker.state.add([(lam, flow.value), (beta, out)])
+        postnorm = flow.source is not None and flow.source.postnorm
+        flow = Flow(added, child.rules, (flow.value, out, lam, beta) if postnorm else None)
+    return flow
+
+
+def branch_factors(model, attention_seed: int = 0) -> dict:
+    """Site ("attn", "cross", "ffn") → array over the model's layers of the factor by which each branch's output
+    second moment must be multiplied to equal its skip input's (module docstring), walking ``model`` (the theory's
+    :class:`~sigprop.model.transformer.Transformer`, weights never drawn; its self-attentions are switched to the
+    closed-form rule up to s² = 1) forward stack by stack; 1 where a layer has no such branch. A rule's
+    ``ValueError`` names its layer."""
+    c = model.config
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention) and not isinstance(module, CrossAttention):
+            module.approx = "forward"
+    factors = {site: np.ones(c.total_layers) for site in ("attn", "cross", "ffn")}
+    context = {"L": c.seq_len, "attention_heads": CROSS_HEADS, "attention_seed": attention_seed}
+    memory = None
+    for stack in model.stacks():
+        ctx = dict(context)
+        if memory is not None:
+            ctx.update(memory_moments=memory, L_memory=c.seq_len)
+        flow = Flow(_input_moments(model, decoder=stack.name == "decoder"))
+        for layer in stack.layers:
+            try:
+                flow = _calibrated_layer(Walker(EXCHANGEABLE, layer_context(ctx, layer.index)), layer, flow, factors)
+            except ValueError as err:
+                raise ValueError(f"init='auto', layer {layer.index}: {err}") from None
+        if stack.memory:
+            memory = flow.value
+            if stack.memory_norm is not None:
+                memory = Walker(EXCHANGEABLE, ctx).forward(stack.memory_norm, flow)[0].value
+    bad = {site: f for site, f in factors.items() if not np.all(np.isfinite(f) & (f > 0))}
+    if bad:
+        raise ValueError(f"init='auto': a branch's output has no finite positive second moment at sites {list(bad)}")
+    return factors

@@ -10,7 +10,9 @@ pass the stream on unchanged. The recommendation, when something is flagged:
 * a variance that changes with depth under a scheme other than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
   App. E.3–E.4), the config's own λ / β overrides removed; for a Pre-LN DeepNet (a Post-LN scheme) the same;
 * with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
-* rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F).
+* rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F);
+* what the configuration shows (:mod:`sigprop.analysis.config_checks`): a Post-LN scheme in a Pre-LN stack
+  (DeepScaleLM instead), a subcritical or saturated DyT/Derf (a smaller α).
 
 The fixed configuration is predicted (and measured with the same seeds) so that the report sets the two profiles side
 by side. The hint speaks the model's language: ``sigprop.apply_init(model, "dslm")`` for a Hugging Face model,
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model.config import TransformerConfig
+from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
 
 __all__ = ["DoctorReport", "Recommendation", "doctor", "recommend", "SOURCES"]
@@ -58,12 +61,19 @@ class DoctorReport:
     fixed_measured: object | None = None
     fixed_diagnosis: Diagnosis | None = None
     agreement: dict = field(default_factory=dict)  # "current" / "fixed": {quantity: median relative error}
+    checks: list = field(default_factory=list)  # config_checks of the current model
+    fixed_checks: list = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        return self.diagnosis.flagged or any(c.flagged for c in self.checks)
 
     @property
     def verdict(self) -> str:
-        if not self.diagnosis.flagged:
+        if not self.flagged:
             return "stable at initialisation: nothing flagged"
-        flagged = "; ".join(f.describe() for f in self.diagnosis.findings if f.flagged)
+        flagged = "; ".join([*(f.describe() for f in self.diagnosis.findings if f.flagged),
+                             *(c.message for c in self.checks if c.flagged)])
         return f"unstable at initialisation: {flagged}"
 
     def to_dict(self) -> dict:
@@ -74,6 +84,7 @@ class DoctorReport:
 
         return {"kind": "doctor", "source": self.source, "config": self.config.to_dict(), "seeds": self.seeds,
                 "verdict": self.verdict, "diagnosis": self.diagnosis.to_dict(),
+                "checks": [c.to_dict() for c in self.checks], "fixed_checks": [c.to_dict() for c in self.fixed_checks],
                 "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
                 "fixed_config": None if self.fixed_config is None else self.fixed_config.to_dict(),
                 "fixed_diagnosis": None if self.fixed_diagnosis is None else self.fixed_diagnosis.to_dict(),
@@ -83,8 +94,10 @@ class DoctorReport:
                              "fixed_measured": profile(self.fixed_measured)}}
 
 
-def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "sigprop") -> Recommendation | None:
-    """The fix for ``diagnosis`` of ``config`` (module docstring), or None when nothing flagged has one."""
+def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "sigprop",
+              checks: list[Check] = ()) -> Recommendation | None:
+    """The fix for ``diagnosis`` of ``config`` and its flagged ``checks`` (module docstring), or None when nothing
+    flagged has one."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
     changes, reasons = {}, []
@@ -92,10 +105,8 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
     if depth and config.init not in DSLM_INITS and config.norm_position in ("pre", "post"):
         changes["init"] = "dslm"
-        changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})  # the scheme's own
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
-                       "App. E.3–E.4)" + (": DeepNet is a Post-LN scheme, whose skip scale compounds in a Pre-LN stack"
-                                          if config.init == "deepnorm" and config.norm_position == "pre" else ""))
+                       "App. E.3–E.4)")
     if depth and config.qk_gain > 1.0:
         changes["qk_gain"] = 1.0
         reasons.append(f"Q/K at {config.qk_gain:g}× their scheme's std make the scores s² {config.qk_gain ** 4:g}× "
@@ -103,16 +114,27 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     if collapse and config.dropout == 0.0:
         changes["dropout"] = 0.1
         reasons.append("dropout caps the token correlation below rank collapse (Kedia et al. App. F)")
+    for check in checks:
+        if not check.flagged:
+            continue
+        if "init" in changes and "norm_alpha" in check.changes:  # a new scheme moves the stream α acts on: the
+            reasons.append(check.message.split(":")[0] + ": checked again on the fixed model")  # fixed model's
+            continue  # own checks say whether α must move too
+        for key, value in check.changes.items():  # two α fixes: the smaller α satisfies both
+            changes[key] = min(value, changes[key]) if key == "norm_alpha" and key in changes else value
+        reasons.append(check.message)
+    if "init" in changes:  # the scheme's own residual scales
+        changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})
+    if "norm_alpha" in changes:
+        changes.update({k: None for k in ("norm_alpha_attn", "norm_alpha_ffn") if getattr(config, k) is not None})
     if not changes:
         return None
     if source == "hf":
-        if set(changes) - {"init", "lam", "beta"}:
-            extra = ", ".join(f"{k} = {v}" for k, v in changes.items() if k not in ("init", "lam", "beta"))
-            apply = f"sigprop.apply_init(model, {changes.get('init', config.init)!r}), then set {extra}"
-        else:
-            apply = f"sigprop.apply_init(model, {changes['init']!r})"
+        extra = ", ".join(f"{k} = {v}" for k, v in changes.items() if k not in ("init", "lam", "beta"))
         if "init" not in changes:
-            apply = "set " + ", ".join(f"{k} = {v}" for k, v in changes.items())
+            apply = f"set {extra}"
+        else:
+            apply = f"sigprop.apply_init(model, {changes['init']!r})" + (f", then set {extra}" if extra else "")
     else:
         apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
     return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
@@ -148,13 +170,16 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
 
     predicted, measured, errors = look(config, "current")
     diagnosis = diagnose(measured if measured is not None else predicted)
+    checks = config_checks(config, predicted)
     report = DoctorReport(config, source, seeds, predicted, measured, diagnosis,
-                          recommend(config, diagnosis, source), agreement={"current": errors} if errors else {})
+                          recommend(config, diagnosis, source, checks), agreement={"current": errors} if errors else {},
+                          checks=checks)
     if report.recommendation is not None:
         fixed = config.replace(**report.recommendation.changes)
         f_pred, f_meas, f_errors = look(fixed, "fixed")
         report.fixed_config, report.fixed_predicted, report.fixed_measured = fixed, f_pred, f_meas
         report.fixed_diagnosis = diagnose(f_meas if f_meas is not None else f_pred)
+        report.fixed_checks = config_checks(fixed, f_pred)
         if f_errors:
             report.agreement["fixed"] = f_errors
     return report

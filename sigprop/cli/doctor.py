@@ -46,15 +46,20 @@ def doctor_command(
                   f"{config.norm_position}-LN, init {config.init}): {report.verdict}")
     for line in report.diagnosis.lines():
         console.print(f"  {line}")
+    for check in report.checks:
+        mark = "[red]flagged[/red] " if check.flagged else ""
+        console.print(f"  {mark}{check.name}: {check.message}")
     rec = report.recommendation
     if rec is not None:
         console.print("[bold]fix[/bold]: " + "; ".join(rec.reasons))
         console.print(f"  apply it: {rec.apply}")
         if report.fixed_diagnosis is not None:
-            state = "still flagged" if report.fixed_diagnosis.flagged else "nothing flagged"
-            console.print(f"  the fixed model: {state}")
+            still = report.fixed_diagnosis.flagged or any(c.flagged for c in report.fixed_checks)
+            console.print(f"  the fixed model: {'still flagged' if still else 'nothing flagged'}")
             for line in report.fixed_diagnosis.lines():
                 console.print(f"    {line}")
+            for check in report.fixed_checks:
+                console.print(f"    {check.name}: {check.message}")
     for which, errors in report.agreement.items():
         text = ", ".join(f"{q} {100 * v:.2f}%" for q, v in errors.items())
         console.print(f"theory vs measurement ({which}, median relative error): {text}")

@@ -64,9 +64,11 @@ def _figure(predicted, measured, title: str) -> str:
     return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
 
 
-def _findings(diagnosis) -> str:
-    rows = "".join(f'<tr><td class="{"bad" if f.flagged else "ok"}">{"flagged" if f.flagged else "fine"}</td>'
-                   f"<td>{html.escape(f.describe())}</td></tr>" for f in diagnosis.findings)
+def _findings(diagnosis, checks=()) -> str:
+    lines = [(f.flagged, f.describe()) for f in diagnosis.findings] + [(c.flagged, f"{c.name}: {c.message}")
+                                                                        for c in checks]
+    rows = "".join(f'<tr><td class="{"bad" if flagged else "ok"}">{"flagged" if flagged else "fine"}</td>'
+                   f"<td>{html.escape(text)}</td></tr>" for flagged, text in lines)
     return f"<table><tr><th></th><th>finding ({html.escape(diagnosis.kind)})</th></tr>{rows}</table>"
 
 
@@ -82,18 +84,20 @@ def write_doctor_html(report, path, name: str) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sigprop doctor: {e(name)}</title>"
              f"<style>{_STYLE}</style></head><body>",
              f"<h1>sigprop doctor: {e(name)}</h1>",
-             f'<p class="{"bad" if report.diagnosis.flagged else "ok"}"><b>{e(report.verdict)}</b></p>',
+             f'<p class="{"bad" if report.flagged else "ok"}"><b>{e(report.verdict)}</b></p>',
              f"<p>{report.config.total_layers} layers, d = {report.config.d_model}, {e(report.config.norm_position)}"
              f"-LN, init {e(report.config.init)}; {report.seeds} seeds measured "
              f"({'theory only' if report.seeds == 0 else 'theory beside measurement'}).</p>",
-             "<h2>Findings</h2>", _findings(report.diagnosis)]
+             "<h2>Findings</h2>", _findings(report.diagnosis, report.checks)]
     rec = report.recommendation
     if rec is not None:
         parts += ["<h2>Recommendation</h2><ul>", *(f"<li>{e(r)}</li>" for r in rec.reasons), "</ul>",
                   f"<p>Apply it: <code>{e(rec.apply)}</code></p>"]
         if report.fixed_diagnosis is not None:
-            verdict = "nothing flagged" if not report.fixed_diagnosis.flagged else "still flagged"
-            parts += [f"<p>The fixed model: <b>{verdict}</b>.</p>", _findings(report.fixed_diagnosis)]
+            still = report.fixed_diagnosis.flagged or any(c.flagged for c in report.fixed_checks)
+            verdict = "still flagged" if still else "nothing flagged"
+            parts += [f"<p>The fixed model: <b>{verdict}</b>.</p>",
+                      _findings(report.fixed_diagnosis, report.fixed_checks)]
     else:
         parts.append("<h2>Recommendation</h2><p>None needed.</p>")
     parts += ["<h2>The current model</h2>", _figure(report.predicted, report.measured, f"{name}: current")]

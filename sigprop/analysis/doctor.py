@@ -11,6 +11,7 @@ pass the stream on unchanged. The recommendation, when something is flagged:
   App. E.3–E.4), the config's own λ / β overrides removed; for a Pre-LN DeepNet (a Post-LN scheme) the same;
 * with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
 * rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F);
+* with a new scheme, a learning-rate warning (DeepScaleLM's best rate sits higher: :data:`LEARNING_RATE_WARNING`);
 * what the configuration shows (:mod:`sigprop.analysis.config_checks`): a Post-LN scheme in a Pre-LN stack
   (DeepScaleLM instead), a subcritical or saturated DyT/Derf (a smaller α).
 
@@ -28,6 +29,14 @@ from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
 
 __all__ = ["DoctorReport", "Recommendation", "doctor", "recommend", "SOURCES"]
+
+#: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
+LEARNING_RATE_WARNING = (
+    "learning rate: retune it upwards with the new scheme. Its branches enter the stream scaled by β = {beta:.3g} "
+    "(β² = 2/N, N = {n}) and its embeddings are ~25× Xavier's, so under Adam one rate moves the function less (in "
+    "sigprop's `depth` experiment, docs/experiments/depth.md, at 8 × 64 Post-LN, where both optima lie inside their "
+    "grids, DeepScaleLM's best rate is 2× Xavier's; Kedia et al. Sec. 4.2: deeper-thinner models needed higher "
+    "rates)")
 
 #: Where a doctored model came from: a sigprop configuration, a Hugging Face configuration or model, a training run.
 SOURCES = ("sigprop", "hf", "run")
@@ -125,6 +134,8 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
         reasons.append(check.message)
     if "init" in changes:  # the scheme's own residual scales
         changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})
+        beta = (config.beta_k / config.total_layers**config.beta_alpha) ** 0.5
+        reasons.append(LEARNING_RATE_WARNING.format(n=config.total_layers, beta=beta))
     if "norm_alpha" in changes:
         changes.update({k: None for k in ("norm_alpha_attn", "norm_alpha_ffn") if getattr(config, k) is not None})
     if not changes:

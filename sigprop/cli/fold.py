@@ -16,17 +16,20 @@ def fold_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by `sigprop train --out`."),
     out: Path = typer.Argument(..., help="The folder to write the Hugging Face checkpoint into (replaced)."),
     to: str = typer.Option("hf-gpt2", "--to", help="The target: hf-gpt2 (a Pre-LN decoder with LayerNorm, GELU or "
-                           "ReLU and learned positions) or hf-opt (the same as a Post-LN decoder, norm_eps 1e-5)."),
+                           "ReLU and learned positions), hf-opt (the same as a Post-LN decoder, norm_eps 1e-5) or "
+                           "hf-bert (a Post-LN masked-LM encoder; BERT's embedding LayerNorm, which sigprop's model "
+                           "lacks, changes its logits: see `sigprop.fix.export`)."),
 ):
     """Fold a trained run's residual scales (λ, β, the head's output scale) into its weights and write it as a Hugging
     Face checkpoint that `from_pretrained` loads without remote code (Kedia et al. Sec. 3.5).
 
     Pre-LN: each branch's output projection is multiplied by β/Πλ and the final norm absorbs the rest; Post-LN: by
-    β/λ, the last norm absorbing the head's output scale. The logits are the same up to the norms' ε. Needs the
-    extra `hf` (transformers).
+    β/λ, the last norm absorbing the head's output scale. The logits are the same up to the norms' ε (BERT: up to its
+    embedding LayerNorm as well). Needs the extra `hf` (transformers).
     """
     from ..fix.export import fold_run
 
     folder, step = fold_run(run_dir, out, to)
     console.print(f"{run_dir} at step {step} → {to}: {folder}")
-    console.print(f"load it with transformers.AutoModelForCausalLM.from_pretrained({str(folder)!r})")
+    auto = "AutoModelForMaskedLM" if to == "hf-bert" else "AutoModelForCausalLM"
+    console.print(f"load it with transformers.{auto}.from_pretrained({str(folder)!r})")

@@ -17,7 +17,20 @@ attention / FFN norms, fc1 = W_1, fc2 = (β/λ)·W_2, biases zero, and the head'
 parameters (Post-LN OPT has no final norm). OPT's LayerNorm ε is fixed at 1e-5, so the model's ``norm_eps`` must be
 1e-5; folding β/λ moves each norm's ε to ε/λ² (:mod:`sigprop.fix.fold`), the exported logits' only difference.
 
-BERT-style encoders are not written yet: ``ValueError`` names them.
+``to="bert"`` writes a Post-LN encoder as ``BertForMaskedLM``: word / position / token-type embeddings = the token,
+position and segment tables (one zero token-type row without segments), per layer attention.self.{query,key,value}
+= W_Qᵀ, W_Kᵀ, W_Vᵀ, attention.output.dense = (β/λ)·W_O, intermediate.dense = W_1, output.dense = (β/λ)·W_2, the two
+LayerNorms = the attention / FFN norms, biases zero (ε moves to ε/λ² as for OPT). Two BERT modules have no
+counterpart in sigprop's model:
+
+* the MLM head's transform, LayerNorm(GELU(dense x)), becomes the identity up to the norm: dense = I with bias
+  :data:`BERT_HEAD_SHIFT` on every unit puts GELU's input ≥ 20 − max|x| (GELU(z) = z to e^{−z²/2}, below 1e-80 for
+  a normalised stream), and the LayerNorm's mean subtraction removes the shift; LayerNorm(x) of the last layer's
+  already normalised output is x up to ε, and its weight carries the head's output scale;
+* the embedding LayerNorm (``bert.embeddings.LayerNorm``) normalises each token's embedding sum, which sigprop's model
+  does not, and no weight setting turns it off. The exported model computes sigprop's model with a LayerNorm
+  (weight 1, bias 0, the model's ε) applied to the embedding output: exactly that with ε = 0 (tested), and the
+  difference to sigprop's own logits is stated by :func:`bert_embedding_norm_gap` (measured in the tests).
 """
 
 from __future__ import annotations
@@ -33,7 +46,10 @@ from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
 
-EXPORT_TARGETS = ("gpt2", "opt")
+EXPORT_TARGETS = ("gpt2", "opt", "bert")
+
+#: The bias that puts the BERT MLM head's GELU on its linear branch (module docstring, ``to="bert"``).
+BERT_HEAD_SHIFT = 20.0
 
 
 def _check_gpt2(c) -> None:
@@ -66,6 +82,22 @@ def _check_opt(c) -> None:
         wrong.append("a final norm after a Post-LN stack (Post-LN OPT has none)")
     if wrong:
         raise ValueError("cannot export to OPT: " + "; ".join(wrong))
+
+
+def _check_bert(c) -> None:
+    wrong = []
+    for field, want in (("arch", "encoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "post"),
+                        ("position", "learned"), ("attention", "standard")):
+        if getattr(c, field) != want:
+            wrong.append(f"{field}={getattr(c, field)!r} (BERT needs {want!r})")
+    if c.activation not in ("gelu", "relu"):
+        wrong.append(f"activation={c.activation!r} (BERT has gelu or relu)")
+    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
+        wrong.append("grouped-query heads or head_dim != d_model/n_heads (BERT has neither)")
+    if c.has_final_norm:
+        wrong.append("a final norm after a Post-LN stack (BERT has none)")
+    if wrong:
+        raise ValueError("cannot export to BERT: " + "; ".join(wrong))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
@@ -112,6 +144,46 @@ def _opt_state(model) -> tuple[dict, dict]:
     return kwargs, state
 
 
+def _bert_state(model) -> tuple[dict, dict]:
+    """(BertConfig keyword arguments, BertForMaskedLM state dict) of a sigprop Post-LN encoder (module docstring)."""
+    c = model.config
+    _check_bert(c)
+    f = _float
+    token = f(model.embed.token.weight)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=token.dtype)  # noqa: E731
+    segments = f(model.embed.segment.weight) if model.embed.segment is not None else zeros(1, c.d_model)
+    state = {"bert.embeddings.word_embeddings.weight": token,
+             "bert.embeddings.position_embeddings.weight": f(model.embed.position.weight),
+             "bert.embeddings.token_type_embeddings.weight": segments,
+             "bert.embeddings.LayerNorm.weight": zeros(c.d_model) + 1.0,
+             "bert.embeddings.LayerNorm.bias": zeros(c.d_model)}
+    for layer, factors in zip(model.all_layers(), branch_scales(model), strict=True):
+        _check_zero_biases(layer)
+        attn, ffn = layer.attn.branch, layer.ffn.branch
+        p = f"bert.encoder.layer.{layer.index}."
+        weights = {"attention.self.query": f(attn.attn.w_q).T, "attention.self.key": f(attn.attn.w_k).T,
+                   "attention.self.value": f(attn.attn.w_v).T,
+                   "attention.output.dense": f(attn.proj.weight) * factors["attn"],
+                   "intermediate.dense": f(ffn.fc1.weight), "output.dense": f(ffn.fc2.weight) * factors["ffn"]}
+        for name, w in weights.items():
+            state[p + name + ".weight"], state[p + name + ".bias"] = w.contiguous(), zeros(w.shape[0])
+        for name, norm in (("attention.output.LayerNorm", layer.attn_norm), ("output.LayerNorm", layer.ffn_norm)):
+            state[p + name + ".weight"], state[p + name + ".bias"] = f(norm.weight), f(norm.bias)
+    state["cls.predictions.transform.dense.weight"] = torch.eye(c.d_model, dtype=token.dtype)
+    state["cls.predictions.transform.dense.bias"] = zeros(c.d_model) + BERT_HEAD_SHIFT
+    state["cls.predictions.transform.LayerNorm.weight"] = zeros(c.d_model) + float(model.head_scale)
+    state["cls.predictions.transform.LayerNorm.bias"] = zeros(c.d_model)
+    state["cls.predictions.bias"] = zeros(c.vocab_size)
+    state["cls.predictions.decoder.weight"] = f(model.head.weight)
+    state["cls.predictions.decoder.bias"] = zeros(c.vocab_size)
+    kwargs = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers,
+                  num_attention_heads=c.n_heads, intermediate_size=c.ffn_width, hidden_act=c.activation,
+                  hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.p_attn,
+                  max_position_embeddings=c.max_len, type_vocab_size=max(c.n_segments, 1),
+                  layer_norm_eps=c.norm_eps, tie_word_embeddings=bool(c.tie_head), pad_token_id=None)
+    return kwargs, state
+
+
 def _gpt2_state(model) -> tuple[dict, dict]:
     """(GPT2Config keyword arguments, GPT-2 state dict) of a sigprop Pre-LN decoder (module docstring)."""
     c = model.config
@@ -151,20 +223,23 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
     in ``out_dir`` (created; written to a temporary folder beside it and renamed, so a failure leaves nothing
     half-written), safetensors only. Returns the folder. ``ValueError`` naming what does not map."""
     if to not in EXPORT_TARGETS:
-        raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r}; BERT-style targets are not "
-                         "written yet)")
+        raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r})")
     import transformers
 
     if to == "gpt2":
         kwargs, state = _gpt2_state(model)
         hf_model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kwargs))
-    else:
+    elif to == "opt":
         kwargs, state = _opt_state(model)
         hf_model = transformers.OPTForCausalLM(transformers.OPTConfig(**kwargs))
+    else:
+        kwargs, state = _bert_state(model)
+        hf_model = transformers.BertForMaskedLM(transformers.BertConfig(**kwargs))
     hf_model = hf_model.to(next(iter(state.values())).dtype)
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    tied = ("lm_head.weight", "cls.predictions.decoder.weight") if kwargs["tie_word_embeddings"] else ()
     missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith("masked_bias")
-               and not (k == "lm_head.weight" and kwargs["tie_word_embeddings"])]
+               and k not in tied]
     if missing or unexpected:
         raise RuntimeError(f"{to} state mismatch: missing {missing}, unexpected {unexpected}")
     out = Path(out_dir)
@@ -184,7 +259,7 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
     checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2" for a
-    Pre-LN decoder, "hf-opt" for a Post-LN one) into
+    Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder) into
     ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
     model the target cannot hold, before anything is written."""
     from ..model.transformer import Transformer
@@ -195,7 +270,7 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
     config, _, path = newest_checkpoint(Path(run_dir), "fold")
-    (_check_gpt2 if targets[to] == "gpt2" else _check_opt)(config)
+    {"gpt2": _check_gpt2, "opt": _check_opt, "bert": _check_bert}[targets[to]](config)
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
     ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
     model.load_state_dict(model_state(ck))

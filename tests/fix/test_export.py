@@ -64,12 +64,15 @@ def test_export_refuses_what_gpt2_cannot_hold(tmp_path):
     with pytest.raises(ValueError, match="norm_position"):
         export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post"}), sample=False), tmp_path / "x")
     with pytest.raises(ValueError, match="to must be one of"):
-        export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="bert")
+        export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="t5")
     with pytest.raises(ValueError, match="OPT needs 'post'"):
         export_hf(Transformer(TransformerConfig(**BASE), sample=False), tmp_path / "x", to="opt")
     with pytest.raises(ValueError, match="norm_eps"):
         export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post", "norm_eps": 1e-6}), sample=False),
                   tmp_path / "x", to="opt")
+    with pytest.raises(ValueError, match="BERT needs 'encoder'"):
+        export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post"}), sample=False), tmp_path / "x",
+                  to="bert")
     assert not (tmp_path / "x").exists()
 
 
@@ -106,3 +109,53 @@ def test_exported_opt_with_eps_within_the_folds_bound(tmp_path):
     bound = 2 * model.config.n_layers * 1e-5 * abs(1.0 / lam2 - 1.0) / (2 * 0.5)
     assert 0.0 < err <= bound, (err, bound)
     print(f"OPT fold with eps: relative logit error {err:.2e} (bound {bound:.2e})")
+
+
+ENCODER = dict(arch="encoder", norm_position="post", n_layers=6, d_model=64, n_heads=4, vocab_size=97, max_len=32,
+               seq_len=32, dropout=0.0)
+
+
+def _bert_pair(tmp_path, eps_zero: bool, embedding_norm: bool, **fields):
+    """sigprop's Post-LN encoder and its BERT export (float64), the relative difference of their logits. With
+    ``embedding_norm`` sigprop's embedding output goes through a LayerNorm (weight 1, bias 0) first: the model the
+    export computes (``sigprop.fix.export``, ``to="bert"``)."""
+    config = TransformerConfig(**{**ENCODER, **fields})
+    model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
+    out = export_hf(model, tmp_path / "bert", to="bert")
+    hf = transformers.BertForMaskedLM.from_pretrained(out, dtype=torch.float64).eval()
+    if eps_zero:
+        for m in (*model.modules(), *hf.modules()):
+            if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 0.0
+    if embedding_norm:
+        eps = 0.0 if eps_zero else config.norm_eps
+        model.embed_drop.register_forward_hook(
+            lambda mod, args, y: torch.nn.functional.layer_norm(y, (config.d_model,), eps=eps))
+    ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
+    segments = torch.zeros_like(ids)
+    segments[:, config.seq_len // 2:] = 1 if config.n_segments else 0
+    kwargs = {"token_type_ids": segments}
+    with torch.no_grad():
+        ours = model(ids, segment_ids=segments) if config.n_segments else model(ids)
+        theirs = hf(ids, **kwargs).logits
+    return float((ours - theirs).norm() / ours.norm())
+
+
+@pytest.mark.parametrize("init,fields", [("dslm", {}), ("xavier", dict(activation="relu")),
+                                         ("dslm", dict(n_segments=2, tie_head=False))])
+def test_exported_bert_is_sigprop_s_model_with_an_embedding_norm(tmp_path, init, fields):
+    """BERT's MLM head transform is made the identity (dense = I shifted onto GELU's linear branch, the shift removed
+    by its LayerNorm); its embedding LayerNorm cannot be: with ε = 0 the export computes sigprop's model with that
+    norm applied to the embedding output, to float64 rounding."""
+    assert _bert_pair(tmp_path, True, True, init=init, **fields) <= 1e-12
+
+
+def test_exported_bert_s_logits_against_sigprop_s_own(tmp_path):
+    """The difference the embedding LayerNorm makes, stated: with ε = 1e-5 and nothing added to sigprop's model.
+    At DSLM's unit embedding variance the per-token normalisation moves each embedding by O(1/√d) (d = 64 here);
+    the logits then differ by a few percent."""
+    with_norm = _bert_pair(tmp_path, False, True, init="dslm")
+    assert with_norm <= 1e-4  # the folds' ε/λ² and the head's ε only
+    gap = _bert_pair(tmp_path, False, False, init="dslm")
+    assert gap > 10 * with_norm
+    print(f"BERT export: logits vs sigprop's own, relative {gap:.3g} (embedding LayerNorm); with it {with_norm:.2e}")

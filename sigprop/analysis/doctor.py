@@ -8,7 +8,10 @@ forward growth, vanishing or exploding gradients with their per-layer law, rank 
 pass the stream on unchanged. The recommendation, when something is flagged:
 
 * a variance that changes with depth under a scheme other than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
-  App. E.3–E.4), the config's own λ / β overrides removed; for a Pre-LN DeepNet (a Post-LN scheme) the same;
+  App. E.3–E.4), the config's own λ / β overrides removed; ``init="auto"`` (DeepScaleLM calibrated by the rules,
+  :mod:`sigprop.model.auto_init`) where the model has components its closed forms do not cover (SwiGLU / GeGLU,
+  RMSNorm, DyT / Derf: on a 192-layer Llama-style decoder DSLM's output variance is 0.68, auto's 1.05,
+  docs/auto-init.md);
 * with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
 * rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F);
 * with a new scheme, a learning-rate warning (DeepScaleLM's best rate sits higher: :data:`LEARNING_RATE_WARNING`);
@@ -112,10 +115,13 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     changes, reasons = {}, []
     depth = any(f.flagged and f.verdict in DEPTH_VERDICTS for f in diagnosis.findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
-    if depth and config.init not in DSLM_INITS and config.norm_position in ("pre", "post"):
-        changes["init"] = "dslm"
+    if depth and config.init not in (*DSLM_INITS, "auto") and config.norm_position in ("pre", "post"):
+        beyond = _beyond_dslm(config)
+        changes["init"] = "auto" if beyond else "dslm"
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
-                       "App. E.3–E.4)")
+                       "App. E.3–E.4)" + (f"; its closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
+                                          "init='auto' calibrates its output projections with sigprop's rules"
+                                          if beyond else ""))
     if depth and config.qk_gain > 1.0:
         changes["qk_gain"] = 1.0
         reasons.append(f"Q/K at {config.qk_gain:g}× their scheme's std make the scores s² {config.qk_gain ** 4:g}× "
@@ -149,6 +155,13 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     else:
         apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
     return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
+
+
+def _beyond_dslm(config: TransformerConfig) -> str:
+    """The components of ``config`` that DeepScaleLM's closed forms (App. M) do not cover, named; "" if none."""
+    parts = [f"activation={config.activation}" if config.activation in ("swiglu", "geglu") else "",
+             f"norm={config.norm}" if config.norm in ("rmsnorm", "dyt", "derf") else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _median_errors(comparison) -> dict:

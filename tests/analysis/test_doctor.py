@@ -87,3 +87,14 @@ def test_oversized_qk_scores_are_brought_back():
     assert rec.changes == {"init": "dslm", "qk_gain": 1.0} and rec.apply == "--set init=dslm --set qk_gain=1.0"
     assert recommend(config.replace(qk_gain=2.0), d, "hf").apply == \
         "sigprop.apply_init(model, 'dslm'), then set qk_gain = 1.0"
+
+
+def test_a_model_beyond_dslm_s_closed_forms_gets_auto():
+    """SwiGLU and RMSNorm are outside DeepScaleLM's closed forms (App. M): the recommendation is init='auto', and
+    its fixed model keeps the forward variance bounded."""
+    config = TransformerConfig(**{**SMALL, "norm_position": "pre", "init": "xavier", "activation": "swiglu",
+                                  "norm": "rmsnorm"})
+    report = doctor(config, seeds=0)
+    assert report.recommendation.changes["init"] == "auto", report.recommendation
+    assert "activation=swiglu, norm=rmsnorm" in report.recommendation.reasons[0]
+    assert not any(f.flagged for f in report.fixed_diagnosis.findings if f.quantity == "fwd_var")

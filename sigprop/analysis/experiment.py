@@ -44,11 +44,11 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
 
 
 def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> TransformerConfig:
-    """``config`` with ``input_corr`` set from the batch's images when DSLM needs it and it is unset: a DSLM patch
-    model's correlation schedule starts from its images' token correlation after the patch embedding
-    (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H). Any other config comes back as it
-    is."""
-    if config.input != "patches" or config.init != "dslm" or config.input_corr is not None:
+    """``config`` with ``input_corr`` set from the batch's images when DSLM (or ``init="auto"``) needs it and it is
+    unset: a DSLM patch model's correlation schedule starts from its images' token correlation after the patch
+    embedding (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H). Any other config
+    comes back as it is."""
+    if config.input != "patches" or config.init not in ("dslm", "auto") or config.input_corr is not None:
         return config
     import dataclasses
 

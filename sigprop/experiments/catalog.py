@@ -45,10 +45,10 @@ DEPTH = Experiment(
         "cpu": Scale(
             models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3), (2e-3, 4e-3, 8e-3)),
             base_model=dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0),
-            train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=2,
+            train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=3,
             note="2 CPU cores, one single-thread run per core; ~0.4 M non-embedding parameters per model, 20 tokens "
                  "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions. A model whose best "
-                 "rate sits at an edge of its grid tries up to two more rates past that edge."),
+                 "rate sits at an edge of its grid tries up to three more rates past that edge."),
         "gpu": Scale(
             models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3), (1e-3, 2e-3, 4e-3)),
             base_model=dict(arch="decoder", vocab_size=8192, seq_len=256, max_len=256, dropout=0.0),

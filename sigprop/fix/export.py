@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,52 +53,37 @@ EXPORT_TARGETS = ("gpt2", "opt", "bert")
 BERT_HEAD_SHIFT = 20.0
 
 
-def _check_gpt2(c) -> None:
-    wrong = []
-    for field, want in (("arch", "decoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "pre"),
-                        ("position", "learned"), ("attention", "standard"), ("n_segments", 0)):
-        if getattr(c, field) != want:
-            wrong.append(f"{field}={getattr(c, field)!r} (GPT-2 needs {want!r})")
+@dataclass(frozen=True)
+class _Target:
+    """What a Hugging Face family can hold: its name, the config fields it fixes beyond :data:`_EVERY_TARGET`, and
+    whether it ends in a final norm."""
+
+    label: str
+    wants: tuple[tuple[str, object], ...]
+    final_norm: bool
+
+
+_EVERY_TARGET = (("input", "tokens"), ("norm", "layernorm"), ("position", "learned"), ("attention", "standard"))
+_TARGETS = {"gpt2": _Target("GPT-2", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0)), True),
+            "opt": _Target("OPT", (("arch", "decoder"), ("norm_position", "post"), ("n_segments", 0),
+                                   ("norm_eps", 1e-5)), False),
+            "bert": _Target("BERT", (("arch", "encoder"), ("norm_position", "post")), False)}
+
+
+def _check(c, to: str) -> None:
+    """``ValueError`` naming every field of config ``c`` that the ``to`` family cannot hold."""
+    target = _TARGETS[to]
+    wrong = [f"{field}={getattr(c, field)!r} ({target.label} needs {want!r})"
+             for field, want in (*target.wants[:1], *_EVERY_TARGET, *target.wants[1:]) if getattr(c, field) != want]
     if c.activation not in ("gelu", "relu"):
-        wrong.append(f"activation={c.activation!r} (GPT-2 has gelu or relu)")
+        wrong.append(f"activation={c.activation!r} ({target.label} has gelu or relu)")
     if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
-        wrong.append("grouped-query heads or head_dim != d_model/n_heads (GPT-2 has neither)")
-    if not c.has_final_norm:
-        wrong.append("no final norm (GPT-2 has ln_f)")
+        wrong.append(f"grouped-query heads or head_dim != d_model/n_heads ({target.label} has neither)")
+    if c.has_final_norm != target.final_norm:
+        wrong.append(f"no final norm ({target.label} has one)" if target.final_norm
+                     else f"a final norm after a Post-LN stack ({target.label} has none)")
     if wrong:
-        raise ValueError("cannot export to GPT-2: " + "; ".join(wrong))
-
-
-def _check_opt(c) -> None:
-    wrong = []
-    for field, want in (("arch", "decoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "post"),
-                        ("position", "learned"), ("attention", "standard"), ("n_segments", 0), ("norm_eps", 1e-5)):
-        if getattr(c, field) != want:
-            wrong.append(f"{field}={getattr(c, field)!r} (OPT needs {want!r})")
-    if c.activation not in ("gelu", "relu"):
-        wrong.append(f"activation={c.activation!r} (OPT has gelu or relu)")
-    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
-        wrong.append("grouped-query heads or head_dim != d_model/n_heads (OPT has neither)")
-    if c.has_final_norm:
-        wrong.append("a final norm after a Post-LN stack (Post-LN OPT has none)")
-    if wrong:
-        raise ValueError("cannot export to OPT: " + "; ".join(wrong))
-
-
-def _check_bert(c) -> None:
-    wrong = []
-    for field, want in (("arch", "encoder"), ("input", "tokens"), ("norm", "layernorm"), ("norm_position", "post"),
-                        ("position", "learned"), ("attention", "standard")):
-        if getattr(c, field) != want:
-            wrong.append(f"{field}={getattr(c, field)!r} (BERT needs {want!r})")
-    if c.activation not in ("gelu", "relu"):
-        wrong.append(f"activation={c.activation!r} (BERT has gelu or relu)")
-    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
-        wrong.append("grouped-query heads or head_dim != d_model/n_heads (BERT has neither)")
-    if c.has_final_norm:
-        wrong.append("a final norm after a Post-LN stack (BERT has none)")
-    if wrong:
-        raise ValueError("cannot export to BERT: " + "; ".join(wrong))
+        raise ValueError(f"cannot export to {target.label}: " + "; ".join(wrong))
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:
@@ -111,30 +97,42 @@ def _check_zero_biases(layer) -> None:
             raise ValueError(f"layer {layer.index}: a non-zero bias (the export writes zero biases)")
 
 
-def _opt_state(model) -> tuple[dict, dict]:
-    """(OPTConfig keyword arguments, OPT state dict) of a sigprop Post-LN decoder (module docstring)."""
-    c = model.config
-    _check_opt(c)
+def _post_ln_layers(model, prefix: str, names: tuple[str, ...], scaled_last_norm: bool) -> dict:
+    """The per-layer entries of a Post-LN export (OPT, BERT: linear weights stored (out, in)): ``names`` are the
+    family's names, under ``prefix`` + the layer index + ".", of W_Q, W_K, W_V, W_O, W_1, W_2 (each with a zero bias)
+    and of the attention and FFN norms; β/λ folded into W_O and W_2 (:func:`~sigprop.fix.fold.branch_scales`). With
+    ``scaled_last_norm`` the last layer's FFN norm carries the head's output scale (a family without a final norm
+    and without a head transform to hold it)."""
     f = _float
-    table = f(model.embed.position.weight)
-    state = {"model.decoder.embed_tokens.weight": f(model.embed.token.weight),
-             "model.decoder.embed_positions.weight": torch.cat([torch.zeros(2, c.d_model, dtype=table.dtype), table])}
     layers = list(model.all_layers())
+    state = {}
     for layer, factors in zip(layers, branch_scales(model), strict=True):
         _check_zero_biases(layer)
         attn, ffn = layer.attn.branch, layer.ffn.branch
-        p = f"model.decoder.layers.{layer.index}."
-        weights = {"self_attn.q_proj": f(attn.attn.w_q).T, "self_attn.k_proj": f(attn.attn.w_k).T,
-                   "self_attn.v_proj": f(attn.attn.w_v).T, "self_attn.out_proj": f(attn.proj.weight) * factors["attn"],
-                   "fc1": f(ffn.fc1.weight), "fc2": f(ffn.fc2.weight) * factors["ffn"]}
-        for name, w in weights.items():
+        p = f"{prefix}{layer.index}."
+        weights = (f(attn.attn.w_q).T, f(attn.attn.w_k).T, f(attn.attn.w_v).T, f(attn.proj.weight) * factors["attn"],
+                   f(ffn.fc1.weight), f(ffn.fc2.weight) * factors["ffn"])
+        for name, w in zip(names[:6], weights, strict=True):
             state[p + name + ".weight"] = w.contiguous()
             state[p + name + ".bias"] = torch.zeros(w.shape[0], dtype=w.dtype)
-        last = layer is layers[-1]
-        for name, norm in (("self_attn_layer_norm", layer.attn_norm), ("final_layer_norm", layer.ffn_norm)):
-            s = float(model.head_scale) if last and name == "final_layer_norm" else 1.0
+        for name, norm in zip(names[6:], (layer.attn_norm, layer.ffn_norm), strict=True):
+            s = float(model.head_scale) if scaled_last_norm and layer is layers[-1] and norm is layer.ffn_norm else 1.0
             state[p + name + ".weight"], state[p + name + ".bias"] = f(norm.weight) * s, f(norm.bias) * s
-    state["lm_head.weight"] = f(model.head.weight)
+    return state
+
+
+def _opt_state(model) -> tuple[dict, dict]:
+    """(OPTConfig keyword arguments, OPT state dict) of a sigprop Post-LN decoder (module docstring)."""
+    c = model.config
+    _check(c, "opt")
+    f = _float
+    table = f(model.embed.position.weight)
+    state = {"model.decoder.embed_tokens.weight": f(model.embed.token.weight),
+             "model.decoder.embed_positions.weight": torch.cat([torch.zeros(2, c.d_model, dtype=table.dtype), table]),
+             **_post_ln_layers(model, "model.decoder.layers.",
+                               ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
+                                "fc1", "fc2", "self_attn_layer_norm", "final_layer_norm"), scaled_last_norm=True),
+             "lm_head.weight": f(model.head.weight)}
     kwargs = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers,
                   ffn_dim=c.ffn_width, max_position_embeddings=c.max_len, do_layer_norm_before=False,
                   word_embed_proj_dim=c.d_model, num_attention_heads=c.n_heads, activation_function=c.activation,
@@ -147,7 +145,7 @@ def _opt_state(model) -> tuple[dict, dict]:
 def _bert_state(model) -> tuple[dict, dict]:
     """(BertConfig keyword arguments, BertForMaskedLM state dict) of a sigprop Post-LN encoder (module docstring)."""
     c = model.config
-    _check_bert(c)
+    _check(c, "bert")
     f = _float
     token = f(model.embed.token.weight)
     zeros = lambda *shape: torch.zeros(*shape, dtype=token.dtype)  # noqa: E731
@@ -156,19 +154,11 @@ def _bert_state(model) -> tuple[dict, dict]:
              "bert.embeddings.position_embeddings.weight": f(model.embed.position.weight),
              "bert.embeddings.token_type_embeddings.weight": segments,
              "bert.embeddings.LayerNorm.weight": zeros(c.d_model) + 1.0,
-             "bert.embeddings.LayerNorm.bias": zeros(c.d_model)}
-    for layer, factors in zip(model.all_layers(), branch_scales(model), strict=True):
-        _check_zero_biases(layer)
-        attn, ffn = layer.attn.branch, layer.ffn.branch
-        p = f"bert.encoder.layer.{layer.index}."
-        weights = {"attention.self.query": f(attn.attn.w_q).T, "attention.self.key": f(attn.attn.w_k).T,
-                   "attention.self.value": f(attn.attn.w_v).T,
-                   "attention.output.dense": f(attn.proj.weight) * factors["attn"],
-                   "intermediate.dense": f(ffn.fc1.weight), "output.dense": f(ffn.fc2.weight) * factors["ffn"]}
-        for name, w in weights.items():
-            state[p + name + ".weight"], state[p + name + ".bias"] = w.contiguous(), zeros(w.shape[0])
-        for name, norm in (("attention.output.LayerNorm", layer.attn_norm), ("output.LayerNorm", layer.ffn_norm)):
-            state[p + name + ".weight"], state[p + name + ".bias"] = f(norm.weight), f(norm.bias)
+             "bert.embeddings.LayerNorm.bias": zeros(c.d_model),
+             **_post_ln_layers(model, "bert.encoder.layer.",
+                               ("attention.self.query", "attention.self.key", "attention.self.value",
+                                "attention.output.dense", "intermediate.dense", "output.dense",
+                                "attention.output.LayerNorm", "output.LayerNorm"), scaled_last_norm=False)}
     state["cls.predictions.transform.dense.weight"] = torch.eye(c.d_model, dtype=token.dtype)
     state["cls.predictions.transform.dense.bias"] = zeros(c.d_model) + BERT_HEAD_SHIFT
     state["cls.predictions.transform.LayerNorm.weight"] = zeros(c.d_model) + float(model.head_scale)
@@ -187,7 +177,7 @@ def _bert_state(model) -> tuple[dict, dict]:
 def _gpt2_state(model) -> tuple[dict, dict]:
     """(GPT2Config keyword arguments, GPT-2 state dict) of a sigprop Pre-LN decoder (module docstring)."""
     c = model.config
-    _check_gpt2(c)
+    _check(c, "gpt2")
     f = _float
     zeros = lambda n, like: torch.zeros(n, dtype=like.dtype)  # noqa: E731
     state = {"transformer.wte.weight": f(model.embed.token.weight),
@@ -270,7 +260,7 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
     config, _, path = newest_checkpoint(Path(run_dir), "fold")
-    {"gpt2": _check_gpt2, "opt": _check_opt, "bert": _check_bert}[targets[to]](config)
+    _check(config, targets[to])
     model = Transformer(config, generator=torch.Generator().manual_seed(0))
     ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
     model.load_state_dict(model_state(ck))

@@ -18,15 +18,37 @@ from sigprop.model.transformer import Transformer  # noqa: E402
 BASE = dict(arch="decoder", n_layers=6, d_model=64, n_heads=4, vocab_size=97, max_len=32, seq_len=32, dropout=0.0)
 
 
-def _pair(tmp_path, **fields):
-    config = TransformerConfig(**{**BASE, **fields})
+HF_CLASS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertForMaskedLM"}
+
+
+def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embedding_norm: bool = False):
+    """sigprop's model of ``fields`` and its ``to`` export (float64), and the relative difference of their logits.
+    With ``eps_zero`` every LayerNorm of both models is set to ε = 0 after the export (OPT's ε is fixed at 1e-5); with
+    ``embedding_norm`` sigprop's embedding output goes through a LayerNorm (weight 1, bias 0) first: the model a BERT
+    export computes (``sigprop.fix.export``, ``to="bert"``)."""
+    config = TransformerConfig(**fields)
     model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
-    out = export_hf(model, tmp_path / "gpt2")
-    hf = transformers.GPT2LMHeadModel.from_pretrained(out, dtype=torch.float64).eval()
+    out = export_hf(model, tmp_path / to, to=to)
+    hf = getattr(transformers, HF_CLASS[to]).from_pretrained(out, dtype=torch.float64).eval()
+    if eps_zero:
+        for m in (*model.modules(), *hf.modules()):
+            if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 0.0
+    if embedding_norm:
+        eps = 0.0 if eps_zero else config.norm_eps
+        model.embed_drop.register_forward_hook(
+            lambda mod, args, y: torch.nn.functional.layer_norm(y, (config.d_model,), eps=eps))
     ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
+    segments = torch.zeros_like(ids)
+    segments[:, config.seq_len // 2:] = 1 if config.n_segments else 0
     with torch.no_grad():
-        ours, theirs = model(ids), hf(ids).logits
+        ours = model(ids, segment_ids=segments) if config.n_segments else model(ids)
+        theirs = hf(ids, **({"token_type_ids": segments} if to == "bert" else {})).logits
     return model, float((ours - theirs).norm() / ours.norm())
+
+
+def _pair(tmp_path, **fields):
+    return _export_error(tmp_path, "gpt2", {**BASE, **fields})
 
 
 @pytest.mark.parametrize("init,activation", [("dslm", "gelu"), ("xavier", "relu"), ("dslm_simple", "gelu")])
@@ -77,20 +99,7 @@ def test_export_refuses_what_gpt2_cannot_hold(tmp_path):
 
 
 def _opt_pair(tmp_path, eps_zero: bool, **fields):
-    """sigprop's Post-LN decoder and its OPT export (float64), and the relative difference of their logits; with
-    ``eps_zero`` every LayerNorm of both models is set to ε = 0 after the export (OPT's ε is fixed at 1e-5)."""
-    config = TransformerConfig(**{**BASE, "norm_position": "post", **fields})
-    model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
-    out = export_hf(model, tmp_path / "opt", to="opt")
-    hf = transformers.OPTForCausalLM.from_pretrained(out, dtype=torch.float64).eval()
-    if eps_zero:
-        for m in (*model.modules(), *hf.modules()):
-            if isinstance(m, torch.nn.LayerNorm):
-                m.eps = 0.0
-    ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        ours, theirs = model(ids), hf(ids).logits
-    return model, float((ours - theirs).norm() / ours.norm())
+    return _export_error(tmp_path, "opt", {**BASE, "norm_position": "post", **fields}, eps_zero)
 
 
 @pytest.mark.parametrize("init,activation", [("dslm", "gelu"), ("xavier", "relu")])
@@ -116,29 +125,7 @@ ENCODER = dict(arch="encoder", norm_position="post", n_layers=6, d_model=64, n_h
 
 
 def _bert_pair(tmp_path, eps_zero: bool, embedding_norm: bool, **fields):
-    """sigprop's Post-LN encoder and its BERT export (float64), the relative difference of their logits. With
-    ``embedding_norm`` sigprop's embedding output goes through a LayerNorm (weight 1, bias 0) first: the model the
-    export computes (``sigprop.fix.export``, ``to="bert"``)."""
-    config = TransformerConfig(**{**ENCODER, **fields})
-    model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
-    out = export_hf(model, tmp_path / "bert", to="bert")
-    hf = transformers.BertForMaskedLM.from_pretrained(out, dtype=torch.float64).eval()
-    if eps_zero:
-        for m in (*model.modules(), *hf.modules()):
-            if isinstance(m, torch.nn.LayerNorm):
-                m.eps = 0.0
-    if embedding_norm:
-        eps = 0.0 if eps_zero else config.norm_eps
-        model.embed_drop.register_forward_hook(
-            lambda mod, args, y: torch.nn.functional.layer_norm(y, (config.d_model,), eps=eps))
-    ids = torch.randint(0, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(1))
-    segments = torch.zeros_like(ids)
-    segments[:, config.seq_len // 2:] = 1 if config.n_segments else 0
-    kwargs = {"token_type_ids": segments}
-    with torch.no_grad():
-        ours = model(ids, segment_ids=segments) if config.n_segments else model(ids)
-        theirs = hf(ids, **kwargs).logits
-    return float((ours - theirs).norm() / ours.norm())
+    return _export_error(tmp_path, "bert", {**ENCODER, **fields}, eps_zero, embedding_norm)[1]
 
 
 @pytest.mark.parametrize("init,fields", [("dslm", {}), ("xavier", dict(activation="relu")),

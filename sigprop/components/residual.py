@@ -78,9 +78,10 @@ class Residual(nn.Module):
     def walk_forward(self, walker, flow):
         lam, beta = self.scales()
         branch, tape = walker.forward(self.branch, Flow(flow.value, flow.source))
-        out = walker.state.add([(lam, flow.value), (beta, branch.value)])
+        value = walker.branch_output(self, flow.value, branch.value)
+        out = walker.state.add([(lam, flow.value), (beta, value)])
         postnorm = flow.source is not None and flow.source.postnorm
-        return Flow(out, self.rules, (flow.value, branch.value, lam, beta) if postnorm else None), (tape, lam, beta)
+        return Flow(out, self.rules, (flow.value, value, lam, beta) if postnorm else None), (tape, lam, beta)
 
     def walk_backward(self, walker, gflow, inner):
         tape, lam, beta = inner

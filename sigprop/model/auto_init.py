@@ -35,6 +35,8 @@ sampled rule (``CROSS_HEADS`` heads a layer here).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ..components.attention import MultiHeadAttention
@@ -75,25 +77,24 @@ def _scaled(m: Moments, factor: float) -> Moments:
     return Moments(mean=m.mean * np.sqrt(factor), var=m.var * factor, corr=m.corr, corr_hidden=m.corr_hidden)
 
 
-def _calibrated_layer(walker: Walker, layer, flow: Flow, factors: dict) -> Flow:
-    """Walk ``layer`` child by child as :meth:`Sequential.walk_forward` and :meth:`Residual.walk_forward` do, each
-    branch's output rescaled to the skip input's second moment; its factor recorded in ``factors[site][index]``."""
-    for name, child in layer.named_children():
-        if not isinstance(child, Residual):  # a post-norm: reads the offer of the add before it
-            flow, _ = walker.forward(child, flow)
-            continue
-        lam, beta = child.scales()
-        branch, _ = walker.forward(child.branch, Flow(flow.value, flow.source))
-        value = branch.value
-        if name == "cross":  # its O is the layer's self-attention O, already rescaled; the rest goes into β
-            value = _scaled(value, factors["attn"][layer.index])
-        factor = _second_moment(flow.value) / _second_moment(value)
-        factors[name][layer.index] = factor
-        out = _scaled(value, factor)
-        added = walker.state.add([(lam, flow.value), (beta, out)])
-        postnorm = flow.source is not None and flow.source.postnorm
-        flow = Flow(added, child.rules, (flow.value, out, lam, beta) if postnorm else None)
-    return flow
+@dataclass
+class _CalibratingWalker(Walker):
+    """Walks one layer as every walker does, each of its residual branches' output rescaled to the skip input's
+    second moment (:meth:`Walker.branch_output`); the factor recorded in ``factors[site][layer_index]``."""
+
+    layer_index: int = 0
+    site_of: dict = field(default_factory=dict)  # id of the layer's Residual children → "attn", "cross" or "ffn"
+    factors: dict = field(default_factory=dict)
+
+    def branch_output(self, residual, skip, value):
+        site = self.site_of.get(id(residual))
+        if site is None:
+            return value
+        if site == "cross":  # its O is the layer's self-attention O, already rescaled; the rest goes into β
+            value = _scaled(value, self.factors["attn"][self.layer_index])
+        factor = _second_moment(skip) / _second_moment(value)
+        self.factors[site][self.layer_index] = factor
+        return _scaled(value, factor)
 
 
 def branch_factors(model, attention_seed: int = 0) -> dict:
@@ -116,7 +117,10 @@ def branch_factors(model, attention_seed: int = 0) -> dict:
         flow = Flow(_input_moments(model, decoder=stack.name == "decoder"))
         for layer in stack.layers:
             try:
-                flow = _calibrated_layer(Walker(EXCHANGEABLE, layer_context(ctx, layer.index)), layer, flow, factors)
+                site_of = {id(child): name for name, child in layer.named_children() if isinstance(child, Residual)}
+                walker = _CalibratingWalker(EXCHANGEABLE, layer_context(ctx, layer.index), layer_index=layer.index,
+                                            site_of=site_of, factors=factors)
+                flow, _ = walker.forward(layer, flow)
             except ValueError as err:
                 raise ValueError(f"init='auto', layer {layer.index}: {err}") from None
         if stack.memory:

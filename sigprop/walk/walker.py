@@ -81,6 +81,12 @@ class Walker:
             return self.context
         return {k: v for k, v in self.context.items() if k in rules.context}
 
+    def branch_output(self, residual, skip, value):
+        """The branch output a residual add y = λ·x + β·f adds, given its branch's output state ``value`` (``skip``:
+        the skip input's state x): ``value`` itself. A walker that recalibrates branches forward overrides it
+        (``init="auto"``, :mod:`sigprop.model.auto_init`); the backward walk does not see the change."""
+        return value
+
     def forward(self, module, flow: Flow) -> tuple[Flow, Tape]:
         """``module``'s output flow for the input ``flow``, and its tape (module docstring)."""
         rules = rules_of(module)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..model.auto_init import beyond_dslm
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
@@ -116,7 +117,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     depth = any(f.flagged and f.verdict in DEPTH_VERDICTS for f in diagnosis.findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
     if depth and config.init not in (*DSLM_INITS, "auto") and config.norm_position in ("pre", "post"):
-        beyond = _beyond_dslm(config)
+        beyond = beyond_dslm(config)
         changes["init"] = "auto" if beyond else "dslm"
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
                        "App. E.3–E.4)" + (f"; its closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
@@ -155,13 +156,6 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     else:
         apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
     return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
-
-
-def _beyond_dslm(config: TransformerConfig) -> str:
-    """The components of ``config`` that DeepScaleLM's closed forms (App. M) do not cover, named; "" if none."""
-    parts = [f"activation={config.activation}" if config.activation in ("swiglu", "geglu") else "",
-             f"norm={config.norm}" if config.norm in ("rmsnorm", "dyt", "derf") else ""]
-    return ", ".join(p for p in parts if p)
 
 
 def _median_errors(comparison) -> dict:

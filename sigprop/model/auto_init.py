@@ -4,7 +4,8 @@ DeepScaleLM (Kedia et al. Sec. 3, App. M) chooses each branch's weights so that 
 unit-variance input, by closed forms derived for ReLU/GELU feed-forward blocks, LayerNorm before or after each block
 and bidirectional attention over tokens of correlation r (Fig. 15's schedule). Where a model leaves those
 assumptions (SwiGLU, RMSNorm, DyT/Derf instead of a norm, causal or grouped-query attention, cross-attention) the
-closed forms are off by a factor, and the factor compounds over depth through the stream.
+closed forms are off by a factor, and the factor compounds over depth through the stream. :func:`beyond_dslm` names
+the components of a config that leave them by the most (the doctor recommends ``init="auto"`` for those).
 
 ``init="auto"`` keeps DSLM's plan (embedding tables of unit output variance, σ²_q = σ²_k = 1/d, the residual scales
 λ² + β² = 1 with β² = k/N^α, the head scale) and replaces its closed forms for the *output* projections by the
@@ -48,11 +49,20 @@ from ..core.moments import Moments
 from ..walk.exchangeable import EXCHANGEABLE
 from ..walk.walker import Flow, Walker
 
-__all__ = ["branch_factors", "CROSS_HEADS"]
+__all__ = ["branch_factors", "beyond_dslm", "CROSS_HEADS"]
 
 #: Heads a layer the sampled cross-attention rule draws in the calibration walk (its forward variance's relative
 #: standard error is ~1/√(heads · d_head) per layer, ~1% at 32 heads of 64).
 CROSS_HEADS = 32
+
+
+def beyond_dslm(config) -> str:
+    """The components of ``config`` whose moments DeepScaleLM's closed forms (App. M) do not model at all, named
+    ("activation=swiglu, norm=rmsnorm"); "" if none. Causal, grouped-query and cross-attention also leave DSLM's
+    assumptions, by less (docs/auto-init.md measures both plans on a causal decoder)."""
+    parts = [f"activation={config.activation}" if config.activation in ("swiglu", "geglu") else "",
+             f"norm={config.norm}" if config.norm in ("rmsnorm", "dyt", "derf") else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def _input_moments(model, decoder: bool = False) -> Moments:

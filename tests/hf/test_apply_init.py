@@ -15,31 +15,9 @@ import sigprop  # noqa: E402
 from sigprop.hf.config_map import map_hf_config  # noqa: E402
 from sigprop.model.transformer import Transformer  # noqa: E402
 from tests.helpers import Z  # noqa: E402
+from tests.hf.measured import SMALL_LM_CONFIGS, B, L, layer_stats, seed_mean  # noqa: E402
 
-SEEDS, B, L = 8, 4, 32
-CONFIGS = {
-    "gpt2": lambda: transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, vocab_size=211,
-                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-    "llama": lambda: transformers.LlamaConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
-                                              num_key_value_heads=2, intermediate_size=256,
-                                              max_position_embeddings=64, vocab_size=211),
-}
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM}
-
-
-def _layer_stats(profile, n_layers):
-    rows = {(r.layer, r.site): r for r in profile.rows}
-    return (torch.tensor([rows[(i, "layer")].fwd_var for i in range(n_layers)], dtype=torch.float64),
-            torch.tensor([rows[(i, "layer")].grad_var for i in range(n_layers)], dtype=torch.float64))
-
-
-def _seed_mean(measure_one):
-    runs = [measure_one(s) for s in range(SEEDS)]
-    out = []
-    for k in (0, 1):
-        t = torch.stack([r[k] for r in runs])
-        out += [t.mean(0), t.std(0) / math.sqrt(SEEDS)]
-    return out
 
 
 @pytest.mark.parametrize("family,scheme", [("gpt2", "dslm"), ("llama", "dslm"), ("gpt2", "xavier")])
@@ -47,7 +25,7 @@ def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(famil
     """Every layer's forward and gradient variance of the re-initialised Hugging Face model, rescaled by the fold's
     c_l² (module :mod:`sigprop.fix.apply_init`), agrees with sigprop's model of the mapped config under the scheme (8
     seeds each, within Z standard errors): a wrong standard deviation or fold factor fails it."""
-    hf_config = CONFIGS[family]()
+    hf_config = SMALL_LM_CONFIGS[family]()
     config = map_hf_config(hf_config).config.replace(seq_len=L, init=scheme, lam=None, beta=None)
     ids = torch.randint(5, config.vocab_size, (B, L), generator=torch.Generator().manual_seed(8))
     batch = sigprop.make_batch(config, ids)
@@ -55,13 +33,13 @@ def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(famil
     def hf_one(seed):
         model = CLASSES[family](hf_config)
         sigprop.apply_init(model, scheme, generator=torch.Generator().manual_seed(seed))
-        return _layer_stats(sigprop.measure(model, batch), config.n_layers)
+        return layer_stats(sigprop.measure(model, batch), config.n_layers)
 
     def ours_one(seed):
         model = Transformer(config, generator=torch.Generator().manual_seed(100 + seed))
-        return _layer_stats(sigprop.measure(model, batch), config.n_layers)
+        return layer_stats(sigprop.measure(model, batch), config.n_layers)
 
-    hf, ours = _seed_mean(hf_one), _seed_mean(ours_one)
+    hf, ours = seed_mean(hf_one), seed_mean(ours_one)
     plan = sigprop.make_plan(config)  # the folded stream is sigprop's / c_l, c_l = Π λ up to layer l
     c2 = torch.tensor(plan.lam["attn"] ** 2 * plan.lam["ffn"] ** 2, dtype=torch.float64).cumprod(0)
     hf = [hf[0] * c2, hf[1] * c2, hf[2] / c2, hf[3] / c2]
@@ -74,7 +52,7 @@ def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(famil
 def test_the_fold_is_applied():
     """DeepScaleLM at 4 layers: the FFN output projection of the last layer carries β/Πλ = √(1/2)/(1/2)⁴ = 11.3
     times the scheme's standard deviation."""
-    model = transformers.GPT2LMHeadModel(CONFIGS["gpt2"]())
+    model = transformers.GPT2LMHeadModel(SMALL_LM_CONFIGS["gpt2"]())
     sigprop.apply_init(model, "dslm", generator=torch.Generator().manual_seed(0))
     config = map_hf_config(model).config.replace(init="dslm", lam=None, beta=None)
     std = sigprop.make_plan(config).std("w2", 3)
@@ -83,7 +61,7 @@ def test_the_fold_is_applied():
 
 
 def test_sigprop_model_and_errors():
-    config = map_hf_config(CONFIGS["gpt2"]()).config.replace(lam=None, beta=None, init="xavier")
+    config = map_hf_config(SMALL_LM_CONFIGS["gpt2"]()).config.replace(lam=None, beta=None, init="xavier")
     model = sigprop.apply_init(Transformer(config), "dslm", generator=torch.Generator().manual_seed(0))
     assert model.config.init == "dslm" and model.plan.scheme == "dslm"
     assert float(model.layers[0].attn.lam) == pytest.approx(math.sqrt(0.5))

@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 import sigprop  # noqa: E402
 from sigprop.hf.config_map import map_hf_config  # noqa: E402
 from sigprop.model.transformer import Transformer  # noqa: E402
+from tests.hf.measured import SMALL_LM_CONFIGS, B, L, layer_stats, seed_mean  # noqa: E402
 
 
 def _matrix_elements(model, skip=()) -> int:
@@ -102,38 +103,16 @@ def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path)
 # measured through sigprop: Hugging Face models against sigprop's model of the mapped config, and the prediction
 # ----------------------------------------------------------------------------------------------------------------
 
-MEASURED = {
-    "gpt2": lambda: transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64, vocab_size=211,
-                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-    "llama": lambda: transformers.LlamaConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
-                                              num_key_value_heads=2, intermediate_size=256,
-                                              max_position_embeddings=64, vocab_size=211),
-}
-SEEDS, B, L = 8, 4, 32
 
 
-def _layer_stats(profile, n_layers):
-    rows = {(r.layer, r.site): r for r in profile.rows}
-    return (torch.tensor([rows[(i, "layer")].fwd_var for i in range(n_layers)], dtype=torch.float64),
-            torch.tensor([rows[(i, "layer")].grad_var for i in range(n_layers)], dtype=torch.float64))
-
-
-def _seed_mean(measure_one):
-    runs = [measure_one(s) for s in range(SEEDS)]
-    fwd = torch.stack([r[0] for r in runs])
-    grad = torch.stack([r[1] for r in runs])
-    se = lambda t: t.std(0) / math.sqrt(SEEDS)  # noqa: E731
-    return fwd.mean(0), se(fwd), grad.mean(0), se(grad)
-
-
-@pytest.mark.parametrize("family", list(MEASURED))
+@pytest.mark.parametrize("family", list(SMALL_LM_CONFIGS))
 def test_hf_model_measures_like_the_mapped_sigprop_model(family):
     """Every layer's forward and gradient variance of the Hugging Face model, measured through sigprop with padding
     excluded, agrees with sigprop's own model of the mapped config (both over 8 seeds, within Z standard errors):
     the mapping and the hooks describe the same network in law."""
     from tests.helpers import Z
 
-    hf_config = MEASURED[family]()
+    hf_config = SMALL_LM_CONFIGS[family]()
     config = map_hf_config(hf_config).config.replace(seq_len=L)
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(5, config.vocab_size, (B, L), generator=gen)
@@ -145,27 +124,27 @@ def test_hf_model_measures_like_the_mapped_sigprop_model(family):
 
     def hf_one(seed):
         torch.manual_seed(seed)
-        return _layer_stats(sigprop.measure(hf_class(hf_config), batch), config.n_layers)
+        return layer_stats(sigprop.measure(hf_class(hf_config), batch), config.n_layers)
 
     def ours_one(seed):
         model = Transformer(config, generator=torch.Generator().manual_seed(100 + seed))
-        return _layer_stats(sigprop.measure(model, batch), config.n_layers)
+        return layer_stats(sigprop.measure(model, batch), config.n_layers)
 
-    hf, ours = _seed_mean(hf_one), _seed_mean(ours_one)
+    hf, ours = seed_mean(hf_one), seed_mean(ours_one)
     for k, what in ((0, "forward variance"), (2, "gradient variance")):
         gap = (hf[k] - ours[k]).abs()
         tol = Z * torch.sqrt(hf[k + 1] ** 2 + ours[k + 1] ** 2)
         assert bool((gap <= tol).all()), (family, what, hf[k], ours[k], tol)
 
 
-@pytest.mark.parametrize("family", list(MEASURED))
+@pytest.mark.parametrize("family", list(SMALL_LM_CONFIGS))
 def test_hf_model_against_the_prediction_of_the_mapped_config(family):
     """sigprop's prediction for the mapped config (token-resolved, from the batch's own ids and labels) against the
     Hugging Face model measured over 8 seeds: every layer's forward and gradient variance within 5% plus Z standard
     errors (the theory's finite-width error at d = 128 is ~1%, docs/accuracy.md)."""
     from tests.helpers import Z
 
-    hf_config = MEASURED[family]()
+    hf_config = SMALL_LM_CONFIGS[family]()
     config = map_hf_config(hf_config).config.replace(seq_len=L)
     ids = torch.randint(5, config.vocab_size, (B, L), generator=torch.Generator().manual_seed(8))
     batch = sigprop.make_batch(config, ids)
@@ -173,10 +152,10 @@ def test_hf_model_against_the_prediction_of_the_mapped_config(family):
 
     def hf_one(seed):
         torch.manual_seed(seed)
-        return _layer_stats(sigprop.measure(hf_class(hf_config), batch), config.n_layers)
+        return layer_stats(sigprop.measure(hf_class(hf_config), batch), config.n_layers)
 
-    fwd, fwd_se, grad, grad_se = _seed_mean(hf_one)
+    fwd, fwd_se, grad, grad_se = seed_mean(hf_one)
     pred = sigprop.predict(config, token_ids=ids, labels=batch["labels"], batch_size=B)
-    p_fwd, p_grad = _layer_stats(pred, config.n_layers)
+    p_fwd, p_grad = layer_stats(pred, config.n_layers)
     assert bool(((p_fwd - fwd).abs() <= 0.05 * fwd + Z * fwd_se).all()), (family, p_fwd, fwd, fwd_se)
     assert bool(((p_grad - grad).abs() <= 0.05 * grad + Z * grad_se).all()), (family, p_grad, grad, grad_se)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fold import branch_scales
+from .fold import plan_branch_scales
 
 __all__ = ["apply_init"]
 
@@ -63,11 +63,11 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
 def _hf_plan(model, scheme: str):
     """The mapped config under ``scheme`` (without the mapping's residual scales), its plan and the fold factors."""
     from ..hf.config_map import map_hf_config
-    from ..model.transformer import Transformer, plan_for
+    from ..model.transformer import plan_for
 
     config = map_hf_config(model).config.replace(init=scheme, lam=None, beta=None)
     plan = plan_for(config)
-    return config, plan, branch_scales(Transformer(config, plan=plan, sample=False))
+    return config, plan, plan_branch_scales(config, plan)
 
 
 class _Drawer:

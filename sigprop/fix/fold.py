@@ -11,21 +11,23 @@ matrix; the final norm removes the remaining c_N, and the head's output scale s 
 weight and bias. Post-LN, x_{l+1} = Norm(λ_l x_l + β_l f_l(x_l)) = Norm(x_l + (β_l/λ_l) f_l(x_l)): the factor is
 β_l/λ_l, and s multiplies the last norm's affine parameters.
 
-:func:`branch_scales` gives the factor of every branch, in the order the layers apply them.
+:func:`branch_scales` gives the factor of every branch of a model, in the order the layers apply them;
+:func:`plan_branch_scales` the same from an init plan.
 """
 
 from __future__ import annotations
 
 from ..components.residual import Residual
 
-__all__ = ["branch_scales"]
+__all__ = ["branch_scales", "fold_factors", "plan_branch_scales"]
 
 
-def branch_scales(model) -> list[dict[str, float]]:
-    """Per layer, {site: factor} (site "attn", "ffn"): the number that multiplies the branch's output projection in
-    the folded model (module docstring). ``ValueError`` for a model without norms (nothing absorbs the scales) or an
-    encoder–decoder (not folded here)."""
-    c = model.config
+def fold_factors(config, layer_scales) -> list[dict[str, float]]:
+    """Per layer, {site: factor}: the number that multiplies each branch's output projection in the folded model
+    (module docstring), from ``layer_scales``, per layer {site: (λ, β)} in the order the layer applies its branches.
+    ``ValueError`` for a model without norms (nothing absorbs the scales), an encoder–decoder (not folded here) or a
+    branch without a skip (λ = 0)."""
+    c = config
     if c.norm_position not in ("pre", "post") or c.norm == "none":
         raise ValueError("folding needs a norm after (Post-LN) or before every branch and a final norm (Pre-LN): "
                          f"this model has norm_position={c.norm_position!r}, norm={c.norm!r}")
@@ -34,15 +36,12 @@ def branch_scales(model) -> list[dict[str, float]]:
     if c.norm_position == "pre" and not c.has_final_norm:
         raise ValueError("a Pre-LN model folds into a vanilla one only with its final norm (final_norm=True)")
     running, out = 1.0, []
-    for layer in model.all_layers():
+    for index, scales in enumerate(layer_scales):
         factors = {}
-        for name, child in layer.named_children():
-            if not isinstance(child, Residual):
-                continue
-            lam, beta = (float(v) for v in child.scales())
+        for name, (lam, beta) in scales.items():
             if lam == 0.0:
-                raise ValueError(f"layer {layer.index}, {name}: λ = 0 (no skip connection, e.g. DeepScaleLM at "
-                                 "N = 2) has no fold: the branch replaces the stream")
+                raise ValueError(f"layer {index}, {name}: λ = 0 (no skip connection, e.g. DeepScaleLM at N = 2) has "
+                                 "no fold: the branch replaces the stream")
             if c.norm_position == "pre":
                 running *= lam
                 factors[name] = beta / running
@@ -50,3 +49,17 @@ def branch_scales(model) -> list[dict[str, float]]:
                 factors[name] = beta / lam
         out.append(factors)
     return out
+
+
+def branch_scales(model) -> list[dict[str, float]]:
+    """:func:`fold_factors` of a sigprop model's own λ and β (a learnt β included), layer by layer."""
+    return fold_factors(model.config, [{name: tuple(float(v) for v in child.scales())
+                                        for name, child in layer.named_children() if isinstance(child, Residual)}
+                                       for layer in model.all_layers()])
+
+
+def plan_branch_scales(config, plan) -> list[dict[str, float]]:
+    """:func:`fold_factors` of the λ and β an init plan gives a model of ``config`` (no model built); an encoder or
+    decoder's layers each apply "attn" then "ffn"."""
+    return fold_factors(config, [{site: plan.scales(site, i) for site in ("attn", "ffn")}
+                                 for i in range(config.total_layers)])

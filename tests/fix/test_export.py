@@ -11,9 +11,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from sigprop.fix.export import export_hf  # noqa: E402
-from sigprop.fix.fold import branch_scales  # noqa: E402
+from sigprop.fix.fold import branch_scales, plan_branch_scales  # noqa: E402
 from sigprop.model.config import TransformerConfig  # noqa: E402
-from sigprop.model.transformer import Transformer  # noqa: E402
+from sigprop.model.transformer import Transformer, plan_for  # noqa: E402
 
 BASE = dict(arch="decoder", n_layers=6, d_model=64, n_heads=4, vocab_size=97, max_len=32, seq_len=32, dropout=0.0)
 
@@ -80,6 +80,22 @@ def test_branch_scales_fold_lambda_into_the_output_projections():
     assert scales[-1]["ffn"] == pytest.approx(math.sqrt(beta2) / lam ** (2 * config.n_layers))
     post = Transformer(config.replace(norm_position="post"), sample=False)
     assert branch_scales(post)[3]["ffn"] == pytest.approx(math.sqrt(beta2) / lam)
+
+
+@pytest.mark.parametrize("fields", [dict(init="dslm"), dict(init="dslm", norm_position="post"),
+                                    dict(init="auto", arch="encoder", activation="swiglu", norm="rmsnorm")])
+def test_the_plan_s_fold_factors_are_the_built_model_s(fields):
+    """What ``apply_init`` folds into a Hugging Face model without building sigprop's (the plan's λ, β in float64) is
+    what the model built from that plan carries, up to its float32 buffers: each λ and β rounded by ≤ 2⁻²⁴ relative,
+    and a Pre-LN factor β_l/Π λ_j compounds at most 2N + 1 of those roundings."""
+    config = TransformerConfig(**{**BASE, **fields})
+    plan = plan_for(config)
+    from_plan = plan_branch_scales(config, plan)
+    from_model = branch_scales(Transformer(config, plan=plan, sample=False))
+    rel = (2 * config.n_layers + 1) * 2.0 ** -24
+    assert [list(f) for f in from_plan] == [list(f) for f in from_model]
+    for ours, theirs in zip(from_plan, from_model, strict=True):
+        assert ours == pytest.approx(theirs, rel=rel, abs=0.0)
 
 
 def test_export_refuses_what_gpt2_cannot_hold(tmp_path):

@@ -52,6 +52,7 @@ class QuantitySummary:
     within_2se: float = float("nan")
     median_z: float = float("nan")
     r2_noise_ceiling: float = float("nan")
+    median_rel_se: float = float("nan")  # the measurement's own standard error relative to it, median over rows
 
     def to_dict(self) -> dict:
         return finite_or_null(dict(self.__dict__))
@@ -80,13 +81,14 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
     has_se = np.isfinite(e) & (e > 0)
     z = abs_err[has_se] / e[has_se]
     within, median_z = (float(np.mean(z <= 2.0)), float(np.median(z))) if z.size else (nan, nan)
+    rel_se = float(np.median(e[has_se] / np.abs(m[has_se]))) if z.size and bool(np.all(m[has_se] != 0)) else nan
     ceiling = nan
     if not np.isnan(r2) and bool(np.all(has_se)):
         noise = e / m if use_log else e  # d log m = dm / m
         ceiling = 1.0 - float(np.sum(noise ** 2)) / ss_tot
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
-                           use_log, within, median_z, ceiling)
+                           use_log, within, median_z, ceiling, rel_se)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def doctor_command(
     law, rank collapse; recommend a fix (DeepScaleLM, Kedia et al. Sec. 3.5; dropout against rank collapse) and show
     the fixed model's predicted and measured profile beside the current one. The hint speaks the model's language:
     `sigprop.apply_init(model, "dslm")` for a Hugging Face model, `--set init=dslm` for a sigprop config or run."""
-    from ..analysis.doctor import doctor
+    from ..analysis.doctor import agreement_text, doctor
     from ..core.jsonio import write_json_atomic
     from ..core.outputs import check_output_path
     from ..report.doctor import resolve_model, write_doctor_html
@@ -61,8 +61,8 @@ def doctor_command(
             for check in report.fixed_checks:
                 console.print(f"    {check.name}: {check.message}")
     for which, errors in report.agreement.items():
-        text = ", ".join(f"{q} {100 * v:.2f}%" for q, v in errors.items())
-        console.print(f"theory vs measurement ({which}, median relative error): {text}")
+        console.print(f"theory vs measurement ({which}, median relative error; noise: the measurement's own "
+                      f"relative SE): {agreement_text(errors, report.noise.get(which, {}))}")
     if json_path is not None:
         console.print(f"JSON: {write_json_atomic(json_path, report.to_dict())}")
     if html_path is not None:

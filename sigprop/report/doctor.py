@@ -72,9 +72,14 @@ def _findings(diagnosis, checks=()) -> str:
     return f"<table><tr><th></th><th>finding ({html.escape(diagnosis.kind)})</th></tr>{rows}</table>"
 
 
-def _agreement(errors: dict) -> str:
-    rows = "".join(f"<tr><td>{html.escape(q)}</td><td>{100 * v:.2f}%</td></tr>" for q, v in errors.items())
-    return f"<table><tr><th>quantity</th><th>median relative error, theory vs measurement</th></tr>{rows}</table>"
+def _agreement(errors: dict, noise: dict) -> str:
+    def cell(v):
+        return f"{100 * v:.2f}%" if v is not None and v == v else "–"
+    rows = "".join(f"<tr><td>{html.escape(q)}</td><td>{cell(v)}</td><td>{cell(noise.get(q))}</td></tr>"
+                   for q, v in errors.items())
+    return ("<table><tr><th>quantity</th><th>median relative error, theory vs measurement</th>"
+            "<th>the measurement's median relative standard error (noise alone gives ~0.67× it)</th></tr>"
+            f"{rows}</table>")
 
 
 def write_doctor_html(report, path, name: str) -> Path:
@@ -102,11 +107,11 @@ def write_doctor_html(report, path, name: str) -> Path:
         parts.append("<h2>Recommendation</h2><p>None needed.</p>")
     parts += ["<h2>The current model</h2>", _figure(report.predicted, report.measured, f"{name}: current")]
     if report.agreement.get("current"):
-        parts.append(_agreement(report.agreement["current"]))
+        parts.append(_agreement(report.agreement["current"], report.noise.get("current", {})))
     if report.fixed_predicted is not None:
         parts += ["<h2>The fixed model</h2>", _figure(report.fixed_predicted, report.fixed_measured, f"{name}: fixed")]
         if report.agreement.get("fixed"):
-            parts.append(_agreement(report.agreement["fixed"]))
+            parts.append(_agreement(report.agreement["fixed"], report.noise.get("fixed", {})))
     parts.append("<p>Lines: theory; points: measurement (±1 standard error over seeds). Written by sigprop.</p>"
                  "</body></html>")
     return write_text_atomic(path, "\n".join(parts))

@@ -18,9 +18,34 @@ def test_share_within_two_standard_errors_and_median_z():
     assert s.median_z == pytest.approx(1.0, rel=1e-12)
 
 
+def test_the_measurement_s_relative_standard_error():
+    s = summarise("fwd_var", [1.0, 1.0, 1.0], [2.0, 0.5, 1.0], [0.1, 0.1, 0.3])
+    assert s.median_rel_se == pytest.approx(float(np.median([0.05, 0.2, 0.3])), rel=1e-12)
+
+
+def test_noise_alone_gives_a_median_relative_error_of_0_67_relative_standard_errors():
+    """Monte Carlo: an exact theory against measurements m = μ(1 + σ·N(0, 1)) (σ = 2%): median relative error over
+    median relative SE → the median of |N(0, 1)|, Φ⁻¹(3/4) = 0.6745 (what the doctor's "noise" column rests on); the
+    mean over K draws within Z standard errors of that mean."""
+    from scipy.stats import norm
+
+    from tests.helpers import Z
+
+    rng = np.random.default_rng(5)
+    rows, draws, sigma = 192, 200, 0.02
+    mu = np.exp(np.linspace(0.0, 3.0, rows))
+    ratios = []
+    for _ in range(draws):
+        meas = mu * (1.0 + sigma * rng.standard_normal(rows))
+        s = summarise("grad_var", mu, meas, sigma * meas)
+        ratios.append(s.median_rel / s.median_rel_se)
+    ratios = np.array(ratios)
+    assert abs(ratios.mean() - norm.ppf(0.75)) <= Z * ratios.std(ddof=1) / math.sqrt(draws)
+
+
 def test_without_standard_errors_the_se_numbers_are_undefined():
     s = summarise("fwd_var", [1.0, 2.0], [1.0, 2.1])
-    assert math.isnan(s.within_2se) and math.isnan(s.median_z)
+    assert math.isnan(s.within_2se) and math.isnan(s.median_z) and math.isnan(s.median_rel_se)
     assert s.to_dict()["within_2se"] is None
 
 

@@ -74,6 +74,9 @@ def test_measured_profiles_beside_the_theory():
     report = doctor(config, seeds=2)
     assert report.measured is not None and report.diagnosis.kind == "measured"
     assert set(report.agreement["current"]) == {"fwd_var", "fwd_corr", "grad_var", "grad_corr"}
+    noise = report.noise["current"]
+    assert set(noise) == set(report.agreement["current"])
+    assert noise["grad_var"] > 0 and noise["grad_corr"] > 0  # two seeds give an SE (a Post-LN fwd_var's may be 0)
     if report.recommendation is not None:
         assert report.fixed_measured is not None and "fixed" in report.agreement
 

@@ -185,7 +185,7 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
     same way. ``progress``: a :class:`~sigprop.core.progress.Progress` (or None)."""
     from ..core.progress import tasks
     from ..theory.predict import predict
-    from .experiment import compare_config, config_batch
+    from .experiment import batch_prediction, compare_config, config_batch
 
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
@@ -197,9 +197,13 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
         if seeds == 0:
             progress.task(f"predict the {what} model ({cfg.total_layers} layers)", None)
             return predict(cfg, batch_size=batch_size), None, {}, {}
-        progress.task(f"predict and measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", None)
         filled, batch = config_batch(cfg, batch_size, None, 0, False)
-        predicted, measured, comparison = compare_config(filled, batch, seeds)
+        prediction = batch_prediction(filled, batch)
+        predict_tick = progress.task(f"predict the {what} model ({cfg.total_layers} layers, forward and backward)",
+                                     prediction.steps())
+        measure_tick = progress.task(f"measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", seeds)
+        predicted, measured, comparison = compare_config(filled, batch, seeds, progress=measure_tick,
+                                                         predict_progress=predict_tick, prediction=prediction)
         return predicted, measured, *_median_errors(comparison)
 
     predicted, measured, errors, noise = look(config, "current")

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .outputs import check_output_path
+from .outputs import check_output_path, plain_mode
 
 __all__ = ["pyplot", "save_figure"]
 
@@ -36,6 +36,7 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120, crop: bool = False
         os.close(fd)
         try:
             fig.savefig(tmp, dpi=dpi, format="png", **({"bbox_inches": "tight"} if crop else {}))
+            plain_mode(tmp)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

@@ -9,6 +9,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .outputs import plain_mode
+
 __all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl"]
 
 
@@ -39,9 +41,7 @@ def write_text_atomic(path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

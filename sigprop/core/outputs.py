@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["check_output_path", "check_output_folder"]
+__all__ = ["check_output_path", "check_output_folder", "plain_mode"]
 
 
 def _writable_folder(folder: Path, what: str) -> None:
@@ -53,3 +53,12 @@ def check_output_folder(path, what: str) -> Path:
         raise ValueError(f"{what}: {path} is a file, not a folder")
     _writable_folder(path, what)
     return path
+
+
+def plain_mode(path, folder: bool = False) -> None:
+    """Give ``path`` the permissions a plain ``open`` (or ``mkdir``, with ``folder``) would have: 0o666 (0o777)
+    minus the umask. A temporary file or folder written and renamed into place (``mkstemp``, ``mkdtemp``) is
+    created 0o600 (0o700), which would leave an output unreadable to the user's group."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ..core.outputs import plain_mode
 from .corpus import corpus_files, default_max_bytes, read_texts
 
 __all__ = [
@@ -108,7 +109,7 @@ def atomic_write(path: Path, write: Callable, mode: str = "wb") -> bool:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache is ordinary readable data
+        plain_mode(tmp)  # mkstemp creates 0600; a cache is ordinary readable data
         os.replace(tmp, path)
         return True
     except OSError as exc:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.outputs import plain_mode
 from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
@@ -237,6 +238,7 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         hf_model.save_pretrained(tmp, safe_serialization=True)
+        plain_mode(tmp, folder=True)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..core.outputs import plain_mode
+
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "list_checkpoints", "FORMAT", "rng_state_tensors", "restore_rng"]
 
@@ -72,7 +74,7 @@ def _write_durable(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

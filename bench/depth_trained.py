@@ -77,10 +77,23 @@ def skip_shares(model, batch) -> tuple[float, float]:
     return share(seen["e"], float(np.prod(lams))), share(seen["x1"], float(np.prod(lams[first:])))
 
 
+_CORPORA: dict = {}
+
+
+def _corpus(config, train_config) -> TextData:
+    """The tokenised, split corpus of a run, read once for all runs whose batches it builds alike (same objective,
+    vocabulary, sequence length, data, split and seed; the shapes and rates differ)."""
+    key = (config.arch, config.vocab_size, config.seq_len, train_config.data, train_config.val_fraction,
+           train_config.seed)
+    if key not in _CORPORA:
+        _CORPORA[key] = TextData.from_corpus(config, train_config)
+    return _CORPORA[key]
+
+
 def measure_run(run_dir: Path) -> dict:
     """{"trained": summary, "init": summary} of one run (module docstring)."""
     config, train_config, path = newest_checkpoint(run_dir, "measure")
-    batch = TextData.from_corpus(config, train_config).val_batches(1, train_config.batch_size)[0]
+    batch = _corpus(config, train_config).val_batches(1, train_config.batch_size)[0]
     out = {}
     for which in ("init", "trained"):
         model = Transformer(config, generator=torch.Generator().manual_seed(0))

@@ -75,7 +75,7 @@ def _check(c, to: str) -> None:
     """``ValueError`` naming every field of config ``c`` that the ``to`` family cannot hold."""
     target = _TARGETS[to]
     wrong = [f"{field}={getattr(c, field)!r} ({target.label} needs {want!r})"
-             for field, want in (*target.wants[:1], *_EVERY_TARGET, *target.wants[1:]) if getattr(c, field) != want]
+             for field, want in (*target.wants, *_EVERY_TARGET) if getattr(c, field) != want]
     if c.activation not in ("gelu", "relu"):
         wrong.append(f"activation={c.activation!r} ({target.label} has gelu or relu)")
     if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:

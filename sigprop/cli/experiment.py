@@ -3,6 +3,7 @@ Parses, calls :func:`sigprop.experiments.run.run_experiment`, prints."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -56,13 +57,19 @@ def experiment_command(
     out: Annotated[Path, typer.Option(help="The experiment's folder (default experiments/NAME-SCALE); an "
                                       "interrupted experiment continues where it stopped.")] = None,
     workers: Annotated[int, typer.Option(help="Runs at a time (default: one single-thread run per CPU core, or "
-                                         "one per GPU).")] = None,
+                                         "one per GPU; on GPUs up to one per CPU core: small models "
+                                         "share a GPU well).")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     overrides: Overrides = None,
     train_overrides: Annotated[list[str], typer.Option("--train-set", help="Override a TrainConfig field of every "
                                                        "run, e.g. --train-set data=~/corpus.")] = None,
     runs_dir: Annotated[Path, typer.Option(help="For an experiment that evaluates another's trained models (fp8): "
-                                           "that experiment's folder (default experiments/SOURCE-SCALE).")] = None,
+                                           "that experiment's folder (default experiments/SOURCE-SCALE). For one "
+                                           "that trains: another experiment's folder, whose finished runs of "
+                                           "identical spec are copied in instead of trained again.")] = None,
+    models: Annotated[list[str], typer.Option("--model", help="Run only the models whose names match (shell-style "
+                                              "pattern, e.g. '*dslm pre-LN'; repeatable): their runs are the "
+                                              "same runs as in the whole experiment.")] = None,
     list_experiments: Annotated[bool, typer.Option("--list", help="List the experiments and their cost.")] = False,
 ) -> None:
     """Reproduce a training claim of the papers: every model at every learning rate of its grid, the best rate's
@@ -75,7 +82,8 @@ def experiment_command(
     from ..experiments.run import run_experiment
 
     result = run_experiment(name, scale, seeds, out, workers, device, overrides or (), train_overrides or (),
-                            say=_say, command=" ".join(["sigprop", *sys.argv[1:]]), runs_dir=runs_dir)
+                            say=_say, command=shlex.join(["sigprop", *sys.argv[1:]]), runs_dir=runs_dir,
+                            models=tuple(models or ()))
     for path in result.files:
         console.print(f"{path.suffix[1:]}: {path}", highlight=False)
     if result.stopped:

@@ -35,6 +35,16 @@ def _depth_models(shapes, heads, lrs, dslm_lrs, base_name=""):
 _CPU_TRAIN = dict(data="python", batch_size=32, warmup_steps=100, schedule="cosine", final_lr_fraction=0.1, clip=1.0,
                   weight_decay=0.01, eval_every=200, eval_batches=8, checkpoint_every=200, keep_checkpoints=1)
 
+# ``--scale gpu``: twice the CPU widths (~1.6 M non-embedding parameters; heads of 64, 64 and 32 dimensions) and four
+# times the batch, so that a run takes the CPU scale's ~1,900 steps to its 20 tokens per parameter (~31 M tokens):
+# the same optimisation, 16 times the tokens. Runs this small leave a GPU idle between kernel launches, so several
+# share one (``--workers``).
+_GPU_TRAIN = {**_CPU_TRAIN, "batch_size": 128}
+_GPU_NOTE = ("one GPU shared by several runs at a time (`--workers`); ~1.6 M non-embedding parameters per model (twice "
+             "the CPU widths), batches of 128 × 128 tokens, 20 tokens per parameter (~1,900 steps, as at the CPU "
+             "scale); `data=python` is the machine's own Python sources (~22 M tokens at a vocabulary of 2048 here), "
+             "seen about 1.4 times.")
+
 DEPTH = Experiment(
     name="depth",
     question="At a constant number of non-embedding parameters (N·d²), does a deep-thin DeepScaleLM model reach a "
@@ -50,13 +60,10 @@ DEPTH = Experiment(
                  "per parameter (the paper: ~40); attention heads of 32, 32 and 16 dimensions. A model whose best "
                  "rate sits at an edge of its grid tries up to three more rates past that edge."),
         "gpu": Scale(
-            models=_depth_models(((2, 512), (8, 256), (32, 128)), (8, 4, 4), (5e-4, 1e-3, 2e-3), (1e-3, 2e-3, 4e-3)),
-            base_model=dict(arch="decoder", vocab_size=8192, seq_len=256, max_len=256, dropout=0.0),
-            train={**_CPU_TRAIN, "batch_size": 64, "eval_every": 500, "checkpoint_every": 1000},
-            tokens_per_parameter=20.0, seeds=2, grid_extensions=2,
-            note="one GPU per run; ~6.3 M non-embedding parameters per model. The built-in corpus (~17 M tokens at a "
-                 "vocabulary of 8192) is seen ~7 times at 126 M tokens per run: results at this scale measure "
-                 "training under repetition."),
+            models=_depth_models(((2, 256), (8, 128), (32, 64)), (4, 2, 2), (1e-3, 2e-3, 4e-3), (2e-3, 4e-3, 8e-3)),
+            base_model=dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0),
+            train=_GPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
+            note=_GPU_NOTE),
         "paper": Scale(
             models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), (1e-4, 3e-4, 5e-4, 7e-4, 1e-3),
                                  (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)),
@@ -96,21 +103,33 @@ _CPU_BASE = dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, drop
 _CPU_NOTE = ("2 CPU cores, one single-thread run per core; 32 × 32 (two heads of 16) is the deepest shape of ~0.4 M "
              "non-embedding parameters; 20 tokens per parameter.")
 
+_DEEP_GPU = dict(n_layers=32, d_model=64, n_heads=2)  # the deepest shape of `depth` at --scale gpu
+
+
+def _divergence_models(deep: dict) -> tuple[ModelSpec, ...]:
+    """The Post-LN baselines at the deepest shape ``deep`` (Xavier; without warmup; with β² = 0.5) and DSLM with and
+    without warmup, each at 1e-3 and 4e-3: the rates bracket the baselines' best at that shape in `depth`."""
+    shape = f"{deep['n_layers']}x{deep['d_model']}"
+    post = dict(deep, norm_position="post")
+    return (ModelSpec(f"{shape} xavier post-LN", dict(post, init="xavier"), (1e-3, 4e-3)),
+            ModelSpec(f"{shape} xavier post-LN, no warmup", dict(post, init="xavier"), (1e-3, 4e-3),
+                      dict(warmup_steps=0)),
+            ModelSpec(f"{shape} xavier post-LN, beta^2=0.5", dict(post, init="xavier", **_residual(0.5)),
+                      (1e-3, 4e-3)),
+            ModelSpec(f"{shape} dslm post-LN", dict(post, init="dslm"), (1e-3, 4e-3)),
+            ModelSpec(f"{shape} dslm post-LN, no warmup", dict(post, init="dslm"), (1e-3, 4e-3),
+                      dict(warmup_steps=0)))
+
+
 DIVERGENCE = Experiment(
     name="divergence",
     question="At the deepest shape, which baselines fail (diverge, or stall at the unigram loss) where DeepScaleLM "
              "trains: Post-LN with Xavier, with and without warmup, and with β² = 0.5?",
     reference="Kedia et al. Sec. 4, Table 4 (Post-LN baselines diverging at 96 × 512 and 768 × 128) and Table 13",
-    scales={"cpu": Scale(
-        models=(ModelSpec("32x32 xavier post-LN", dict(_DEEP, norm_position="post", init="xavier"), (1e-3, 4e-3)),
-                ModelSpec("32x32 xavier post-LN, no warmup", dict(_DEEP, norm_position="post", init="xavier"),
-                          (1e-3, 4e-3), dict(warmup_steps=0)),
-                ModelSpec("32x32 xavier post-LN, beta^2=0.5", dict(_DEEP, norm_position="post", init="xavier",
-                                                                  **_residual(0.5)), (1e-3, 4e-3)),
-                ModelSpec("32x32 dslm post-LN", dict(_DEEP, norm_position="post", init="dslm"), (1e-3, 4e-3)),
-                ModelSpec("32x32 dslm post-LN, no warmup", dict(_DEEP, norm_position="post", init="dslm"),
-                          (1e-3, 4e-3), dict(warmup_steps=0))),
-        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
+    scales={"cpu": Scale(models=_divergence_models(_DEEP), base_model=_CPU_BASE, train=_CPU_TRAIN,
+                         tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE),
+            "gpu": Scale(models=_divergence_models(_DEEP_GPU), base_model=_CPU_BASE, train=_GPU_TRAIN,
+                         tokens_per_parameter=20.0, seeds=2, note=_GPU_NOTE)},
 )
 
 ABLATIONS = Experiment(

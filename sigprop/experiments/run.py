@@ -49,6 +49,23 @@ def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
 
 
+def _only(experiment, scale_name: str, patterns):
+    """The experiment with only the models whose names match one of ``patterns`` (shell-style, ``fnmatch``; none:
+    every model). Run ids do not change, so a later run of every model reuses these runs."""
+    from fnmatch import fnmatchcase
+
+    if not patterns:
+        return experiment
+    scale = experiment.scale(scale_name)
+    names = [m.name for m in scale.models]
+    for pattern in patterns:
+        if not any(fnmatchcase(n, pattern) for n in names):
+            raise ValueError(f"--model {pattern!r} matches no model of {experiment.name!r} at {scale_name} scale; "
+                             f"its models: {', '.join(names)}")
+    models = tuple(m for m in scale.models if any(fnmatchcase(m.name, p) for p in patterns))
+    return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models)})
+
+
 @contextlib.contextmanager
 def _folder_lock(folder: Path):
     """Hold an exclusive lock on ``folder`` (``.lock`` in it) for the duration: two invocations on one folder would
@@ -78,25 +95,30 @@ def _folder_lock(folder: Path):
 
 def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=None, workers: int | None = None,
                    device: str = "cpu", overrides=(), train_overrides=(), say=print,
-                   command: str = "", runs_dir=None) -> ExperimentResult:
+                   command: str = "", runs_dir=None, models=()) -> ExperimentResult:
     """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
     (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
-    finished before are skipped and interrupted ones resumed. ``ValueError`` on bad input, before any run.
+    finished before are skipped and interrupted ones resumed. ``models``: shell-style patterns; only the models
+    whose names match one are run (and tabled). ``ValueError`` on bad input, before any run.
 
     An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
-    ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``."""
+    ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``. For an
+    experiment that trains, ``runs_dir`` is another experiment's folder: its finished runs of identical spec (the
+    same run id, a digest of both configs) are copied into ``out`` instead of trained again (``divergence`` and
+    ``depth`` share their Post-LN runs at the deepest shape). With ``device="cuda"`` and more ``workers`` than GPUs,
+    the runs share the GPUs in turn (small models leave a GPU mostly idle between kernel launches)."""
     experiment = get_experiment(name)
     if experiment.runs_from is not None:
+        if models:
+            raise ValueError(f"--model selects models of an experiment that trains; {name!r} evaluates "
+                             f"{experiment.runs_from!r}'s")
         return _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say,
                                command, runs_dir)
-    if runs_dir is not None:
-        raise ValueError(f"--runs-dir is for the experiments that evaluate another's runs; {name!r} trains its own "
-                         "(give --out)")
     if scale == "paper":
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
-    experiment = _with_overrides(experiment, scale, overrides, train_overrides)
+    experiment = _only(_with_overrides(experiment, scale, overrides, train_overrides), scale, models)
     spec = experiment.scale(scale)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu or cuda (got {device!r})")
@@ -109,15 +131,26 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     else:
         available = os.cpu_count() or 1
     workers = available if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= max(available, 1) * 4:
-        raise ValueError(f"--workers must be an integer in [1, {max(available, 1) * 4}] (got {workers!r})")
+    # a run needs a CPU core to feed it: on GPUs, as many runs as cores (small models share a GPU well)
+    most = max(available, 1) * 4 if device == "cpu" else max(available, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:
+        raise ValueError(f"--workers must be an integer in [1, {most}] (got {workers!r})")
     out = check_output_folder(Path(out) if out is not None else Path("experiments") / f"{name}-{scale}", "--out")
+    if runs_dir is not None:
+        runs_dir = Path(runs_dir)
+        if not runs_dir.is_dir():
+            raise ValueError(f"--runs-dir {runs_dir}: no such folder")
+        if runs_dir.resolve() == out.resolve():
+            raise ValueError("--runs-dir must differ from --out: it is another experiment's folder to reuse runs from")
     tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
+    gpus = available if device == "cuda" else 1
     with _folder_lock(out):
-        return _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning)
+        return _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning,
+                      dict(gpus=gpus, reuse=runs_dir))
 
 
-def _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning) -> ExperimentResult:
+def _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning,
+           placement: dict) -> ExperimentResult:
     params = {m.name: non_embedding_parameters(_config(spec, m)) for m in spec.models}
     tokens = {}
     for run in tuning:
@@ -138,16 +171,16 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
             cache[key] = unigram_loss(run.model_config, run.train_config)
         unigram[run.model_name] = cache[key]
     margin = experiment.stall_margin
-    results, stopped = execute(tuning, out, workers, device, unigram, margin, say)
+    results, stopped = execute(tuning, out, workers, device, unigram, margin, say, **placement)
     while not stopped and (extra := edge_rates(spec, results)):
         say("best rate at the edge of the grid tried: " + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in
                                                                     extra.items()))
         more, stopped = execute(plan_runs(experiment, scale, seeds, extra_lrs=extra), out, workers, device, unigram,
-                                margin, say)
+                                margin, say, **placement)
         results = results + more
     if not stopped:
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
-        more, stopped = execute(rest, out, workers, device, unigram, margin, say)
+        more, stopped = execute(rest, out, workers, device, unigram, margin, say, **placement)
         results = results + more
     summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
     files = write_summary(summary, out, results)

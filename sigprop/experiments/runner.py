@@ -18,6 +18,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,7 +135,15 @@ class _Launched:
         self.spec, self.proc, self.log, self.started = spec, proc, log, started
 
 
-def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
+def _gpu_for(slot: int, gpus: int) -> str:
+    """The GPU of the ``slot``-th run at a time: GPU ``slot mod gpus`` (more runs than GPUs share them in turn),
+    counted among those this process may see (an inherited ``CUDA_VISIBLE_DEVICES`` is respected)."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    index = slot % max(gpus, 1)
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _launch(spec: RunSpec, out: Path, device: str, slot: int, gpus: int = 1) -> _Launched:
     run_dir = out / spec.run_id
     specs = out / "specs"
     specs.mkdir(parents=True, exist_ok=True)
@@ -148,7 +157,7 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
     if device == "cpu":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     else:
-        env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        env["CUDA_VISIBLE_DEVICES"] = _gpu_for(slot, gpus)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / f"{spec.run_id}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed when the run ends
@@ -157,20 +166,39 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int) -> _Launched:
     return _Launched(spec, proc, log, time.perf_counter())
 
 
+def _reuse(spec: RunSpec, out: Path, reuse: Path | None) -> dict | None:
+    """The fate of ``spec``'s run finished in folder ``reuse`` (another experiment's: a run id is a digest of the
+    whole spec, so the same id is the same run), copied into ``out`` whole (checkpoints too); None if there is none
+    or ``out`` already holds a start of the run (resumed there instead)."""
+    if reuse is None or (out / spec.run_id).exists() or _fate_of(reuse / spec.run_id) is None:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / f".{spec.run_id}.copying"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(reuse / spec.run_id, partial)
+    partial.rename(out / spec.run_id)  # whole or not at all: an interrupted copy leaves only the hidden folder
+    return _fate_of(out / spec.run_id)
+
+
 def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
-            say=print, watch=None) -> tuple[list[RunResult], bool]:
+            say=print, watch=None, gpus: int = 1, reuse=None) -> tuple[list[RunResult], bool]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
     those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
     ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
-    progress from their run directories)."""
+    progress from their run directories). On CUDA, run ``k`` of those at once gets GPU ``k mod gpus``. ``reuse``:
+    another experiment's folder whose finished runs of identical spec are copied in instead of trained again."""
     out = Path(out)
-    results, todo = {}, []
+    results, todo, reused = {}, [], 0
     for spec in runs:
         known = _fate_of(out / spec.run_id)
+        if known is None and (known := _reuse(spec, out, None if reuse is None else Path(reuse))) is not None:
+            reused += 1
         if known is not None:
             results[spec.run_id] = _result_from(known)
         else:
             todo.append(spec)
+    if reused:
+        say(f"{reused} finished run(s) of identical spec copied from {reuse}")
     if len(results):
         say(f"{len(results)} of {len(runs)} runs already finished; {len(todo)} to run")
     stop = {"signal": None}
@@ -186,7 +214,7 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
             free = [slot for slot in range(workers) if slot not in running]
             while todo and free and stop["signal"] is None:
                 spec, slot = todo.pop(0), free.pop(0)
-                running[slot] = _launch(spec, out, device, slot)
+                running[slot] = _launch(spec, out, device, slot, gpus)
                 say(f"start {spec.run_id}")
             time.sleep(0.2)
             if watch is not None and time.perf_counter() - watched >= 1.0:

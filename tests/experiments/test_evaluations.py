@@ -46,8 +46,11 @@ def test_fp8_evaluates_the_source_s_best_runs_and_reuses_them(tiny_fp8, tmp_path
 def test_fp8_refuses_its_table_over_the_source_s(tiny_fp8, tmp_path):
     with pytest.raises(ValueError, match="must differ"):
         run_experiment("tiny-fp8", out=tmp_path / "x", runs_dir=tmp_path / "x")
-    with pytest.raises(ValueError, match="--runs-dir is for"):
+    with pytest.raises(ValueError, match="no such folder"):
         run_experiment("tiny", out=tmp_path / "y", runs_dir=tmp_path / "z")
+    (tmp_path / "y").mkdir()
+    with pytest.raises(ValueError, match="must differ"):
+        run_experiment("tiny", out=tmp_path / "y", runs_dir=tmp_path / "y")
 
 
 def test_a_folder_in_use_is_refused(tiny_fp8, tmp_path):

@@ -143,6 +143,8 @@ def test_runs_stop_when_the_runner_is_killed(corpus, tmp_path):
     (["experiment", "smoke", "--device", "tpu"], "--device"),
     (["experiment", "smoke", "--set", "n_layers=0"], "n_layers"),
     (["experiment", "smoke", "--train-set", "lr=-1"], "lr"),
+    (["experiment", "smoke", "--model", "nope*"], "matches no model"),
+    (["experiment", "fp8", "--model", "*"], "--model selects"),
 ])
 def test_bad_input_is_refused_before_any_run(tmp_path, args, needle):
     refused([*args, "--out", str(tmp_path / "e")], needle)
@@ -203,3 +205,56 @@ def test_the_extended_rates_are_tuning_runs_of_their_own(corpus):
     extra = plan_runs(e, "cpu", extra_lrs={"2x16": (2e-2,)})
     assert [(r.seed, r.lr, r.tuning) for r in extra] == [(0, 2e-2, True)]
     assert extra[0].run_id not in {r.run_id for r in plan_runs(e, "cpu")}
+
+
+def test_finished_runs_of_identical_spec_are_copied_from_another_experiment(tiny, tmp_path):
+    """``--runs-dir`` for an experiment that trains: a run finished in the other folder under the same id (a digest
+    of both configs) is copied in whole, not trained again; a run that other folder lacks is trained."""
+    tiny()
+    first = run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    tiny(lrs=(3e-3, 1e-2, 3e-2))  # one more rate: the two shared runs are reused, the new one trained
+    said = []
+    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "a", say=said.append)
+    started = [line for line in said if line.startswith("start")]
+    assert any("copied from" in line for line in said)
+    shared = {r["run_id"] for r in first.summary["runs"]}
+    assert not any(run_id in line for line in started for run_id in shared)
+    assert any("lr0.03-" in line for line in started)
+    for run_id in shared & {r["run_id"] for r in second.summary["runs"]}:
+        fate = run_id + "/fate.json"
+        assert (tmp_path / "b" / fate).read_bytes() == (tmp_path / "a" / fate).read_bytes()
+        assert list((tmp_path / "b" / run_id).glob("ckpt-*.safetensors"))  # whole: checkpoints too (for fp8)
+    assert not list((tmp_path / "b").glob(".*.copying"))
+
+
+def test_runs_share_the_gpus_in_turn(monkeypatch):
+    from sigprop.experiments.runner import _gpu_for
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [_gpu_for(k, 1) for k in range(3)] == ["0", "0", "0"]
+    assert [_gpu_for(k, 2) for k in range(4)] == ["0", "1", "0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the GPUs this process was given, in their order
+    assert [_gpu_for(k, 2) for k in range(3)] == ["3", "5", "3"]
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_divergence_shares_its_post_ln_runs_with_depth(scale):
+    """The Post-LN Xavier and DSLM runs at the deepest shape are the same runs in both experiments (same ids), so
+    ``divergence --runs-dir <depth's folder>`` reuses them."""
+    depth = {r.run_id for r in plan_runs(catalog.get_experiment("depth"), scale)}
+    divergence = {r.run_id for r in plan_runs(catalog.get_experiment("divergence"), scale)}
+    shared = depth & divergence
+    assert len(shared) == 3 and all("post-LN-lr" in run_id for run_id in shared)
+
+
+def test_model_patterns_select_models_whose_runs_keep_their_ids():
+    from sigprop.experiments.run import _only
+
+    depth = catalog.get_experiment("depth")
+    chosen = _only(depth, "gpu", ["2x256 xavier *", "*dslm pre-LN"])
+    names = [m.name for m in chosen.scale("gpu").models]
+    assert sorted(names) == ["2x256 xavier post-LN", "2x256 xavier pre-LN", "32x64 dslm pre-LN", "8x128 dslm pre-LN"]
+    every = {r.run_id for r in plan_runs(depth, "gpu")}
+    some = {r.run_id for r in plan_runs(chosen, "gpu")}
+    assert some < every and len(some) == 3 * len(names)
+    assert chosen.scale("cpu") == depth.scale("cpu")  # the other scales untouched

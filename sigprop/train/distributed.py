@@ -53,8 +53,8 @@ def join_world(device: str | None = None) -> World:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"--device {name}: CUDA is not available on this machine")
-        if size > 1:
-            dev = torch.device("cuda", local)
+        # an index always: torch.cuda.set_device refuses a bare "cuda" (torch 2.11)
+        dev = torch.device("cuda", local if size > 1 else (dev.index if dev.index is not None else 0))
         if (dev.index or 0) >= torch.cuda.device_count():
             raise ValueError(f"--device {dev}: this machine has {torch.cuda.device_count()} GPU(s)")
         torch.cuda.set_device(dev)

@@ -29,7 +29,8 @@ def _list() -> None:
     from ..experiments.catalog import EXPERIMENTS
     from ..experiments.run import estimate
 
-    table = Table(title="experiments (cost: runs, tokens, and on a CPU single-thread core-hours, roughly)",
+    table = Table(title="experiments (cost: runs, tokens, and roughly: single-thread CPU core-hours, minutes of one "
+                        "H200 shared by ten runs)",
                   title_justify="left")
     for col in ("experiment", "question", "cpu", "gpu", "paper"):
         table.add_column(col)
@@ -43,7 +44,8 @@ def _list() -> None:
             if est.get("evaluates"):
                 cells.append(f"evaluates the {est['evaluates']} runs (trains them if missing)")
                 continue
-            hours = f", ~{est['cpu_core_hours']:.2g} core-h" if scale == "cpu" else ""
+            hours = (f", ~{est['cpu_core_hours']:.2g} core-h" if scale == "cpu" else
+                     f", ~{est['h200_minutes']:.0f} H200-min" if scale == "gpu" else "")
             cells.append(f"{est['runs']} runs, {est['tokens']:.2g} tokens{hours}")
         table.add_row(name, e.question, *cells)
     console.print(table)

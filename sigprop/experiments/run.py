@@ -21,6 +21,10 @@ __all__ = ["ExperimentResult", "run_experiment", "estimate"]
 #: Tokens per second of one single-thread CPU run, per million (non-embedding + embedding) parameters: a rough
 #: rate for the cost estimate of ``--list`` (measured here: ~12 k tokens/s at 0.4 M + 0.26 M parameters).
 _CPU_TOKENS_PER_S_AT_1M = 8_000.0
+#: Tokens per second of one NVIDIA H200 shared by ten runs of ~1.6 M non-embedding parameters (``depth`` and
+#: ``divergence`` at ``--scale gpu``; measured: 20 runs of 31.5 M tokens finished in 451 s, five more stopped part-way
+#: not counted): a rough rate for the GPU-minutes of ``--list``.
+_H200_TOKENS_PER_S = 1.4e6
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,8 @@ def _fixed_tokens(scale, model: ModelSpec, config) -> float:
 
 def estimate(name: str, scale: str) -> dict:
     """The size of experiment ``name`` at ``scale``: models, runs (tuning + other seeds), tokens, and on a CPU a
-    rough single-thread wall time (:data:`_CPU_TOKENS_PER_S_AT_1M`), for ``--list``."""
+    rough single-thread wall time (:data:`_CPU_TOKENS_PER_S_AT_1M`) and the minutes of one H200 running several
+    runs at once (:data:`_H200_TOKENS_PER_S`), for ``--list``."""
     from ..model.size import parameter_count
 
     experiment = get_experiment(name)
@@ -261,4 +266,5 @@ def estimate(name: str, scale: str) -> dict:
         rate = _CPU_TOKENS_PER_S_AT_1M / max(parameter_count(config) / 1e6, 1e-3)
         cpu_seconds += per_run * count / rate
     return {"models": len(spec.models), "runs": n_runs, "tokens": total_tokens,
-            "cpu_core_hours": cpu_seconds / 3600 if math.isfinite(cpu_seconds) else None}
+            "cpu_core_hours": cpu_seconds / 3600 if math.isfinite(cpu_seconds) else None,
+            "h200_minutes": total_tokens / _H200_TOKENS_PER_S / 60}

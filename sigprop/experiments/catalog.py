@@ -43,7 +43,7 @@ _GPU_TRAIN = {**_CPU_TRAIN, "batch_size": 128}
 _GPU_NOTE = ("one GPU shared by several runs at a time (`--workers`); ~1.6 M non-embedding parameters per model (twice "
              "the CPU widths), batches of 128 × 128 tokens, 20 tokens per parameter (~1,900 steps, as at the CPU "
              "scale); `data=python` is the machine's own Python sources (~22 M tokens at a vocabulary of 2048 here), "
-             "seen about 1.4 times.")
+             "seen about 1.5 times (H200: 21.2 M training tokens).")
 
 DEPTH = Experiment(
     name="depth",

@@ -53,8 +53,8 @@ def _list() -> None:
 
 def experiment_command(
     name: Annotated[str, typer.Argument(help="The experiment (see --list).")] = None,
-    scale: Annotated[str, typer.Option(help="cpu (this machine), gpu (one GPU per run) or paper (documented, not "
-                                       "run).")] = "cpu",
+    scale: Annotated[str, typer.Option(help="cpu (this machine), gpu (2× the widths, minutes on a GPU) or "
+                                       "paper (documented, not run).")] = "cpu",
     seeds: Annotated[int, typer.Option(help="Seeds per model at its best rate, >= 1 (default: the scale's).")] = None,
     out: Annotated[Path, typer.Option(help="The experiment's folder (default experiments/NAME-SCALE); an "
                                       "interrupted experiment continues where it stopped.")] = None,

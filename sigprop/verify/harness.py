@@ -127,9 +127,11 @@ def _groups(spec: ComponentSpec, params: dict, max_group, budget: Budget):
 
 def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_configs: int | None = None,
                   progress: Callable[[int], None] | None = None, max_group: int | None = None,
-                  replicates: int = 8) -> ComponentResult:
+                  replicates: int = 8, on_predicted: Callable[[], None] | None = None) -> ComponentResult:
     """Sweep one component. ``progress(k)`` is called after every batch with the number of configurations done;
-    ``replicates`` independent replicates per configuration give each standard error."""
+    ``on_predicted()`` once the rules have predicted every configuration (one call, minutes for the sampled rules),
+    before the Monte Carlo measurement starts; ``replicates`` independent replicates per configuration give each
+    standard error."""
     n = n_configs or (spec.quick_configs if quick else spec.n_configs)
     budget = Budget(scale=spec.quick_scale if quick else 1.0, replicates=replicates)
     params = sample_configs(spec, n, seed)
@@ -142,6 +144,8 @@ def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_con
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         predicted = {q: np.asarray(v, dtype=np.float64) for q, v in spec.predict(params).items()}
+        if on_predicted:
+            on_predicted()
         t0 = time.perf_counter()
         for idx in _groups(spec, params, max_group or spec.max_group, budget):
             sub = {k: v[idx] for k, v in params.items()}

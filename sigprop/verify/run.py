@@ -77,6 +77,12 @@ def run_verification(names: list[str] | None = None, quick: bool = False, seed: 
     results = {}
     for spec in specs:
         n = n_configs or (spec.quick_configs if quick else spec.n_configs)
-        tick = tasks(progress).task(f"verify {spec.name}", n)
-        results[spec.name] = run_component(spec, quick=quick, seed=seed, n_configs=n, progress=tick)
+        display, measuring = tasks(progress), {}
+        display.task(f"verify {spec.name}: the rules predict {n} configurations", None)
+
+        def measure_task(display=display, name=spec.name, n=n, measuring=measuring):
+            measuring["tick"] = display.task(f"verify {name}: measured", n)
+
+        results[spec.name] = run_component(spec, quick=quick, seed=seed, n_configs=n, on_predicted=measure_task,
+                                           progress=lambda k, measuring=measuring: measuring["tick"](k))
     return VerificationReport(results, time.perf_counter() - t0, quick, seed)

@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from sigprop.core.jsonio import write_json_atomic
+
 _HEAVY = (".safetensors",)
 
 
@@ -155,12 +157,12 @@ def main(argv=None) -> int:
             for (name, patterns, _), result in zip(todo, results, strict=True):
                 complete[(name, patterns)] = result["complete"]
             record["waves"].append(results)
-            (args.out / "environment.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+            write_json_atomic(args.out / "environment.json", record)
     stop_copying.set()
     thread.join()
     _copy_light(args.work, args.out)
     record["wall_s"] = round(time.time() - start, 1)
-    (args.out / "environment.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    write_json_atomic(args.out / "environment.json", record)
     print(json.dumps(record, indent=1))
     return 0
 

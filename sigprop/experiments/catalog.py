@@ -166,7 +166,9 @@ PRIOR_METHODS = Experiment(
     reference="Kedia et al. Sec. 4.5, Table 11 (192 × 256 and 96 × 512; ADMIN, which needs a profiling pass, is not "
               "built here)",
     scales={"cpu": Scale(
-        models=(ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRIOR_LRS),
+        models=(ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRIOR_LRS),
+                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _PRIOR_LRS),
+                ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRIOR_LRS),
                 ModelSpec("deepnet (post-LN)", dict(_DEEP, norm_position="post", init="deepnorm"), _PRIOR_LRS),
                 ModelSpec("layerscale (pre-LN)", dict(_DEEP, norm_position="pre", init="layerscale"), _PRIOR_LRS),
                 ModelSpec("skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="skipinit"), _PRIOR_LRS),
@@ -175,9 +177,7 @@ PRIOR_METHODS = Experiment(
                                                           attention="value_skipinit"), _PRIOR_LRS),
                 ModelSpec("bamboo (pre-LN, sigma=0.02)", dict(_DEEP, norm_position="pre", init="bert"), _PRIOR_LRS),
                 ModelSpec("mup-style (pre-LN)", dict(_DEEP, norm_position="pre", init="mup"), _PRIOR_LRS),
-                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRIOR_LRS),
-                ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRIOR_LRS),
-                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _PRIOR_LRS)),
+                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRIOR_LRS)),
         base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
         note=_CPU_NOTE + " Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the "
                          "rest Pre-LN); DSLM in both.")},

@@ -4,6 +4,7 @@ every point (finished runs are skipped, interrupted ones resumed)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 from dataclasses import dataclass, replace
@@ -104,7 +105,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
     finished before are skipped and interrupted ones resumed. ``models``: shell-style patterns; only the models
-    whose names match one are run (and tabled). ``ValueError`` on bad input, before any run.
+    whose names match one are run, and the table holds every finished run of the experiment in ``out`` (several
+    invocations, each of some models, fill one table). ``ValueError`` on bad input, before any run.
 
     An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
     ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``. For an
@@ -122,7 +124,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     if scale == "paper":
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
-    experiment = _only(_with_overrides(experiment, scale, overrides, train_overrides), scale, models)
+    whole = _with_overrides(experiment, scale, overrides, train_overrides)
+    experiment = _only(whole, scale, models)
     spec = experiment.scale(scale)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu or cuda (got {device!r})")
@@ -149,15 +152,43 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
     gpus = available if device == "cuda" else 1
     with _folder_lock(out):
-        return _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning,
+        return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
                       dict(gpus=gpus, reuse=runs_dir))
 
 
-def _train(experiment, name, scale, spec, seeds, out, workers, device, say, command, tuning,
+def _finished_runs(experiment, scale: str, seeds, out: Path) -> list:
+    """Every run of ``experiment`` (all its models) that finished in ``out``, whichever invocation ran it (one with
+    ``--model``, an earlier grid extension, a copy from ``--runs-dir``): a fate file whose run id is the id this
+    experiment gives that model, rate and seed (a run of other configs, e.g. under ``--set``, is left out)."""
+    from .runner import FATE_FILE, _result_from
+
+    names = {m.name for m in experiment.scale(scale).models}
+    fates = []
+    for fate_file in sorted(out.glob(f"*/{FATE_FILE}")):
+        with contextlib.suppress(OSError, ValueError):
+            fate = json.loads(fate_file.read_text(encoding="utf-8"))
+            if fate.get("model_name") in names:
+                fates.append(fate)
+    tuned: dict = {}
+    for fate in fates:
+        if fate["tuning"]:
+            tuned.setdefault(fate["model_name"], set()).add(fate["lr"])
+    expected = {r.run_id for r in plan_runs(experiment, scale, seeds, extra_lrs=tuned)}
+    for lr in {fate["lr"] for fate in fates if not fate["tuning"]}:
+        best = {fate["model_name"]: lr for fate in fates if not fate["tuning"] and fate["lr"] == lr}
+        expected |= {r.run_id for r in plan_runs(experiment, scale, seeds, best_lr=best)}
+    return [_result_from(fate) for fate in fates if fate["run_id"] in expected]
+
+
+def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
            placement: dict) -> ExperimentResult:
-    params = {m.name: non_embedding_parameters(_config(spec, m)) for m in spec.models}
+    """Train ``experiment``'s runs (perhaps some models of ``whole``, by ``--model``), then tabulate every finished
+    run of ``whole`` in ``out``: a folder filled by several invocations gets one table of all it holds."""
+    every = whole.scale(scale)
+    params = {m.name: non_embedding_parameters(_config(every, m)) for m in every.models}
     tokens = {}
-    for run in tuning:
+    planned = plan_runs(whole, scale, seeds)
+    for run in planned:
         tokens.setdefault(run.model_name, run.train_config["steps"] * run.train_config["batch_size"]
                           * run.model_config["seq_len"] * (2 if run.model_config["arch"] == "encoder_decoder" else 1))
     out.mkdir(parents=True, exist_ok=True)
@@ -168,7 +199,7 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
         f"then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a time; into {out}")
     unigram = {}
     cache: dict = {}
-    for run in tuning:
+    for run in planned:
         key = (run.model_config["vocab_size"], run.train_config["data"], run.train_config["val_fraction"],
                run.model_config["input"])
         if key not in cache:
@@ -186,7 +217,8 @@ def _train(experiment, name, scale, spec, seeds, out, workers, device, say, comm
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
         more, stopped = execute(rest, out, workers, device, unigram, margin, say, **placement)
         results = results + more
-    summary = summarise(experiment, scale, spec, results, unigram, params, tokens, command)
+    results = _finished_runs(whole, scale, seeds, out)
+    summary = summarise(whole, scale, every, results, unigram, params, tokens, command)
     files = write_summary(summary, out, results)
     if experiment.evaluation is not None:  # also of a stopped experiment: its finished runs, its table so far
         from .evaluations import EVALUATIONS

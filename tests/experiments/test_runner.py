@@ -258,3 +258,27 @@ def test_model_patterns_select_models_whose_runs_keep_their_ids():
     some = {r.run_id for r in plan_runs(chosen, "gpu")}
     assert some < every and len(some) == 3 * len(names)
     assert chosen.scale("cpu") == depth.scale("cpu")  # the other scales untouched
+
+
+def test_the_table_holds_every_finished_run_in_the_folder_whichever_invocation_ran_it(corpus, tmp_path,
+                                                                                      monkeypatch):
+    """Two ``--model`` invocations into one folder give one table of both models; a run of other configs in the
+    folder (``--set``) stays out of it."""
+    scale = Scale(models=(ModelSpec("a", dict(n_layers=2, d_model=16, n_heads=1), (3e-3,)),
+                          ModelSpec("b", dict(n_layers=3, d_model=16, n_heads=1), (3e-3,))),
+                  base_model=TINY, train={**TRAIN, "data": str(corpus)}, tokens_per_parameter=0.3, seeds=1,
+                  note="a test")
+    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", Experiment("tiny", "?", "none", {"cpu": scale},
+                                                                stall_margin=-10.0))
+    out = tmp_path / "e"
+    quiet = dict(workers=1, say=lambda s: None)
+    run_experiment("tiny", out=out, models=["a"], overrides=["dropout=0.1"], **quiet)  # other configs
+    first = run_experiment("tiny", out=out, models=["a"], **quiet)
+    assert [r["seeds"] for r in first.summary["rows"]] == [1, 0]
+    second = run_experiment("tiny", out=out, models=["b"], **quiet)
+    rows = {r["model"]: r for r in second.summary["rows"]}
+    assert rows["a"]["seeds"] == 1 and rows["b"]["seeds"] == 1
+    assert rows["a"]["final_val_mean"] == first.summary["rows"][0]["final_val_mean"]
+    assert len(second.summary["runs"]) == 2 and len(list(out.glob("*/fate.json"))) == 3
+    table = (out / "table.md").read_text()
+    assert "| a |" in table and "| b |" in table

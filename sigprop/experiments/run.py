@@ -17,11 +17,15 @@ from .runner import execute, unigram_loss
 from .spec import ModelSpec, edge_rates, non_embedding_parameters, plan_runs
 from .summary import best_learning_rates, summarise, write_summary
 
-__all__ = ["ExperimentResult", "run_experiment", "estimate"]
+__all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token"]
 
-#: Tokens per second of one single-thread CPU run, per million (non-embedding + embedding) parameters: a rough
-#: rate for the cost estimate of ``--list`` (measured here: ~12 k tokens/s at 0.4 M + 0.26 M parameters).
-_CPU_TOKENS_PER_S_AT_1M = 8_000.0
+#: Seconds per token of one single-thread CPU run with another beside it (two cores, two runs): a least-squares fit
+#: t = a·(parameters / 10⁶) + b·layers to 19 finished models of ``depth``, ``divergence`` and ``shaped`` at ``--scale
+#: cpu`` (within ±25% of each: 80 µs per token at 2 × 128, ~160 µs at 32 × 32, 165–240 µs at 16 × 64): the rough
+#: core-hours of ``--list``. Deep-thin models cost more than their parameters say (per-layer work that does not
+#: shrink with the width).
+_CPU_S_PER_TOKEN_PER_1M_PARAMETERS = 167e-6
+_CPU_S_PER_TOKEN_PER_LAYER = 2.4e-6
 #: Tokens per second of one NVIDIA H200 shared by ten runs of ~1.6 M non-embedding parameters (``depth`` and
 #: ``divergence`` at ``--scale gpu``; measured: 20 runs of 31.5 M tokens finished in 451 s, five more stopped part-way
 #: not counted): a rough rate for the GPU-minutes of ``--list``.
@@ -275,11 +279,19 @@ def _fixed_tokens(scale, model: ModelSpec, config) -> float:
     return float(train.steps * train.batch_size * config.seq_len * (2 if config.arch == "encoder_decoder" else 1))
 
 
+def cpu_seconds_per_token(config) -> float:
+    """The rough wall time per training token of one single-thread CPU run of a model of ``config`` with another run
+    beside it: a·(parameters / 10⁶) + b·layers (:data:`_CPU_S_PER_TOKEN_PER_1M_PARAMETERS`, a fit to measured runs)."""
+    from ..model.size import parameter_count
+
+    layers = config.n_layers + ((config.n_decoder_layers or config.n_layers) if config.arch == "encoder_decoder" else 0)
+    return _CPU_S_PER_TOKEN_PER_1M_PARAMETERS * parameter_count(config) / 1e6 + _CPU_S_PER_TOKEN_PER_LAYER * layers
+
+
 def estimate(name: str, scale: str) -> dict:
     """The size of experiment ``name`` at ``scale``: models, runs (tuning + other seeds), tokens, and on a CPU a
-    rough single-thread wall time (:data:`_CPU_TOKENS_PER_S_AT_1M`) and the minutes of one H200 running several
-    runs at once (:data:`_H200_TOKENS_PER_S`), for ``--list``."""
-    from ..model.size import parameter_count
+    rough single-thread wall time (:data:`_CPU_S_PER_TOKEN_PER_1M_PARAMETERS`) and the minutes of one H200 running
+    several runs at once (:data:`_H200_TOKENS_PER_S`), for ``--list``."""
 
     experiment = get_experiment(name)
     spec = experiment.scale(scale)
@@ -295,8 +307,7 @@ def estimate(name: str, scale: str) -> dict:
                    else _fixed_tokens(spec, m, config))
         count = len(m.lrs) + spec.seeds - 1
         total_tokens += per_run * count
-        rate = _CPU_TOKENS_PER_S_AT_1M / max(parameter_count(config) / 1e6, 1e-3)
-        cpu_seconds += per_run * count / rate
+        cpu_seconds += per_run * count * cpu_seconds_per_token(config)
     return {"models": len(spec.models), "runs": n_runs, "tokens": total_tokens,
             "cpu_core_hours": cpu_seconds / 3600 if math.isfinite(cpu_seconds) else None,
             "h200_minutes": total_tokens / _H200_TOKENS_PER_S / 60}

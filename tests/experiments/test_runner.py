@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sigprop.experiments import catalog
@@ -282,3 +283,23 @@ def test_the_table_holds_every_finished_run_in_the_folder_whichever_invocation_r
     assert len(second.summary["runs"]) == 2 and len(list(out.glob("*/fate.json"))) == 3
     table = (out / "table.md").read_text()
     assert "| a |" in table and "| b |" in table
+
+
+def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_experiments():
+    """``--list``'s core-hours come from a rate per token that, against the wall time per run stored in
+    ``docs/experiments/*/results.json`` (two runs at a time on the 2-core machine), is within a factor 1.5 either way
+    for each model and within 20% on average."""
+    from sigprop.experiments.run import _config, cpu_seconds_per_token
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "experiments"
+    ratios = []
+    for name in ("depth", "divergence", "shaped"):
+        scale = catalog.get_experiment(name).scale("cpu")
+        stored = json.loads((docs / name / "results.json").read_text(encoding="utf-8"))
+        for row in stored["rows"]:
+            if row["wall_per_run_s"]:
+                model = next(m for m in scale.models if m.name == row["model"])
+                measured = row["wall_per_run_s"] / row["tokens_per_run"]
+                ratios.append(measured / cpu_seconds_per_token(_config(scale, model)))
+    assert len(ratios) >= 15 and all(1 / 1.5 < r < 1.5 for r in ratios), ratios
+    assert abs(np.mean(ratios) - 1) < 0.2

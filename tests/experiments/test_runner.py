@@ -303,3 +303,21 @@ def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_ex
                 ratios.append(measured / cpu_seconds_per_token(_config(scale, model)))
     assert len(ratios) >= 15 and all(1 / 1.5 < r < 1.5 for r in ratios), ratios
     assert abs(np.mean(ratios) - 1) < 0.2
+
+
+def test_kept_records_let_an_experiment_continue_without_training_its_finished_runs_again(tiny, tmp_path):
+    """``bench/experiment_records.py`` keeps each finished run's fate, configs and track (no checkpoints); a fresh
+    folder given those records as ``--runs-dir`` trains nothing again and tables the same rows."""
+    tiny()
+    first = run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    script = Path(__file__).resolve().parents[2] / "bench" / "experiment_records.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "a"), str(tmp_path / "records")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(script.parents[1])})
+    assert done.returncode == 0, done.stderr
+    kept = sorted(p.name for p in (tmp_path / "records").iterdir())
+    assert kept == sorted(r["run_id"] for r in first.summary["runs"])
+    assert not list((tmp_path / "records").glob("*/ckpt-*"))
+    said = []
+    again = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "records", say=said.append)
+    assert not any(line.startswith("start") for line in said)
+    assert again.summary["rows"] == first.summary["rows"]

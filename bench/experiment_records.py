@@ -12,9 +12,10 @@ each file written atomically; checkpoints and the per-step metrics stay behind (
 counts those runs as finished (a run id is a digest of both configs: the same id is the same run) and trains only the
 rest; its table holds them all. Evaluations that need the trained weights (``fp8``) need the full run folders.
 
-``--restore-shaped RESULTS ENTROPY RECORDS`` rebuilds the records of the ``shaped`` runs whose folders were lost
-from the stored ``results.json`` (every run's fate record, verbatim) and ``entropy.json`` (each run's last tracked
-attention entropy per layer, the one track point the entropy table reads), marking the track file as restored.
+``--restore RESULTS RECORDS [--entropy ENTROPY]`` rebuilds the records of runs whose folders were lost from a stored
+``results.json`` (every run's fate record, verbatim); with ``--entropy`` (``shaped``'s ``entropy.json``: each run's
+last tracked attention entropy per layer, the one track point its entropy table reads) also a one-point
+``track.jsonl``, marked as restored.
 """
 
 from __future__ import annotations
@@ -41,16 +42,17 @@ def keep_records(experiment_folder: Path, records: Path) -> list[str]:
     return kept
 
 
-def restore_shaped(results: Path, entropy: Path, records: Path) -> list[str]:
-    """The ``shaped`` records from its stored tables: ``fate.json`` from ``results.json``'s runs, a one-point
-    ``track.jsonl`` from ``entropy.json`` (matched by model, rate and seed)."""
+def restore(results: Path, records: Path, entropy: Path | None = None) -> list[str]:
+    """Fate records from a stored ``results.json``'s runs; with ``entropy``, a one-point ``track.jsonl`` per run from
+    ``entropy.json`` (matched by model, rate and seed)."""
     runs = json.loads(results.read_text(encoding="utf-8"))["runs"]
-    rows = json.loads(entropy.read_text(encoding="utf-8"))["rows"]
+    rows = [] if entropy is None else json.loads(entropy.read_text(encoding="utf-8"))["rows"]
     kept = []
     for run in runs:
         write_json_atomic(records / run["run_id"] / "fate.json", run)
-        row = next(r for r in rows if (r["model"], r["lr"], r["seed"]) == (run["model_name"], run["lr"], run["seed"]))
-        if row["track_step"] is not None:
+        key = (run["model_name"], run["lr"], run["seed"])
+        row = next((r for r in rows if (r["model"], r["lr"], r["seed"]) == key), None)
+        if row is not None and row["track_step"] is not None:
             point = {"step": row["track_step"], "attn_entropy": row["entropy"],
                      "restored_from": f"{entropy.name}: the last track point only"}
             write_text_atomic(records / run["run_id"] / "track.jsonl", json.dumps(point) + "\n")
@@ -60,19 +62,19 @@ def restore_shaped(results: Path, entropy: Path, records: Path) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("source", type=Path, nargs="+", help="EXPERIMENT_FOLDER, or RESULTS ENTROPY with "
-                                                              "--restore-shaped")
-    parser.add_argument("records", type=Path)
-    parser.add_argument("--restore-shaped", action="store_true")
+    parser.add_argument("source", type=Path, help="an experiment folder, or with --restore a stored results.json")
+    parser.add_argument("records", type=Path, help="the records folder, e.g. docs/experiments/NAME/runs")
+    parser.add_argument("--restore", action="store_true", help="rebuild fate records from a stored results.json")
+    parser.add_argument("--entropy", type=Path, help="with --restore: shaped's entropy.json, for track points")
     args = parser.parse_args(argv)
-    if args.restore_shaped:
-        if len(args.source) != 2:
-            parser.error("--restore-shaped takes RESULTS ENTROPY RECORDS")
-        kept = restore_shaped(*args.source, args.records)
+    if args.restore:
+        if not args.source.is_file():
+            parser.error(f"{args.source}: no such results.json")
+        kept = restore(args.source, args.records, args.entropy)
     else:
-        if len(args.source) != 1 or not args.source[0].is_dir():
-            parser.error("give one experiment folder and the records folder")
-        kept = keep_records(args.source[0], args.records)
+        if not args.source.is_dir():
+            parser.error(f"{args.source}: no such experiment folder")
+        kept = keep_records(args.source, args.records)
     print(f"{len(kept)} run record(s) in {args.records}")
     return 0
 

@@ -65,10 +65,11 @@ def experiment_command(
     overrides: Overrides = None,
     train_overrides: Annotated[list[str], typer.Option("--train-set", help="Override a TrainConfig field of every "
                                                        "run, e.g. --train-set data=~/corpus.")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="For an experiment that evaluates another's trained models (fp8): "
-                                           "that experiment's folder (default experiments/SOURCE-SCALE). For one "
-                                           "that trains: another experiment's folder, whose finished runs of "
-                                           "identical spec are copied in instead of trained again.")] = None,
+    runs_dir: Annotated[list[Path], typer.Option(help="For an experiment that evaluates another's trained models "
+                                                 "(fp8): that experiment's folder (default experiments/SOURCE-SCALE)."
+                                                 " For one that trains: other experiments' folders or kept records "
+                                                 "(docs/experiments/NAME/runs; repeatable), whose finished runs of "
+                                                 "identical configs are copied in instead of trained again.")] = None,
     models: Annotated[list[str], typer.Option("--model", help="Run only the models whose names match (shell-style "
                                               "pattern, e.g. '*dslm pre-LN'; repeatable): their runs are the "
                                               "same runs as in the whole experiment.")] = None,

@@ -114,12 +114,19 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
 
     An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
     ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``. For an
-    experiment that trains, ``runs_dir`` is another experiment's folder: its finished runs of identical spec (the
-    same run id, a digest of both configs) are copied into ``out`` instead of trained again (``divergence`` and
-    ``depth`` share their Post-LN runs at the deepest shape). With ``device="cuda"`` and more ``workers`` than GPUs,
-    the runs share the GPUs in turn (small models leave a GPU mostly idle between kernel launches)."""
+    experiment that trains, ``runs_dir`` is another experiment's folder, kept records of finished runs
+    (``bench/experiment_records.py``), or a list of them: their finished runs of identical spec (a run id ends in a
+    digest of both configs; the model's name may differ) are copied into ``out`` instead of trained again
+    (``divergence`` and ``depth`` share their Post-LN runs at the deepest shape, ``ablations`` DSLM's). With
+    ``device="cuda"`` and more ``workers`` than GPUs, the runs share the GPUs in turn (small models leave a GPU
+    mostly idle between kernel launches)."""
     experiment = get_experiment(name)
+    folders = [] if runs_dir is None else [runs_dir] if isinstance(runs_dir, str | Path) else list(runs_dir)
     if experiment.runs_from is not None:
+        if len(folders) > 1:
+            raise ValueError(f"--runs-dir: {name!r} evaluates one folder of {experiment.runs_from!r}'s runs "
+                             f"(got {len(folders)})")
+        runs_dir = folders[0] if folders else None
         if models:
             raise ValueError(f"--model selects models of an experiment that trains; {name!r} evaluates "
                              f"{experiment.runs_from!r}'s")
@@ -147,17 +154,17 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= most:
         raise ValueError(f"--workers must be an integer in [1, {most}] (got {workers!r})")
     out = check_output_folder(Path(out) if out is not None else Path("experiments") / f"{name}-{scale}", "--out")
-    if runs_dir is not None:
-        runs_dir = Path(runs_dir)
-        if not runs_dir.is_dir():
-            raise ValueError(f"--runs-dir {runs_dir}: no such folder")
-        if runs_dir.resolve() == out.resolve():
+    folders = [Path(f) for f in folders]
+    for folder in folders:
+        if not folder.is_dir():
+            raise ValueError(f"--runs-dir {folder}: no such folder")
+        if folder.resolve() == out.resolve():
             raise ValueError("--runs-dir must differ from --out: it is another experiment's folder to reuse runs from")
     tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
     gpus = available if device == "cuda" else 1
     with _folder_lock(out):
         return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
-                      dict(gpus=gpus, reuse=runs_dir))
+                      dict(gpus=gpus, reuse=folders))
 
 
 def _finished_runs(experiment, scale: str, seeds, out: Path) -> list:

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..core.jsonio import write_json_atomic
@@ -116,7 +116,10 @@ def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, m
 
 
 def _result_from(record: dict) -> RunResult:
-    return RunResult(**{**record, "curve": [tuple(p) for p in record["curve"]]})
+    """The result of a fate record (keys beyond :class:`RunResult`'s, e.g. ``copied_from``, are provenance only)."""
+    names = {f.name for f in fields(RunResult)}
+    return RunResult(**{k: v for k, v in record.items() if k in names and k != "curve"},
+                     curve=[tuple(p) for p in record["curve"]])
 
 
 def _die_with_parent() -> None:
@@ -166,16 +169,38 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int, gpus: int = 1) -> 
     return _Launched(spec, proc, log, time.perf_counter())
 
 
-def _reuse(spec: RunSpec, out: Path, reuse: Path | None) -> dict | None:
-    """The fate of ``spec``'s run finished in folder ``reuse`` (another experiment's: a run id is a digest of the
-    whole spec, so the same id is the same run), copied into ``out`` whole (checkpoints too); None if there is none
-    or ``out`` already holds a start of the run (resumed there instead)."""
-    if reuse is None or (out / spec.run_id).exists() or _fate_of(reuse / spec.run_id) is None:
+def _finished_twin(spec: RunSpec, folder: Path) -> Path | None:
+    """The run folder in ``folder`` holding a finished run of ``spec``'s configs: the same run id, or the same id
+    under another model name (an id ends in the rate, the seed and a digest of both configs; the name is only its
+    readable start, so two experiments that call one model differently share its runs)."""
+    if _fate_of(folder / spec.run_id) is not None:
+        return folder / spec.run_id
+    tail = spec.run_id[len(spec.run_id.rsplit("-lr", 1)[0]):]  # "-lr{rate}-s{seed}-{digest}"
+    for candidate in sorted(folder.glob(f"*{tail}")):
+        fate = _fate_of(candidate)
+        if fate is not None and fate.get("lr") == spec.lr and fate.get("seed") == spec.seed:
+            return candidate
+    return None
+
+
+def _reuse(spec: RunSpec, out: Path, folders) -> dict | None:
+    """The fate of ``spec``'s run finished in one of ``folders`` (other experiments', or kept records: a run id is a
+    digest of the whole spec, so the same digest is the same run), copied into ``out`` whole (checkpoints too), its
+    fate renamed to this experiment's model name where the other called it otherwise (``copied_from`` says which
+    run); None if there is none or ``out`` already holds a start of the run (resumed there instead)."""
+    if not folders or (out / spec.run_id).exists():
+        return None
+    twin = next((t for t in (_finished_twin(spec, Path(f)) for f in folders) if t is not None), None)
+    if twin is None:
         return None
     out.mkdir(parents=True, exist_ok=True)
     partial = out / f".{spec.run_id}.copying"
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(reuse / spec.run_id, partial)
+    shutil.copytree(twin, partial)
+    if twin.name != spec.run_id:
+        fate = _fate_of(partial)
+        write_json_atomic(partial / FATE_FILE, {**fate, "run_id": spec.run_id, "model_name": spec.model_name,
+                                                "copied_from": f"{twin.parent.name}/{twin.name}"})
     partial.rename(out / spec.run_id)  # whole or not at all: an interrupted copy leaves only the hidden folder
     return _fate_of(out / spec.run_id)
 
@@ -186,19 +211,21 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
     those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
     ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
     progress from their run directories). On CUDA, run ``k`` of those at once gets GPU ``k mod gpus``. ``reuse``:
-    another experiment's folder whose finished runs of identical spec are copied in instead of trained again."""
+    folders (other experiments', or kept records) whose finished runs of identical spec are copied in instead of
+    trained again."""
     out = Path(out)
+    folders = [] if reuse is None else [Path(reuse)] if isinstance(reuse, str | Path) else [Path(f) for f in reuse]
     results, todo, reused = {}, [], 0
     for spec in runs:
         known = _fate_of(out / spec.run_id)
-        if known is None and (known := _reuse(spec, out, None if reuse is None else Path(reuse))) is not None:
+        if known is None and (known := _reuse(spec, out, folders)) is not None:
             reused += 1
         if known is not None:
             results[spec.run_id] = _result_from(known)
         else:
             todo.append(spec)
     if reused:
-        say(f"{reused} finished run(s) of identical spec copied from {reuse}")
+        say(f"{reused} finished run(s) of identical spec copied from {', '.join(map(str, folders))}")
     if len(results):
         say(f"{len(results)} of {len(runs)} runs already finished; {len(todo)} to run")
     stop = {"signal": None}

@@ -321,3 +321,33 @@ def test_kept_records_let_an_experiment_continue_without_training_its_finished_r
     again = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "records", say=said.append)
     assert not any(line.startswith("start") for line in said)
     assert again.summary["rows"] == first.summary["rows"]
+
+
+def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(corpus, tmp_path, monkeypatch):
+    """``ablations`` calls DSLM Post-LN at 32 × 32 "post-LN dslm, beta^2=2/N fixed", ``divergence`` "32x32 dslm
+    post-LN": one run, copied under this experiment's name (its fate says where from); of several ``--runs-dir``
+    folders each is searched."""
+    first = _experiment(corpus)
+    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", first)
+    run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    scale = first.scale("cpu")
+    renamed = replace(scale, models=(replace(scale.models[0], name="the same model"),))
+    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", replace(first, scales={"cpu": renamed}))
+    (tmp_path / "empty").mkdir()
+    said = []
+    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=[tmp_path / "empty", tmp_path / "a"],
+                            say=said.append)
+    assert not any(line.startswith("start") for line in said)
+    copied = [json.loads(p.read_text()) for p in (tmp_path / "b").glob("*/fate.json")]
+    assert sum("copied_from" in f for f in copied) == 3  # two tuning runs and the second seed
+    assert all(f["model_name"] == "the same model" and f["run_id"].startswith("the-same-model-") for f in copied)
+    assert second.summary["rows"][0]["seeds"] == 2
+
+
+def test_ablations_and_prior_methods_share_dslm_runs_with_depth_and_divergence():
+    """The DSLM models at 32 × 32 are the same configs under other names: their runs' digests coincide."""
+    def tails(name):
+        return {r.run_id.rsplit("-lr", 1)[1] for r in plan_runs(catalog.get_experiment(name), "cpu")}
+
+    assert len(tails("ablations") & (tails("divergence") | tails("depth"))) == 3  # Post-LN 1e-3, 4e-3; Pre-LN 4e-3
+    assert len(tails("prior-methods") & tails("depth")) == 2  # DSLM Pre-LN and Post-LN at 2e-3

@@ -10,7 +10,9 @@ runs checkpoint and its table is written from the runs that finished (the runner
 the same experiment continues it. ``depth`` and ``divergence`` reuse each other's finished runs of identical spec
 (``--runs-dir``). The default plan (``PLANS["gpu"]``): first the models that answer each question, side by side (the
 shallow-wide baselines and the DSLM models of ``depth``, the Post-LN Xavier baseline and DSLM of ``divergence``);
-then, with the time left, every other model of both.
+then, with the time left, every other model of both. ``--plan cpu-shapes --scale cpu`` runs the experiments that
+have no GPU scale (``prior-methods``, ``ablations``, ``shaped``, ``depth-mlm``) at their CPU shapes, many runs
+sharing the GPU.
 
 Every 15 s, and at the end, the light files (tables, figures, ``results.json``, each run's fate, metrics, configs and
 log; not the checkpoints) are copied into ``--out``, so a machine taken back mid-run still returns what finished.
@@ -72,6 +74,12 @@ PLANS = {
         (1.0, [("depth", ("2x256 xavier *", "*dslm pre-LN", "8x128 xavier pre-LN"), 6),
                ("divergence", ("32x64 xavier post-LN", "32x64 dslm post-LN"), 4)]),
         (1.0, [("depth", (), 6), ("divergence", (), 4)]),
+    ],
+    # the experiments without a GPU scale, at their CPU shapes (``--scale cpu``; ``precision=auto`` is bf16 there, so
+    # their tables are the GPU's own, not merged with the CPU's fp32 runs): ~8.7e8 tokens in all
+    "cpu-shapes": [
+        (0.5, [("prior-methods", (), 8), ("ablations", (), 8)]),
+        (1.0, [("prior-methods", (), 4), ("ablations", (), 4), ("shaped", (), 4), ("depth-mlm", (), 4)]),
     ],
     "smoke": [(0.5, [("smoke", ("2x32",), 1)]), (1.0, [("smoke", (), 2)])],
 }

@@ -73,6 +73,9 @@ def experiment_command(
     models: Annotated[list[str], typer.Option("--model", help="Run only the models whose names match (shell-style "
                                               "pattern, e.g. '*dslm pre-LN'; repeatable): their runs are the "
                                               "same runs as in the whole experiment.")] = None,
+    table_only: Annotated[bool, typer.Option("--table-only", help="Train nothing: write the table, figure and "
+                                             "evaluation of the runs finished in --out so far (also while another "
+                                             "invocation trains there).")] = False,
     list_experiments: Annotated[bool, typer.Option("--list", help="List the experiments and their cost.")] = False,
 ) -> None:
     """Reproduce a training claim of the papers: every model at every learning rate of its grid, the best rate's
@@ -86,7 +89,7 @@ def experiment_command(
 
     result = run_experiment(name, scale, seeds, out, workers, device, overrides or (), train_overrides or (),
                             say=_say, command=shlex.join(["sigprop", *sys.argv[1:]]), runs_dir=runs_dir,
-                            models=tuple(models or ()))
+                            models=tuple(models or ()), train=not table_only)
     for path in result.files:
         console.print(f"{path.suffix[1:]}: {path}", highlight=False)
     if result.stopped:

@@ -154,6 +154,7 @@ ABLATIONS = Experiment(
                 ModelSpec("pre-LN dslm", dict(_DEEP, norm_position="pre", init="dslm"), (1e-3, 4e-3)),
                 ModelSpec("pre-LN dslm-simple", dict(_DEEP, norm_position="pre", init="dslm_simple"), (1e-3, 4e-3))),
         base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
+    evaluation="init-theory",
 )
 
 _PRIOR_LRS = (2e-3, 6e-3)
@@ -181,6 +182,7 @@ PRIOR_METHODS = Experiment(
         base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
         note=_CPU_NOTE + " Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the "
                          "rest Pre-LN); DSLM in both.")},
+    evaluation="init-theory",
 )
 
 def _derf_models() -> tuple[ModelSpec, ...]:

@@ -104,13 +104,15 @@ def _folder_lock(folder: Path):
 
 def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=None, workers: int | None = None,
                    device: str = "cpu", overrides=(), train_overrides=(), say=print,
-                   command: str = "", runs_dir=None, models=()) -> ExperimentResult:
+                   command: str = "", runs_dir=None, models=(), train: bool = True) -> ExperimentResult:
     """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
     (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
     finished before are skipped and interrupted ones resumed. ``models``: shell-style patterns; only the models
     whose names match one are run, and the table holds every finished run of the experiment in ``out`` (several
-    invocations, each of some models, fill one table). ``ValueError`` on bad input, before any run.
+    invocations, each of some models, fill one table). ``train=False`` trains nothing: the table, figure and
+    evaluation of the runs finished in ``out`` so far (also while another invocation trains there; no lock).
+    ``ValueError`` on bad input, before any run.
 
     An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
     ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``. For an
@@ -131,7 +133,7 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
             raise ValueError(f"--model selects models of an experiment that trains; {name!r} evaluates "
                              f"{experiment.runs_from!r}'s")
         return _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say,
-                               command, runs_dir)
+                               command, runs_dir, train)
     if scale == "paper":
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
@@ -162,6 +164,11 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
             raise ValueError("--runs-dir must differ from --out: it is another experiment's folder to reuse runs from")
     tuning = plan_runs(experiment, scale, seeds)  # validates seeds and every config before any run
     gpus = available if device == "cuda" else 1
+    if not train:
+        if not out.is_dir():
+            raise ValueError(f"--table-only: {out} holds no runs of {name!r} (no such folder)")
+        return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
+                      dict(gpus=gpus, reuse=folders), train=False)
     with _folder_lock(out):
         return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
                       dict(gpus=gpus, reuse=folders))
@@ -192,9 +199,10 @@ def _finished_runs(experiment, scale: str, seeds, out: Path) -> list:
 
 
 def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
-           placement: dict) -> ExperimentResult:
-    """Train ``experiment``'s runs (perhaps some models of ``whole``, by ``--model``), then tabulate every finished
-    run of ``whole`` in ``out``: a folder filled by several invocations gets one table of all it holds."""
+           placement: dict, train: bool = True) -> ExperimentResult:
+    """Train ``experiment``'s runs (perhaps some models of ``whole``, by ``--model``; none if not ``train``), then
+    tabulate every finished run of ``whole`` in ``out``: a folder filled by several invocations gets one table of all
+    it holds."""
     every = whole.scale(scale)
     params = {m.name: non_embedding_parameters(_config(every, m)) for m in every.models}
     tokens = {}
@@ -202,12 +210,17 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
     for run in planned:
         tokens.setdefault(run.model_name, run.train_config["steps"] * run.train_config["batch_size"]
                           * run.model_config["seq_len"] * (2 if run.model_config["arch"] == "encoder_decoder" else 1))
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "experiment.json", {"experiment": name, "scale": scale, "command": command,
-                                                "runs_planned": len(tuning), "seeds": seeds or spec.seeds})
-    say(f"{name} at {scale} scale: {len(spec.models)} models, {len(tuning)} tuning runs (seed 0 at each rate of a "
-        f"model's grid), "
-        f"then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a time; into {out}")
+    if train:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / "experiment.json", {"experiment": name, "scale": scale, "command": command,
+                                                    "runs_planned": len(tuning), "seeds": seeds or spec.seeds})
+        say(f"{name} at {scale} scale: {len(spec.models)} models, {len(tuning)} tuning runs (seed 0 at each rate of "
+            f"a model's grid), then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a "
+            f"time; into {out}")
+    else:
+        say(f"{name}: the table of the runs finished in {out} (training nothing)")
+        with contextlib.suppress(OSError, ValueError, KeyError):  # the table names the command that trained
+            command = json.loads((out / "experiment.json").read_text(encoding="utf-8"))["command"] or command
     unigram = {}
     cache: dict = {}
     for run in planned:
@@ -217,14 +230,14 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
             cache[key] = unigram_loss(run.model_config, run.train_config)
         unigram[run.model_name] = cache[key]
     margin = experiment.stall_margin
-    results, stopped = execute(tuning, out, workers, device, unigram, margin, say, **placement)
+    results, stopped = execute(tuning, out, workers, device, unigram, margin, say, **placement) if train else ([], True)
     while not stopped and (extra := edge_rates(spec, results)):
         say("best rate at the edge of the grid tried: " + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in
                                                                     extra.items()))
         more, stopped = execute(plan_runs(experiment, scale, seeds, extra_lrs=extra), out, workers, device, unigram,
                                 margin, say, **placement)
         results = results + more
-    if not stopped:
+    if not stopped:  # (a table without training counts as stopped: nothing more runs)
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
         more, stopped = execute(rest, out, workers, device, unigram, margin, say, **placement)
         results = results + more
@@ -238,11 +251,11 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         table = evaluate(summary, results, out, out, say)
         files += write(table, out, f"{name} ({scale} scale)", f"{experiment.question}\n\nReproduces: "
                        f"{experiment.reference}.\n\nCommand: `{command}`")
-    return ExperimentResult(summary, files, stopped, results)
+    return ExperimentResult(summary, files, stopped and train, results)
 
 
 def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say, command,
-                    runs_dir) -> ExperimentResult:
+                    runs_dir, train: bool = True) -> ExperimentResult:
     from .evaluations import EVALUATIONS
 
     source = experiment.runs_from
@@ -259,7 +272,7 @@ def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, t
     parts = ["sigprop", "experiment", source, "--scale", scale, "--out", str(runs_dir)]
     parts += ["--seeds", str(seeds)] if seeds is not None else []
     trained = run_experiment(source, scale, seeds, runs_dir, workers, device, overrides, train_overrides, say,
-                             " ".join(parts))
+                             " ".join(parts), train=train)
     if trained.stopped:
         return ExperimentResult(trained.summary, trained.files, True)
     with _folder_lock(out):

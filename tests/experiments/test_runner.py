@@ -351,3 +351,16 @@ def test_ablations_and_prior_methods_share_dslm_runs_with_depth_and_divergence()
 
     assert len(tails("ablations") & (tails("divergence") | tails("depth"))) == 3  # Post-LN 1e-3, 4e-3; Pre-LN 4e-3
     assert len(tails("prior-methods") & tails("depth")) == 2  # DSLM Pre-LN and Post-LN at 2e-3
+
+
+def test_table_only_tabulates_the_finished_runs_and_trains_nothing(tiny, tmp_path):
+    tiny()
+    first = run_experiment("tiny", out=tmp_path / "e", workers=2, say=lambda s: None, command="the command")
+    (tmp_path / "e" / "table.md").unlink()
+    said = []
+    again = run_experiment("tiny", out=tmp_path / "e", say=said.append, command="a table", train=False)
+    assert not any(line.startswith("start") for line in said) and not again.stopped
+    assert again.summary["rows"] == first.summary["rows"] and again.summary["command"] == "the command"
+    assert "| 2x16 |" in (tmp_path / "e" / "table.md").read_text()
+    with pytest.raises(ValueError, match="no such folder"):
+        run_experiment("tiny", out=tmp_path / "none", train=False)

@@ -125,8 +125,10 @@ def init_theory_figure(table: dict, path: Path, title: str) -> Path:
     ax[1].set(xlabel="layer", ylabel="gradient variance σ²_g", yscale="log", title="loss gradient, predicted")
     for a in ax:
         a.grid(alpha=0.3)
-    fig.legend(loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.5, -0.02 - 0.025 * len(table["rows"]) / 3))
+    legend_rows = math.ceil(len(table["rows"]) / 3)
+    fig.legend(loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"{title}: sigprop at initialisation (legend: final validation loss at the best rate)")
+    fig.tight_layout(rect=(0, 0.03 + 0.035 * legend_rows, 1, 1))
     return save_figure(fig, path, dpi=110, crop=True)
 
 

@@ -130,6 +130,7 @@ DIVERGENCE = Experiment(
                          tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE),
             "gpu": Scale(models=_divergence_models(_DEEP_GPU), base_model=_CPU_BASE, train=_GPU_TRAIN,
                          tokens_per_parameter=20.0, seeds=2, note=_GPU_NOTE)},
+    evaluation="init-theory",
 )
 
 ABLATIONS = Experiment(

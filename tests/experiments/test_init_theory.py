@@ -39,6 +39,6 @@ def test_the_table_holds_each_model_s_prediction_beside_its_trained_loss(corpus,
     assert any(p.name == "theory.md" for p in again.files)
 
 
-def test_prior_methods_and_ablations_carry_the_init_theory():
-    for name in ("prior-methods", "ablations"):
+def test_the_experiments_at_the_deepest_shape_carry_the_init_theory():
+    for name in ("prior-methods", "ablations", "divergence"):
         assert catalog.get_experiment(name).evaluation == "init-theory"

@@ -74,6 +74,7 @@ DEPTH = Experiment(
             note="the paper's shapes (~150 M non-embedding parameters, ~40 tokens per parameter): documented, not "
                  "run here."),
     },
+    evaluation="init-theory",
 )
 
 DEPTH_MLM = Experiment(
@@ -81,6 +82,7 @@ DEPTH_MLM = Experiment(
     question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
     reference="Kedia et al. Sec. 4.1, Tables 4 and 5 (BERT, masked LM)",
     scales={name: replace(s, base_model={**s.base_model, "arch": "encoder"}) for name, s in DEPTH.scales.items()},
+    evaluation="init-theory",
 )
 
 FP8 = Experiment(

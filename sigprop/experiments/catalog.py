@@ -135,6 +135,12 @@ DIVERGENCE = Experiment(
     evaluation="init-theory",
 )
 
+# The rates at 32 × 32, from `depth` at that shape: Pre-LN models train best at 1.6e-2 (Xavier) and 3.2e-2 (DSLM),
+# 2e-3 leaving them 0.4–1.0 nats short; Post-LN DSLM at 2e-3, stalling from 4e-3. A model's grid is centred on its
+# normalisation's (the runner tries every model's middle rate first), and a best rate at an edge tries one more.
+_PRE_LN_LRS = (8e-3, 1.6e-2, 3.2e-2)
+_POST_LN_LRS = (1e-3, 2e-3, 4e-3)
+
 ABLATIONS = Experiment(
     name="ablations",
     question="Which parts of DeepScaleLM matter: the residual scaling (β² = 2/N against 0.5 and none; fixed "
@@ -143,24 +149,24 @@ ABLATIONS = Experiment(
     reference="Kedia et al. Sec. 4.5, Tables 13 (Post-LN, 96 × 512) and 14 (Pre-LN, 192 × 256 and 96 × 512)",
     scales={"cpu": Scale(
         models=(ModelSpec("post-LN dslm-init, no scaling", dict(_DEEP, norm_position="post", init="dslm",
-                                                               lam=1.0, beta=1.0), (1e-3, 4e-3)),
+                                                               lam=1.0, beta=1.0), _POST_LN_LRS),
                 ModelSpec("post-LN dslm-init, beta^2=0.5", dict(_DEEP, norm_position="post", init="dslm",
-                                                               beta_k=0.5, beta_alpha=0.0), (1e-3, 4e-3)),
+                                                               beta_k=0.5, beta_alpha=0.0), _POST_LN_LRS),
                 ModelSpec("post-LN dslm, beta^2=2/N fixed", dict(_DEEP, norm_position="post", init="dslm"),
-                          (1e-3, 4e-3)),
+                          _POST_LN_LRS),
                 ModelSpec("post-LN dslm, beta^2=2/N learnable", dict(_DEEP, norm_position="post", init="dslm",
-                                                                    learnable_beta=True), (1e-3, 4e-3)),
+                                                                    learnable_beta=True), _POST_LN_LRS),
                 ModelSpec("pre-LN xavier-init + scaling", dict(_DEEP, norm_position="pre", init="xavier",
-                                                              **_residual(2 / 32)), (1e-3, 4e-3)),
+                                                              **_residual(2 / 32)), _PRE_LN_LRS),
                 ModelSpec("pre-LN sigma=0.02 + scaling", dict(_DEEP, norm_position="pre", init="bert",
-                                                             **_residual(2 / 32)), (1e-3, 4e-3)),
-                ModelSpec("pre-LN dslm", dict(_DEEP, norm_position="pre", init="dslm"), (1e-3, 4e-3)),
-                ModelSpec("pre-LN dslm-simple", dict(_DEEP, norm_position="pre", init="dslm_simple"), (1e-3, 4e-3))),
-        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE)},
+                                                             **_residual(2 / 32)), _PRE_LN_LRS),
+                ModelSpec("pre-LN dslm", dict(_DEEP, norm_position="pre", init="dslm"), _PRE_LN_LRS),
+                ModelSpec("pre-LN dslm-simple", dict(_DEEP, norm_position="pre", init="dslm_simple"), _PRE_LN_LRS)),
+        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
+        note=_CPU_NOTE)},
     evaluation="init-theory",
 )
 
-_PRIOR_LRS = (2e-3, 6e-3)
 
 PRIOR_METHODS = Experiment(
     name="prior-methods",
@@ -170,19 +176,19 @@ PRIOR_METHODS = Experiment(
     reference="Kedia et al. Sec. 4.5, Table 11 (192 × 256 and 96 × 512; ADMIN, which needs a profiling pass, is not "
               "built here)",
     scales={"cpu": Scale(
-        models=(ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRIOR_LRS),
-                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _PRIOR_LRS),
-                ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRIOR_LRS),
-                ModelSpec("deepnet (post-LN)", dict(_DEEP, norm_position="post", init="deepnorm"), _PRIOR_LRS),
-                ModelSpec("layerscale (pre-LN)", dict(_DEEP, norm_position="pre", init="layerscale"), _PRIOR_LRS),
-                ModelSpec("skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="skipinit"), _PRIOR_LRS),
-                ModelSpec("rezero (no norm)", dict(_DEEP, norm_position="none", init="rezero"), _PRIOR_LRS),
+        models=(ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRE_LN_LRS),
+                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _POST_LN_LRS),
+                ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRE_LN_LRS),
+                ModelSpec("deepnet (post-LN)", dict(_DEEP, norm_position="post", init="deepnorm"), _POST_LN_LRS),
+                ModelSpec("layerscale (pre-LN)", dict(_DEEP, norm_position="pre", init="layerscale"), _PRE_LN_LRS),
+                ModelSpec("skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="skipinit"), _PRE_LN_LRS),
+                ModelSpec("rezero (no norm)", dict(_DEEP, norm_position="none", init="rezero"), _PRE_LN_LRS),
                 ModelSpec("value-skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="xavier",
-                                                          attention="value_skipinit"), _PRIOR_LRS),
-                ModelSpec("bamboo (pre-LN, sigma=0.02)", dict(_DEEP, norm_position="pre", init="bert"), _PRIOR_LRS),
-                ModelSpec("mup-style (pre-LN)", dict(_DEEP, norm_position="pre", init="mup"), _PRIOR_LRS),
-                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRIOR_LRS)),
-        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
+                                                          attention="value_skipinit"), _PRE_LN_LRS),
+                ModelSpec("bamboo (pre-LN, sigma=0.02)", dict(_DEEP, norm_position="pre", init="bert"), _PRE_LN_LRS),
+                ModelSpec("mup-style (pre-LN)", dict(_DEEP, norm_position="pre", init="mup"), _PRE_LN_LRS),
+                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRE_LN_LRS)),
+        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
         note=_CPU_NOTE + " Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the "
                          "rest Pre-LN); DSLM in both.")},
     evaluation="init-theory",

@@ -344,13 +344,18 @@ def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(corpu
     assert second.summary["rows"][0]["seeds"] == 2
 
 
-def test_ablations_and_prior_methods_share_dslm_runs_with_depth_and_divergence():
-    """The DSLM models at 32 × 32 are the same configs under other names: their runs' digests coincide."""
+def test_ablations_and_prior_methods_share_dslm_runs_with_depth_s_kept_records():
+    """The DSLM models at 32 × 32 are the same configs under other names: every DSLM tuning run of ``ablations`` and
+    ``prior-methods`` (Post-LN at (1, 2, 4)·10⁻³, Pre-LN at (0.8, 1.6, 3.2)·10⁻²) is among ``depth``'s finished runs
+    (its grid extensions included) kept in docs/experiments/depth/runs, under the same digest."""
+    records = Path(__file__).resolve().parents[2] / "docs" / "experiments" / "depth" / "runs"
+    kept = {p.name.rsplit("-lr", 1)[1] for p in records.iterdir()}
+
     def tails(name):
         return {r.run_id.rsplit("-lr", 1)[1] for r in plan_runs(catalog.get_experiment(name), "cpu")}
 
-    assert len(tails("ablations") & (tails("divergence") | tails("depth"))) == 3  # Post-LN 1e-3, 4e-3; Pre-LN 4e-3
-    assert len(tails("prior-methods") & tails("depth")) == 2  # DSLM Pre-LN and Post-LN at 2e-3
+    assert len(tails("ablations") & kept) == 6
+    assert tails("prior-methods") & kept == tails("ablations") & kept
 
 
 def test_table_only_tabulates_the_finished_runs_and_trains_nothing(tiny, tmp_path):

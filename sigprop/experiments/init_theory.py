@@ -38,14 +38,14 @@ def _config_of(summary: dict, model_name: str, results, runs_dir):
     from ..core.jsonio import read_config_json
     from ..model.config import config_from_dict
     from .catalog import get_experiment
-    from .run import _config
 
     for r in results:
         stored = Path(runs_dir) / r.run_id / "model_config.json"
         if r.model_name == model_name and stored.is_file():
             return config_from_dict(read_config_json(stored))
     scale = get_experiment(summary["experiment"]).scale(summary["scale"])
-    return _config(scale, next(m for m in scale.models if m.name == model_name))
+    model = next(m for m in scale.models if m.name == model_name)
+    return config_from_dict({**scale.base_model, **model.model})
 
 
 def _predicted(config, cache: Path) -> dict:

@@ -34,6 +34,7 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
 from .init_theory import evaluate_init_theory, write_init_theory
+from .summary import mean_se_cell as _cell
 
 __all__ = ["EVALUATIONS", "evaluate_fp8", "evaluate_apjn", "evaluate_entropy"]
 
@@ -84,13 +85,6 @@ def evaluate_fp8(summary: dict, results, runs_dir, out, say=print) -> dict:
         rows.append(entry)
     table = finite_or_null({"experiment": summary["experiment"], "scale": summary["scale"], "rows": rows})
     return table
-
-
-def _cell(mean, se, spec=".4f", signed=False) -> str:
-    if mean is None:
-        return "–"
-    text = format(mean, ("+" if signed else "") + spec)
-    return text + (f" ± {format(se, spec)}" if se is not None else "")
 
 
 def fp8_table(table: dict, title: str, intro: str) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
+from .summary import mean_se_cell
 
 __all__ = ["evaluate_init_theory", "write_init_theory"]
 
@@ -87,22 +88,17 @@ def evaluate_init_theory(summary: dict, results, runs_dir, out, say=print) -> di
     return finite_or_null({"experiment": summary["experiment"], "scale": summary["scale"], "rows": rows})
 
 
-def _cell(value, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def init_theory_table(table: dict, title: str, intro: str) -> str:
     """The init-theory table as markdown."""
     lines = [f"# {title}: sigprop's prediction at initialisation beside the trained models", "", intro, "",
              "| model | best LR | final val (mean ± se) | fates | σ²_x last layer | σ²_x last ÷ first | "
              "σ²_g first ÷ last | ρ last layer |", "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in table["rows"]:
-        val = "–" if r["final_val_mean"] is None else (
-            f"{r['final_val_mean']:.4f}" + (f" ± {r['final_val_se']:.4f}" if r["final_val_se"] is not None else ""))
         fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items()) or "not run yet"
-        lines.append(f"| {r['model']} | {_cell(r['best_lr'], 'g')} | {val} | {fates} | "
-                     f"{_cell(r['fwd_var_last'], '.3g')} | {_cell(r['fwd_growth'], '.3g')} | "
-                     f"{_cell(r['grad_ratio'], '.3g')} | {_cell(r['corr_last'], '.3f')} |")
+        lines.append(f"| {r['model']} | {mean_se_cell(r['best_lr'], None, 'g')} | "
+                     f"{mean_se_cell(r['final_val_mean'], r['final_val_se'])} | {fates} | "
+                     f"{mean_se_cell(r['fwd_var_last'], None, '.3g')} | {mean_se_cell(r['fwd_growth'], None, '.3g')} | "
+                     f"{mean_se_cell(r['grad_ratio'], None, '.3g')} | {mean_se_cell(r['corr_last'], None, '.3f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 
-__all__ = ["best_learning_rates", "summarise", "write_summary"]
+__all__ = ["best_learning_rates", "summarise", "write_summary", "mean_se_cell"]
 
 
 def best_learning_rates(results) -> dict:
@@ -64,6 +64,14 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
                            "runs": [r.__dict__ for r in results]})
 
 
+def mean_se_cell(mean, se, spec=".4f", signed=False) -> str:
+    """A table cell "mean ± se" in ``spec`` ("–" without a mean, the mean alone without a standard error)."""
+    if mean is None:
+        return "–"
+    text = format(mean, ("+" if signed else "") + spec)
+    return text + (f" ± {format(se, spec)}" if se is not None else "")
+
+
 def _table(summary: dict) -> str:
     lines = [f"# {summary['experiment']} ({summary['scale']} scale)", "", summary["question"], "",
              f"Reproduces: {summary['reference']}. {summary['note']}", "", f"Command: `{summary['command']}`", "",
@@ -72,8 +80,7 @@ def _table(summary: dict) -> str:
              "|---|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for r in summary["rows"]:
         grid = ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in r["lr_grid"].items())
-        val = "–" if r["final_val_mean"] is None else (
-            f"{r['final_val_mean']:.4f}" + (f" ± {r['final_val_se']:.4f}" if r["final_val_se"] is not None else ""))
+        val = mean_se_cell(r["final_val_mean"], r["final_val_se"])
         fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
         wall = "–" if r["wall_per_run_s"] is None else f"{r['wall_per_run_s']:.0f} s"
         lines.append(f"| {r['model']} | {r['non_embedding_parameters']:,} | {r['tokens_per_parameter']:.1f} | {grid} | "

@@ -100,6 +100,13 @@ def _best(row: dict) -> str:
     return f"{row['best_lr']:g}" + (" (edge)" if row.get("best_lr_at_edge") else "")
 
 
+def curve_label(model: str, lr: float | None, trained_seeds: int) -> str:
+    """The figure's legend entry of one model: its best rate and how many seeds its mean curve averages."""
+    if trained_seeds == 0:
+        return f"{model}: no run trained"
+    return f"{model} (lr {lr:g}, {trained_seeds} seed{'' if trained_seeds == 1 else 's'})"
+
+
 def _figure(summary: dict, path: Path, results) -> Path:
     import matplotlib
 
@@ -111,11 +118,13 @@ def _figure(summary: dict, path: Path, results) -> Path:
         lr = row["best_lr"]
         curves = [r.curve for r in results if r.model_name == row["model"] and r.lr == lr and r.fate == "trained"]
         if not curves:
+            # A model that trained at no rate keeps its place in the legend, so the figure does not hide it.
+            ax.plot([], [], "x", color=f"C{i % 10}", label=curve_label(row["model"], lr, 0))
             continue
         n = min(len(c) for c in curves)
         tokens = np.array([p[0] for p in curves[0][:n]], dtype=np.float64)
         mean = np.mean([[p[1] for p in c[:n]] for c in curves], axis=0)
-        ax.plot(tokens, mean, "o-", ms=2, color=f"C{i % 10}", label=f"{row['model']} (lr {lr:g}, {len(curves)} seeds)")
+        ax.plot(tokens, mean, "o-", ms=2, color=f"C{i % 10}", label=curve_label(row["model"], lr, len(curves)))
     unigram = {row["unigram_loss"] for row in summary["rows"]}
     for u in unigram:
         ax.axhline(u, color="0.6", ls=":", lw=1)

@@ -369,3 +369,11 @@ def test_table_only_tabulates_the_finished_runs_and_trains_nothing(tiny, tmp_pat
     assert "| 2x16 |" in (tmp_path / "e" / "table.md").read_text()
     with pytest.raises(ValueError, match="no such folder"):
         run_experiment("tiny", out=tmp_path / "none", train=False)
+
+
+def test_the_figure_legend_counts_seeds_and_keeps_models_that_trained_at_no_rate():
+    from sigprop.experiments.summary import curve_label
+
+    assert curve_label("pre-LN dslm", 0.016, 1) == "pre-LN dslm (lr 0.016, 1 seed)"
+    assert curve_label("pre-LN dslm", 0.016, 2) == "pre-LN dslm (lr 0.016, 2 seeds)"
+    assert curve_label("post-LN xavier", None, 0) == "post-LN xavier: no run trained"

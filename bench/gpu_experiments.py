@@ -10,9 +10,11 @@ runs checkpoint and its table is written from the runs that finished (the runner
 the same experiment continues it. ``depth`` and ``divergence`` reuse each other's finished runs of identical spec
 (``--runs-dir``). The default plan (``PLANS["gpu"]``): first the models that answer each question, side by side (the
 shallow-wide baselines and the DSLM models of ``depth``, the Post-LN Xavier baseline and DSLM of ``divergence``);
-then, with the time left, every other model of both. ``--plan cpu-shapes --scale cpu`` runs the experiments that
-have no GPU scale (``prior-methods``, ``ablations``, ``shaped``, ``depth-mlm``) at their CPU shapes, many runs
-sharing the GPU.
+then, with the time left, every other model of both. ``--plan rest`` runs the other experiments at ``--scale gpu``
+(``prior-methods`` and ``depth-mlm`` first, then ``ablations`` and ``shaped``); ``prior-methods`` and ``ablations``
+reuse the DSLM runs at 32 × 64 of ``depth`` and ``divergence`` (their folders under ``--work``, and ``depth``'s kept
+records in docs/experiments/depth/gpu/runs). ``--plan cpu-shapes --scale cpu`` runs those four at their CPU shapes,
+many runs sharing the GPU.
 
 Every 15 s, and at the end, the light files (tables, figures, ``results.json``, each run's fate, metrics, configs and
 log; not the checkpoints) are copied into ``--out``, so a machine taken back mid-run still returns what finished.
@@ -75,7 +77,12 @@ PLANS = {
                ("divergence", ("32x64 xavier post-LN", "32x64 dslm post-LN"), 4)]),
         (1.0, [("depth", (), 6), ("divergence", (), 4)]),
     ],
-    # the experiments without a GPU scale, at their CPU shapes (``--scale cpu``; ``precision=auto`` is bf16 there, so
+    # the other experiments at --scale gpu: ~50 minutes of one H200 shared by many runs in all
+    "rest": [
+        (0.6, [("prior-methods", (), 8), ("depth-mlm", (), 8)]),
+        (1.0, [("prior-methods", (), 4), ("depth-mlm", (), 4), ("ablations", (), 4), ("shaped", (), 4)]),
+    ],
+    # the same four at their CPU shapes (``--scale cpu``; ``precision=auto`` is bf16 there, so
     # their tables are the GPU's own, not merged with the CPU's fp32 runs): ~8.7e8 tokens in all
     "cpu-shapes": [
         (0.5, [("prior-methods", (), 8), ("ablations", (), 8)]),
@@ -85,22 +92,30 @@ PLANS = {
 }
 
 
-def _command(name: str, patterns, workers: int, args, folder: Path, reuse: Path | None) -> list[str]:
+def _command(name: str, patterns, workers: int, args, folder: Path, reuse: list[Path]) -> list[str]:
     command = [sys.executable, "-m", "sigprop", "experiment", name, "--scale", args.scale, "--device", args.device,
                "--workers", str(workers), "--out", str(folder)]
     for pattern in patterns:
         command += ["--model", pattern]
-    if reuse is not None:
-        command += ["--runs-dir", str(reuse)]
+    for other in reuse:
+        command += ["--runs-dir", str(other)]
     return command
 
 
-def _sharing(name: str, args) -> Path | None:
-    """The folder whose finished runs ``name`` reuses: ``depth`` and ``divergence`` share their Post-LN runs at the
-    deepest shape, so each reuses the other's (when it exists)."""
-    other = {"depth": "divergence", "divergence": "depth"}.get(name)
-    folder = args.work / f"{other}-{args.scale}" if other else None
-    return folder if folder is not None and folder.is_dir() else None
+#: experiment → the experiments whose finished runs of identical spec it reuses: ``depth`` and ``divergence`` share
+#: their Post-LN runs at the deepest shape; ``prior-methods`` and ``ablations`` take their DSLM runs there.
+_SHARES = {"depth": ("divergence",), "divergence": ("depth",), "prior-methods": ("depth", "divergence"),
+           "ablations": ("depth", "divergence")}
+_KEPT_RECORDS = {("depth", "gpu"): Path(__file__).resolve().parents[1] / "docs/experiments/depth/gpu/runs"}
+
+
+def _sharing(name: str, args) -> list[Path]:
+    """The folders whose finished runs ``name`` reuses (those that exist): the other experiments' folders under
+    ``--work`` and their kept records."""
+    folders = []
+    for other in _SHARES.get(name, ()):
+        folders += [args.work / f"{other}-{args.scale}", _KEPT_RECORDS.get((other, args.scale))]
+    return [f for f in folders if f is not None and f.is_dir()]
 
 
 def _run_wave(commands: list[list[str]], deadline: float, log) -> list[dict]:

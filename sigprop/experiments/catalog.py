@@ -45,6 +45,19 @@ _GPU_NOTE = ("one GPU shared by several runs at a time (`--workers`); ~1.6 M non
              "scale); `data=python` is the machine's own Python sources (~22 M tokens at a vocabulary of 2048 here), "
              "seen about 1.5 times (H200: 21.2 M training tokens).")
 
+# ``--scale paper``: Kedia et al. App. N, Table 25 (BERT pre-training): batches of 256 sequences of 256 tokens, 100 k
+# steps (~40 tokens per non-embedding parameter of their ~160 M-parameter models), warmup over the first 1%, linear
+# decay, dropout 0.1, clipping 1.0, the rate grid {1, 3, 5, 7, 10}·10⁻⁴, BERT's lower-cased WordPiece vocabulary
+# (30,522). Their minimum rate, 10⁻⁵, is 10% of the grid's top here. Documented, not run here: the corpus is the
+# user's (``--train-set data=...``; Wikipedia and books in the paper).
+_PAPER_LRS = (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)
+_PAPER_TRAIN = {**{k: v for k, v in _CPU_TRAIN.items() if k != "data"}, "batch_size": 256, "warmup_steps": 1000,
+                "schedule": "linear", "eval_every": 2000, "checkpoint_every": 2000}
+_PAPER_BASE = dict(arch="encoder", vocab_size=30522, seq_len=256, max_len=256, dropout=0.1)
+_PAPER_NOTE = ("Kedia et al.'s BERT pre-training (App. N, Table 25): batches of 256 × 256 tokens, ~40 tokens per "
+               "non-embedding parameter, warmup 1%, linear decay, dropout 0.1, rates {1, 3, 5, 7, 10}·10⁻⁴; "
+               "documented, not run here: pass a corpus with `--train-set data=...`.")
+
 DEPTH = Experiment(
     name="depth",
     question="At a constant number of non-embedding parameters (N·d²), does a deep-thin DeepScaleLM model reach a "
@@ -65,14 +78,9 @@ DEPTH = Experiment(
             train=_GPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
             note=_GPU_NOTE),
         "paper": Scale(
-            models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), (1e-4, 3e-4, 5e-4, 7e-4, 1e-3),
-                                 (1e-4, 3e-4, 5e-4, 7e-4, 1e-3)),
-            base_model=dict(arch="decoder", vocab_size=32768, seq_len=512, max_len=512, dropout=0.1),
-            train={**_CPU_TRAIN, "batch_size": 256, "warmup_steps": 2000, "eval_every": 2000,
-                   "checkpoint_every": 2000},
-            tokens_per_parameter=40.0, seeds=1,
-            note="the paper's shapes (~150 M non-embedding parameters, ~40 tokens per parameter): documented, not "
-                 "run here."),
+            models=_depth_models(((12, 1024), (48, 512), (192, 256)), (16, 8, 4), _PAPER_LRS, _PAPER_LRS),
+            base_model=dict(_PAPER_BASE, arch="decoder"), train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
+            note="the paper's shapes (~150 M non-embedding parameters); " + _PAPER_NOTE),
     },
     evaluation="init-theory",
 )
@@ -100,7 +108,8 @@ def _residual(beta2: float) -> dict:
 
 
 _DEEP = dict(n_layers=32, d_model=32, n_heads=2)  # the deepest ~0.4 M-parameter shape with two heads of 16
-_BASELINE = dict(n_layers=2, d_model=128, n_heads=4)
+_PAPER_192 = dict(n_layers=192, d_model=256, n_heads=4)  # Kedia et al.'s deepest BERT (Tables 11, 14)
+_PAPER_96 = dict(n_layers=96, d_model=512, n_heads=8)  # Tables 4, 11, 13, 14
 _CPU_BASE = dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0)
 _CPU_NOTE = ("2 CPU cores, one single-thread run per core; 32 × 32 (two heads of 16) is the deepest shape of ~0.4 M "
              "non-embedding parameters; 20 tokens per parameter.")
@@ -108,19 +117,16 @@ _CPU_NOTE = ("2 CPU cores, one single-thread run per core; 32 × 32 (two heads o
 _DEEP_GPU = dict(n_layers=32, d_model=64, n_heads=2)  # the deepest shape of `depth` at --scale gpu
 
 
-def _divergence_models(deep: dict) -> tuple[ModelSpec, ...]:
+def _divergence_models(deep: dict, lrs: tuple[float, ...] = (1e-3, 4e-3)) -> tuple[ModelSpec, ...]:
     """The Post-LN baselines at the deepest shape ``deep`` (Xavier; without warmup; with β² = 0.5) and DSLM with and
-    without warmup, each at 1e-3 and 4e-3: the rates bracket the baselines' best at that shape in `depth`."""
+    without warmup, each over ``lrs``: 1e-3 and 4e-3 bracket the baselines' best at 32 × 32 in `depth`."""
     shape = f"{deep['n_layers']}x{deep['d_model']}"
     post = dict(deep, norm_position="post")
-    return (ModelSpec(f"{shape} xavier post-LN", dict(post, init="xavier"), (1e-3, 4e-3)),
-            ModelSpec(f"{shape} xavier post-LN, no warmup", dict(post, init="xavier"), (1e-3, 4e-3),
-                      dict(warmup_steps=0)),
-            ModelSpec(f"{shape} xavier post-LN, beta^2=0.5", dict(post, init="xavier", **_residual(0.5)),
-                      (1e-3, 4e-3)),
-            ModelSpec(f"{shape} dslm post-LN", dict(post, init="dslm"), (1e-3, 4e-3)),
-            ModelSpec(f"{shape} dslm post-LN, no warmup", dict(post, init="dslm"), (1e-3, 4e-3),
-                      dict(warmup_steps=0)))
+    return (ModelSpec(f"{shape} xavier post-LN", dict(post, init="xavier"), lrs),
+            ModelSpec(f"{shape} xavier post-LN, no warmup", dict(post, init="xavier"), lrs, dict(warmup_steps=0)),
+            ModelSpec(f"{shape} xavier post-LN, beta^2=0.5", dict(post, init="xavier", **_residual(0.5)), lrs),
+            ModelSpec(f"{shape} dslm post-LN", dict(post, init="dslm"), lrs),
+            ModelSpec(f"{shape} dslm post-LN, no warmup", dict(post, init="dslm"), lrs, dict(warmup_steps=0)))
 
 
 DIVERGENCE = Experiment(
@@ -131,7 +137,10 @@ DIVERGENCE = Experiment(
     scales={"cpu": Scale(models=_divergence_models(_DEEP), base_model=_CPU_BASE, train=_CPU_TRAIN,
                          tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE),
             "gpu": Scale(models=_divergence_models(_DEEP_GPU), base_model=_CPU_BASE, train=_GPU_TRAIN,
-                         tokens_per_parameter=20.0, seeds=2, note=_GPU_NOTE)},
+                         tokens_per_parameter=20.0, seeds=2, note=_GPU_NOTE),
+            "paper": Scale(models=_divergence_models(_PAPER_96, _PAPER_LRS), base_model=_PAPER_BASE,
+                           train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
+                           note="Table 4's and Table 13's 96 × 512 Post-LN BERT; " + _PAPER_NOTE)},
     evaluation="init-theory",
 )
 
@@ -141,32 +150,91 @@ DIVERGENCE = Experiment(
 _PRE_LN_LRS = (8e-3, 1.6e-2, 3.2e-2)
 _POST_LN_LRS = (1e-3, 2e-3, 4e-3)
 
+def _shaped_row(show_shape: bool):
+    """A function naming a model ``name`` at ``shape`` (with the shape in the name where an experiment's rows sit at
+    several shapes) and building its :class:`ModelSpec`."""
+
+    def row(name: str, shape: dict, fields: dict, lrs: tuple[float, ...]) -> ModelSpec:
+        label = f"{name}, {shape['n_layers']}x{shape['d_model']}" if show_shape else name
+        return ModelSpec(label, dict(shape, **fields), lrs)
+
+    return row
+
+
+def _ablation_models(post: dict, pre: dict, sigma: dict, post_lrs, pre_lrs) -> tuple[ModelSpec, ...]:
+    """Table 13's rows in Post-LN at shape ``post`` (DSLM's initialisation without the residual scaling, with
+    β² = 0.5, with β² = 2/N fixed and learnable) and Table 14's in Pre-LN with the scaling λ² + β² = 1, β² = 2/N, at
+    ``pre`` (Xavier, DSLM, DSLM-simple) and ``sigma`` (σ = 0.02, with DSLM beside it where that is another shape)."""
+    row = _shaped_row(not post == pre == sigma)
+
+    def scaling(shape):
+        return _residual(2 / shape["n_layers"])
+
+    models = [row("post-LN dslm-init, no scaling", post, dict(norm_position="post", init="dslm", lam=1.0, beta=1.0),
+                  post_lrs),
+              row("post-LN dslm-init, beta^2=0.5", post, dict(norm_position="post", init="dslm", beta_k=0.5,
+                                                              beta_alpha=0.0), post_lrs),
+              row("post-LN dslm, beta^2=2/N fixed", post, dict(norm_position="post", init="dslm"), post_lrs),
+              row("post-LN dslm, beta^2=2/N learnable", post, dict(norm_position="post", init="dslm",
+                                                                   learnable_beta=True), post_lrs),
+              row("pre-LN xavier-init + scaling", pre, dict(norm_position="pre", init="xavier", **scaling(pre)),
+                  pre_lrs),
+              row("pre-LN sigma=0.02 + scaling", sigma, dict(norm_position="pre", init="bert", **scaling(sigma)),
+                  pre_lrs),
+              row("pre-LN dslm", pre, dict(norm_position="pre", init="dslm"), pre_lrs),
+              row("pre-LN dslm-simple", pre, dict(norm_position="pre", init="dslm_simple"), pre_lrs)]
+    if sigma != pre:
+        models.append(row("pre-LN dslm", sigma, dict(norm_position="pre", init="dslm"), pre_lrs))
+    return tuple(models)
+
+
+_GPU_DEEP_NOTE = _GPU_NOTE + " 32 × 64 (two heads of 32) is the deepest shape of `depth` at this scale."
+
 ABLATIONS = Experiment(
     name="ablations",
     question="Which parts of DeepScaleLM matter: the residual scaling (β² = 2/N against 0.5 and none; fixed "
              "against learnable β) in Post-LN, and the initialisation (Xavier, σ = 0.02, DSLM, DSLM-simple) in "
              "Pre-LN with the scaling?",
     reference="Kedia et al. Sec. 4.5, Tables 13 (Post-LN, 96 × 512) and 14 (Pre-LN, 192 × 256 and 96 × 512)",
-    scales={"cpu": Scale(
-        models=(ModelSpec("post-LN dslm-init, no scaling", dict(_DEEP, norm_position="post", init="dslm",
-                                                               lam=1.0, beta=1.0), _POST_LN_LRS),
-                ModelSpec("post-LN dslm-init, beta^2=0.5", dict(_DEEP, norm_position="post", init="dslm",
-                                                               beta_k=0.5, beta_alpha=0.0), _POST_LN_LRS),
-                ModelSpec("post-LN dslm, beta^2=2/N fixed", dict(_DEEP, norm_position="post", init="dslm"),
-                          _POST_LN_LRS),
-                ModelSpec("post-LN dslm, beta^2=2/N learnable", dict(_DEEP, norm_position="post", init="dslm",
-                                                                    learnable_beta=True), _POST_LN_LRS),
-                ModelSpec("pre-LN xavier-init + scaling", dict(_DEEP, norm_position="pre", init="xavier",
-                                                              **_residual(2 / 32)), _PRE_LN_LRS),
-                ModelSpec("pre-LN sigma=0.02 + scaling", dict(_DEEP, norm_position="pre", init="bert",
-                                                             **_residual(2 / 32)), _PRE_LN_LRS),
-                ModelSpec("pre-LN dslm", dict(_DEEP, norm_position="pre", init="dslm"), _PRE_LN_LRS),
-                ModelSpec("pre-LN dslm-simple", dict(_DEEP, norm_position="pre", init="dslm_simple"), _PRE_LN_LRS)),
-        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
-        note=_CPU_NOTE)},
+    scales={"cpu": Scale(models=_ablation_models(_DEEP, _DEEP, _DEEP, _POST_LN_LRS, _PRE_LN_LRS), base_model=_CPU_BASE,
+                         train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1, note=_CPU_NOTE),
+            "gpu": Scale(models=_ablation_models(_DEEP_GPU, _DEEP_GPU, _DEEP_GPU, _POST_LN_LRS, _PRE_LN_LRS),
+                         base_model=_CPU_BASE, train=_GPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
+                         note=_GPU_DEEP_NOTE),
+            "paper": Scale(models=_ablation_models(_PAPER_96, _PAPER_192, _PAPER_96, _PAPER_LRS, _PAPER_LRS),
+                           base_model=_PAPER_BASE, train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
+                           note="the paper's shapes: Table 13 at 96 × 512 (Post-LN), Table 14 at 192 × 256 and "
+                                "σ = 0.02 against DSLM at 96 × 512 (Pre-LN); " + _PAPER_NOTE)},
     evaluation="init-theory",
 )
 
+
+def _prior_methods_models(shapes: tuple[dict, ...]) -> tuple[ModelSpec, ...]:
+    """Table 11's methods at each of ``shapes``, each in the normalisation it was designed for (DeepNet Post-LN,
+    ReZero none, the rest Pre-LN) and DeepScaleLM in both; Post-LN models over :data:`_POST_LN_LRS`, the rest over
+    :data:`_PRE_LN_LRS` (at the paper's scale every model over its grid)."""
+    row = _shaped_row(len(shapes) > 1)
+    pre_lrs, post_lrs = (_PAPER_LRS, _PAPER_LRS) if len(shapes) > 1 else (_PRE_LN_LRS, _POST_LN_LRS)
+    models = []
+    for shape in shapes:
+        pre = dict(norm_position="pre")
+        models += [row("dslm (pre-LN)", shape, dict(pre, init="dslm"), pre_lrs),
+                   row("dslm (post-LN)", shape, dict(norm_position="post", init="dslm"), post_lrs),
+                   row("dsinit (pre-LN)", shape, dict(pre, init="dsinit"), pre_lrs),
+                   row("deepnet (post-LN)", shape, dict(norm_position="post", init="deepnorm"), post_lrs),
+                   row("layerscale (pre-LN)", shape, dict(pre, init="layerscale"), pre_lrs),
+                   row("skipinit (pre-LN)", shape, dict(pre, init="skipinit"), pre_lrs),
+                   row("rezero (no norm)", shape, dict(norm_position="none", init="rezero"), pre_lrs),
+                   row("value-skipinit (pre-LN)", shape, dict(pre, init="xavier", attention="value_skipinit"),
+                       pre_lrs),
+                   row("bamboo (pre-LN, sigma=0.02)", shape, dict(pre, init="bert"), pre_lrs),
+                   row("mup-style (pre-LN)", shape, dict(pre, init="mup"), pre_lrs),
+                   row("noci2022 (pre-LN)", shape, dict(pre, init="noci2022"), pre_lrs)]
+    return tuple(models)
+
+
+_PRIOR_NOTE = (" Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the rest "
+               "Pre-LN); DSLM in both.")
 
 PRIOR_METHODS = Experiment(
     name="prior-methods",
@@ -175,22 +243,13 @@ PRIOR_METHODS = Experiment(
              "µP-style and Noci et al. 2022's initialisation?",
     reference="Kedia et al. Sec. 4.5, Table 11 (192 × 256 and 96 × 512; ADMIN, which needs a profiling pass, is not "
               "built here)",
-    scales={"cpu": Scale(
-        models=(ModelSpec("dslm (pre-LN)", dict(_DEEP, norm_position="pre", init="dslm"), _PRE_LN_LRS),
-                ModelSpec("dslm (post-LN)", dict(_DEEP, norm_position="post", init="dslm"), _POST_LN_LRS),
-                ModelSpec("dsinit (pre-LN)", dict(_DEEP, norm_position="pre", init="dsinit"), _PRE_LN_LRS),
-                ModelSpec("deepnet (post-LN)", dict(_DEEP, norm_position="post", init="deepnorm"), _POST_LN_LRS),
-                ModelSpec("layerscale (pre-LN)", dict(_DEEP, norm_position="pre", init="layerscale"), _PRE_LN_LRS),
-                ModelSpec("skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="skipinit"), _PRE_LN_LRS),
-                ModelSpec("rezero (no norm)", dict(_DEEP, norm_position="none", init="rezero"), _PRE_LN_LRS),
-                ModelSpec("value-skipinit (pre-LN)", dict(_DEEP, norm_position="pre", init="xavier",
-                                                          attention="value_skipinit"), _PRE_LN_LRS),
-                ModelSpec("bamboo (pre-LN, sigma=0.02)", dict(_DEEP, norm_position="pre", init="bert"), _PRE_LN_LRS),
-                ModelSpec("mup-style (pre-LN)", dict(_DEEP, norm_position="pre", init="mup"), _PRE_LN_LRS),
-                ModelSpec("noci2022 (pre-LN)", dict(_DEEP, norm_position="pre", init="noci2022"), _PRE_LN_LRS)),
-        base_model=_CPU_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
-        note=_CPU_NOTE + " Each method in the normalisation it was designed for (DeepNet Post-LN, ReZero none, the "
-                         "rest Pre-LN); DSLM in both.")},
+    scales={"cpu": Scale(models=_prior_methods_models((_DEEP,)), base_model=_CPU_BASE, train=_CPU_TRAIN,
+                         tokens_per_parameter=20.0, seeds=2, grid_extensions=1, note=_CPU_NOTE + _PRIOR_NOTE),
+            "gpu": Scale(models=_prior_methods_models((_DEEP_GPU,)), base_model=_CPU_BASE, train=_GPU_TRAIN,
+                         tokens_per_parameter=20.0, seeds=2, grid_extensions=1, note=_GPU_DEEP_NOTE + _PRIOR_NOTE),
+            "paper": Scale(models=_prior_methods_models((_PAPER_192, _PAPER_96)), base_model=_PAPER_BASE,
+                           train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
+                           note="Table 11's shapes, 192 × 256 and 96 × 512; " + _PAPER_NOTE + _PRIOR_NOTE)},
     evaluation="init-theory",
 )
 
@@ -235,6 +294,15 @@ DERF = Experiment(
 _SHAPED = dict(attention="shaped", activation="shaped_relu", init="shaped", norm_position="none", shaped_gamma=0.2)
 _SHAPED_LRS = (1e-3, 3e-3, 1e-2)
 
+
+def _shaped_models(lrs: tuple[float, ...], anneal_steps: int) -> tuple[ModelSpec, ...]:
+    """The Pre-LN baseline and shaped attention fixed, learned and recovered (annealed to standard attention over
+    ``anneal_steps``), each over ``lrs`` (Noci et al. App. D)."""
+    return (ModelSpec("pre-LN", dict(norm_position="pre", init="xavier"), lrs),
+            ModelSpec("shaped, fixed", dict(_SHAPED), lrs),
+            ModelSpec("shaped, learn", dict(_SHAPED, shaped_mode="learn"), lrs),
+            ModelSpec("shaped, recover", dict(_SHAPED, shaped_mode="recover", shaped_anneal_steps=anneal_steps), lrs))
+
 SHAPED = Experiment(
     name="shaped",
     question="Does shaped attention keep a masked-LM Transformer trainable where the Pre-LN baseline's attention "
@@ -243,11 +311,7 @@ SHAPED = Experiment(
     reference="Noci et al. 2023 App. D (BERT masked LM: shaped attention, fixed / learn / recover, against Pre-LN), "
               "Sec. 4 (entropy collapse)",
     scales={"cpu": Scale(
-        models=(ModelSpec("pre-LN", dict(norm_position="pre", init="xavier"), _SHAPED_LRS),
-                ModelSpec("shaped, fixed", dict(_SHAPED), _SHAPED_LRS),
-                ModelSpec("shaped, learn", dict(_SHAPED, shaped_mode="learn"), _SHAPED_LRS),
-                ModelSpec("shaped, recover", dict(_SHAPED, shaped_mode="recover", shaped_anneal_steps=1000),
-                          _SHAPED_LRS)),
+        models=_shaped_models(_SHAPED_LRS, anneal_steps=1000),
         base_model=dict(arch="encoder", n_layers=16, d_model=64, n_heads=2, vocab_size=2048, seq_len=128,
                         max_len=128, dropout=0.0),
         train={**_CPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
@@ -255,7 +319,30 @@ SHAPED = Experiment(
         note="16 layers of d = 64 (two heads of 32), masked LM (15%) on `data=python`, 1,500 steps of 32 × 128 tokens "
              "(6.1 M tokens, ~8 per non-embedding parameter); shaped models unnormalised with γ = 0.2 residual "
              "branches (App. D: 0.05–0.2), 'recover' annealed to standard attention over the first 1,000 steps; "
-             "every layer's attention entropy tracked every 250 steps (track.png in each run's folder).")},
+             "every layer's attention entropy tracked every 250 steps (track.png in each run's folder)."),
+        "gpu": Scale(
+            models=_shaped_models(_SHAPED_LRS, anneal_steps=1000),
+            base_model=dict(arch="encoder", n_layers=16, d_model=128, n_heads=2, vocab_size=2048, seq_len=128,
+                            max_len=128, dropout=0.0),
+            train={**_GPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
+            tokens_per_parameter=None, seeds=2,
+            note="16 layers of d = 128 (two heads of 64: twice the CPU width), batches of 128 × 128 tokens, the CPU "
+                 "scale's 1,500 steps (24.6 M tokens, ~8 per non-embedding parameter, `data=python` seen about "
+                 "once); otherwise as at the CPU scale. Runs this small share one GPU (`--workers`)."),
+        "paper": Scale(
+            models=_shaped_models((1e-4, 5e-4, 1e-3, 5e-3), anneal_steps=4000),
+            base_model=dict(arch="encoder", n_layers=18, d_model=768, n_heads=8, vocab_size=32000, seq_len=128,
+                            max_len=128, dropout=0.0),
+            train=dict(batch_size=32, steps=100_000, warmup_steps=4000, schedule="cosine", weight_decay=0.0,
+                       adam_beta2=0.999, clip=1.0, eval_every=2000, eval_batches=8, track_every=2000,
+                       checkpoint_every=2000, keep_checkpoints=1),
+            tokens_per_parameter=None, seeds=4,
+            note="Noci et al. App. D.1: 18 layers of d = 768 (8 heads, FFN 3,072), a vocabulary of 32,000, 128 tokens "
+                 "a sequence, batches of 32, Adam (0.9, 0.999) without weight decay, 4,000 warmup steps ('recover' "
+                 "annealed over the same 4,000), 100 k steps, rates {1, 5, 10, 50}·10⁻⁴, 4 seeds. The paper states "
+                 "no schedule after the warmup (cosine here), no dropout and no clipping (none and 1.0 here). "
+                 "Documented, not run here: pass a corpus with `--train-set data=...` (Wikipedia and books in the "
+                 "paper).")},
     evaluation="entropy",
 )
 

@@ -149,8 +149,10 @@ DIVERGENCE = Experiment(
 # normalisation's (the runner tries every model's middle rate first), and a best rate at an edge tries one more.
 _PRE_LN_LRS = (8e-3, 1.6e-2, 3.2e-2)
 _POST_LN_LRS = (1e-3, 2e-3, 4e-3)
+# At --scale gpu (32 × 64) the same grids: `depth` found Pre-LN DSLM best at 8e-3 there, the top of its lower grid.
 
-def _shaped_row(show_shape: bool):
+
+def _row_maker(show_shape: bool):
     """A function naming a model ``name`` at ``shape`` (with the shape in the name where an experiment's rows sit at
     several shapes) and building its :class:`ModelSpec`."""
 
@@ -165,7 +167,7 @@ def _ablation_models(post: dict, pre: dict, sigma: dict, post_lrs, pre_lrs) -> t
     """Table 13's rows in Post-LN at shape ``post`` (DSLM's initialisation without the residual scaling, with
     β² = 0.5, with β² = 2/N fixed and learnable) and Table 14's in Pre-LN with the scaling λ² + β² = 1, β² = 2/N, at
     ``pre`` (Xavier, DSLM, DSLM-simple) and ``sigma`` (σ = 0.02, with DSLM beside it where that is another shape)."""
-    row = _shaped_row(not post == pre == sigma)
+    row = _row_maker(not post == pre == sigma)
 
     def scaling(shape):
         return _residual(2 / shape["n_layers"])
@@ -209,12 +211,11 @@ ABLATIONS = Experiment(
 )
 
 
-def _prior_methods_models(shapes: tuple[dict, ...]) -> tuple[ModelSpec, ...]:
+def _prior_methods_models(shapes: tuple[dict, ...], post_lrs, pre_lrs) -> tuple[ModelSpec, ...]:
     """Table 11's methods at each of ``shapes``, each in the normalisation it was designed for (DeepNet Post-LN,
-    ReZero none, the rest Pre-LN) and DeepScaleLM in both; Post-LN models over :data:`_POST_LN_LRS`, the rest over
-    :data:`_PRE_LN_LRS` (at the paper's scale every model over its grid)."""
-    row = _shaped_row(len(shapes) > 1)
-    pre_lrs, post_lrs = (_PAPER_LRS, _PAPER_LRS) if len(shapes) > 1 else (_PRE_LN_LRS, _POST_LN_LRS)
+    ReZero none, the rest Pre-LN) and DeepScaleLM in both; Post-LN models over ``post_lrs``, the rest over
+    ``pre_lrs``."""
+    row = _row_maker(len(shapes) > 1)
     models = []
     for shape in shapes:
         pre = dict(norm_position="pre")
@@ -243,12 +244,14 @@ PRIOR_METHODS = Experiment(
              "µP-style and Noci et al. 2022's initialisation?",
     reference="Kedia et al. Sec. 4.5, Table 11 (192 × 256 and 96 × 512; ADMIN, which needs a profiling pass, is not "
               "built here)",
-    scales={"cpu": Scale(models=_prior_methods_models((_DEEP,)), base_model=_CPU_BASE, train=_CPU_TRAIN,
-                         tokens_per_parameter=20.0, seeds=2, grid_extensions=1, note=_CPU_NOTE + _PRIOR_NOTE),
-            "gpu": Scale(models=_prior_methods_models((_DEEP_GPU,)), base_model=_CPU_BASE, train=_GPU_TRAIN,
-                         tokens_per_parameter=20.0, seeds=2, grid_extensions=1, note=_GPU_DEEP_NOTE + _PRIOR_NOTE),
-            "paper": Scale(models=_prior_methods_models((_PAPER_192, _PAPER_96)), base_model=_PAPER_BASE,
-                           train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
+    scales={"cpu": Scale(models=_prior_methods_models((_DEEP,), _POST_LN_LRS, _PRE_LN_LRS), base_model=_CPU_BASE,
+                         train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
+                         note=_CPU_NOTE + _PRIOR_NOTE),
+            "gpu": Scale(models=_prior_methods_models((_DEEP_GPU,), _POST_LN_LRS, _PRE_LN_LRS), base_model=_CPU_BASE,
+                         train=_GPU_TRAIN, tokens_per_parameter=20.0, seeds=2, grid_extensions=1,
+                         note=_GPU_DEEP_NOTE + _PRIOR_NOTE),
+            "paper": Scale(models=_prior_methods_models((_PAPER_192, _PAPER_96), _PAPER_LRS, _PAPER_LRS),
+                           base_model=_PAPER_BASE, train=_PAPER_TRAIN, tokens_per_parameter=40.0, seeds=1,
                            note="Table 11's shapes, 192 × 256 and 96 × 512; " + _PAPER_NOTE + _PRIOR_NOTE)},
     evaluation="init-theory",
 )

@@ -306,6 +306,23 @@ def _shaped_models(lrs: tuple[float, ...], anneal_steps: int) -> tuple[ModelSpec
             ModelSpec("shaped, learn", dict(_SHAPED, shaped_mode="learn"), lrs),
             ModelSpec("shaped, recover", dict(_SHAPED, shaped_mode="recover", shaped_anneal_steps=anneal_steps), lrs))
 
+
+_SHAPED_CPU = Scale(
+    models=_shaped_models(_SHAPED_LRS, anneal_steps=1000),
+    base_model=dict(arch="encoder", n_layers=16, d_model=64, n_heads=2, vocab_size=2048, seq_len=128,
+                    max_len=128, dropout=0.0),
+    train={**_CPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
+    tokens_per_parameter=None, seeds=2,
+    note="16 layers of d = 64 (two heads of 32), masked LM (15%) on `data=python`, 1,500 steps of 32 × 128 tokens "
+         "(6.1 M tokens, ~8 per non-embedding parameter); shaped models unnormalised with γ = 0.2 residual "
+         "branches (App. D: 0.05–0.2), 'recover' annealed to standard attention over the first 1,000 steps; "
+         "every layer's attention entropy tracked every 250 steps (track.png in each run's folder).")
+_SHAPED_GPU = replace(
+    _SHAPED_CPU, base_model={**_SHAPED_CPU.base_model, "d_model": 128}, train={**_SHAPED_CPU.train, "batch_size": 128},
+    note="16 layers of d = 128 (two heads of 64: twice the CPU width), batches of 128 × 128 tokens, the CPU scale's "
+         "1,500 steps (24.6 M tokens, ~8 per non-embedding parameter, `data=python` seen about once); otherwise as "
+         "at the CPU scale. Runs this small share one GPU (`--workers`).")
+
 SHAPED = Experiment(
     name="shaped",
     question="Does shaped attention keep a masked-LM Transformer trainable where the Pre-LN baseline's attention "
@@ -313,25 +330,9 @@ SHAPED = Experiment(
              "and 'learn' schedules train as well as the fixed one?",
     reference="Noci et al. 2023 App. D (BERT masked LM: shaped attention, fixed / learn / recover, against Pre-LN), "
               "Sec. 4 (entropy collapse)",
-    scales={"cpu": Scale(
-        models=_shaped_models(_SHAPED_LRS, anneal_steps=1000),
-        base_model=dict(arch="encoder", n_layers=16, d_model=64, n_heads=2, vocab_size=2048, seq_len=128,
-                        max_len=128, dropout=0.0),
-        train={**_CPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
-        tokens_per_parameter=None, seeds=2,
-        note="16 layers of d = 64 (two heads of 32), masked LM (15%) on `data=python`, 1,500 steps of 32 × 128 tokens "
-             "(6.1 M tokens, ~8 per non-embedding parameter); shaped models unnormalised with γ = 0.2 residual "
-             "branches (App. D: 0.05–0.2), 'recover' annealed to standard attention over the first 1,000 steps; "
-             "every layer's attention entropy tracked every 250 steps (track.png in each run's folder)."),
-        "gpu": Scale(
-            models=_shaped_models(_SHAPED_LRS, anneal_steps=1000),
-            base_model=dict(arch="encoder", n_layers=16, d_model=128, n_heads=2, vocab_size=2048, seq_len=128,
-                            max_len=128, dropout=0.0),
-            train={**_GPU_TRAIN, "steps": 1500, "track_every": 250, "checkpoint_every": 250},
-            tokens_per_parameter=None, seeds=2,
-            note="16 layers of d = 128 (two heads of 64: twice the CPU width), batches of 128 × 128 tokens, the CPU "
-                 "scale's 1,500 steps (24.6 M tokens, ~8 per non-embedding parameter, `data=python` seen about "
-                 "once); otherwise as at the CPU scale. Runs this small share one GPU (`--workers`)."),
+    scales={
+        "cpu": _SHAPED_CPU,
+        "gpu": _SHAPED_GPU,
         "paper": Scale(
             models=_shaped_models((1e-4, 5e-4, 1e-3, 5e-3), anneal_steps=4000),
             base_model=dict(arch="encoder", n_layers=18, d_model=768, n_heads=8, vocab_size=32000, seq_len=128,

@@ -5,7 +5,9 @@
 copies, for every run folder of the experiment folder (first argument) that holds a fate (``fate.json``: the run
 finished, and how), its ``fate.json``, ``run.json`` (configs, device, precision, versions, command) and
 ``track.jsonl`` (the tracked statistics, where the run tracked any) into ``RECORDS/RUN_ID/`` (second argument),
-each file written atomically; checkpoints and the per-step metrics stay behind (megabytes per run). A later
+each file written atomically; checkpoints and the per-step metrics stay behind (megabytes per run). The command in a
+kept ``run.json`` names its files relative to the experiment folder (``--config specs/RUN_ID.json --out RUN_ID``), so
+that the records say nothing of the machine they were trained on. A later
 
     sigprop experiment prior-methods --out experiments/prior-methods-cpu --runs-dir docs/experiments/prior-methods/runs
 
@@ -30,6 +32,17 @@ from sigprop.core.jsonio import write_json_atomic, write_text_atomic
 LIGHT_FILES = ("fate.json", "run.json", "track.jsonl")
 
 
+def relative_command(run_record: str, experiment_folder: Path) -> str:
+    """``run.json``'s text with the experiment folder's absolute path dropped from its ``command`` (the paths it
+    names become relative to that folder); any other field, and a record without a command, unchanged."""
+    record = json.loads(run_record)
+    command = record.get("command")
+    if not isinstance(command, str):
+        return run_record
+    record["command"] = command.replace(f"{experiment_folder.resolve()}/", "")
+    return json.dumps(record, indent=1) + "\n"
+
+
 def keep_records(experiment_folder: Path, records: Path) -> list[str]:
     """Copy the light files of every finished run of ``experiment_folder`` into ``records``; the run ids kept."""
     kept = []
@@ -37,7 +50,10 @@ def keep_records(experiment_folder: Path, records: Path) -> list[str]:
         run = fate.parent
         for name in LIGHT_FILES:
             if (run / name).is_file():
-                write_text_atomic(records / run.name / name, (run / name).read_text(encoding="utf-8"))
+                text = (run / name).read_text(encoding="utf-8")
+                if name == "run.json":
+                    text = relative_command(text, experiment_folder)
+                write_text_atomic(records / run.name / name, text)
         kept.append(run.name)
     return kept
 

@@ -306,8 +306,9 @@ def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_ex
 
 
 def test_kept_records_let_an_experiment_continue_without_training_its_finished_runs_again(tiny, tmp_path):
-    """``bench/experiment_records.py`` keeps each finished run's fate, configs and track (no checkpoints); a fresh
-    folder given those records as ``--runs-dir`` trains nothing again and tables the same rows."""
+    """``bench/experiment_records.py`` keeps each finished run's fate, configs and track (no checkpoints) and names
+    its files relative to the experiment folder; a fresh folder given those records as ``--runs-dir`` trains nothing
+    again and tables the same rows."""
     tiny()
     first = run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
     script = Path(__file__).resolve().parents[2] / "bench" / "experiment_records.py"
@@ -317,6 +318,9 @@ def test_kept_records_let_an_experiment_continue_without_training_its_finished_r
     kept = sorted(p.name for p in (tmp_path / "records").iterdir())
     assert kept == sorted(r["run_id"] for r in first.summary["runs"])
     assert not list((tmp_path / "records").glob("*/ckpt-*"))
+    commands = {p.parent.name: json.loads(p.read_text())["command"] for p in (tmp_path / "records").glob("*/run.json")}
+    assert sorted(commands) == kept and not any(str(tmp_path) in c for c in commands.values()), commands
+    assert all(f"--config specs/{run_id}.json --out {run_id} " in c for run_id, c in commands.items()), commands
     said = []
     again = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "records", say=said.append)
     assert not any(line.startswith("start") for line in said)

@@ -85,11 +85,37 @@ DEPTH = Experiment(
     evaluation="init-theory",
 )
 
+# The best rate of each model at ``depth``'s CPU scale (docs/experiments/depth.md; 32 × 32 Xavier Post-LN stalled at
+# every rate it tried and has none).
+_DEPTH_CPU_BEST = {"2x128 xavier pre-LN": 4e-3, "8x64 xavier pre-LN": 8e-3, "32x32 xavier pre-LN": 1.6e-2,
+                   "8x64 dslm pre-LN": 1.6e-2, "32x32 dslm pre-LN": 3.2e-2, "2x128 xavier post-LN": 4e-3,
+                   "8x64 xavier post-LN": 1e-3, "8x64 dslm post-LN": 2e-3, "32x32 dslm post-LN": 2e-3}
+
+
+def _centred_on(models: tuple[ModelSpec, ...], best: dict[str, float]) -> tuple[ModelSpec, ...]:
+    """``models`` with each named in ``best`` tuned over half, once and twice its rate there; the others unchanged."""
+    return tuple(replace(m, lrs=(best[m.name] / 2, best[m.name], best[m.name] * 2)) if m.name in best else m
+                 for m in models)
+
+
+def _masked(scale: Scale) -> Scale:
+    """``scale`` with every model an encoder trained as a masked LM."""
+    return replace(scale, base_model={**scale.base_model, "arch": "encoder"})
+
+
 DEPTH_MLM = Experiment(
     name="depth-mlm",
     question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
     reference="Kedia et al. Sec. 4.1, Tables 4 and 5 (BERT, masked LM)",
-    scales={name: replace(s, base_model={**s.base_model, "arch": "encoder"}) for name, s in DEPTH.scales.items()},
+    scales={
+        "cpu": replace(
+            _masked(DEPTH.scale("cpu")), models=_centred_on(DEPTH.scale("cpu").models, _DEPTH_CPU_BEST),
+            note=DEPTH.scale("cpu").note + " Each model's grid is centred on the rate at which `depth` (causal LM) "
+                 "trained it best: half, once and twice that rate (32 × 32 Xavier Post-LN, which stalled at every "
+                 "rate there, keeps depth's grid)."),
+        "gpu": _masked(DEPTH.scale("gpu")),
+        "paper": _masked(DEPTH.scale("paper")),
+    },
     evaluation="init-theory",
 )
 

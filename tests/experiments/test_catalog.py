@@ -3,6 +3,9 @@ follows the papers' stated configurations, and every row of a table names one mo
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from sigprop.experiments import catalog
@@ -54,3 +57,18 @@ def test_noci_s_paper_scale_is_their_appendix_d_bert():
         (100_000, 32, 4000)}
     assert {r.model_config.get("shaped_anneal_steps") for r in runs} == {None, 4000}
     assert {r.lr for r in runs} == {1e-4, 5e-4, 1e-3, 5e-3} and experiment.scale("paper").seeds == 4
+
+
+def test_depth_mlm_tunes_each_model_around_the_rate_depth_found_best_for_it():
+    """At the CPU scale each `depth-mlm` model's grid is half, once and twice its best rate in `depth`'s stored
+    results (causal LM), and otherwise the same model as an encoder; a model without a best rate keeps its grid."""
+    stored = Path(__file__).resolve().parents[2] / "docs" / "experiments" / "depth" / "results.json"
+    best = {row["model"]: row["best_lr"] for row in json.loads(stored.read_text(encoding="utf-8"))["rows"]}
+    depth, mlm = catalog.get_experiment("depth").scale("cpu"), catalog.get_experiment("depth-mlm").scale("cpu")
+    assert [m.name for m in mlm.models] == [m.name for m in depth.models]
+    for causal, masked in zip(depth.models, mlm.models, strict=True):
+        lr = best[causal.name]
+        assert masked.lrs == (causal.lrs if lr is None else pytest.approx((lr / 2, lr, 2 * lr))), masked.name
+        assert masked.model == causal.model and masked.train == causal.train
+    assert mlm.base_model == {**depth.base_model, "arch": "encoder"} and mlm.train == depth.train
+    assert (mlm.tokens_per_parameter, mlm.seeds, mlm.grid_extensions) == (20.0, 2, 3)

@@ -32,15 +32,13 @@ from sigprop.core.jsonio import write_json_atomic, write_text_atomic
 LIGHT_FILES = ("fate.json", "run.json", "track.jsonl")
 
 
-def relative_command(run_record: str, experiment_folder: Path) -> str:
-    """``run.json``'s text with the experiment folder's absolute path dropped from its ``command`` (the paths it
+def relative_command(run_record: dict, experiment_folder: Path) -> dict:
+    """``run.json``'s record with the experiment folder's absolute path dropped from its ``command`` (the paths it
     names become relative to that folder); any other field, and a record without a command, unchanged."""
-    record = json.loads(run_record)
-    command = record.get("command")
+    command = run_record.get("command")
     if not isinstance(command, str):
         return run_record
-    record["command"] = command.replace(f"{experiment_folder.resolve()}/", "")
-    return json.dumps(record, indent=1) + "\n"
+    return {**run_record, "command": command.replace(f"{experiment_folder.resolve()}/", "")}
 
 
 def keep_records(experiment_folder: Path, records: Path) -> list[str]:
@@ -49,10 +47,12 @@ def keep_records(experiment_folder: Path, records: Path) -> list[str]:
     for fate in sorted(experiment_folder.glob("*/fate.json")):
         run = fate.parent
         for name in LIGHT_FILES:
-            if (run / name).is_file():
-                text = (run / name).read_text(encoding="utf-8")
-                if name == "run.json":
-                    text = relative_command(text, experiment_folder)
+            if not (run / name).is_file():
+                continue
+            text = (run / name).read_text(encoding="utf-8")
+            if name == "run.json":
+                write_json_atomic(records / run.name / name, relative_command(json.loads(text), experiment_folder))
+            else:
                 write_text_atomic(records / run.name / name, text)
         kept.append(run.name)
     return kept

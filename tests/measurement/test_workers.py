@@ -101,7 +101,10 @@ def test_stopping_a_multi_device_measurement_leaves_no_process_behind(sig, statu
     args = [sys.executable, "-m", "sigprop", "measure", "--set", "n_layers=8", "--set", "d_model=64",
             "--set", "n_heads=2", "--set", "vocab_size=300", "--set", "seq_len=64", "--set", "max_len=64",
             "--synthetic", "--seeds", "400", "--batch-size", "4", "--device", "cpu,cpu"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default in the child, as for a command typed at a terminal: a shell starts a background job
+    # (``nohup pytest &``) with SIGINT ignored, which its children inherit and rightly keep.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline, workers = time.time() + 120, set()
     while time.time() < deadline and len(workers) < 2:  # the two workers (the resource tracker may be a third)
         workers = _children(proc.pid)

@@ -1,13 +1,15 @@
-"""The `depth` experiment's trained models, measured: what training did to the signal each shape propagates.
+"""The `depth` and `depth-mlm` experiments' trained models, measured: what training did to the signal each shape
+propagates.
 
-For every model of a finished `sigprop experiment depth` folder, its seed-0 run at the model's best rate is loaded
-from its last checkpoint and measured with `sigprop.measure` on the first validation batch the run itself was scored
-on (32 sequences of the held-out split), beside the same configuration freshly initialised (seed 0) on the same
-batch. Reported per model: the stream's forward variance at the first and the last layer, the last layer's token
-correlation (rank collapse would put it near 1), the gradient variance at the first layer over the last (how much
-of the loss's gradient reaches the bottom of the stack) and, for Pre-LN, the share of the last layer's stream that
-is the embedding's or the first layer's output carried by the skip path alone (:func:`skip_shares`), trained and at
-initialisation. The figure draws each trained model's forward and gradient variance over relative depth.
+For every model of a finished `sigprop experiment depth` (or `depth-mlm`) folder, its seed-0 run at the model's best
+rate is loaded from its last checkpoint and measured with `sigprop.measure` on the first validation batch the run
+itself was scored on (32 sequences of the held-out split), beside the same configuration freshly initialised (seed
+0) on the same batch. Reported per model: the stream's forward variance at the first and the last layer, the last
+layer's token correlation (rank collapse would put it near 1), the gradient variance at the first layer over the
+last (how much of the loss's gradient reaches the bottom of the stack) and, for Pre-LN, the share of the last
+layer's stream that is the embedding's or the first layer's output carried by the skip path alone
+(:func:`skip_shares`), trained and at initialisation. The figure draws each trained model's forward and gradient
+variance over relative depth.
 
     python bench/depth_trained.py /work/experiments/depth-cpu --out docs/experiments/depth/trained
 """
@@ -106,7 +108,13 @@ def measure_run(run_dir: Path) -> dict:
     return out
 
 
-def figure(results: dict, path: Path) -> None:
+def experiment_name(experiment_dir: Path) -> str:
+    """The experiment a folder holds, as its experiment.json names it ("depth" for a folder without one)."""
+    record = experiment_dir / "experiment.json"
+    return json.loads(record.read_text())["experiment"] if record.exists() else "depth"
+
+
+def figure(results: dict, path: Path, experiment: str = "depth") -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -119,7 +127,7 @@ def figure(results: dict, path: Path) -> None:
     axes[0].set(yscale="log", xlabel="layer / N", ylabel="forward variance of the stream (trained)")
     axes[1].set(yscale="log", xlabel="layer / N", ylabel="gradient variance / the last layer's (trained)")
     axes[1].legend(fontsize=7)
-    fig.suptitle("depth experiment: the trained models (seed 0, best rate), validation batch")
+    fig.suptitle(f"{experiment} experiment: the trained models (seed 0, best rate), validation batch")
     save_figure(fig, path)
 
 
@@ -149,7 +157,7 @@ def main() -> None:
               f"{t['grad_first_over_last']:.3g} ({i['grad_first_over_last']:.3g}) | {share(t)} ({share(i)}) |",
               flush=True)
     write_json_atomic(args.out / "trained.json", finite_or_null(results))
-    figure(results, args.out / "trained.png")
+    figure(results, args.out / "trained.png", experiment_name(args.experiment_dir))
     print(f"\nJSON: {args.out / 'trained.json'}; figure: {args.out / 'trained.png'}")
 
 

@@ -32,9 +32,9 @@ from sigprop.train.data import TextData
 from sigprop.train.run_dir import newest_checkpoint
 
 
-def best_runs(experiment_dir: Path) -> dict:
-    """Model name → the run folder of its seed-0 run at its best rate (models without one are left out)."""
-    results = json.loads((experiment_dir / "results.json").read_text())
+def best_runs(results: dict, experiment_dir: Path) -> dict:
+    """Model name → the run folder of its seed-0 run at its best rate (models without one are left out), from the
+    folder's ``results.json`` (``results``)."""
     out = {}
     for row in results["rows"]:
         if row["best_lr"] is None:
@@ -108,12 +108,6 @@ def measure_run(run_dir: Path) -> dict:
     return out
 
 
-def experiment_name(experiment_dir: Path) -> str:
-    """The experiment a folder holds, as its experiment.json names it ("depth" for a folder without one)."""
-    record = experiment_dir / "experiment.json"
-    return json.loads(record.read_text())["experiment"] if record.exists() else "depth"
-
-
 def figure(results: dict, path: Path, experiment: str = "depth") -> None:
     import matplotlib.pyplot as plt
 
@@ -136,9 +130,13 @@ def main() -> None:
     parser.add_argument("experiment_dir", type=Path)
     parser.add_argument("--out", type=Path, required=True, help="folder for trained.json and trained.png")
     args = parser.parse_args()
+    summary_file = args.experiment_dir / "results.json"
+    if not summary_file.is_file():
+        parser.error(f"{summary_file} not found: pass a folder of `sigprop experiment depth` or `depth-mlm`")
+    experiment = json.loads(summary_file.read_text())
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    runs = best_runs(args.experiment_dir)
+    runs = best_runs(experiment, args.experiment_dir)
 
     def share(r):
         e, f = r["embedding_share"], r["first_layer_share"]
@@ -157,7 +155,7 @@ def main() -> None:
               f"{t['grad_first_over_last']:.3g} ({i['grad_first_over_last']:.3g}) | {share(t)} ({share(i)}) |",
               flush=True)
     write_json_atomic(args.out / "trained.json", finite_or_null(results))
-    figure(results, args.out / "trained.png", experiment_name(args.experiment_dir))
+    figure(results, args.out / "trained.png", experiment["experiment"])
     print(f"\nJSON: {args.out / 'trained.json'}; figure: {args.out / 'trained.png'}")
 
 

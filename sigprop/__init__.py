@@ -4,7 +4,8 @@ Closed-form moment theory of every transformer component and of whole models (Ke
 Noci et al. 2023), measured against real PyTorch models with hooks. The architecture: ``ARCHITECTURE.md``.
 
 Public names: ``Moments``, ``GradMoments``, ``TransformerConfig``, ``Transformer``, ``InitPlan``,
-``predict(model_or_config) -> Profile``, ``measure(model, batch) -> Profile``,
+``predict(model_or_config) -> Profile``, ``measure(model, batch) -> Profile`` (any model with a stack of blocks:
+sigprop's, a Hugging Face model, a user's own; ``batch`` sigprop's, Hugging Face's or token ids, read as a ``Batch``),
 ``compare(predicted, measured) -> Comparison``, ``diagnose(profile) -> Diagnosis``: does it explode, vanish or
 collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerConfig`` (the extra ``hf``);
 ``apply_init(model, scheme)``: a sigprop or Hugging Face model re-initialised in place under a scheme;
@@ -21,7 +22,7 @@ from .core.versions import VERSION as __version__
 _PUBLIC = {
     "Moments": "core.moments", "GradMoments": "core.moments", "Profile": "core.profile",
     "TransformerConfig": "model.config", "Transformer": "model.transformer", "InitPlan": "model.init",
-    "make_plan": "model.init", "plan_for": "model.transformer", "make_batch": "model.objective",
+    "make_plan": "model.init", "plan_for": "model.transformer", "make_batch": "model.objective", "Batch": "model.batch",
     "predict": "theory.predict", "measure": "measurement.hooks", "Recorder": "measurement.hooks",
     "compare": "analysis.comparison", "Comparison": "analysis.comparison",
     "diagnose": "analysis.diagnosis", "Diagnosis": "analysis.diagnosis",

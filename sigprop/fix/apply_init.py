@@ -38,7 +38,8 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     module docstring; ``"auto"``: :func:`sigprop.model.transformer.plan_for` calibrates it for the model's
     configuration) and return it. ``generator``: the weights' random stream (default: torch's global one).
     ``ValueError`` for an unknown scheme or a model family sigprop cannot re-initialise, before any weight changes."""
-    from ..measurement.hf_sites import FAMILIES, is_hf_model
+    from ..hf.config_map import FAMILIES
+    from ..measurement.adapters import is_hf_model
     from ..model.init import SCHEMES
     from ..model.transformer import Transformer, plan_for
 
@@ -50,10 +51,14 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
             plan.apply(model, generator)
         model.config, model.plan = model.config.replace(init=scheme), plan
         return model
-    if not is_hf_model(model) or FAMILIES[model.config.model_type] not in _FILLERS:
-        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-        raise ValueError(f"apply_init re-initialises sigprop models and Hugging Face GPT-2, Llama, Qwen2 and Mistral "
-                         f"models (got {kind!r}; BERT's embedding LayerNorm and Post-LN blocks are not mapped yet)")
+    if not is_hf_model(model):
+        raise ValueError(f"apply_init re-initialises sigprop models and Hugging Face models (got a "
+                         f"{type(model).__name__}, which is neither)")
+    family = FAMILIES.get(model.config.model_type)
+    if family not in _FILLERS:
+        raise ValueError(f"apply_init cannot re-initialise a Hugging Face {model.config.model_type!r} model: "
+                         + (_NOT_FILLED[family] if family in _NOT_FILLED else
+                            f"its configuration is not mapped to sigprop's (mapped: {', '.join(sorted(FAMILIES))})"))
     config, plan, factors = _hf_plan(model, scheme)
     with torch.no_grad():
         _FILLERS[FAMILIES[model.config.model_type]](model, config, plan, factors, _Drawer(generator))
@@ -139,3 +144,5 @@ def _fill_llama(model, config, plan, factors, draw: _Drawer) -> None:
 
 
 _FILLERS = {"gpt2": _fill_gpt2, "llama": _fill_llama}
+#: Mapped families apply_init does not re-initialise, and why.
+_NOT_FILLED = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}

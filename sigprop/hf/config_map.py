@@ -23,10 +23,12 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..measurement.hf_sites import FAMILIES
 from ..model.config import TransformerConfig
 
 __all__ = ["HFMapping", "map_hf_config", "from_hf", "FAMILIES"]
+
+#: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
+FAMILIES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "qwen2": "llama", "mistral": "llama"}
 
 #: Sequence length the mapped config's predictions assume, unless the model's context is shorter.
 DEFAULT_SEQ_LEN = 128

@@ -50,6 +50,8 @@ from torch import nn
 
 from ..core.profile import Profile, Row
 from ..core.stats import MomentSums
+from .adapters import adapt
+from .discover import InputOf
 
 __all__ = [
     "TokenSums",
@@ -349,26 +351,29 @@ def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | N
     return Profile("measured", dict(config or {}), tuple(rows), dict(meta or {}))
 
 
-def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module]], nn.Module | None]:
-    if hasattr(model_or_sites, "sites") and callable(model_or_sites.sites):
-        model, sites = model_or_sites, list(model_or_sites.sites())
+def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module | InputOf]], nn.Module | None]:
+    """The validated sites of a model (its ``sites()``, or found from its block stacks:
+    :func:`~sigprop.measurement.adapters.adapt`) or of an explicit list of ``(layer, site, module)`` tuples."""
+    if isinstance(model_or_sites, nn.Module):
+        model, sites = model_or_sites, adapt(model_or_sites).sites
     else:
         model, sites = None, list(model_or_sites)
     seen_mod, seen_key = set(), set()
     out = []
     for entry in sites:
-        if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], nn.Module)):
+        if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], nn.Module | InputOf)):
             raise ValueError(f"sites must be (layer: int, site: str, module: nn.Module) tuples (got {entry!r})")
         layer, site, module = entry
         if isinstance(layer, bool) or not isinstance(layer, int) or layer < -1:
             raise ValueError(f"site layer must be an integer >= -1 (got {layer!r})")
         if not isinstance(site, str) or not site:
             raise ValueError(f"site name must be a non-empty string (got {site!r})")
-        if id(module) in seen_mod:
+        ident = (type(module), id(module.module if isinstance(module, InputOf) else module))
+        if ident in seen_mod:
             raise ValueError(f"site ({layer}, {site!r}): a module may appear at most once in sites()")
         if (layer, site) in seen_key:
             raise ValueError(f"site ({layer}, {site!r}) appears twice in sites()")
-        seen_mod.add(id(module))
+        seen_mod.add(ident)
         seen_key.add((layer, site))
         out.append((layer, site, module))
     return out, model
@@ -386,12 +391,14 @@ def _model_config(model) -> dict:
 class Recorder:
     """Context manager that records the statistics of every site of a model on the fly.
 
-    ``Recorder(model_or_sites, mask=None, grads=True)``: ``model_or_sites`` is a model with ``sites()`` or the list
-    of ``(layer, site, module)`` itself. On ``__enter__`` every site module gets a forward hook; each call adds
-    the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output requires grad, registers a
-    tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it. The hooks
-    leave the output unchanged and are removed on exit (also on an exception). sigprop's containers call their
-    children through ``nn.Module.__call__``, so module hooks fire.
+    ``Recorder(model_or_sites, mask=None, grads=True)``: ``model_or_sites`` is a model (sigprop's, through its
+    ``sites()``; any other, a Hugging Face model or a user's own, through its stack of blocks:
+    :mod:`sigprop.measurement.discover`) or the list of ``(layer, site, module)`` itself (a module wrapped in
+    :class:`~sigprop.measurement.discover.InputOf` is read at its input). On ``__enter__`` every site module gets a
+    forward hook; each call adds the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output
+    requires grad, registers a tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward
+    reaches it. The hooks leave the output unchanged and are removed on exit (also on an exception). sigprop's
+    containers call their children through ``nn.Module.__call__``, so module hooks fire.
 
     ``mask`` (bool (batch, tokens), True = real token) excludes padding at every site, or a mapping
     ``{(layer, site): mask}`` gives some sites their own (an encoder–decoder's decoder). :meth:`set_mask` changes
@@ -433,7 +440,12 @@ class Recorder:
         self._active = True
         try:
             for layer, site, module in self._sites:
-                self._module_handles.append(module.register_forward_hook(self._hook((layer, site))))
+                if isinstance(module, InputOf):
+                    handle = module.module.register_forward_pre_hook(self._input_hook((layer, site)),
+                                                                     with_kwargs=True)
+                else:
+                    handle = module.register_forward_hook(self._hook((layer, site)))
+                self._module_handles.append(handle)
         except BaseException:
             self._remove_hooks()
             raise
@@ -457,6 +469,15 @@ class Recorder:
 
         def record(module, args, out):
             self._record(key, out, store_fwd, store_grad)
+
+        return record
+
+    def _input_hook(self, key):
+        store_fwd, store_grad = self._fwd[key], self._grad[key]
+
+        def record(module, args, kwargs):
+            x = next((a for a in args if isinstance(a, torch.Tensor)), kwargs.get("hidden_states"))
+            self._record(key, x, store_fwd, store_grad)
 
         return record
 
@@ -585,27 +606,38 @@ class Recorder:
         return profile_from_sums(self.sums, cfg, info)
 
 
-def _masks_from_batch(model, batch, keys):
-    """Padding masks read from a batch dict (:func:`sigprop.model.make_batch`): ``padding_mask`` at every site, and
-    for an encoder–decoder ``decoder_padding_mask`` at the decoder's sites (layer >= ``config.n_layers``)."""
-    enc = batch.get("padding_mask")
-    cfg = getattr(model, "config", None)
-    if getattr(cfg, "arch", None) != "encoder_decoder":
-        return enc
-    dec = batch.get("decoder_padding_mask")
-    return {k: (dec if k[0] >= cfg.n_layers else enc) for k in keys}
-
-
 def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repeats: int = 1,
             config: dict | None = None, meta: dict | None = None) -> Profile:
     """Measured profile of ``model`` on ``batch``: ``n_repeats`` forward + backward passes under a :class:`Recorder`.
 
-    The loss is ``loss_fn(model, batch)`` if given, else ``model.loss(batch)`` (a scalar tensor). ``sites`` defaults
-    to ``model.sites()``; a Hugging Face GPT-2, BERT or Llama-family model gets its family's sites and sigprop's
-    objective on its logits (:mod:`sigprop.measurement.hf_sites`). ``mask`` (bool (batch, tokens), True = real token, or
-    ``{(layer, site): mask}``) excludes padding; when it is None and ``batch`` is a dict, its ``padding_mask`` (and
-    an encoder–decoder's ``decoder_padding_mask`` for the decoder sites) is used. The model's train/eval mode is left
-    as the caller set it (in train mode each repeat draws new dropout masks: repeats then average over them).
+    Works on any model with a stack of blocks (:mod:`sigprop.measurement.adapters`): a sigprop model, a Hugging Face
+    model of any family, a user's own ``nn.Module``.
+
+    Args:
+        model: the model, in the train/eval mode the caller set (in train mode each repeat draws new dropout masks:
+            repeats then average over them).
+        batch: sigprop's batch dict, a Hugging Face batch dict (``input_ids``, ``attention_mask``, ``labels``,
+            ``token_type_ids``, ``pixel_values``), a tensor of token ids or a :class:`~sigprop.model.batch.Batch`;
+            turned once into a ``Batch`` (a Hugging Face causal LM's unshifted labels are shifted into sigprop's
+            convention there).
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``, called with ``batch`` as given. Default: the model's own
+            loss (``model.loss`` of a sigprop model; a Hugging Face model's ``outputs.loss`` given the labels), else
+            the objective of its head on its logits (next token for a causal LM, with labels derived from the ids
+            and padding when the batch has none).
+        mask: bool (batch, tokens), True = real token, or ``{(layer, site): mask}``, excluding padding from every
+            statistic. Default: the batch's padding mask (``padding_mask`` / ``attention_mask``; an
+            encoder–decoder's decoder sites take the decoder's).
+        sites: ``(layer, site, module)`` tuples instead of the model's own or the ones found from its blocks.
+        n_repeats: forward + backward passes, pooled.
+        config: the profile's config (default: the model's ``config.to_dict()``).
+        meta: added to the profile's ``meta``.
+
+    Returns:
+        The measured :class:`~sigprop.core.profile.Profile`, a row per site.
+
+    Raises:
+        ValueError: a model with no stack of blocks and no ``sites``, a batch with none of the known keys, a loss
+            that cannot be taken (no labels for a masked LM, logits of an unknown shape) or is not a scalar.
 
     The backward pass is ``torch.autograd.grad(loss, site_outputs)``: it delivers ∂Loss/∂x at every site exactly as
     ``loss.backward()`` would, but computes no parameter gradient, so existing ``.grad`` fields are left untouched
@@ -614,25 +646,30 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     gradient at the end of the pass, so they are held together briefly (~3 (batch, tokens, hidden) tensors per layer,
     while the graph's saved activations are being freed); use a :class:`Recorder` around ``loss.backward()`` where
     that matters.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64, seq_len=16)
+        >>> model = sigprop.Transformer(config)
+        >>> ids = torch.randint(5, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+        >>> profile = sigprop.measure(model, sigprop.make_batch(config, ids))
+        >>> [(r.layer, r.site) for r in profile.site("layer")]
+        [(0, 'layer'), (1, 'layer')]
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")
-    from .hf_sites import hf_loss, hf_sites, is_hf_model
-
-    if is_hf_model(model):  # a Hugging Face model: its per-family sites and sigprop's objective on its logits
-        sites = hf_sites(model) if sites is None else sites
-        loss_fn = hf_loss if loss_fn is None else loss_fn
-    if loss_fn is None and not callable(getattr(model, "loss", None)):
-        raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
-    site_list, _ = _resolve_sites(model if sites is None else sites)
-    if mask is None and isinstance(batch, Mapping):
-        mask = _masks_from_batch(model, batch, [(l, s) for l, s, _ in site_list])
+    adapter = adapt(model, sites)
+    the_batch = adapter.batch(batch, strict=loss_fn is None)
+    site_list, _ = _resolve_sites(adapter.sites)
+    if mask is None:
+        mask = adapter.masks(the_batch) if the_batch is not None else _masks_from_mapping(adapter, batch)
     rec = Recorder(site_list, mask=mask, grads=True)
     rec._model = model
     with rec:
         for _ in range(n_repeats):
             rec._collect = []
-            loss = loss_fn(model, batch) if loss_fn is not None else model.loss(batch)
+            loss = loss_fn(model, batch) if loss_fn is not None else adapter.loss(
+                batch if the_batch is None else the_batch)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ValueError(f"the loss must be a scalar tensor (got {getattr(loss, 'shape', type(loss))})")
             outs, rec._collect = rec._collect, None
@@ -640,5 +677,18 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
             del loss, outs
     info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
+    if adapter.kind != "sigprop":
+        info["sites_from"] = list(adapter.stacks)
     info.update(meta or {})
     return rec.profile(config, info)
+
+
+def _masks_from_mapping(adapter, batch):
+    """The padding masks of a batch in a form of the caller's own (read by its ``loss_fn`` or a sigprop-protocol
+    model's ``loss``): a mapping's ``padding_mask`` (and ``decoder_padding_mask`` at the decoder's sites)."""
+    if not isinstance(batch, Mapping):
+        return None
+    enc, dec = batch.get("padding_mask"), batch.get("decoder_padding_mask")
+    if adapter.decoder_from is None or dec is None:
+        return enc
+    return {(layer, site): (dec if layer >= adapter.decoder_from else enc) for layer, site, _ in adapter.sites}

@@ -1,0 +1,125 @@
+"""The sites of a model sigprop did not build, found from the model itself: its stack of blocks.
+
+A transformer of any origin is a stack of blocks reading and writing one residual stream, so its measured sites are
+the stream entering the first block (``(-1, "input")``: the embedding output as the first block reads it, after any
+embedding dropout, norm or scaling, e.g. Gemma's √d) and the stream after each block (``(i, "layer")``), as for
+sigprop's own models (:mod:`sigprop.measurement.hooks`). The stack is found, in this order:
+
+1. a Hugging Face model: the ``nn.ModuleList``\\ s whose children are of a class in its ``_no_split_modules`` (the
+   class Hugging Face never splits across devices: its block), all of them in module order, so that an
+   encoder–decoder's encoder blocks are layers 0 … N − 1 and its decoder's follow, as in sigprop's models;
+2. any other module: the longest ``nn.ModuleList`` whose children share one class (the first of equal length),
+   ignoring lists nested inside another such list's children (a mixture of experts inside each block).
+
+``sites=`` overrides both. The input site is :class:`InputOf` the first block (a forward pre-hook reads its first
+tensor argument, or its ``hidden_states`` keyword), so no embedding module needs to be named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from torch import nn
+
+__all__ = ["InputOf", "DiscoveredSites", "block_stacks", "discover_sites", "describe_stacks"]
+
+
+class InputOf(NamedTuple):
+    """A site whose tensor is ``module``'s input (its first tensor argument) rather than its output."""
+
+    module: nn.Module
+
+
+@dataclass(frozen=True)
+class DiscoveredSites:
+    """The sites of a model found from its block stacks.
+
+    Attributes:
+        sites: ``(layer, site, module or InputOf)`` in recording order.
+        stacks: the names (module paths) of the block lists, in order.
+        decoder_from: the first decoder layer of a two-stack model (an encoder–decoder), else ``None``.
+    """
+
+    sites: list
+    stacks: tuple[str, ...]
+    decoder_from: int | None
+
+
+def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.ModuleList]]:
+    """(path, list) of the ``nn.ModuleList``\\ s whose children share one class (of ``classes`` when given), outermost
+    only: a list inside another one's children is left out."""
+    found = []
+    for path, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or len(module) == 0:
+            continue
+        kinds = {type(child) for child in module}
+        if len(kinds) != 1:
+            continue
+        if classes is not None and next(iter(kinds)).__name__ not in classes:
+            continue
+        if any(path.startswith(outer + ".") for outer, _ in found):
+            continue
+        found.append((path, module))
+    return found
+
+
+def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The block stacks of ``model`` (module docstring): (module path, list) pairs, in module order.
+
+    Args:
+        model: any ``nn.Module``.
+
+    Returns:
+        One pair for a decoder or an encoder, two for an encoder–decoder; empty when no stack is found.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Embedding(10, 4), nn.ModuleList([nn.Linear(4, 4) for _ in range(3)]))
+        >>> [(path, len(blocks)) for path, blocks in block_stacks(net)]
+        [('1', 3)]
+    """
+    no_split = getattr(model, "_no_split_modules", None)
+    if no_split:
+        stacks = _uniform_lists(model, set(no_split))
+        if stacks:
+            return stacks
+    lists = _uniform_lists(model, None)
+    if not lists:
+        return []
+    longest = max(len(blocks) for _, blocks in lists)
+    return [next((path, blocks) for path, blocks in lists if len(blocks) == longest)]
+
+
+def describe_stacks(stacks: list[tuple[str, nn.ModuleList]]) -> str:
+    """``"transformer.h: 12 × GPT2Block"``, one entry per stack."""
+    return "; ".join(f"{path or '(root)'}: {len(blocks)} × {type(blocks[0]).__name__}" for path, blocks in stacks)
+
+
+def discover_sites(model: nn.Module) -> DiscoveredSites:
+    """The sites of ``model`` from its block stacks (module docstring).
+
+    Args:
+        model: any ``nn.Module`` holding a stack of blocks.
+
+    Returns:
+        The sites, the stacks they came from and, for two stacks, where the decoder's layers start.
+
+    Raises:
+        ValueError: no stack of blocks found (the message says what was looked for and how to pass ``sites=``).
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Embedding(10, 4), nn.ModuleList([nn.Linear(4, 4) for _ in range(3)]))
+        >>> [(layer, site) for layer, site, _ in discover_sites(net).sites]
+        [(-1, 'input'), (0, 'layer'), (1, 'layer'), (2, 'layer')]
+    """
+    stacks = block_stacks(model)
+    if not stacks:
+        raise ValueError(f"no stack of blocks found in {type(model).__name__}: sigprop looks for the block class of a "
+                         "Hugging Face model's _no_split_modules, else an nn.ModuleList whose children share one "
+                         "class; pass sites=[(layer, site, module), ...]")
+    blocks = [block for _, stack in stacks for block in stack]
+    sites = [(-1, "input", InputOf(blocks[0]))] + [(i, "layer", block) for i, block in enumerate(blocks)]
+    decoder_from = len(stacks[0][1]) if len(stacks) == 2 else None
+    return DiscoveredSites(sites=sites, stacks=tuple(path for path, _ in stacks), decoder_from=decoder_from)

@@ -1,0 +1,167 @@
+"""Any model measured through sigprop: Hugging Face models of any family and a user's own module, without sites or a
+loss function; the loss sigprop takes on a Hugging Face batch is the model's own."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import sigprop
+from sigprop.core.profile import QUANTITIES
+from sigprop.measurement.adapters import _head_objective, adapt
+from sigprop.model.batch import Batch
+from tests.measurement.nanogpt import NanoGPT
+
+transformers = pytest.importorskip("transformers")
+
+B, L, V = 3, 12, 97
+
+
+def _ids_and_mask(seed=0):
+    ids = torch.randint(3, V, (B, L), generator=torch.Generator().manual_seed(seed))
+    attention = torch.ones(B, L, dtype=torch.long)
+    attention[1, 8:] = 0
+    ids[1, 8:] = 0
+    return ids, attention
+
+
+def _rel(a, b) -> float:
+    return abs(float(a) - float(b)) / abs(float(b))
+
+
+def _causal_lm():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=V, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0)).eval()
+
+
+def _masked_lm():
+    return transformers.BertForMaskedLM(transformers.BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=V,
+        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+
+
+def _image_classifier():
+    return transformers.ViTForImageClassification(transformers.ViTConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, image_size=16,
+        patch_size=4, num_labels=5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+
+
+def test_causal_lm_loss_is_the_models_own():
+    """sigprop's next-token objective on the shifted labels equals GPT-2's own outputs.loss on the unshifted ones,
+    with padding excluded, and so does the objective with labels derived from the ids when the batch has none."""
+    model = _causal_lm()
+    ids, attention = _ids_and_mask()
+    hf = {"input_ids": ids, "attention_mask": attention, "labels": ids.masked_fill(attention == 0, -100)}
+    with torch.no_grad():
+        own = model(**hf).loss
+        adapter = adapt(model)
+        batch = adapter.batch(hf)
+        ours = _head_objective(model(input_ids=ids, attention_mask=attention).logits, batch, "causal_lm", "gpt2")
+        derived = adapter.loss(adapter.batch({"input_ids": ids, "attention_mask": attention}))
+        used = adapter.loss(batch)
+    assert adapter.head == "causal_lm"
+    assert _rel(ours, own) <= 1e-6 and _rel(derived, own) <= 1e-6 and _rel(used, own) <= 1e-6
+
+
+def test_masked_lm_loss_is_the_models_own():
+    model = _masked_lm()
+    ids, attention = _ids_and_mask(1)
+    labels = torch.full_like(ids, -100)
+    labels[:, 2::4] = ids[:, 2::4]
+    labels[attention == 0] = -100
+    hf = {"input_ids": ids, "attention_mask": attention, "labels": labels,
+          "token_type_ids": torch.zeros_like(ids)}
+    with torch.no_grad():
+        own = model(**hf).loss
+        adapter = adapt(model)
+        batch = adapter.batch(hf)
+        ours = _head_objective(model(**batch.hf_kwargs(labels=False)).logits, batch, "masked_lm", "bert")
+        used = adapter.loss(batch)
+    assert adapter.head == "masked_lm" and _rel(ours, own) <= 1e-6 and _rel(used, own) <= 1e-6
+    with pytest.raises(ValueError, match="masked lm: its batch needs labels"):
+        adapter.loss(adapter.batch({"input_ids": ids}))
+
+
+def test_image_classifier_loss_is_the_models_own():
+    model = _image_classifier()
+    gen = torch.Generator().manual_seed(2)
+    hf = {"pixel_values": torch.randn(4, 3, 16, 16, generator=gen), "labels": torch.tensor([0, 4, 2, 1])}
+    with torch.no_grad():
+        own = model(**hf).loss
+        adapter = adapt(model)
+        batch = adapter.batch(hf)
+        ours = _head_objective(model(pixel_values=hf["pixel_values"]).logits, batch, "image_classification", "vit")
+        used = adapter.loss(batch)
+    assert adapter.head == "image_classification" and _rel(ours, own) <= 1e-6 and _rel(used, own) <= 1e-6
+    profile = sigprop.measure(model.train(), hf)
+    layers = profile.site("layer")
+    assert len(layers) == 2 and all(math.isfinite(r.fwd_var) and r.grad_var > 0 for r in layers)
+
+
+def test_discovered_sites_are_the_tensors_of_the_named_ones():
+    """GPT-2's sites found from the model (the first block's input, every block's output) record the very tensors of
+    the sites once named by hand (the embedding dropout's output and each block's): the same profile, to the bit."""
+    model = _causal_lm().train()
+    ids, attention = _ids_and_mask(3)
+    hf = {"input_ids": ids, "attention_mask": attention}
+    base = model.transformer
+    named = [(-1, "input", base.drop)] + [(i, "layer", block) for i, block in enumerate(base.h)]
+    found = sigprop.measure(model, hf)
+    torch.manual_seed(0)
+    explicit = sigprop.measure(model, hf, sites=named)
+    assert found.meta["sites_from"] == ["transformer.h"] and found.meta["padding_excluded"]
+    for a, b in zip(found.rows, explicit.rows, strict=True):
+        assert (a.layer, a.site) == (b.layer, b.site)
+        assert all(getattr(a, q) == getattr(b, q) for q in QUANTITIES)
+
+
+def test_recorder_takes_a_hugging_face_model():
+    model = _causal_lm()
+    ids, attention = _ids_and_mask(4)
+    with sigprop.Recorder(model, mask=attention.bool()) as rec:
+        model(input_ids=ids, attention_mask=attention, labels=ids).loss.backward()
+    profile = rec.profile()
+    assert [(r.layer, r.site) for r in profile.rows] == [(-1, "input"), (0, "layer"), (1, "layer")]
+    assert all(math.isfinite(r.grad_var) for r in profile.rows)
+    assert profile.config["model_type"] == "gpt2"
+
+
+def test_a_family_sigprop_does_not_map_is_measured():
+    """A BLOOM (no configuration mapping, no theory) measured with neither sites nor a loss: a row per block."""
+    cfg = transformers.BloomConfig(n_layer=5, hidden_size=32, n_head=2, vocab_size=V, hidden_dropout=0.0,
+                                   attention_dropout=0.0)
+    model = transformers.BloomForCausalLM(cfg)
+    ids, attention = _ids_and_mask(5)
+    profile = sigprop.measure(model, {"input_ids": ids, "attention_mask": attention})
+    layers = profile.site("layer")
+    assert len(layers) == cfg.n_layer
+    assert all(r.fwd_var > 0 and r.grad_var > 0 and math.isfinite(r.fwd_corr) for r in layers)
+
+
+def test_a_users_own_module_is_measured_without_sites_or_loss():
+    """A nanoGPT-style module: its blocks found, its logits scored as a causal LM (labels from the ids); the
+    objective is the next-token cross-entropy over the real tokens, computed here by hand."""
+    net = NanoGPT(n_layer=6, vocab=V)
+    ids, attention = _ids_and_mask(6)
+    profile = sigprop.measure(net, ids)
+    assert len(profile.site("layer")) == len(net.transformer.h)
+    assert all(r.grad_var > 0 for r in profile.rows)
+    masked = sigprop.measure(net, {"input_ids": ids, "attention_mask": attention})
+    assert masked.meta["padding_excluded"] and not profile.meta["padding_excluded"]
+    adapter = adapt(net)
+    with torch.no_grad():
+        logits = net(ids)
+        keep = attention[:, :-1].bool() & attention[:, 1:].bool()
+        by_hand = torch.nn.functional.cross_entropy(logits[:, :-1][keep], ids[:, 1:][keep])
+        ours = adapter.loss(Batch.from_any({"input_ids": ids, "attention_mask": attention}))
+    assert _rel(ours, by_hand) <= 1e-6
+
+
+def test_bad_input_names_the_problem():
+    with pytest.raises(ValueError, match="no stack of blocks"):
+        sigprop.measure(torch.nn.Linear(3, 3), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="none of the known keys.*input_ids.*pixel_values"):
+        sigprop.measure(_causal_lm(), {"tokens": torch.zeros(2, 3, dtype=torch.long)})

@@ -1,0 +1,63 @@
+"""Sites found from the model itself: the block stack of a Hugging Face model of any family, of a user's own module."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+
+from sigprop.measurement.discover import InputOf, block_stacks, discover_sites
+from tests.measurement.nanogpt import NanoGPT
+
+
+class WithExperts(nn.Module):
+    """Three blocks, each holding a longer list of experts: the stack is the blocks, not the experts."""
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = nn.ModuleList([nn.Linear(4, 4) for _ in range(8)])
+
+        def forward(self, x):
+            return x + sum(e(x) for e in self.experts)
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([self.Layer() for _ in range(3)])
+
+
+def test_the_longest_uniform_list_outside_blocks_is_the_stack():
+    net = NanoGPT(n_layer=5)
+    ((path, blocks),) = block_stacks(net)
+    assert path == "transformer.h" and len(blocks) == 5
+    ((path, blocks),) = block_stacks(WithExperts())
+    assert path == "layers" and len(blocks) == 3
+    mixed = nn.ModuleList([nn.Linear(2, 2), nn.ReLU()])
+    assert block_stacks(nn.Sequential(mixed)) == []
+
+
+def test_sites_read_the_first_block_input_and_every_block_output():
+    net = NanoGPT(n_layer=3)
+    found = discover_sites(net)
+    assert [(layer, site) for layer, site, _ in found.sites] == [(-1, "input"), (0, "layer"), (1, "layer"),
+                                                                 (2, "layer")]
+    assert isinstance(found.sites[0][2], InputOf) and found.sites[0][2].module is net.transformer.h[0]
+    assert found.decoder_from is None and found.stacks == ("transformer.h",)
+
+
+def test_no_stack_is_a_clear_error():
+    with pytest.raises(ValueError, match="no stack of blocks found in Linear.*sites="):
+        discover_sites(nn.Linear(3, 3))
+
+
+def test_hugging_face_blocks_from_no_split_modules():
+    transformers = pytest.importorskip("transformers")
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        num_layers=3, num_decoder_layers=2, d_model=32, num_heads=2, d_kv=16, d_ff=64, vocab_size=50))
+    found = discover_sites(t5)
+    assert found.stacks == ("encoder.block", "decoder.block") and found.decoder_from == 3
+    assert len(found.sites) == 1 + 5
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        num_hidden_layers=4, hidden_size=32, num_attention_heads=2, intermediate_size=64, image_size=16,
+        patch_size=8))
+    ((path, blocks),) = block_stacks(vit)
+    assert len(blocks) == 4 and type(blocks[0]).__name__ == "ViTLayer"

@@ -60,7 +60,8 @@ def test_tensor_and_images():
     ({"input_ids": torch.zeros(1, 3)}, "must hold integers"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 4)}, "shape"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.full((1, 3), 2)}, "0/1"),
-    ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.zeros(1, 3, dtype=torch.long)}, "no real token"),
+    ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.zeros(1, 3, dtype=torch.long)},
+     "no real token"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "labels": torch.zeros(1, 2, dtype=torch.long)}, "labels"),
     ([1, 2, 3], "a batch is a tensor"),
 ])

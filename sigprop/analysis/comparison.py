@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.jsonio import finite_or_null, json_number, write_json_atomic
+from ..core.jsonio import finite_or_null, json_number, write_csv_atomic, write_json_atomic
 from ..core.profile import QUANTITIES, Profile
 from ..measurement.spread import heavy_tails
 from .diagnosis import diagnose, side_by_side
@@ -110,16 +110,26 @@ class Comparison:
         measured = self.diagnoses["measured"]
         return side_by_side(self.diagnoses["predicted"], measured), measured.hint
 
-    def to_json(self) -> dict:
+    def records(self) -> list[dict]:
+        """One dict per joined layer: ``layer``, ``site``, and ``pred_Q`` / ``meas_Q`` for each statistic Q (NaN
+        where it was not computed)."""
         pred, meas = self.predicted.lookup(), self.measured.lookup()
         rows = []
         for layer in self.layers:
             rp, rm = pred[(layer, self.site)], meas[(layer, self.site)]
             row = {"layer": layer, "site": self.site}
             for q in QUANTITIES:
-                row[f"pred_{q}"] = json_number(getattr(rp, q))
-                row[f"meas_{q}"] = json_number(getattr(rm, q))
+                row[f"pred_{q}"] = getattr(rp, q)
+                row[f"meas_{q}"] = getattr(rm, q)
             rows.append(row)
+        return rows
+
+    def write_csv(self, path) -> None:
+        """Write :meth:`records` as CSV (a header row, a row per layer; NaN as an empty cell), atomically."""
+        write_csv_atomic(path, self.records())
+
+    def to_json(self) -> dict:
+        rows = [{k: (json_number(v) if isinstance(v, float) else v) for k, v in r.items()} for r in self.records()]
         measured_meta = {k: v for k, v in self.measured.meta.items() if k != "per_seed"}  # the merge's, not ours
         meta = dict(self.meta)
         if self.diagnoses:

@@ -41,5 +41,7 @@ TokenResolved = Annotated[bool, typer.Option(
          "backward sweep. --token-resolved: an encoder's backward sweep too, from its labelled positions. "
          "--exchangeable: one correlation for every token pair, as the paper.")]
 JsonOut = Annotated[Path, typer.Option("--json", help="Write the result as JSON here (checked before any work).")]
+CsvOut = Annotated[Path, typer.Option("--csv", help="Write a table as CSV here: a row per site (per layer for a "
+                                      "comparison), a column per statistic (a .csv path, checked before any work).")]
 PlotOut = Annotated[Path, typer.Option("--plot", help="Write a PNG figure here (a .png path, checked before any "
                                        "work).")]

@@ -15,6 +15,7 @@ from .options import (
     AttentionHeads,
     BatchSize,
     ConfigFile,
+    CsvOut,
     Data,
     Device,
     FirstSeed,
@@ -124,6 +125,7 @@ def predict_command(
                               "library) for the input boundary."),
     batch_size: BatchSize = None,
     json_path: JsonOut = None,
+    csv_path: CsvOut = None,
     plot: PlotOut = None,
     attention_heads: AttentionHeads = DEFAULT_HEADS,
     token_resolved: TokenResolved = None,
@@ -138,7 +140,7 @@ def predict_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, data=data, real=real,
                       batch_size=batch_size, attention_heads=attention_heads, token_resolved=token_resolved,
-                      json=json_path, plot=plot)
+                      json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_predict(request, display)
     for line in run.notes:
@@ -163,6 +165,7 @@ def measure_command(
     first_seed: FirstSeed = 0,
     json_path: Path = typer.Option(None, "--json", help="Write the measured profile (JSON, with every seed's rows) "
                                    "here."),
+    csv_path: CsvOut = None,
     plot: PlotOut = None,
     merge: list[Path] = typer.Option(None, "--merge", help="Measure nothing: merge these `sigprop measure --json` "
                                      "files of disjoint seeds of one model and batch (repeatable) into the "
@@ -181,7 +184,7 @@ def measure_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device, first_seed=first_seed,
-                      merge=merge, hf=hf, json=json_path, plot=plot)
+                      merge=merge, hf=hf, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_measure(request, display)
     profile = run.profile
@@ -206,6 +209,7 @@ def compare_command(
     device: Device = None,
     json_path: Path = typer.Option(None, "--json", help="Write the comparison (JSON: per-layer theory and "
                                    "measurement, median/mean/p90 relative error and R² per quantity) here."),
+    csv_path: CsvOut = None,
     plot: Path = typer.Option(None, help="Write a PNG: theory lines against measured points per layer."),
     list_presets: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
     attention_heads: AttentionHeads = DEFAULT_HEADS,
@@ -233,7 +237,7 @@ def compare_command(
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device,
                       attention_heads=attention_heads, token_resolved=token_resolved, grad_boundary=grad_boundary,
-                      measured=measured_path, json=json_path, plot=plot)
+                      measured=measured_path, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_compare(request, display)
     for line in run.notes:

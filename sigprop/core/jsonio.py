@@ -55,6 +55,21 @@ def write_json_atomic(path, data, indent: int = 1) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
 
 
+def write_csv_atomic(path, records: list[dict]) -> Path:
+    """Write ``records`` (dicts with the same keys, in order) as CSV with a header row to ``path`` atomically
+    (:func:`write_text_atomic`); NaN is written as an empty cell."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    if records:
+        writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows([{k: ("" if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                          for r in records])
+    return write_text_atomic(path, out.getvalue())
+
+
 def read_config_json(path):
     """The parsed JSON of the ``--config`` file ``path``; ``ValueError`` naming the file when it is missing, a folder
     or not JSON."""

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .jsonio import json_number, write_json_atomic
+from .jsonio import json_number, write_csv_atomic, write_json_atomic
 
 __all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
 
@@ -102,6 +102,39 @@ class Profile:
     def write_json(self, path) -> None:
         """Write atomically (temporary file, then rename)."""
         write_json_atomic(path, self.to_json())
+
+    def records(self) -> list[dict]:
+        """One dict per site, ordered by layer then site (:data:`SITES` order): ``layer``, ``site`` and a key per
+        statistic (:data:`QUANTITIES`; NaN where it was not computed)."""
+        order = {name: i for i, name in enumerate(SITES)}
+        rows = sorted(self.rows, key=lambda r: (r.layer, order.get(r.site, len(order)), r.site))
+        return [{"layer": r.layer, "site": r.site, **{q: getattr(r, q) for q in QUANTITIES}} for r in rows]
+
+    def to_frame(self):
+        """The profile as a pandas ``DataFrame``: a row per site, a column per statistic (:meth:`records`), as mup's
+        coordinate check tabulates its activations.
+
+        Returns:
+            A ``DataFrame`` with columns ``layer``, ``site``, ``fwd_mean``, ``fwd_var``, ``fwd_corr``, ``grad_var``,
+            ``grad_corr``.
+
+        Raises:
+            ImportError: pandas is not installed (``pip install pandas``).
+
+        Example:
+            >>> profile = Profile("measured", {}, (Row(0, "layer", 0.0, 1.0, 0.5, 2e-3, 0.1),))
+            >>> profile.to_frame()[["layer", "fwd_var"]].values.tolist()  # doctest: +SKIP
+            [[0, 1.0]]
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Profile.to_frame needs pandas: pip install pandas") from None
+        return pd.DataFrame.from_records(self.records(), columns=["layer", "site", *QUANTITIES])
+
+    def write_csv(self, path) -> None:
+        """Write :meth:`records` as CSV (a header row, a row per site; NaN as an empty cell), atomically."""
+        write_csv_atomic(path, self.records())
 
     @classmethod
     def read_json(cls, path) -> Profile:

@@ -65,7 +65,8 @@ class Request:
     ``synthetic``; ``real``: predict on a batch of the default corpus), how many ``seeds`` from ``first_seed`` on
     which ``device`` (a list measures on several at once), the theory's options (``attention_heads``,
     ``token_resolved``, ``grad_boundary``), a stored measurement to compare against (``measured``) or measurements
-    to merge (``merge``), and the outputs (``json``, ``plot``: a PNG)."""
+    to merge (``merge``), and the outputs (``json``; ``csv``: a row per site, a column per statistic; ``plot``: a
+    PNG)."""
 
     preset: str | None = None
     config_file: Path | None = None
@@ -84,6 +85,7 @@ class Request:
     merge: tuple[Path, ...] = ()
     hf: Path | None = None
     json: Path | None = None
+    csv: Path | None = None
     plot: Path | None = None
 
     def __post_init__(self):
@@ -123,6 +125,8 @@ class Request:
             parse_devices(self.device)  # an unavailable device stops the run before anything is built
         if self.json is not None:
             set_(self, "json", check_output_path(self.json, "--json"))
+        if self.csv is not None:
+            set_(self, "csv", check_output_path(self.csv, "--csv", ".csv"))
         if self.plot is not None:
             set_(self, "plot", check_output_path(self.plot, "--plot", ".png"))
 
@@ -168,6 +172,9 @@ def _write(profile_or_comparison, request: Request, plot, written: list) -> None
     if request.json is not None:
         profile_or_comparison.write_json(request.json)
         written.append(("JSON", request.json))
+    if request.csv is not None:
+        profile_or_comparison.write_csv(request.csv)
+        written.append(("CSV", request.csv))
     if request.plot is not None:
         written.append(("figure", plot(request.plot)))
 

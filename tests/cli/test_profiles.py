@@ -162,3 +162,43 @@ def test_measure_slices_and_merge(tmp_path):
     assert run_cli(["compare", *small, "--seeds", "2", "--json", str(paths["c"])]).exit_code == 0
     result = run_cli(["measure", "--merge", str(paths["a"]), "--merge", str(paths["c"])])
     assert result.exit_code == 2 and "no per-seed rows" in result.output
+
+
+def test_csv_holds_the_json_rows(tmp_path):
+    """``--csv``: a row per site, a column per statistic, the numbers of the ``--json`` file (NaN as an empty cell);
+    a comparison's CSV has the theory's and the measurement's columns per layer; a bad path is refused first."""
+    import csv
+    import math
+
+    out, table = tmp_path / "p.json", tmp_path / "p.csv"
+    result = run_cli(["predict", *SMALL, "--json", str(out), "--csv", str(table)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(table.open()))
+    stored = Profile.read_json(out).lookup()
+    assert len(rows) == len(stored)
+    for row in rows:
+        ref = stored[(int(row["layer"]), row["site"])]
+        for q in ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"):
+            value = getattr(ref, q)
+            assert (row[q] == "" and math.isnan(value)) or float(row[q]) == value
+    comp = tmp_path / "c.csv"
+    result = run_cli(["compare", *SMALL, "--synthetic", "--seeds", "2", "--batch-size", "2", "--csv", str(comp)])
+    assert result.exit_code == 0, result.output
+    header = comp.read_text().splitlines()[0].split(",")
+    assert header[:4] == ["layer", "site", "pred_fwd_mean", "meas_fwd_mean"] and len(header) == 12
+    for bad, message in ((tmp_path / "p.txt", "must end in .csv"), (tmp_path, "is a folder")):
+        result = run_cli(["predict", *SMALL, "--csv", str(bad)])
+        assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_profile_to_frame():
+    pd = pytest.importorskip("pandas")
+    from sigprop.core.profile import Row
+
+    profile = Profile("measured", {}, (Row(1, "layer", 0.0, 2.0, 0.5, 3e-3, 0.25), Row(-1, "input", 0.0, 1.0),
+                                       Row(0, "layer", 0.0, 1.5, 0.4, 4e-3, 0.2)))
+    frame = profile.to_frame()
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame.columns) == ["layer", "site", "fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"]
+    assert frame["layer"].tolist() == [-1, 0, 1] and frame["fwd_var"].tolist() == [1.0, 1.5, 2.0]
+    assert frame["grad_var"].isna().tolist() == [True, False, False]

@@ -38,7 +38,7 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     module docstring; ``"auto"``: :func:`sigprop.model.transformer.plan_for` calibrates it for the model's
     configuration) and return it. ``generator``: the weights' random stream (default: torch's global one).
     ``ValueError`` for an unknown scheme or a model family sigprop cannot re-initialise, before any weight changes."""
-    from ..hf.config_map import FAMILIES
+    from ..hf.weights import hf_weights
     from ..measurement.adapters import is_hf_model
     from ..model.init import SCHEMES
     from ..model.transformer import Transformer, plan_for
@@ -54,15 +54,23 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     if not is_hf_model(model):
         raise ValueError(f"apply_init re-initialises sigprop models and Hugging Face models (got a "
                          f"{type(model).__name__}, which is neither)")
-    family = FAMILIES.get(model.config.model_type)
-    if family not in _FILLERS:
-        raise ValueError(f"apply_init cannot re-initialise a Hugging Face {model.config.model_type!r} model: "
-                         + (_NOT_FILLED[family] if family in _NOT_FILLED else
-                            f"its configuration is not mapped to sigprop's (mapped: {', '.join(sorted(FAMILIES))})"))
+    layout = hf_weights(model)  # a family without a layout: ValueError naming why, before any weight changes
     config, plan, factors = _hf_plan(model, scheme)
+    draw = _Drawer(generator)
     with torch.no_grad():
-        _FILLERS[FAMILIES[model.config.model_type]](model, config, plan, factors, _Drawer(generator))
+        for slot in layout.slots:
+            draw.normal(slot.tensor, plan.std(slot.role, slot.layer))
+            if slot.role in _FOLDED:
+                slot.tensor.mul_(factors[slot.layer][_FOLDED[slot.role]])
+        _zero(*(m for _, m in layout.biases), *(() if layout.head is None else (layout.head,)))
+        for _, norm in layout.norms:
+            _norm(norm)
+        _norm(layout.final_norm, plan.head_scale)
     return model
+
+
+#: The output projections that carry a branch's folded residual scale, and the branch.
+_FOLDED = {"o": "attn", "w2": "ffn"}
 
 
 def _hf_plan(model, scheme: str):
@@ -93,56 +101,3 @@ def _norm(norm: nn.Module, weight: float = 1.0) -> None:
     norm.weight.fill_(weight)
     if getattr(norm, "bias", None) is not None:
         norm.bias.zero_()
-
-
-def _head(model, config, plan, draw: _Drawer) -> None:
-    head = model.get_output_embeddings()
-    if not config.tie_head and head is not None and head.weight is not model.get_input_embeddings().weight:
-        draw.normal(head.weight, plan.std("head"))
-        _zero(head)
-
-
-def _fill_gpt2(model, config, plan, factors, draw: _Drawer) -> None:
-    """GPT-2 (Conv1D weights stored (in, out)): c_attn = [W_Q | W_K | W_V], c_proj, mlp.c_fc, mlp.c_proj."""
-    base = getattr(model, "transformer", model)
-    d = config.d_model
-    draw.normal(base.wte.weight, plan.std("token"))
-    draw.normal(base.wpe.weight, plan.std("position"))
-    for i, block in enumerate(base.h):
-        qkv = block.attn.c_attn.weight
-        for j, role in enumerate(("q", "k", "v")):
-            draw.normal(qkv[:, j * d:(j + 1) * d], plan.std(role, i))
-        draw.normal(block.attn.c_proj.weight, plan.std("o", i))
-        block.attn.c_proj.weight.mul_(factors[i]["attn"])
-        draw.normal(block.mlp.c_fc.weight, plan.std("w1", i))
-        draw.normal(block.mlp.c_proj.weight, plan.std("w2", i))
-        block.mlp.c_proj.weight.mul_(factors[i]["ffn"])
-        _zero(block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj)
-        _norm(block.ln_1)
-        _norm(block.ln_2)
-    _norm(base.ln_f, plan.head_scale)
-    _head(model, config, plan, draw)
-
-
-def _fill_llama(model, config, plan, factors, draw: _Drawer) -> None:
-    """Llama / Qwen2 / Mistral (nn.Linear weights stored (out, in)): q/k/v/o_proj, gate_proj = W_1, up_proj = W_3,
-    down_proj = W_2."""
-    base = getattr(model, "model", model)
-    draw.normal(base.embed_tokens.weight, plan.std("token"))
-    for i, block in enumerate(base.layers):
-        attn, mlp = block.self_attn, block.mlp
-        for proj, role in ((attn.q_proj, "q"), (attn.k_proj, "k"), (attn.v_proj, "v"), (attn.o_proj, "o"),
-                           (mlp.gate_proj, "w1"), (mlp.up_proj, "w3"), (mlp.down_proj, "w2")):
-            draw.normal(proj.weight, plan.std(role, i))
-            _zero(proj)
-        attn.o_proj.weight.mul_(factors[i]["attn"])
-        mlp.down_proj.weight.mul_(factors[i]["ffn"])
-        _norm(block.input_layernorm)
-        _norm(block.post_attention_layernorm)
-    _norm(base.norm, plan.head_scale)
-    _head(model, config, plan, draw)
-
-
-_FILLERS = {"gpt2": _fill_gpt2, "llama": _fill_llama}
-#: Mapped families apply_init does not re-initialise, and why.
-_NOT_FILLED = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}

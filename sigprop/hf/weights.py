@@ -1,0 +1,197 @@
+"""Where each sigprop weight role lives in a Hugging Face model: one layout per mapped family, read by
+:func:`read_hf_plan` (the plan a saved model's weights show, for the theory) and written by
+:func:`sigprop.fix.apply_init.apply_init` (a scheme's draws), so that the two cannot disagree on the layout.
+
+A layout lists, in a fixed order (the order :func:`~sigprop.fix.apply_init.apply_init` draws in, so that a seed gives
+the same model), every weight as a :class:`Slot`: its role (:data:`sigprop.model.roles.ROLES`: ``token``,
+``position``, ``q``, ``k``, ``v``, ``o``, ``w1``, ``w3``, ``w2``, ``head``), its layer (``None`` for the embedding
+tables and the head) and the tensor (a view: GPT-2's fused ``c_attn`` holds W_Q, W_K and W_V side by side); with it
+the biases (zero at initialisation) and the norms (weight 1, bias 0; the final norm's weight is the head scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["Slot", "HFWeights", "hf_weights", "read_hf_plan", "LAYOUTS"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One weight of a role: ``tensor`` is the parameter or a view of it."""
+
+    role: str
+    layer: int | None
+    tensor: torch.Tensor
+
+
+@dataclass(frozen=True)
+class HFWeights:
+    """A Hugging Face model's weights by role (module docstring).
+
+    Attributes:
+        slots: the weights, in drawing order.
+        biases: (name, module) of every linear map whose bias the theory takes to be zero.
+        norms: (name, module) of the blocks' norms (weight 1, bias 0 at initialisation).
+        final_norm: the final norm (its weight is the head scale).
+        head: the untied output embedding's module, or ``None`` when it is the token table.
+    """
+
+    slots: tuple[Slot, ...]
+    biases: tuple[tuple[str, nn.Module], ...]
+    norms: tuple[tuple[str, nn.Module], ...]
+    final_norm: nn.Module
+    head: nn.Module | None
+
+
+def _head(model) -> nn.Module | None:
+    head = model.get_output_embeddings()
+    if head is None or head.weight is model.get_input_embeddings().weight:
+        return None
+    return head
+
+
+def _gpt2(model) -> HFWeights:
+    """GPT-2 (Conv1D weights stored (in, out)): c_attn = [W_Q | W_K | W_V], c_proj, mlp.c_fc, mlp.c_proj."""
+    base = getattr(model, "transformer", model)
+    d = base.wte.weight.shape[1]
+    slots = [Slot("token", None, base.wte.weight), Slot("position", None, base.wpe.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.h):
+        qkv = block.attn.c_attn.weight
+        slots += [Slot(role, i, qkv[:, j * d:(j + 1) * d]) for j, role in enumerate(("q", "k", "v"))]
+        slots += [Slot("o", i, block.attn.c_proj.weight), Slot("w1", i, block.mlp.c_fc.weight),
+                  Slot("w2", i, block.mlp.c_proj.weight)]
+        biases += [(f"h.{i}.{name}", m) for name, m in (
+            ("attn.c_attn", block.attn.c_attn), ("attn.c_proj", block.attn.c_proj), ("mlp.c_fc", block.mlp.c_fc),
+            ("mlp.c_proj", block.mlp.c_proj))]
+        norms += [(f"h.{i}.ln_1", block.ln_1), (f"h.{i}.ln_2", block.ln_2)]
+    head = _head(model)
+    if head is not None:
+        slots.append(Slot("head", None, head.weight))
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.ln_f, head)
+
+
+def _llama(model) -> HFWeights:
+    """Llama / Qwen2 / Mistral (nn.Linear weights stored (out, in)): q/k/v/o_proj, gate_proj = W_1, up_proj = W_3,
+    down_proj = W_2."""
+    base = getattr(model, "model", model)
+    slots = [Slot("token", None, base.embed_tokens.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.layers):
+        attn, mlp = block.self_attn, block.mlp
+        for name, proj, role in (("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"),
+                                 ("v_proj", attn.v_proj, "v"), ("o_proj", attn.o_proj, "o"),
+                                 ("gate_proj", mlp.gate_proj, "w1"), ("up_proj", mlp.up_proj, "w3"),
+                                 ("down_proj", mlp.down_proj, "w2")):
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"layers.{i}.{name}", proj))
+        norms += [(f"layers.{i}.input_layernorm", block.input_layernorm),
+                  (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
+    head = _head(model)
+    if head is not None:
+        slots.append(Slot("head", None, head.weight))
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.norm, head)
+
+
+#: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
+LAYOUTS = {"gpt2": _gpt2, "llama": _llama}
+#: Mapped families without a layout, and why.
+NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}
+
+
+def hf_weights(model: nn.Module) -> HFWeights:
+    """The weights of a Hugging Face model by role (module docstring).
+
+    Args:
+        model: a Hugging Face model of a family with a layout (:data:`LAYOUTS`).
+
+    Returns:
+        Its slots, biases and norms.
+
+    Raises:
+        ValueError: a family without a layout, naming why.
+    """
+    from .config_map import FAMILIES
+
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    family = FAMILIES.get(kind)
+    if family not in LAYOUTS:
+        why = NO_LAYOUT.get(family, f"its configuration is not mapped to sigprop's (mapped: "
+                                    f"{', '.join(sorted(FAMILIES))})")
+        raise ValueError(f"the weights of a Hugging Face {kind!r} model are not mapped to sigprop's roles: {why}")
+    return LAYOUTS[family](model)
+
+
+def _off(tensor: torch.Tensor, value: float) -> bool:
+    return not bool(torch.all(tensor.detach() == value))
+
+
+def read_hf_plan(model: nn.Module, config):
+    """The plan a Hugging Face model's weights show, for the theory of its mapped ``config``: each role's standard
+    deviation read as the root mean square of its weights, layer by layer; λ = β = 1 on every residual (a mapped
+    residual scale such as GPT-2's β = 1/√(2N) sits in the output projections' weights, which are read as they are);
+    the head scale from the final norm's mean weight.
+
+    Trained weights break the theory's assumptions (i.i.d. zero-mean weights, zero biases, norms at weight 1): the
+    plan is then an approximation, and its ``notes["approximations"]`` says where.
+
+    Args:
+        model: a Hugging Face model of a family with a layout.
+        config: its mapped :class:`~sigprop.model.config.TransformerConfig`.
+
+    Returns:
+        The :class:`~sigprop.model.init.InitPlan` (``notes["source"]``: read from the weights).
+
+    Raises:
+        ValueError: a family without a layout; weights on the meta device.
+    """
+    from ..model.init import InitPlan
+
+    layout = hf_weights(model)
+    n = config.total_layers
+    sums: dict = {}
+    with torch.no_grad():
+        for slot in layout.slots:
+            if slot.tensor.is_meta:
+                raise ValueError("the model's weights are on the meta device: there is nothing to read")
+            w = slot.tensor.detach().double()
+            total, count = sums.get((slot.role, slot.layer), (0.0, 0))
+            sums[(slot.role, slot.layer)] = (total + float((w * w).sum()), count + w.numel())
+    stds: dict = {}
+    for (role, layer), (total, count) in sums.items():
+        std = (total / count) ** 0.5
+        if layer is None:
+            stds[role] = std
+        else:
+            stds.setdefault(role, np.full(n, np.nan))[layer] = std
+    if "head" not in stds:
+        stds["head"] = stds["token"]
+    approximations = []
+    biased = [name for name, m in layout.biases if getattr(m, "bias", None) is not None and _off(m.bias, 0.0)]
+    if biased:
+        approximations.append(f"{len(biased)} of {len(layout.biases)} linear maps have non-zero biases "
+                              f"(e.g. {biased[0]}), which the theory takes to be zero")
+    moved = [name for name, m in layout.norms if _off(m.weight, 1.0)
+             or (getattr(m, "bias", None) is not None and _off(m.bias, 0.0))]
+    if moved:
+        approximations.append(f"{len(moved)} of {len(layout.norms)} norms are off weight 1 / bias 0 (e.g. "
+                              f"{moved[0]}), which the theory takes them to be")
+    means = [abs(float(s.tensor.detach().double().mean())) / max(float(stds[s.role] if s.layer is None else
+                                                                        stds[s.role][s.layer]), 1e-300)
+             for s in layout.slots]
+    if max(means) > 0.05:
+        approximations.append(f"some weights have a mean of up to {max(means):.2g} standard deviations (the theory "
+                              "takes them to be zero-mean and i.i.d.)")
+    head_scale = float(layout.final_norm.weight.detach().double().mean())
+    if approximations:
+        approximations.append("read as a freshly initialised model with these standard deviations: an approximation "
+                              "for trained weights, whose correlations the i.i.d. theory does not see")
+    plan = InitPlan.from_stds(config.replace(lam=None, beta=None), stds, lam={s: 1.0 for s in ("attn", "ffn")},
+                              beta={s: 1.0 for s in ("attn", "ffn")}, head_scale=head_scale)
+    plan.notes.update(source="read from the Hugging Face model's weights", approximations=approximations)
+    return plan

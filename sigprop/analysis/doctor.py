@@ -19,12 +19,21 @@ pass the stream on unchanged. The recommendation, when something is flagged:
   (DeepScaleLM instead), a subcritical or saturated DyT/Derf (a smaller α).
 
 The fixed configuration is predicted (and measured with the same seeds) so that the report sets the two profiles side
-by side. The hint speaks the model's language: ``sigprop.apply_init(model, "dslm")`` for a Hugging Face model,
+by side. A flagged verdict without a fix says why there is none (:func:`no_fix_reason`).
+
+A model with weights of its own (a :class:`SavedModel`: a Hugging Face folder's safetensors, a training run's
+checkpoint, a model object) is diagnosed as it is: its weights are the one draw measured (no fresh seeds), and the
+theory reads their standard deviations (:meth:`InitPlan.from_model <sigprop.model.init.InitPlan.from_model>`,
+:func:`~sigprop.hf.weights.read_hf_plan`), with ``approximations`` where trained weights break the i.i.d. theory's
+assumptions. Its fix is still a re-initialisation, predicted and measured as a fresh model.
+
+The hint speaks the model's language: ``sigprop.apply_init(model, "dslm")`` for a Hugging Face model,
 ``--set init=dslm`` for a sigprop configuration or run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.jsonio import finite_or_null
@@ -33,7 +42,7 @@ from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
 
-__all__ = ["DoctorReport", "Recommendation", "doctor", "recommend", "SOURCES"]
+__all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "recommend", "no_fix_reason", "SOURCES"]
 
 #: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
 LEARNING_RATE_WARNING = (
@@ -59,6 +68,23 @@ class Recommendation:
         return {"changes": dict(self.changes), "reasons": list(self.reasons), "apply": self.apply}
 
 
+@dataclass(frozen=True)
+class SavedModel:
+    """A model with weights of its own, diagnosed as it is (module docstring).
+
+    Attributes:
+        describe: what it is, for the report (e.g. "the saved weights of gpt2-scaled/").
+        load: builds the model with its weights (called once).
+        read_plan: ``read_plan(model, config)``: the :class:`~sigprop.model.init.InitPlan` its weights show, for the
+            theory of ``config``; ``ValueError`` where its weights cannot be read (the theory then describes a fresh
+            model of the config, and the report says so).
+    """
+
+    describe: str
+    load: Callable
+    read_plan: Callable
+
+
 @dataclass
 class DoctorReport:
     """The current model's profiles and diagnosis and, when a fix is recommended, the fixed model's."""
@@ -78,6 +104,15 @@ class DoctorReport:
     noise: dict = field(default_factory=dict)  # "current" / "fixed": {quantity: the measurement's median relative SE}
     checks: list = field(default_factory=list)  # config_checks of the current model
     fixed_checks: list = field(default_factory=list)
+    measured_what: str = "fresh seeds"  # what the current model's measurement is of: fresh seeds or saved weights
+    approximations: list = field(default_factory=list)  # where the theory of saved weights is an approximation
+
+    @property
+    def no_fix(self) -> str | None:
+        """Why a flagged model has no recommendation (:func:`no_fix_reason`); None when not flagged or fixed."""
+        if not self.flagged or self.recommendation is not None:
+            return None
+        return no_fix_reason(self.config, self.diagnosis)
 
     @property
     def flagged(self) -> bool:
@@ -98,7 +133,8 @@ class DoctorReport:
                                             "grad_corr": r.grad_corr} for r in p.site("layer")]
 
         return {"kind": "doctor", "source": self.source, "config": self.config.to_dict(), "seeds": self.seeds,
-                "verdict": self.verdict, "diagnosis": self.diagnosis.to_dict(),
+                "measured_what": self.measured_what, "approximations": list(self.approximations),
+                "no_fix": self.no_fix, "verdict": self.verdict, "diagnosis": self.diagnosis.to_dict(),
                 "checks": [c.to_dict() for c in self.checks], "fixed_checks": [c.to_dict() for c in self.fixed_checks],
                 "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
                 "fixed_config": None if self.fixed_config is None else self.fixed_config.to_dict(),
@@ -160,6 +196,24 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
 
 
+def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:
+    """Why :func:`recommend` has no fix for the flagged findings of ``diagnosis`` of ``config``: a sentence."""
+    flagged = [f for f in diagnosis.findings if f.flagged]
+    depth = [f for f in flagged if f.verdict in DEPTH_VERDICTS]
+    if depth and config.init in (*DSLM_INITS, "auto"):
+        return (f"the model already uses init={config.init!r}, the scheme that bounds the variances with depth; what "
+                f"remains ({depth[0].describe()}) is beyond what an initialisation changes: a deeper look at its "
+                "components (sigprop compare) shows which layer departs from the theory")
+    if depth and config.norm_position not in ("pre", "post"):
+        return (f"the model has no norms (norm_position={config.norm_position!r}): DeepScaleLM's bounds need a Pre-LN "
+                "or Post-LN stack, and sigprop has no fix for an unnormalised one")
+    if any(f.quantity == "fwd_corr" for f in flagged) and config.dropout > 0:
+        return (f"the tokens collapse although the model has dropout {config.dropout:g}: dropout is the fix sigprop "
+                "knows (Kedia et al. App. F), and it is already there")
+    kinds = ", ".join(sorted({f.verdict for f in flagged})) or "a configuration check"
+    return f"sigprop knows no fix for what is flagged ({kinds})"
+
+
 def agreement_text(errors: dict, noise: dict) -> str:
     """"grad_var 6.21% (noise 5.90%), …": each quantity's median relative error, theory against measurement, and
     beside it the measurement's own median relative standard error where the seeds give one."""
@@ -179,10 +233,24 @@ def _median_errors(comparison) -> tuple[dict, dict]:
 
 
 def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, batch_size: int = 4,
-           progress=None) -> DoctorReport:
-    """Predict (and with ``seeds`` ≥ 1 measure, on a batch of ``batch_size`` sequences of the default corpus) the
-    model of ``config``, diagnose it, recommend a fix (:func:`recommend`) and predict and measure the fixed model the
-    same way. ``progress``: a :class:`~sigprop.core.progress.Progress` (or None)."""
+           progress=None, saved: SavedModel | None = None) -> DoctorReport:
+    """Diagnose the model of ``config`` at initialisation, recommend a fix and show the fixed model's profile.
+
+    Args:
+        config: the model's configuration (a Hugging Face model's mapped one).
+        source: where it came from (:data:`SOURCES`): the hint speaks its language.
+        seeds: fresh models measured per configuration (0: theory only).
+        batch_size: sequences of the default corpus measured.
+        progress: a :class:`~sigprop.core.progress.Progress` (or None).
+        saved: a model with weights of its own: measured as it is (its one draw, whatever ``seeds``) and predicted
+            from its weights (module docstring).
+
+    Returns:
+        The :class:`DoctorReport`.
+
+    Raises:
+        ValueError: an unknown source, a negative seed count.
+    """
     from ..core.progress import tasks
     from ..theory.predict import predict
     from .experiment import batch_prediction, compare_config, config_batch
@@ -192,27 +260,34 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 0:
         raise ValueError(f"seeds must be an integer >= 0 (got {seeds!r})")
     progress = tasks(progress)
+    approximations: list[str] = []
 
-    def look(cfg: TransformerConfig, what: str):
-        if seeds == 0:
+    def look(cfg: TransformerConfig, what: str, own: SavedModel | None = None):
+        if seeds == 0 and own is None:
             progress.task(f"predict the {what} model ({cfg.total_layers} layers)", None)
             return predict(cfg, batch_size=batch_size), None, {}, {}
         filled, batch = config_batch(cfg, batch_size, None, 0, False)
-        prediction = batch_prediction(filled, batch)
+        measured = plan = None
+        if own is not None:
+            measured, plan = _measure_saved(own, filled, batch, approximations, progress)
+        prediction = batch_prediction(filled, batch, plan=plan)
         predict_tick = progress.task(f"predict the {what} model ({cfg.total_layers} layers, forward and backward)",
                                      prediction.steps())
-        measure_tick = progress.task(f"measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", seeds)
+        measure_tick = None if own is not None else progress.task(
+            f"measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", seeds)
         predicted, measured, comparison = compare_config(filled, batch, seeds, progress=measure_tick,
-                                                         predict_progress=predict_tick, prediction=prediction)
+                                                         predict_progress=predict_tick, prediction=prediction,
+                                                         measured=measured)
         return predicted, measured, *_median_errors(comparison)
 
-    predicted, measured, errors, noise = look(config, "current")
+    predicted, measured, errors, noise = look(config, "current", saved)
     diagnosis = diagnose(measured if measured is not None else predicted)
     checks = config_checks(config, predicted)
-    report = DoctorReport(config, source, seeds, predicted, measured, diagnosis,
+    report = DoctorReport(config, source, 1 if saved is not None else seeds, predicted, measured, diagnosis,
                           recommend(config, diagnosis, source, checks), agreement={"current": errors} if errors else {},
                           noise={"current": noise} if errors else {},
-                          checks=checks)
+                          checks=checks, measured_what=saved.describe if saved is not None else "fresh seeds",
+                          approximations=approximations)
     if report.recommendation is not None:
         fixed = config.replace(**report.recommendation.changes)
         f_pred, f_meas, f_errors, f_noise = look(fixed, "fixed")
@@ -222,3 +297,25 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
         if f_errors:
             report.agreement["fixed"], report.noise["fixed"] = f_errors, f_noise
     return report
+
+
+def _measure_saved(saved: SavedModel, config: TransformerConfig, batch: dict, approximations: list, progress):
+    """(measured profile, plan read from its weights or None) of a saved model on ``batch``: loaded once, measured
+    once in training mode (dropout on, as sigprop measures its models); what its weights break of the theory's
+    assumptions (or why they cannot be read) is added to ``approximations``."""
+    from ..measurement.hooks import measure
+    from ..model.batches import batch_fingerprint
+
+    progress.task(f"load and measure {saved.describe}", None)
+    model = saved.load()
+    model.train()
+    try:
+        plan = saved.read_plan(model, config)
+        approximations.extend(plan.notes.get("approximations", ()))
+    except ValueError as err:
+        plan = None
+        approximations.append(f"the theory describes a freshly initialised model of this configuration: the "
+                              f"weights could not be read ({err})")
+    meta = {"seeds": [], "weights": saved.describe, "batch_sha256": batch_fingerprint(batch),
+            "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0])}
+    return measure(model, batch, config=config.to_dict(), meta=meta), plan

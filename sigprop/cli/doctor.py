@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from .options import JsonOut
 from .terminal import Display, console
@@ -19,7 +20,11 @@ def doctor_command(
                                 "config.json (mapped to sigprop's config), or a training run's folder."),
     overrides: list[str] = typer.Option(None, "--set", help="Override one config field of a sigprop config or run, "
                                         "e.g. --set n_layers=96 (repeatable)."),
-    seeds: int = typer.Option(2, "--seeds", help="Models measured per configuration, >= 0 (0: theory only)."),
+    seeds: int = typer.Option(2, "--seeds", help="Fresh models measured per configuration, >= 0 (0: theory only). A "
+                              "model with weights of its own is measured once, as it is."),
+    fresh: bool = typer.Option(False, "--fresh", help="Diagnose a freshly initialised model of MODEL's configuration "
+                               "even where MODEL holds weights (a Hugging Face folder's safetensors, a run's "
+                               "checkpoint), which are otherwise measured as they are and read by the theory."),
     json_path: JsonOut = None,
     html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here (a .html path, "
                                    "checked before any work; figures embedded)."),
@@ -39,17 +44,23 @@ def doctor_command(
         check_output_path(json_path, "--json", ".json")
     if html_path is not None:
         check_output_path(html_path, "--html", ".html")
-    config, source, name = resolve_model(model, tuple(overrides or ()))
+    target = resolve_model(model, tuple(overrides or ()), fresh)
+    config, name = target.config, target.name
     with Display() as display:
-        report = doctor(config, source, seeds, progress=display)
-    console.print(f"[bold]{name}[/bold] ({config.total_layers} layers, d = {config.d_model}, "
-                  f"{config.norm_position}-LN, init {config.init}): {report.verdict}")
+        report = doctor(config, target.source, seeds, progress=display, saved=target.saved)
+    console.print(f"[bold]{escape(name)}[/bold] ({config.total_layers} layers, d = {config.d_model}, "
+                  f"{config.norm_position}-LN, init {config.init}; measured: {escape(report.measured_what)}): "
+                  f"{escape(report.verdict)}")
+    for line in report.approximations:
+        console.print(f"  [yellow]theory approximate:[/yellow] {escape(line)}")
     for line in report.diagnosis.lines():
         console.print(f"  {line}")
     for check in report.checks:
         mark = "[red]flagged[/red] " if check.flagged else ""
         console.print(f"  {mark}{check.name}: {check.message}")
     rec = report.recommendation
+    if report.no_fix is not None:
+        console.print(f"[bold]no fix[/bold]: {escape(report.no_fix)}")
     if rec is not None:
         console.print("[bold]fix[/bold]: " + "; ".join(rec.reasons))
         console.print(f"  apply it: {rec.apply}")

@@ -254,16 +254,12 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
     Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder) into
     ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
     model the target cannot hold, before anything is written."""
-    from ..model.transformer import Transformer
-    from ..train.checkpoint import load_checkpoint, model_state
-    from ..train.run_dir import newest_checkpoint
+    from ..train.run_dir import newest_checkpoint, trained_model
 
     targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
-    config, _, path = newest_checkpoint(Path(run_dir), "fold")
-    _check(config, targets[to])
-    model = Transformer(config, generator=torch.Generator().manual_seed(0))
-    ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
-    model.load_state_dict(model_state(ck))
-    return export_hf(model.eval(), out_dir, to=targets[to]), ck.step
+    config, _, _ = newest_checkpoint(Path(run_dir), "fold")
+    _check(config, targets[to])  # before the weights are read
+    model, _, step = trained_model(Path(run_dir), "fold")
+    return export_hf(model, out_dir, to=targets[to]), step

@@ -18,7 +18,7 @@ from ..measurement.average import average_profiles
 from ..measurement.hooks import measure
 from .config_map import FAMILIES
 
-__all__ = ["HFSource", "read_hf_source", "measure_hf"]
+__all__ = ["HFSource", "read_hf_source", "load_hf_model", "measure_hf"]
 
 #: The model class each family is measured as (its pre-training objective: causal or masked LM).
 _CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "bert": "AutoModelForMaskedLM"}
@@ -63,6 +63,15 @@ def _model_class(config):
     return getattr(transformers, _CLASSES[FAMILIES[config.model_type]])
 
 
+def load_hf_model(source: HFSource):
+    """The model saved in ``source``'s folder (safetensors only, nothing downloaded), as the class of its family's
+    pre-training objective (causal or masked LM). ``ValueError`` for a source without weights."""
+    if source.weights is None:
+        raise ValueError(f"{source.path} holds no safetensors weights")
+    return _model_class(source.config).from_pretrained(str(source.weights), local_files_only=True,
+                                                       use_safetensors=True)
+
+
 def measure_hf(source: HFSource, batch: dict, seeds: int = 1, seed0: int = 0, progress=None,
                config=None) -> Profile:
     """Measure the model of ``source`` on ``batch`` (module docstring): the saved weights once, or ``seeds`` fresh
@@ -79,7 +88,7 @@ def measure_hf(source: HFSource, batch: dict, seeds: int = 1, seed0: int = 0, pr
     profiles = []
     for seed in seed_list:
         if source.weights is not None:
-            model = cls.from_pretrained(str(source.weights), local_files_only=True, use_safetensors=True)
+            model = load_hf_model(source)
         else:
             torch.manual_seed(seed)
             model = cls.from_config(source.config)

@@ -167,16 +167,24 @@ class InitPlan:
         return make_plan(config.replace(init=scheme))
 
     @classmethod
-    def from_model(cls, model: nn.Module) -> InitPlan:
+    def from_model(cls, model: nn.Module, strict: bool = True) -> InitPlan:
         """The plan a model's weights show: every role's standard deviation read as the root mean square of its
         weights, layer by layer, λ and β from its residuals, the head scale from its buffer
         (:func:`~sigprop.model.roles.read_plan`). What :func:`sigprop.predict` reads from a model re-initialised by
         hand. ``ValueError`` for weights on the meta device, non-zero biases or norms off their initial affine
-        parameters."""
+        parameters; with ``strict=False`` (trained weights) these last two are listed in
+        ``notes["approximations"]`` instead: the i.i.d. theory of a model with these standard deviations is then an
+        approximation of the trained model."""
         from .roles import read_weights
 
-        return cls(model.plan.scheme, **read_weights(model),
+        approximations: list[str] | None = None if strict else []
+        plan = cls(model.plan.scheme, **read_weights(model, approximations),
                    notes={**model.plan.notes, "source": "read from the model's weights"})
+        if approximations:
+            plan.notes["approximations"] = approximations + [
+                "read as a freshly initialised model with these standard deviations: an approximation for trained "
+                "weights, whose correlations the i.i.d. theory does not see"]
+        return plan
 
     @classmethod
     def from_stds(cls, config, stds: dict, lam: dict | None = None, beta: dict | None = None,

@@ -190,7 +190,7 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
     return s.done
 
 
-def read_weights(model: nn.Module) -> dict:
+def read_weights(model: nn.Module, approximations: list[str] | None = None) -> dict:
     """The plan a model's weights show, as :class:`~sigprop.model.init.InitPlan`'s fields (``stds``, ``lam``,
     ``beta``, ``learnable_beta``, ``head_scale``; :meth:`InitPlan.from_model
     <sigprop.model.init.InitPlan.from_model>`): each role's standard deviation is the root mean square of its
@@ -198,8 +198,15 @@ def read_weights(model: nn.Module) -> dict:
     roles' values in a plan, so their weights are pooled); λ and β come from each residual's buffers, the head scale
     from its buffer. ``ValueError`` where the theory's assumptions about the other parameters do not hold: weights
     on the meta device (nothing to read), a non-zero bias, a norm's affine parameters away from their initial
-    values."""
+    values. With ``approximations`` (a list), those last two are appended to it as sentences instead (trained
+    weights, read as an approximation)."""
     n = model.config.total_layers
+
+    def broken(message: str) -> None:
+        if approximations is None:
+            raise ValueError(message)
+        if message not in approximations:
+            approximations.append(message)
     sums: dict = {}
     with torch.no_grad():
         for r in weight_roles(model):
@@ -209,15 +216,17 @@ def read_weights(model: nn.Module) -> dict:
             w = r.weight.detach().double()
             total, count = sums.get((r.role, r.layer), (0.0, 0))
             sums[(r.role, r.layer)] = (total + float((w * w).sum()), count + w.numel())
-        for name, m in model.named_modules():
-            if isinstance(m, nn.Linear) and m.bias is not None and bool(m.bias.detach().abs().max() > 0):
-                raise ValueError(f"{name}.bias is not zero: the theory assumes zero biases at initialisation")
+        biased = [name for name, m in model.named_modules()
+                  if isinstance(m, nn.Linear) and m.bias is not None and bool(m.bias.detach().abs().max() > 0)]
+        if biased:
+            broken(f"{biased[0]}.bias is not zero" + (f" (nor {len(biased) - 1} other biases)" if len(biased) > 1
+                                                       else "") + ": the theory assumes zero biases at initialisation")
         for *_, norm in model.norms():
             for attr, value in (("weight", 1.0), ("bias", 0.0), ("gamma", 1.0), ("beta", 0.0), ("shift", 0.0)):
                 p = getattr(norm, attr, None)
                 if isinstance(p, torch.Tensor) and not bool(torch.all(p.detach() == value)):
-                    raise ValueError(f"a {type(norm).__name__}'s {attr} is not {value:g}: the theory assumes norms at "
-                                     "their initial affine parameters")
+                    broken(f"a {type(norm).__name__}'s {attr} is not {value:g}: the theory assumes norms at their "
+                           "initial affine parameters")
     stds: dict = {}
     for (role, layer), (total, count) in sums.items():
         std = (total / count) ** 0.5

@@ -8,12 +8,14 @@ from __future__ import annotations
 import base64
 import html
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..analysis.doctor import SavedModel
 from ..core.jsonio import write_text_atomic
 from ..model.config import TransformerConfig
 
-__all__ = ["resolve_model", "write_doctor_html"]
+__all__ = ["DoctorTarget", "resolve_model", "write_doctor_html"]
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}table{border-collapse:collapse;margin:.5em 0}
@@ -21,37 +23,93 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.bad{color:#b00020
 code,pre{background:#f4f4f4;padding:.1em .3em}img{max-width:100%;border:1px solid #eee}"""
 
 
-def resolve_model(model: str, overrides=()) -> tuple[TransformerConfig, str, str]:
-    """(config, source, name) of ``sigprop doctor MODEL``: a preset name, a training run's folder (its
-    ``run.json``), a Hugging Face model folder or ``config.json`` (a ``model_type`` field; mapped, with what the mapping
-    leaves out as a warning), or a sigprop config JSON; ``overrides`` (``key=value``) apply to sigprop configs only.
-    ``ValueError`` (one line) otherwise."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class DoctorTarget:
+    """What ``sigprop doctor MODEL`` diagnoses: the configuration, where it came from, its name, and the model with
+    its own weights when MODEL holds some (and ``--fresh`` was not given)."""
 
+    config: TransformerConfig
+    source: str
+    name: str
+    saved: SavedModel | None = None
+
+
+def _hf_saved(folder: Path) -> SavedModel:
+    """The Hugging Face model saved in ``folder`` (safetensors), measured as it is; its plan read from its weights."""
+
+    def load():
+        from ..hf.measure import load_hf_model, read_hf_source
+
+        return load_hf_model(read_hf_source(folder))
+
+    def read_plan(model, config):
+        from ..hf.weights import read_hf_plan
+
+        return read_hf_plan(model, config)
+
+    return SavedModel(f"the saved weights of {folder}", load, read_plan)
+
+
+def _run_saved(run_dir: Path, config: TransformerConfig) -> SavedModel:
+    """The newest checkpoint of a training run, measured as it is; its plan read from its weights."""
+
+    def load():
+        from ..train.run_dir import trained_model
+
+        model, trained_config, _ = trained_model(run_dir, "diagnose")
+        if trained_config != config:
+            raise ValueError("--set changes the model, so its saved weights do not fit it: add --fresh to diagnose "
+                             "a freshly initialised model of the changed configuration")
+        return model
+
+    def read_plan(model, config):
+        from ..model.init import InitPlan
+
+        return InitPlan.from_model(model, strict=False)
+
+    return SavedModel(f"the newest checkpoint of {run_dir}", load, read_plan)
+
+
+def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget:
+    """What ``sigprop doctor MODEL`` diagnoses (:class:`DoctorTarget`): a preset name, a training run's folder (its
+    ``run.json``; its newest checkpoint's weights), a Hugging Face model folder (its safetensors weights) or
+    ``config.json`` (a ``model_type`` field; mapped, with what the mapping leaves out as a warning), or a sigprop
+    config JSON; ``overrides`` (``key=value``) apply to sigprop configs only; ``fresh``: a freshly initialised model
+    of the configuration even where MODEL holds weights. ``ValueError`` (one line) otherwise."""
     from ..core.jsonio import read_config_json
     from ..model.presets import PRESETS, resolve_config
 
     if model in PRESETS:
-        return resolve_config(model, None, overrides)[0], "sigprop", model
+        return DoctorTarget(resolve_config(model, None, overrides)[0], "sigprop", model)
     path = Path(model)
     if not path.exists():
         raise ValueError(f"MODEL: {model!r} is neither a preset ({', '.join(PRESETS)}) nor an existing path")
     hf_file = path / "config.json" if path.is_dir() else path
     if path.is_dir() and (path / "run.json").exists():
         from ..model.config import apply_overrides, config_from_dict
+        from ..train.checkpoint import latest_checkpoint
         from ..train.run_dir import read_run
 
-        return apply_overrides(config_from_dict(read_run(path)["model_config"]), overrides), "run", path.name
+        config = apply_overrides(config_from_dict(read_run(path)["model_config"]), overrides)
+        if overrides and not fresh and latest_checkpoint(path) is not None:
+            raise ValueError("--set changes the model, so the run's saved weights do not fit it: add --fresh to "
+                             "diagnose a freshly initialised model of the changed configuration")
+        saved = None if fresh or latest_checkpoint(path) is None else _run_saved(path, config)
+        return DoctorTarget(config, "run", path.name, saved)
     if hf_file.is_file() and hf_file.suffix == ".json":
         data = read_config_json(hf_file)
         if isinstance(data, dict) and "model_type" in data:
             if overrides:
                 raise ValueError("--set applies to sigprop configs; a Hugging Face config is mapped as it is")
             from ..hf.config_map import from_hf
+            from ..hf.measure import read_hf_source
 
-            return from_hf(str(hf_file.parent)), "hf", hf_file.parent.name
+            folder = hf_file.parent
+            weights = path.is_dir() and read_hf_source(path).weights is not None
+            saved = _hf_saved(folder) if weights and not fresh else None
+            return DoctorTarget(from_hf(str(folder)), "hf", folder.name, saved)
         if not path.is_dir():
-            return resolve_config(None, path, overrides)[0], "sigprop", path.stem
+            return DoctorTarget(resolve_config(None, path, overrides)[0], "sigprop", path.stem)
     raise ValueError(f"MODEL: {path} holds no run.json, no config.json and is no config file")
 
 
@@ -91,8 +149,12 @@ def write_doctor_html(report, path, name: str) -> Path:
              f"<h1>sigprop doctor: {e(name)}</h1>",
              f'<p class="{"bad" if report.flagged else "ok"}"><b>{e(report.verdict)}</b></p>',
              f"<p>{report.config.total_layers} layers, d = {report.config.d_model}, {e(report.config.norm_position)}"
-             f"-LN, init {e(report.config.init)}; {report.seeds} seeds measured "
-             f"({'theory only' if report.seeds == 0 else 'theory beside measurement'}).</p>",
+             f"-LN, init {e(report.config.init)}; "
+             + ("theory only" if report.seeds == 0 else
+                f"measured: {e(report.measured_what)}" + (f" ({report.seeds})" if report.measured_what ==
+                                                          "fresh seeds" else "") + "; theory beside measurement")
+             + ".</p>",
+             *(f'<p class="bad">theory approximate: {e(a)}</p>' for a in report.approximations),
              "<h2>Findings</h2>", _findings(report.diagnosis, report.checks)]
     rec = report.recommendation
     if rec is not None:
@@ -103,6 +165,8 @@ def write_doctor_html(report, path, name: str) -> Path:
             verdict = "still flagged" if still else "nothing flagged"
             parts += [f"<p>The fixed model: <b>{verdict}</b>.</p>",
                       _findings(report.fixed_diagnosis, report.fixed_checks)]
+    elif report.no_fix is not None:
+        parts.append(f"<h2>Recommendation</h2><p>None: {e(report.no_fix)}.</p>")
     else:
         parts.append("<h2>Recommendation</h2><p>None needed.</p>")
     parts += ["<h2>The current model</h2>", _figure(report.predicted, report.measured, f"{name}: current")]

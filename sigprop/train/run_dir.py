@@ -19,7 +19,7 @@ from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
 __all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "newest_checkpoint",
-           "MetricsLog", "TensorBoardScalars", "read_metrics"]
+           "trained_model", "MetricsLog", "TensorBoardScalars", "read_metrics"]
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -73,6 +73,23 @@ def newest_checkpoint(run_dir, purpose: str):
     if path is None:
         raise ValueError(f"{run_dir} holds no checkpoint yet: nothing to {purpose}")
     return config_from_dict(run["model_config"]), train_config_from_dict(run["train_config"]), path
+
+
+def trained_model(run_dir, purpose: str):
+    """(model, its config, the checkpoint's step) of the newest checkpoint of the run in ``run_dir``: a
+    :class:`~sigprop.model.transformer.Transformer` holding the trained weights, in eval mode (checkpoint checked:
+    its SHA-256, model config and tensor shapes). ``ValueError`` (one line, naming ``purpose``) for a folder that is
+    no run or a run without a checkpoint; ``CheckpointError`` for a damaged or foreign checkpoint."""
+    import torch
+
+    from ..model.transformer import Transformer
+    from .checkpoint import load_checkpoint, model_state
+
+    config, _, path = newest_checkpoint(run_dir, purpose)
+    model = Transformer(config, generator=torch.Generator().manual_seed(0))
+    ck = load_checkpoint(path, config.to_dict(), {k: tuple(v.shape) for k, v in model.state_dict().items()})
+    model.load_state_dict(model_state(ck))
+    return model.eval(), config, ck.step
 
 
 def _clean(value):

@@ -49,3 +49,47 @@ def test_a_llama_decoder_s_forward_variance_grows_and_gets_auto(tmp_path):
     assert fwd["flagged"] and "grows" in report["verdict"], report["verdict"]
     assert report["recommendation"]["apply"] == "sigprop.apply_init(model, 'auto')"
     assert not any(f["flagged"] for f in report["fixed_diagnosis"]["findings"])
+
+
+def _saved_gpt2(folder, scale: float) -> None:
+    """A GPT-2 of 12 layers saved with safetensors, every output projection (c_proj) multiplied by ``scale``."""
+    import torch
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=12, n_embd=64, n_head=2, n_positions=16,
+                                                                 vocab_size=300))
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_proj.weight.mul_(scale)
+            block.mlp.c_proj.weight.mul_(scale)
+    model.save_pretrained(folder, safe_serialization=True)
+
+
+def _doctor_folder(tmp_path, folder, *extra) -> dict:
+    out_file = tmp_path / f"{folder.name}.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = run_cli(["doctor", str(folder), "--seeds", "0", "--json", str(out_file), *extra])
+    assert out.exit_code == 0, out.stderr
+    return json.loads(out_file.read_text())
+
+
+def test_a_saved_model_is_diagnosed_as_it_is(tmp_path):
+    """A saved GPT-2 whose c_proj weights were multiplied by 300 by hand: measured as it is (its weights the one
+    draw), the theory reading their standard deviations (×300 on W_O and W_2), the growth flagged with a fix; the
+    untouched folder is not flagged; ``--fresh`` diagnoses a fresh model of the folder's config instead."""
+    scaled, plain = tmp_path / "scaled", tmp_path / "plain"
+    _saved_gpt2(scaled, 300.0)
+    _saved_gpt2(plain, 1.0)
+    report = _doctor_folder(tmp_path, scaled)
+    assert report["measured_what"].startswith("the saved weights of") and report["seeds"] == 1
+    assert report["verdict"].startswith("unstable") and report["recommendation"] is not None
+    assert report["profiles"]["measured"] is not None
+    ok = _doctor_folder(tmp_path, plain)
+    assert ok["verdict"].startswith("stable") and ok["measured_what"].startswith("the saved weights")
+    # the theory read the weights: the scaled model's predicted first-layer variance is far above the plain one's
+    first = lambda r, k: r["profiles"][k][0]["fwd_var"]  # noqa: E731
+    assert first(report, "predicted") > 100 * first(ok, "predicted")
+    fresh = _doctor_folder(tmp_path, scaled, "--fresh")
+    assert fresh["measured_what"] == "fresh seeds" and fresh["profiles"]["measured"] is None
+    assert fresh["verdict"] == ok["verdict"]

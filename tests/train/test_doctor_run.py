@@ -1,0 +1,30 @@
+"""``sigprop doctor RUN_DIR``: a training run's newest checkpoint diagnosed as it is (its trained weights measured
+once, the theory reading their standard deviations and saying where trained weights make it an approximation);
+``--fresh`` for a freshly initialised model of its configuration."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import sigprop, tiny_args
+
+
+def test_doctor_reads_a_trained_run(corpus, tmp_path):
+    run = tmp_path / "run"
+    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "d.json"
+    done = sigprop("doctor", str(run), "--seeds", "0", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["source"] == "run" and report["measured_what"].startswith("the newest checkpoint of")
+    assert report["profiles"]["measured"] is not None
+    # four AdamW steps move the norms off weight 1: the theory says it reads them as an approximation
+    assert any("norms at their initial affine parameters" in a for a in report["approximations"])
+    assert "theory approximate" in done.stdout
+    fresh = tmp_path / "f.json"
+    done = sigprop("doctor", str(run), "--seeds", "0", "--fresh", "--json", str(fresh))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(fresh.read_text())["measured_what"] == "fresh seeds"
+    done = sigprop("doctor", str(run), "--set", "n_layers=3")
+    assert done.returncode == 2 and "--fresh" in done.stderr and len(done.stderr.strip().splitlines()) == 1

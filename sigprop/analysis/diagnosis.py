@@ -267,6 +267,8 @@ def _stacks(profile: Profile) -> list[tuple[str, list]]:
 
 
 def _hint(config: dict, findings: list[Finding]) -> str | None:
+    if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
+        return None
     variance = any(f.verdict in DEPTH_VERDICTS for f in findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
     hints = []

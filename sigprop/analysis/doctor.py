@@ -42,7 +42,8 @@ from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
 
-__all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "recommend", "no_fix_reason", "SOURCES"]
+__all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "doctor_measured", "recommend", "no_fix_reason",
+           "SOURCES"]
 
 #: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
 LEARNING_RATE_WARNING = (
@@ -89,10 +90,10 @@ class SavedModel:
 class DoctorReport:
     """The current model's profiles and diagnosis and, when a fix is recommended, the fixed model's."""
 
-    config: TransformerConfig
+    config: TransformerConfig | None  # None: a model sigprop has no theory for (``theory`` says why)
     source: str
     seeds: int
-    predicted: object
+    predicted: object | None
     measured: object | None
     diagnosis: Diagnosis
     recommendation: Recommendation | None
@@ -106,12 +107,15 @@ class DoctorReport:
     fixed_checks: list = field(default_factory=list)
     measured_what: str = "fresh seeds"  # what the current model's measurement is of: fresh seeds or saved weights
     approximations: list = field(default_factory=list)  # where the theory of saved weights is an approximation
+    theory: str | None = None  # why there is no theory (a model whose configuration sigprop cannot map)
 
     @property
     def no_fix(self) -> str | None:
         """Why a flagged model has no recommendation (:func:`no_fix_reason`); None when not flagged or fixed."""
         if not self.flagged or self.recommendation is not None:
             return None
+        if self.config is None:
+            return f"without a theory of the model sigprop cannot derive a fix: {self.theory}"
         return no_fix_reason(self.config, self.diagnosis)
 
     @property
@@ -132,8 +136,10 @@ class DoctorReport:
                                             "fwd_corr": r.fwd_corr, "grad_var": r.grad_var,
                                             "grad_corr": r.grad_corr} for r in p.site("layer")]
 
-        return {"kind": "doctor", "source": self.source, "config": self.config.to_dict(), "seeds": self.seeds,
+        return {"kind": "doctor", "source": self.source,
+                "config": None if self.config is None else self.config.to_dict(), "seeds": self.seeds,
                 "measured_what": self.measured_what, "approximations": list(self.approximations),
+                "theory": self.theory,
                 "no_fix": self.no_fix, "verdict": self.verdict, "diagnosis": self.diagnosis.to_dict(),
                 "checks": [c.to_dict() for c in self.checks], "fixed_checks": [c.to_dict() for c in self.fixed_checks],
                 "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
@@ -297,6 +303,39 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
         if f_errors:
             report.agreement["fixed"], report.noise["fixed"] = f_errors, f_noise
     return report
+
+
+def doctor_measured(build: Callable, batch, seeds: list[int], describe: str, theory: str, source: str = "hf",
+                    progress=None) -> DoctorReport:
+    """Diagnose a model sigprop has no theory for from its measurement alone.
+
+    Args:
+        build: ``build(seed)`` returns the model to measure (the same saved model for its one seed, or a fresh one).
+        batch: what :func:`sigprop.measure` takes for it.
+        seeds: the seeds to build and measure, averaged.
+        describe: what is measured, for the report.
+        theory: why there is no theory (:func:`sigprop.hf.config_map.not_mapped_reason`).
+        source: where the model came from (:data:`SOURCES`).
+        progress: a :class:`~sigprop.core.progress.Progress` (or None).
+
+    Returns:
+        A :class:`DoctorReport` without config, prediction or fix; its ``theory`` says why, and a flagged verdict
+        says that no fix can be derived.
+    """
+    from ..core.progress import tasks
+    from ..measurement.average import average_profiles
+    from ..measurement.hooks import measure
+
+    tick = tasks(progress).task(f"measure {describe} × {len(seeds)}", len(seeds))
+    profiles = []
+    for seed in seeds:
+        model = build(seed)
+        model.train()
+        profiles.append(measure(model, batch))
+        tick(1)
+    measured = average_profiles(profiles, {}, {"seeds": list(seeds), "theory": theory})
+    return DoctorReport(None, source, len(seeds), None, measured, diagnose(measured), None, measured_what=describe,
+                        theory=theory)
 
 
 def _measure_saved(saved: SavedModel, config: TransformerConfig, batch: dict, approximations: list, progress):

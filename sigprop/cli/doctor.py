@@ -33,7 +33,7 @@ def doctor_command(
     law, rank collapse; recommend a fix (DeepScaleLM, Kedia et al. Sec. 3.5; dropout against rank collapse) and show
     the fixed model's predicted and measured profile beside the current one. The hint speaks the model's language:
     `sigprop.apply_init(model, "dslm")` for a Hugging Face model, `--set init=dslm` for a sigprop config or run."""
-    from ..analysis.doctor import agreement_text, doctor
+    from ..analysis.doctor import agreement_text
     from ..core.jsonio import write_json_atomic
     from ..core.outputs import check_output_path
     from ..report.doctor import resolve_model, write_doctor_html
@@ -47,10 +47,13 @@ def doctor_command(
     target = resolve_model(model, tuple(overrides or ()), fresh)
     config, name = target.config, target.name
     with Display() as display:
-        report = doctor(config, target.source, seeds, progress=display, saved=target.saved)
-    console.print(f"[bold]{escape(name)}[/bold] ({config.total_layers} layers, d = {config.d_model}, "
-                  f"{config.norm_position}-LN, init {config.init}; measured: {escape(report.measured_what)}): "
+        report = target.diagnose(seeds, progress=display)
+    shape = ("no theory" if config is None else
+             f"{config.total_layers} layers, d = {config.d_model}, {config.norm_position}-LN, init {config.init}")
+    console.print(f"[bold]{escape(name)}[/bold] ({shape}; measured: {escape(report.measured_what)}): "
                   f"{escape(report.verdict)}")
+    if report.theory is not None:
+        console.print(f"  [yellow]theory not available:[/yellow] {escape(report.theory)}")
     for line in report.approximations:
         console.print(f"  [yellow]theory approximate:[/yellow] {escape(line)}")
     for line in report.diagnosis.lines():

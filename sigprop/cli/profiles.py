@@ -190,6 +190,8 @@ def measure_command(
     profile = run.profile
     console.print(profile_table(f"measured ({run.seeds} seeds, {profile.meta.get('tokens')} tokens)",
                                 measured=profile))
+    if profile.meta.get("theory"):
+        note(profile.meta["theory"])
     _print_seed_spread(profile)
     print_diagnosis(run.diagnosis.lines(), run.diagnosis.hint, "diagnosis (measured)")
     print_written(run.written)

@@ -25,10 +25,30 @@ from pathlib import Path
 
 from ..model.config import TransformerConfig
 
-__all__ = ["HFMapping", "map_hf_config", "from_hf", "FAMILIES"]
+__all__ = ["HFMapping", "map_hf_config", "from_hf", "not_mapped_reason", "FAMILIES", "NOT_MAPPED"]
 
 #: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
 FAMILIES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "qwen2": "llama", "mistral": "llama"}
+
+#: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
+#: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
+NOT_MAPPED = {
+    "gemma": "its token embedding is scaled by √d at the input (no such field in sigprop's configuration)",
+    "gemma2": "its embedding scaled by √d, logit soft-capping and norms after each branch",
+    "gemma3": "its embedding scaled by √d, norms after each branch and RMSNorm on queries and keys",
+    "qwen3": "RMSNorm on queries and keys (QK-norm), which sigprop has no rule for",
+    "gpt_neox": "parallel attention and MLP with partial rotary positions (rotary_pct < 1)",
+    "phi": "parallel attention and MLP with partial rotary positions",
+    "phi3": "its mapping (fused qkv and gate/up projections) is not written yet",
+    "opt": "its mapping (learned positions offset by 2, optional projection of the embedding) is not written yet",
+    "roberta": "its mapping (BERT with positions offset by the padding id) is not written yet",
+    "vit": "classification from a [CLS] token (sigprop's patch models average the tokens)",
+    "t5": "relative position buckets and attention scores without the 1/√d_k scaling (folded into its "
+          "initialisation), in an encoder–decoder",
+    "bloom": "ALiBi position biases, which sigprop has no rule for",
+    "falcon": "parallel attention and MLP, and multi-query attention with its own layout",
+    "mixtral": "a mixture of experts in every block",
+}
 
 #: Sequence length the mapped config's predictions assume, unless the model's context is shorter.
 DEFAULT_SEQ_LEN = 128
@@ -157,11 +177,20 @@ def map_hf_config(obj, **overrides) -> HFMapping:
     cfg = _hf_config(obj)
     kind = str(cfg.model_type)
     if kind not in FAMILIES:
-        raise ValueError(f"model_type {kind!r} is not mapped; supported: {', '.join(FAMILIES)}")
+        raise ValueError(not_mapped_reason(kind))
     notes: list = []
     fields = _MAPPERS[FAMILIES[kind]](cfg, notes)
     fields.update(overrides)
     return HFMapping(config=TransformerConfig(**fields), notes=tuple(dict.fromkeys(notes)), model_type=kind)
+
+
+def not_mapped_reason(model_type: str) -> str:
+    """Why sigprop has no theory for a Hugging Face ``model_type``: one sentence naming the component it cannot map,
+    and that the model is measured all the same."""
+    why = NOT_MAPPED.get(model_type, "no mapping of its configuration is written")
+    return (f"model_type {model_type!r} is not mapped to sigprop's configuration, so its theory is not available: "
+            f"{why} (mapped: {', '.join(FAMILIES)}); it is measured all the same (sigprop measure --hf, "
+            "sigprop.measure)")
 
 
 def from_hf(hf_config_or_model, **overrides) -> TransformerConfig:

@@ -1,9 +1,17 @@
-"""``sigprop measure --hf``: a Hugging Face model from a local folder (or a ``config.json``) measured through sigprop.
+"""``sigprop measure --hf``: a Hugging Face model of any family from a local folder (or a ``config.json``) measured
+through sigprop.
 
 A folder with safetensors weights is one trained (or saved) model: it is loaded once and measured as it is. A
 ``config.json`` alone (or a folder without weights) is a model at initialisation: each seed builds it from the config
 under ``torch.manual_seed(seed)`` (Hugging Face's own ``_init_weights``), and the seeds are averaged as for sigprop's
 models. Pickled weights (``pytorch_model.bin``) are never read.
+
+The model is measured as the class of its pre-training objective: a mapped family's (causal LM, masked LM), else the
+class its ``config.json`` names (``architectures``), else the causal-LM or masked-LM class Hugging Face registers
+for its configuration. A family whose configuration sigprop maps (:data:`~sigprop.hf.config_map.FAMILIES`) is
+measured on the batch of its mapped configuration, so that the theory can be set beside it; any other on a batch of
+the same kind built from its configuration (:func:`hf_token_batch`), and its profile says why the theory is not
+available (``meta["theory"]``).
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ import torch
 from ..core.profile import Profile
 from ..measurement.average import average_profiles
 from ..measurement.hooks import measure
-from .config_map import FAMILIES
+from ..model.batch import Batch
+from .config_map import DEFAULT_SEQ_LEN, FAMILIES
 
-__all__ = ["HFSource", "read_hf_source", "load_hf_model", "measure_hf"]
+__all__ = ["HFSource", "read_hf_source", "hf_class", "build_hf_model", "load_hf_model", "hf_token_batch",
+           "measure_hf"]
 
 #: The model class each family is measured as (its pre-training objective: causal or masked LM).
 _CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "bert": "AutoModelForMaskedLM"}
@@ -35,7 +45,8 @@ class HFSource:
 
 def read_hf_source(path) -> HFSource:
     """Read ``path``: a folder with ``config.json`` (and maybe ``*.safetensors`` weights) or a ``config.json`` file.
-    ``ValueError`` naming the problem (no config, pickled weights only, an unmapped model type)."""
+    ``ValueError`` naming the problem (no config, pickled weights only, a model type this ``transformers`` does not
+    know)."""
     import transformers
 
     path = Path(path)
@@ -43,10 +54,11 @@ def read_hf_source(path) -> HFSource:
     config_file = path if path.is_file() else path / "config.json"
     if not config_file.is_file():
         raise ValueError(f"--hf {path}: no config.json (give a local model folder or its config.json)")
-    config = transformers.AutoConfig.from_pretrained(str(config_file), local_files_only=True)
-    if getattr(config, "model_type", None) not in FAMILIES:
-        raise ValueError(f"--hf {path}: model_type {getattr(config, 'model_type', None)!r} is not mapped; supported: "
-                         f"{', '.join(FAMILIES)}")
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(config_file), local_files_only=True)
+    except (ValueError, KeyError, OSError) as err:
+        raise ValueError(f"--hf {path}: transformers {transformers.__version__} cannot read this config.json "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
     weights = None
     if path.is_dir():
         if any(folder.glob("*.safetensors")):
@@ -57,46 +69,129 @@ def read_hf_source(path) -> HFSource:
     return HFSource(config=config, weights=weights, path=path)
 
 
-def _model_class(config):
+def hf_class(config):
+    """The ``transformers`` class a model of ``config`` is measured as (module docstring). ``ValueError`` when
+    neither its ``architectures`` nor a causal-LM or masked-LM class fits it."""
     import transformers
 
-    return getattr(transformers, _CLASSES[FAMILIES[config.model_type]])
+    family = FAMILIES.get(config.model_type)
+    if family in _CLASSES:
+        auto = getattr(transformers, _CLASSES[family])
+        return auto._model_mapping[type(config)]
+    for name in (getattr(config, "architectures", None) or [])[:1]:
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls
+    # an encoder (BERT-like) registers a causal-LM variant too: its masked LM is the model unless it is a decoder
+    order = ("AutoModelForCausalLM", "AutoModelForMaskedLM") if getattr(config, "is_decoder", False) else (
+        "AutoModelForMaskedLM", "AutoModelForCausalLM")
+    for name in order:
+        mapping = getattr(transformers, name)._model_mapping
+        if type(config) in mapping:
+            return mapping[type(config)]
+    raise ValueError(f"a {config.model_type!r} model has no causal-LM or masked-LM class and its config.json names "
+                     "no architecture: measure it from Python, sigprop.measure(model, batch)")
+
+
+def build_hf_model(source: HFSource, seed: int):
+    """A freshly initialised model of ``source``'s configuration under ``torch.manual_seed(seed)`` (Hugging Face's
+    own ``_init_weights``)."""
+    torch.manual_seed(seed)
+    return hf_class(source.config)._from_config(source.config)
 
 
 def load_hf_model(source: HFSource):
-    """The model saved in ``source``'s folder (safetensors only, nothing downloaded), as the class of its family's
-    pre-training objective (causal or masked LM). ``ValueError`` for a source without weights."""
+    """The model saved in ``source``'s folder (safetensors only, nothing downloaded), as the class of its
+    pre-training objective (:func:`hf_class`). ``ValueError`` for a source without weights."""
     if source.weights is None:
         raise ValueError(f"{source.path} holds no safetensors weights")
-    return _model_class(source.config).from_pretrained(str(source.weights), local_files_only=True,
-                                                       use_safetensors=True)
+    return hf_class(source.config).from_pretrained(str(source.weights), local_files_only=True,
+                                                   use_safetensors=True)
 
 
-def measure_hf(source: HFSource, batch: dict, seeds: int = 1, seed0: int = 0, progress=None,
-               config=None) -> Profile:
+#: Model types whose position ids start after the padding id (RoBERTa's convention): padding id + 1 of their
+#: ``max_position_embeddings`` positions are never a real token's.
+_POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "camembert", "longformer")
+
+
+def _positions(config) -> int:
+    """The longest sequence a configuration's positions take (its context), or sigprop's default length."""
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            if config.model_type in _POSITIONS_AFTER_PADDING:
+                value -= int(getattr(config, "pad_token_id", 0) or 0) + 1
+            return value
+    return DEFAULT_SEQ_LEN
+
+
+def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool = False, seed: int = 0) -> Batch:
+    """A batch for a model of an unmapped family: ``batch_size`` sequences of min(128, its context) tokens of the
+    default corpus (or ``data``; i.i.d. Zipf(1) tokens with ``synthetic``), tokenised with sigprop's BPE of the
+    model's vocabulary size, with the targets of its head: the next token (causal LM) or 15% of the tokens masked
+    (masked LM; sigprop's [MASK] id, or another of its special ids where the model's padding id is that one). ``ValueError`` for a model that is neither, or has no ``vocab_size``."""
+    from ..data.mlm import mask_tokens
+    from ..measurement.adapters import head_of_class
+    from ..model.batch import next_token_labels
+    from ..model.objective import MASK_ID, N_SPECIAL
+
+    cfg = source.config
+    vocab = getattr(cfg, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab <= N_SPECIAL:
+        raise ValueError(f"--hf {source.path}: a {cfg.model_type!r} model without a token vocabulary (vocab_size): "
+                         "measure it from Python, sigprop.measure(model, batch)")
+    head = head_of_class(hf_class(cfg))
+    if head not in ("causal_lm", "masked_lm"):
+        raise ValueError(f"--hf {source.path}: sigprop builds batches for causal and masked language models; this "
+                         f"one is a {head.replace('_', ' ')}: measure it from Python, sigprop.measure(model, batch)")
+    length = min(DEFAULT_SEQ_LEN, _positions(cfg))
+    gen = torch.Generator().manual_seed(seed)
+    if synthetic:
+        from ..data.zipf import zipf_tokens
+
+        ids = zipf_tokens(batch_size, length, vocab - N_SPECIAL, generator=gen, first_id=N_SPECIAL)
+    else:
+        from ..data.batches import load_batch
+
+        ids = load_batch(batch_size, length, path=data, vocab_size=vocab, seed=seed)
+    if head == "causal_lm":
+        return Batch(inputs=ids, labels=next_token_labels(ids))
+    pad = getattr(cfg, "pad_token_id", None)  # a mask id the model takes for padding would hide the masked tokens
+    mask_id = next(i for i in (MASK_ID, *range(MASK_ID + 1, N_SPECIAL)) if i != pad)
+    masked, labels = mask_tokens(ids, mask_id, prob=0.15, generator=gen, vocab_size=vocab, random_low=N_SPECIAL)
+    return Batch(inputs=masked, labels=labels)
+
+
+def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress=None,
+               config=None, theory: str | None = None) -> Profile:
     """Measure the model of ``source`` on ``batch`` (module docstring): the saved weights once, or ``seeds`` fresh
-    initialisations from ``seed0`` on, averaged. The profile's config is ``config`` (the mapped
-    :class:`~sigprop.model.config.TransformerConfig`, default :func:`~sigprop.hf.config_map.from_hf` of the source),
-    so that ``sigprop compare --measured`` predicts it against this measurement; ``meta["hf_config"]`` keeps the
-    Hugging Face configuration."""
-    if config is None:
-        from .config_map import map_hf_config
+    initialisations from ``seed0`` on, averaged.
 
-        config = map_hf_config(source.config).config
-    cls = _model_class(source.config)
+    Args:
+        source: the local model (:func:`read_hf_source`).
+        batch: sigprop's batch dict of the mapped configuration, or any batch :func:`sigprop.measure` takes.
+        seeds: fresh models measured when the folder holds no weights.
+        seed0: the first of them.
+        progress: called with 1 after each model.
+        config: the mapped :class:`~sigprop.model.config.TransformerConfig`, the profile's config, so that
+            ``sigprop compare --measured`` predicts it against this measurement; ``None`` for an unmapped family.
+        theory: why the theory is not available (an unmapped family), recorded as ``meta["theory"]``.
+
+    Returns:
+        The measured profile; ``meta["hf_config"]`` keeps the Hugging Face configuration.
+    """
     seed_list = [seed0] if source.weights is not None else list(range(seed0, seed0 + seeds))
     profiles = []
     for seed in seed_list:
-        if source.weights is not None:
-            model = load_hf_model(source)
-        else:
-            torch.manual_seed(seed)
-            model = cls.from_config(source.config)
+        model = load_hf_model(source) if source.weights is not None else build_hf_model(source, seed)
         model.train()  # dropout on, as sigprop measures its own models
         profiles.append(measure(model, batch))
         if progress is not None:
             progress(1)
-    meta = {"seeds": seed_list, "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0]),
+    inputs = batch.inputs if isinstance(batch, Batch) else batch["inputs"]
+    meta = {"seeds": seed_list, "tokens": int(inputs.numel()), "sequences": int(inputs.shape[0]),
             "hf_source": str(source.path), "hf_weights": "saved" if source.weights is not None else "initialised",
-            "hf_config": source.config.to_dict()}
-    return average_profiles(profiles, config.to_dict(), meta)
+            "hf_config": source.config.to_dict(), "sites_from": profiles[0].meta.get("sites_from")}
+    if theory is not None:
+        meta["theory"] = theory
+    return average_profiles(profiles, {} if config is None else config.to_dict(), meta)

@@ -28,7 +28,7 @@ from ..data.mlm import IGNORE_INDEX
 from ..model.batch import Batch, next_token_labels
 from .discover import DiscoveredSites, discover_sites
 
-__all__ = ["Head", "ModelKind", "HF_HEADS", "ModelAdapter", "adapt", "is_hf_model", "head_of"]
+__all__ = ["Head", "ModelKind", "HF_HEADS", "ModelAdapter", "adapt", "is_hf_model", "head_of", "head_of_class"]
 
 #: What a model's head is trained for; it decides how labels are read and which objective scores the logits.
 Head = Literal["causal_lm", "masked_lm", "seq2seq_lm", "image_classification", "sequence_classification", "unknown"]
@@ -51,12 +51,14 @@ def is_hf_model(model) -> bool:
             and not callable(getattr(model, "sites", None)))
 
 
+def head_of_class(cls: type) -> Head:
+    """The head of a Hugging Face model class, from the ending of its name (:data:`HF_HEADS`)."""
+    return next((head for ending, head in HF_HEADS if cls.__name__.endswith(ending)), "unknown")
+
+
 def head_of(model: nn.Module) -> Head:
     """The head of a Hugging Face model (:data:`HF_HEADS`), ``"unknown"`` for any other model."""
-    if not is_hf_model(model):
-        return "unknown"
-    name = type(model).__name__
-    return next((head for ending, head in HF_HEADS if name.endswith(ending)), "unknown")
+    return head_of_class(type(model)) if is_hf_model(model) else "unknown"
 
 
 def _logits(outputs) -> torch.Tensor | None:

@@ -28,10 +28,31 @@ class DoctorTarget:
     """What ``sigprop doctor MODEL`` diagnoses: the configuration, where it came from, its name, and the model with
     its own weights when MODEL holds some (and ``--fresh`` was not given)."""
 
-    config: TransformerConfig
+    config: TransformerConfig | None
     source: str
     name: str
     saved: SavedModel | None = None
+    theory: str | None = None  # why there is no theory: a Hugging Face model whose configuration is not mapped
+    hf_path: Path | None = None  # the Hugging Face folder or config.json
+
+    def diagnose(self, seeds: int, progress=None):
+        """The :class:`~sigprop.analysis.doctor.DoctorReport` of this model: :func:`~sigprop.analysis.doctor.doctor`,
+        or for a model without a theory :func:`~sigprop.analysis.doctor.doctor_measured` (the saved model once, or
+        ``seeds`` fresh ones, on a batch built from its configuration)."""
+        from ..analysis.doctor import doctor, doctor_measured
+
+        if self.config is not None:
+            return doctor(self.config, self.source, seeds, progress=progress, saved=self.saved)
+        from ..hf.measure import build_hf_model, hf_token_batch, load_hf_model, read_hf_source
+
+        source = read_hf_source(self.hf_path)
+        if source.weights is not None and self.saved is not None:
+            return doctor_measured(lambda seed: load_hf_model(source), hf_token_batch(source, 4), [0],
+                                   self.saved.describe, self.theory, progress=progress)
+        if seeds == 0:
+            raise ValueError(f"--seeds 0 asks for theory only, and there is none: {self.theory}")
+        return doctor_measured(lambda seed: build_hf_model(source, seed), hf_token_batch(source, 4),
+                               list(range(seeds)), "fresh seeds", self.theory, progress=progress)
 
 
 def _hf_saved(folder: Path) -> SavedModel:
@@ -101,13 +122,15 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
         if isinstance(data, dict) and "model_type" in data:
             if overrides:
                 raise ValueError("--set applies to sigprop configs; a Hugging Face config is mapped as it is")
-            from ..hf.config_map import from_hf
+            from ..hf.config_map import FAMILIES, from_hf, not_mapped_reason
             from ..hf.measure import read_hf_source
 
             folder = hf_file.parent
             weights = path.is_dir() and read_hf_source(path).weights is not None
             saved = _hf_saved(folder) if weights and not fresh else None
-            return DoctorTarget(from_hf(str(folder)), "hf", folder.name, saved)
+            if data["model_type"] not in FAMILIES:
+                return DoctorTarget(None, "hf", folder.name, saved, not_mapped_reason(data["model_type"]), path)
+            return DoctorTarget(from_hf(str(folder)), "hf", folder.name, saved, hf_path=path)
         if not path.is_dir():
             return DoctorTarget(resolve_config(None, path, overrides)[0], "sigprop", path.stem)
     raise ValueError(f"MODEL: {path} holds no run.json, no config.json and is no config file")
@@ -148,11 +171,13 @@ def write_doctor_html(report, path, name: str) -> Path:
              f"<style>{_STYLE}</style></head><body>",
              f"<h1>sigprop doctor: {e(name)}</h1>",
              f'<p class="{"bad" if report.flagged else "ok"}"><b>{e(report.verdict)}</b></p>',
-             f"<p>{report.config.total_layers} layers, d = {report.config.d_model}, {e(report.config.norm_position)}"
-             f"-LN, init {e(report.config.init)}; "
+             "<p>" + (f"theory not available: {e(report.theory)}; " if report.config is None else
+                      f"{report.config.total_layers} layers, d = {report.config.d_model}, "
+                      f"{e(report.config.norm_position)}-LN, init {e(report.config.init)}; ")
              + ("theory only" if report.seeds == 0 else
                 f"measured: {e(report.measured_what)}" + (f" ({report.seeds})" if report.measured_what ==
-                                                          "fresh seeds" else "") + "; theory beside measurement")
+                                                          "fresh seeds" else "")
+                + ("" if report.predicted is None else "; theory beside measurement"))
              + ".</p>",
              *(f'<p class="bad">theory approximate: {e(a)}</p>' for a in report.approximations),
              "<h2>Findings</h2>", _findings(report.diagnosis, report.checks)]

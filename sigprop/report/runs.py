@@ -224,6 +224,31 @@ class MeasureRun:
     written: list = field(default_factory=list)
 
 
+def _measure_hf(request: Request, progress: Progress | None) -> tuple[TransformerConfig | None, Profile]:
+    """``sigprop measure --hf``: the Hugging Face model of any family, on the batch of its mapped configuration, or
+    for an unmapped family on a batch built from its own configuration, its profile saying why the theory is not
+    available (:mod:`sigprop.hf.measure`). Returns (the mapped config or None, the profile)."""
+    from ..hf.config_map import map_hf_config
+    from ..hf.measure import hf_token_batch, measure_hf, read_hf_source
+
+    source = read_hf_source(request.hf)
+    seeds = 1 if source.weights is not None else request.seeds_for(None)
+    batch_size = request.batch_size_for(None)
+    try:
+        config, theory = map_hf_config(source.config).config, None
+    except ValueError as err:
+        config, theory = None, str(err)
+    if config is not None:
+        check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
+        config, batch = _batch(config, request, batch_size, progress, [])
+    else:
+        tasks(progress).task("building the batch (a corpus is tokenised once, then cached)", None)
+        batch = hf_token_batch(source, batch_size, request.data, request.synthetic)
+    what = f"{config.total_layers} layers" if config is not None else source.config.model_type
+    tick = tasks(progress).task(f"measure the Hugging Face model ({what}) × {seeds}", seeds)
+    return config, measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config, theory=theory)
+
+
 def run_measure(request: Request, progress: Progress | None = None) -> MeasureRun:
     """``sigprop measure``: ``seeds`` models of the config measured with hooks on its batch (every seed's rows kept,
     so slices measured apart merge exactly), or with ``merge`` the merge of measurements made before."""
@@ -233,19 +258,13 @@ def run_measure(request: Request, progress: Progress | None = None) -> MeasureRu
         profile = merge_measurements([read_measured(path) for path in request.merge])
         config = None
     else:
-        config, preset = request.model()
-        seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
-        check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
-        config, batch = _batch(config, request, batch_size, progress, [])
         if request.hf is not None:
-            from ..hf.measure import measure_hf, read_hf_source
-
-            source = read_hf_source(request.hf)
-            seeds = 1 if source.weights is not None else seeds
-            tick = tasks(progress).task(f"measure the Hugging Face model ({config.total_layers} layers) × {seeds}",
-                                        seeds)
-            profile = measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config)
+            config, profile = _measure_hf(request, progress)
         else:
+            config, preset = request.model()
+            seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
+            check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
+            config, batch = _batch(config, request, batch_size, progress, [])
             tick = tasks(progress).task(f"measure {config.total_layers} layers × {seeds} seeds", seeds)
             profile = measure_seeds(config, batch, seeds, request.first_seed, progress=tick, device=request.device,
                                     per_seed=True)

@@ -43,3 +43,38 @@ def test_measure_hf_errors(tmp_path):
     assert res.exit_code == 2 and "pickled" in res.output
     res = run_cli(["measure", "--hf", str(tmp_path), "--set", "n_layers=3"])
     assert res.exit_code == 2 and "--set" in res.output
+
+
+@pytest.mark.parametrize("family, config, head", [
+    ("bloom", lambda: transformers.BloomConfig(n_layer=3, hidden_size=32, n_head=2, vocab_size=300), "causal"),
+    ("roberta", lambda: transformers.RobertaConfig(num_hidden_layers=3, hidden_size=32, num_attention_heads=2,
+                                                   intermediate_size=64, vocab_size=300,
+                                                   max_position_embeddings=40), "masked"),
+])
+def test_a_family_without_theory_is_measured_and_says_why(tmp_path, family, config, head):
+    """A family sigprop does not map is measured all the same, on a batch of its head's objective; the profile and
+    the output say why its theory is not available, naming the component."""
+    config().save_pretrained(tmp_path / family)
+    out, table = tmp_path / "m.json", tmp_path / "m.csv"
+    res = run_cli(["measure", "--hf", str(tmp_path / family), "--seeds", "2", "--batch-size", "2", "--synthetic",
+                   "--json", str(out), "--csv", str(table)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["config"] == {} and f"model_type '{family}' is not mapped" in data["meta"]["theory"]
+    reason = {"bloom": "ALiBi", "roberta": "padding id"}[family]
+    assert reason in data["meta"]["theory"] and "theory is not available" in " ".join(res.output.split())
+    assert len(data["per_layer"]) == 4 and data["meta"]["seeds"] == [0, 1]
+    assert all(r["grad_var"] > 0 for r in data["per_layer"])
+    assert len(table.read_text().splitlines()) == 1 + 4
+
+
+def test_doctor_without_theory_diagnoses_the_measurement(tmp_path):
+    transformers.BloomConfig(n_layer=4, hidden_size=32, n_head=2, vocab_size=300).save_pretrained(tmp_path / "b")
+    out = tmp_path / "d.json"
+    res = run_cli(["doctor", str(tmp_path / "b"), "--seeds", "2", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    assert report["config"] is None and "ALiBi" in report["theory"] and report["profiles"]["predicted"] is None
+    assert report["verdict"].startswith("stable") and report["recommendation"] is None
+    res = run_cli(["doctor", str(tmp_path / "b"), "--seeds", "0"])
+    assert res.exit_code == 2 and "there is none" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -129,7 +129,8 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
     """A batch for a model of an unmapped family: ``batch_size`` sequences of min(128, its context) tokens of the
     default corpus (or ``data``; i.i.d. Zipf(1) tokens with ``synthetic``), tokenised with sigprop's BPE of the
     model's vocabulary size, with the targets of its head: the next token (causal LM) or 15% of the tokens masked
-    (masked LM; sigprop's [MASK] id, or another of its special ids where the model's padding id is that one). ``ValueError`` for a model that is neither, or has no ``vocab_size``."""
+    (masked LM; sigprop's [MASK] id, or another of its special ids where the model's padding id is that one).
+    ``ValueError`` for a model that is neither, or has no ``vocab_size``."""
     from ..data.mlm import mask_tokens
     from ..measurement.adapters import head_of_class
     from ..model.batch import next_token_labels

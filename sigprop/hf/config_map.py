@@ -28,7 +28,8 @@ from ..model.config import TransformerConfig
 __all__ = ["HFMapping", "map_hf_config", "from_hf", "not_mapped_reason", "FAMILIES", "NOT_MAPPED"]
 
 #: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
-FAMILIES = {"gpt2": "gpt2", "bert": "bert", "llama": "llama", "qwen2": "llama", "mistral": "llama"}
+FAMILIES = {"gpt2": "gpt2", "bert": "bert", "roberta": "roberta", "opt": "opt", "llama": "llama", "qwen2": "llama",
+            "mistral": "llama", "phi3": "phi3"}
 
 #: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
 #: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
@@ -39,9 +40,6 @@ NOT_MAPPED = {
     "qwen3": "RMSNorm on queries and keys (QK-norm), which sigprop has no rule for",
     "gpt_neox": "parallel attention and MLP with partial rotary positions (rotary_pct < 1)",
     "phi": "parallel attention and MLP with partial rotary positions",
-    "phi3": "its mapping (fused qkv and gate/up projections) is not written yet",
-    "opt": "its mapping (learned positions offset by 2, optional projection of the embedding) is not written yet",
-    "roberta": "its mapping (BERT with positions offset by the padding id) is not written yet",
     "vit": "classification from a [CLS] token (sigprop's patch models average the tokens)",
     "t5": "relative position buckets and attention scores without the 1/√d_k scaling (folded into its "
           "initialisation), in an encoder–decoder",
@@ -167,7 +165,58 @@ def _llama(c, notes: list) -> dict:
                 initializer_range=float(c.initializer_range))
 
 
-_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "llama": _llama}
+def _roberta(c, notes: list) -> dict:
+    """RoBERTa: BERT's network (Post-LN encoder, learned positions, masked-LM head) whose position ids start at
+    padding id + 1: the rows of the table it reads are as i.i.d. as BERT's first ones (the same statistics at
+    initialisation), and its context is ``max_position_embeddings`` − padding id − 1 tokens."""
+    fields = _bert(c, notes)
+    offset = int(getattr(c, "pad_token_id", 1) or 0) + 1
+    notes.append(f"position ids start at {offset} (RoBERTa's padding offset): the same i.i.d. rows at initialisation")
+    return {**fields, "seq_len": _seq_len(int(c.max_position_embeddings) - offset)}
+
+
+def _opt(c, notes: list) -> dict:
+    """OPT: a decoder with learned positions (its table holds 2 rows more than the context: ids start at 2), ReLU,
+    LayerNorm before (``do_layer_norm_before``, every size but 350m) or after each branch, biases, a tied head; every
+    matrix and table drawn from N(0, init_std²)."""
+    d = int(c.hidden_size)
+    if int(getattr(c, "word_embed_proj_dim", d)) != d:
+        raise ValueError(f"OPT with word_embed_proj_dim = {c.word_embed_proj_dim} != hidden_size = {d} (a projection "
+                         "of the embedding in and out) is not mapped")
+    if not getattr(c, "layer_norm_elementwise_affine", True):
+        notes.append("norms without affine parameters: the same function at initialisation")
+    pre = bool(getattr(c, "do_layer_norm_before", True))
+    notes.append("biases (zero at initialisation) are not modelled")
+    notes.append("position ids start at 2 (OPT's offset): the same i.i.d. rows at initialisation")
+    if float(getattr(c, "layerdrop", 0.0) or 0.0) > 0:
+        notes.append("layerdrop is not modelled (it acts in training only)")
+    return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=int(c.num_attention_heads),
+                d_ff=int(c.ffn_dim), activation=_activation(c.activation_function, notes, False),
+                dropout=float(c.dropout), attn_dropout=float(c.attention_dropout), norm="layernorm", norm_eps=1e-5,
+                norm_position="pre" if pre else "post",
+                final_norm=pre and not getattr(c, "_remove_final_layer_norm", False), position="learned",
+                max_len=int(c.max_position_embeddings) + 2, seq_len=_seq_len(c.max_position_embeddings),
+                vocab_size=int(c.vocab_size), tie_head=bool(getattr(c, "tie_word_embeddings", True)), init="bert",
+                initializer_range=float(c.init_std))
+
+
+def _phi3(c, notes: list) -> dict:
+    """Phi-3: Llama's network with fused projections (``qkv_proj``, ``gate_up_proj``: the same matrices side by
+    side), dropout on each branch's output (``resid_pdrop``) and the embedding (``embd_pdrop``)."""
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    partial = params.get("partial_rotary_factor") if isinstance(params, dict) else None
+    partial = getattr(c, "partial_rotary_factor", None) if partial is None else partial
+    if partial is not None and float(partial) != 1.0:
+        raise ValueError(f"Phi-3 with partial_rotary_factor = {partial} (rotary positions on part of each head) is "
+                         "not mapped")
+    fields = _llama(c, notes)
+    if float(c.embd_pdrop) != float(c.resid_pdrop):
+        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
+                     "has one, resid_pdrop is used")
+    return {**fields, "dropout": float(c.resid_pdrop)}
+
+
+_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "phi3": _phi3}
 
 
 def map_hf_config(obj, **overrides) -> HFMapping:

@@ -98,10 +98,63 @@ def _llama(model) -> HFWeights:
     return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.norm, head)
 
 
+def _phi3(model) -> HFWeights:
+    """Phi-3 (nn.Linear weights stored (out, in)): qkv_proj = [W_Q; W_K; W_V] by rows, o_proj, gate_up_proj =
+    [W_1; W_3] by rows (gate first), down_proj = W_2."""
+    base = getattr(model, "model", model)
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    q_rows = cfg.num_attention_heads * head_dim
+    kv_rows = (cfg.num_key_value_heads or cfg.num_attention_heads) * head_dim
+    ff = cfg.intermediate_size
+    slots = [Slot("token", None, base.embed_tokens.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.layers):
+        attn, mlp = block.self_attn, block.mlp
+        qkv, gate_up = attn.qkv_proj.weight, mlp.gate_up_proj.weight
+        slots += [Slot("q", i, qkv[:q_rows]), Slot("k", i, qkv[q_rows:q_rows + kv_rows]),
+                  Slot("v", i, qkv[q_rows + kv_rows:]), Slot("o", i, attn.o_proj.weight),
+                  Slot("w1", i, gate_up[:ff]), Slot("w3", i, gate_up[ff:]), Slot("w2", i, mlp.down_proj.weight)]
+        biases += [(f"layers.{i}.{name}", m) for name, m in (("qkv_proj", attn.qkv_proj), ("o_proj", attn.o_proj),
+                                                              ("gate_up_proj", mlp.gate_up_proj),
+                                                              ("down_proj", mlp.down_proj))]
+        norms += [(f"layers.{i}.input_layernorm", block.input_layernorm),
+                  (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
+    head = _head(model)
+    if head is not None:
+        slots.append(Slot("head", None, head.weight))
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.norm, head)
+
+
+def _opt(model) -> HFWeights:
+    """OPT with LayerNorm before each branch (nn.Linear weights stored (out, in)): q/k/v_proj, out_proj, fc1 = W_1,
+    fc2 = W_2; its position table (2 rows more than its context) is the ``position`` role."""
+    if not model.config.do_layer_norm_before:
+        raise ValueError("an OPT with LayerNorm after each branch (do_layer_norm_before=False, as OPT-350m) has "
+                         "Post-LN blocks, which are not mapped to a scheme's weights yet")
+    base = model.model.decoder if hasattr(model, "model") else model.decoder
+    slots = [Slot("token", None, base.embed_tokens.weight), Slot("position", None, base.embed_positions.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.layers):
+        attn = block.self_attn
+        for name, proj, role in (("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"),
+                                 ("v_proj", attn.v_proj, "v"), ("out_proj", attn.out_proj, "o"),
+                                 ("fc1", block.fc1, "w1"), ("fc2", block.fc2, "w2")):
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"layers.{i}.{name}", proj))
+        norms += [(f"layers.{i}.self_attn_layer_norm", block.self_attn_layer_norm),
+                  (f"layers.{i}.final_layer_norm", block.final_layer_norm)]
+    head = _head(model)
+    if head is not None:
+        slots.append(Slot("head", None, head.weight))
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.final_layer_norm, head)
+
+
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
-LAYOUTS = {"gpt2": _gpt2, "llama": _llama}
+LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "phi3": _phi3, "opt": _opt}
 #: Mapped families without a layout, and why.
-NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}
+NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
+             "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}
 
 
 def hf_weights(model: nn.Module) -> HFWeights:

@@ -87,6 +87,8 @@ __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
 ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "w3", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
+#: Roles that may hold one value per layer in an explicit plan: the block roles and a gated FFN's up projection.
+_PER_LAYER_ROLES = (*_BLOCK_ROLES, "w3")
 
 
 
@@ -190,9 +192,10 @@ class InitPlan:
     def from_stds(cls, config, stds: dict, lam: dict | None = None, beta: dict | None = None,
                   head_scale: float | None = None) -> InitPlan:
         """The plan of ``config``'s scheme with explicit standard deviations: ``stds`` maps roles (:data:`ROLES`) to a
-        float, or for the block roles (q, k, v, o, w1, w2) one value per layer (``config.total_layers``); ``lam`` and
-        ``beta`` map sites (:data:`SITES`) likewise; ``head_scale`` replaces the scheme's. ``ValueError`` naming an
-        unknown role or site, a wrong length, or a value that is not finite and positive (λ, β: non-negative)."""
+        float, or for the block roles (q, k, v, o, w1, w2, and w3) one value per layer (``config.total_layers``);
+        ``lam`` and ``beta`` map sites (:data:`SITES`) likewise; ``head_scale`` replaces the scheme's. ``ValueError``
+        naming an unknown role or site, a wrong length, or a value that is not finite and positive (λ, β:
+        non-negative)."""
         base = make_plan(config)
         n = config.total_layers
 
@@ -209,8 +212,8 @@ class InitPlan:
             if role not in ROLES:
                 raise ValueError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
             a = values(f"stds[{role!r}]", v, True)
-            new_stds[role] = np.full(n, a) if role in _BLOCK_ROLES and np.ndim(a) == 0 else a
-            if role not in _BLOCK_ROLES and np.ndim(a):
+            new_stds[role] = np.full(n, a) if role in _PER_LAYER_ROLES and np.ndim(a) == 0 else a
+            if role not in _PER_LAYER_ROLES and np.ndim(a):
                 raise ValueError(f"stds[{role!r}]: role {role!r} takes one value")
 
         def sites(given, current, name):

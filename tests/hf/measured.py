@@ -18,6 +18,11 @@ SMALL_LM_CONFIGS = {
     "llama": lambda: transformers.LlamaConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
                                               num_key_value_heads=2, intermediate_size=256,
                                               max_position_embeddings=64, vocab_size=211),
+    "opt": lambda: transformers.OPTConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4, ffn_dim=512,
+                                          max_position_embeddings=64, vocab_size=211, dropout=0.0),
+    "phi3": lambda: transformers.Phi3Config(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=256, max_position_embeddings=64,
+                                            vocab_size=211, pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 
 

@@ -40,11 +40,20 @@ SMALL = {
     "mistral": lambda: transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                                   num_key_value_heads=2, head_dim=24, intermediate_size=96,
                                                   max_position_embeddings=64, vocab_size=211),
+    "roberta": lambda: transformers.RobertaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                  intermediate_size=128, max_position_embeddings=66, vocab_size=211,
+                                                  type_vocab_size=1),
+    "opt": lambda: transformers.OPTConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, ffn_dim=160,
+                                          max_position_embeddings=64, vocab_size=211),
+    "phi3": lambda: transformers.Phi3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64,
+                                            vocab_size=211, pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 #: What each family's model holds that the mapped sigprop model does not (named in the mapping's notes).
-NOT_MODELLED = {"bert": ("pooler", "cls.predictions.transform")}
+NOT_MODELLED = {"bert": ("pooler", "cls.predictions.transform"), "roberta": ("lm_head.dense",)}
 LM_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-              "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+              "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM", "roberta": "RobertaForMaskedLM",
+              "opt": "OPTForCausalLM", "phi3": "Phi3ForCausalLM"}
 
 
 @pytest.mark.parametrize("family", list(SMALL))
@@ -91,8 +100,10 @@ def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path)
         warnings.simplefilter("error")
         sigprop.from_hf(transformers.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
                                                  intermediate_size=96, vocab_size=50))  # maps fully: no warning
-    with pytest.raises(ValueError, match="not mapped"):
+    with pytest.raises(ValueError, match="not mapped.*relative position buckets"):
         map_hf_config(transformers.T5Config())
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        map_hf_config(transformers.Phi3Config(partial_rotary_factor=0.5, pad_token_id=0))
     with pytest.raises(ValueError, match="config.json"):
         map_hf_config(tmp_path)
     SMALL["llama"]().save_pretrained(tmp_path)
@@ -159,3 +170,4 @@ def test_hf_model_against_the_prediction_of_the_mapped_config(family):
     p_fwd, p_grad = layer_stats(pred, config.n_layers)
     assert bool(((p_fwd - fwd).abs() <= 0.05 * fwd + Z * fwd_se).all()), (family, p_fwd, fwd, fwd_se)
     assert bool(((p_grad - grad).abs() <= 0.05 * grad + Z * grad_se).all()), (family, p_grad, grad, grad_se)
+

@@ -47,9 +47,9 @@ def test_measure_hf_errors(tmp_path):
 
 @pytest.mark.parametrize("family, config, head", [
     ("bloom", lambda: transformers.BloomConfig(n_layer=3, hidden_size=32, n_head=2, vocab_size=300), "causal"),
-    ("roberta", lambda: transformers.RobertaConfig(num_hidden_layers=3, hidden_size=32, num_attention_heads=2,
-                                                   intermediate_size=64, vocab_size=300,
-                                                   max_position_embeddings=40), "masked"),
+    ("xlm-roberta", lambda: transformers.XLMRobertaConfig(num_hidden_layers=3, hidden_size=32, num_attention_heads=2,
+                                                          intermediate_size=64, vocab_size=300,
+                                                          max_position_embeddings=40), "masked"),
 ])
 def test_a_family_without_theory_is_measured_and_says_why(tmp_path, family, config, head):
     """A family sigprop does not map is measured all the same, on a batch of its head's objective; the profile and
@@ -61,7 +61,7 @@ def test_a_family_without_theory_is_measured_and_says_why(tmp_path, family, conf
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert data["config"] == {} and f"model_type '{family}' is not mapped" in data["meta"]["theory"]
-    reason = {"bloom": "ALiBi", "roberta": "padding id"}[family]
+    reason = {"bloom": "ALiBi", "xlm-roberta": "no mapping of its configuration"}[family]
     assert reason in data["meta"]["theory"] and "theory is not available" in " ".join(res.output.split())
     assert len(data["per_layer"]) == 4 and data["meta"]["seeds"] == [0, 1]
     assert all(r["grad_var"] > 0 for r in data["per_layer"])

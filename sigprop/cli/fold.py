@@ -29,7 +29,8 @@ def fold_command(
     """
     from ..fix.export import fold_run
 
-    folder, step = fold_run(run_dir, out, to)
+    folder, step, tokenizer = fold_run(run_dir, out, to)
     console.print(f"{run_dir} at step {step} → {to}: {folder}")
+    console.print(tokenizer)
     auto = "AutoModelForMaskedLM" if to == "hf-bert" else "AutoModelForCausalLM"
     console.print(f"load it with transformers.{auto}.from_pretrained({str(folder)!r})")

@@ -47,6 +47,7 @@ __all__ = [
     "pad_id",
     "mask_id",
     "special_id",
+    "write_hf_tokenizer",
 ]
 
 logger = logging.getLogger("sigprop.data")
@@ -243,3 +244,30 @@ def pad_id(tok: Tokenizer) -> int:
 def mask_id(tok: Tokenizer) -> int:
     """Id of ``[MASK]`` (1 for tokenizers built here)."""
     return special_id(tok, "[MASK]")
+
+
+def write_hf_tokenizer(tok: Tokenizer, folder, model_max_length: int) -> list[Path]:
+    """Write ``tok`` into ``folder`` as a Hugging Face fast tokenizer: ``tokenizer.json`` (the tokenizer itself, as
+    the ``tokenizers`` library saves it) and ``tokenizer_config.json`` naming its special tokens
+    (:data:`SPECIAL_TOKENS`: pad, mask, cls, sep, unk), so that ``AutoTokenizer.from_pretrained(folder)`` encodes any
+    text to the ids ``tok`` gives it (no special tokens are added: sigprop's batches hold none either).
+
+    Args:
+        tok: sigprop's byte-level BPE tokenizer (:func:`load_or_train_tokenizer`).
+        folder: an existing folder (a model's export).
+        model_max_length: the longest sequence the model takes.
+
+    Returns:
+        The two files written (atomically).
+    """
+    from ..core.jsonio import write_json_atomic, write_text_atomic
+
+    _validate(tok, tok.get_vocab_size())
+    folder = Path(folder)
+    pad, mask, cls, sep, unk = SPECIAL_TOKENS
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(model_max_length),
+              "pad_token": pad, "mask_token": mask, "cls_token": cls, "sep_token": sep, "unk_token": unk,
+              "clean_up_tokenization_spaces": False}
+    return [write_text_atomic(folder / "tokenizer.json", tok.to_str()),
+            write_json_atomic(folder / "tokenizer_config.json", config)]
+

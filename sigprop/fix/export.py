@@ -209,10 +209,13 @@ def _gpt2_state(model) -> tuple[dict, dict]:
     return kwargs, state
 
 
-def export_hf(model, out_dir, to: str = "gpt2") -> Path:
+def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     """Write ``model`` (a sigprop :class:`~sigprop.model.transformer.Transformer`) as a Hugging Face ``to`` checkpoint
     in ``out_dir`` (created; written to a temporary folder beside it and renamed, so a failure leaves nothing
-    half-written), safetensors only. Returns the folder. ``ValueError`` naming what does not map."""
+    half-written), safetensors only; with ``tokenizer`` (the ``tokenizers.Tokenizer`` the model was trained with) its
+    ``tokenizer.json`` and ``tokenizer_config.json`` beside it
+    (:func:`~sigprop.data.tokenizer.write_hf_tokenizer`). Returns the folder. ``ValueError`` naming what does not
+    map."""
     if to not in EXPORT_TARGETS:
         raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r})")
     import transformers
@@ -238,6 +241,10 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         hf_model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            from ..data.tokenizer import write_hf_tokenizer
+
+            write_hf_tokenizer(tokenizer, tmp, model.config.max_len)
         plain_mode(tmp, folder=True)
         if out.exists():
             shutil.rmtree(out)
@@ -248,18 +255,28 @@ def export_hf(model, out_dir, to: str = "gpt2") -> Path:
     return out
 
 
-def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int]:
+def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
     checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2" for a
-    Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder) into
-    ``out_dir``. Returns (the folder, the checkpoint's step). ``ValueError`` for a run without a checkpoint or a
-    model the target cannot hold, before anything is written."""
+    Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder) into ``out_dir``, with the tokenizer
+    the run trained with (the one of its corpus and vocabulary size, from the local cache or trained again). Returns
+    (the folder, the checkpoint's step, what was written of the tokenizer). ``ValueError`` for a run without a
+    checkpoint or a model the target cannot hold, before anything is written."""
     from ..train.run_dir import newest_checkpoint, trained_model
 
     targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
-    config, _, _ = newest_checkpoint(Path(run_dir), "fold")
+    config, train_config, _ = newest_checkpoint(Path(run_dir), "fold")
     _check(config, targets[to])  # before the weights are read
+    tokenizer, said = None, "no tokenizer (the model reads images)"
+    if config.input == "tokens":
+        from ..data.tokenizer import load_or_train_tokenizer
+
+        try:
+            tokenizer = load_or_train_tokenizer(train_config.data, config.vocab_size)
+            said = "tokenizer.json: the run's tokenizer (AutoTokenizer.from_pretrained gives its ids)"
+        except (ValueError, OSError) as err:
+            said = f"no tokenizer: the run's corpus cannot be read to rebuild it ({err})"
     model, _, step = trained_model(Path(run_dir), "fold")
-    return export_hf(model, out_dir, to=targets[to]), step
+    return export_hf(model, out_dir, to=targets[to], tokenizer=tokenizer), step, said

@@ -58,3 +58,27 @@ def test_fold_errors(corpus, tmp_path):
     assert done.returncode == 0, done.stderr
     done = sigprop("fold", str(run), str(tmp_path / "out"))
     assert done.returncode == 2 and "λ = 0" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_export_carries_the_runs_tokenizer(corpus, tmp_path):
+    """``AutoTokenizer.from_pretrained(OUT)`` encodes 1,000 lines of the run's corpus to the very ids sigprop's
+    tokenizer gives them, special tokens included, for each export target."""
+    from sigprop.data.tokenizer import SPECIAL_TOKENS, load_or_train_tokenizer
+
+    lines = [line for f in sorted(corpus.glob("*.py")) for line in f.read_text(encoding="utf-8").splitlines()
+             if line.strip()][:1000]
+    assert len(lines) == 1000
+    for target, model in (("hf-gpt2", ("n_layers=4",)), ("hf-opt", ("n_layers=4", "norm_position=post")),
+                          ("hf-bert", ("n_layers=4", "norm_position=post", "arch=encoder"))):
+        run = tmp_path / f"run-{target}"
+        done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=model), "--out", str(run))
+        assert done.returncode == 0, done.stderr
+        out = tmp_path / target
+        done = sigprop("fold", str(run), str(out), "--to", target)
+        assert done.returncode == 0, done.stderr
+        assert "tokenizer.json" in done.stdout
+        ours = load_or_train_tokenizer(corpus, config_from_dict(read_run(run)["model_config"]).vocab_size)
+        theirs = transformers.AutoTokenizer.from_pretrained(str(out))
+        assert [t.ids for t in ours.encode_batch(lines)] == theirs(lines)["input_ids"]
+        assert theirs.convert_tokens_to_ids(list(SPECIAL_TOKENS)) == [0, 1, 2, 3, 4]
+        assert theirs.mask_token == "[MASK]" and theirs.pad_token_id == 0

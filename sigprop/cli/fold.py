@@ -16,7 +16,8 @@ def fold_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by `sigprop train --out`."),
     out: Path = typer.Argument(..., help="The folder to write the Hugging Face checkpoint into (replaced)."),
     to: str = typer.Option("hf-gpt2", "--to", help="The target: hf-gpt2 (a Pre-LN decoder with LayerNorm, GELU or "
-                           "ReLU and learned positions), hf-opt (the same as a Post-LN decoder, norm_eps 1e-5) or "
+                           "ReLU and learned positions), hf-opt (the same as a Post-LN decoder, norm_eps 1e-5), "
+                           "hf-llama (a Pre-LN decoder with RMSNorm, SwiGLU and rotary positions, e.g. llama-preln) or "
                            "hf-bert (a Post-LN masked-LM encoder; BERT's embedding LayerNorm, which sigprop's model "
                            "lacks, changes its logits: see `sigprop.fix.export`)."),
 ):

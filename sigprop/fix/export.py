@@ -1,4 +1,5 @@
-"""Export a sigprop model to a Hugging Face checkpoint that plain inference code loads without remote code:
+"""Export a sigprop model to a Hugging Face checkpoint that plain inference code loads without remote code (and, from
+a training run, the tokenizer it trained with: :func:`fold_run`):
 ``export_hf(model, out_dir, to="gpt2")`` writes a Pre-LN decoder as a GPT-2 model (``config.json`` and
 ``model.safetensors``), its residual scales folded into the output projections (:mod:`sigprop.fix.fold`).
 
@@ -16,6 +17,13 @@ layer self_attn.{q,k,v}_proj = W_Qᵀ, W_Kᵀ, W_Vᵀ, out_proj = (β/λ)·W_O, 
 attention / FFN norms, fc1 = W_1, fc2 = (β/λ)·W_2, biases zero, and the head's output scale on the last norm's affine
 parameters (Post-LN OPT has no final norm). OPT's LayerNorm ε is fixed at 1e-5, so the model's ``norm_eps`` must be
 1e-5; folding β/λ moves each norm's ε to ε/λ² (:mod:`sigprop.fix.fold`), the exported logits' only difference.
+
+``to="llama"`` writes a Llama-style Pre-LN decoder (RMSNorm, SwiGLU, rotary positions, grouped-query heads) as
+``LlamaForCausalLM``: embed_tokens = the token table, per layer input_layernorm / post_attention_layernorm = the
+attention / FFN norms, self_attn.{q,k,v}_proj = W_Qᵀ, W_Kᵀ, W_Vᵀ (heads contiguous, each key/value head serving
+a contiguous group of query heads in both; sigprop's rotary convention is Llama's "rotate_half"), o_proj = (β/c)·W_O,
+mlp.gate_proj = W_gateᵀ, up_proj = W_upᵀ, down_proj = (β/c)·W_2, norm = the final norm times the head's output scale,
+lm_head the head. Llama's RMSNorm has no bias, so the fold is exact up to the norms' ε as for GPT-2.
 
 ``to="bert"`` writes a Post-LN encoder as ``BertForMaskedLM``: word / position / token-type embeddings = the token,
 position and segment tables (one zero token-type row without segments), per layer attention.self.{query,key,value}
@@ -48,7 +56,7 @@ from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
 
-EXPORT_TARGETS = ("gpt2", "opt", "bert")
+EXPORT_TARGETS = ("gpt2", "opt", "bert", "llama")
 
 #: The bias that puts the BERT MLM head's GELU on its linear branch (module docstring, ``to="bert"``).
 BERT_HEAD_SHIFT = 20.0
@@ -68,17 +76,20 @@ _EVERY_TARGET = (("input", "tokens"), ("norm", "layernorm"), ("position", "learn
 _TARGETS = {"gpt2": _Target("GPT-2", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0)), True),
             "opt": _Target("OPT", (("arch", "decoder"), ("norm_position", "post"), ("n_segments", 0),
                                    ("norm_eps", 1e-5)), False),
-            "bert": _Target("BERT", (("arch", "encoder"), ("norm_position", "post")), False)}
+            "bert": _Target("BERT", (("arch", "encoder"), ("norm_position", "post")), False),
+            "llama": _Target("Llama", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0),
+                                       ("norm", "rmsnorm"), ("position", "rope"), ("activation", "swiglu")), True)}
 
 
 def _check(c, to: str) -> None:
     """``ValueError`` naming every field of config ``c`` that the ``to`` family cannot hold."""
     target = _TARGETS[to]
+    wants = dict(_EVERY_TARGET) | dict(target.wants)
     wrong = [f"{field}={getattr(c, field)!r} ({target.label} needs {want!r})"
-             for field, want in (*target.wants, *_EVERY_TARGET) if getattr(c, field) != want]
-    if c.activation not in ("gelu", "relu"):
+             for field, want in wants.items() if getattr(c, field) != want]
+    if "activation" not in wants and c.activation not in ("gelu", "relu"):
         wrong.append(f"activation={c.activation!r} ({target.label} has gelu or relu)")
-    if c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model:
+    if to != "llama" and (c.kv_heads != c.n_heads or c.d_head * c.n_heads != c.d_model):
         wrong.append(f"grouped-query heads or head_dim != d_model/n_heads ({target.label} has neither)")
     if c.has_final_norm != target.final_norm:
         wrong.append(f"no final norm ({target.label} has one)" if target.final_norm
@@ -209,6 +220,34 @@ def _gpt2_state(model) -> tuple[dict, dict]:
     return kwargs, state
 
 
+def _llama_state(model) -> tuple[dict, dict]:
+    """(LlamaConfig keyword arguments, Llama state dict) of a sigprop Llama-style decoder (module docstring)."""
+    c = model.config
+    _check(c, "llama")
+    f = _float
+    state = {"model.embed_tokens.weight": f(model.embed.token.weight)}
+    for layer, factors in zip(model.all_layers(), branch_scales(model), strict=True):
+        attn, ffn = layer.attn.branch, layer.ffn.branch
+        p = f"model.layers.{layer.index}."
+        state[p + "input_layernorm.weight"] = f(attn.norm.weight)
+        for name, w in (("q_proj", attn.attn.w_q), ("k_proj", attn.attn.w_k), ("v_proj", attn.attn.w_v)):
+            state[p + f"self_attn.{name}.weight"] = f(w).T.contiguous()
+        state[p + "self_attn.o_proj.weight"] = (f(attn.proj.weight) * factors["attn"]).contiguous()
+        state[p + "post_attention_layernorm.weight"] = f(ffn.norm.weight)
+        state[p + "mlp.gate_proj.weight"] = f(ffn.fc1.w_gate).T.contiguous()
+        state[p + "mlp.up_proj.weight"] = f(ffn.fc1.w_up).T.contiguous()
+        state[p + "mlp.down_proj.weight"] = (f(ffn.fc2.weight) * factors["ffn"]).contiguous()
+        _check_zero_biases(layer)
+    state["model.norm.weight"] = f(model.final_norm.weight) * float(model.head_scale)
+    state["lm_head.weight"] = f(model.head.weight)
+    kwargs = dict(vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ffn_width,
+                  num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, num_key_value_heads=c.kv_heads,
+                  head_dim=c.d_head, hidden_act="silu", max_position_embeddings=c.max_len, rms_norm_eps=c.norm_eps,
+                  rope_theta=c.rope_theta, attention_dropout=c.p_attn, attention_bias=False, mlp_bias=False,
+                  tie_word_embeddings=bool(c.tie_head), bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return kwargs, state
+
+
 def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     """Write ``model`` (a sigprop :class:`~sigprop.model.transformer.Transformer`) as a Hugging Face ``to`` checkpoint
     in ``out_dir`` (created; written to a temporary folder beside it and renamed, so a failure leaves nothing
@@ -226,6 +265,9 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     elif to == "opt":
         kwargs, state = _opt_state(model)
         hf_model = transformers.OPTForCausalLM(transformers.OPTConfig(**kwargs))
+    elif to == "llama":
+        kwargs, state = _llama_state(model)
+        hf_model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kwargs))
     else:
         kwargs, state = _bert_state(model)
         hf_model = transformers.BertForMaskedLM(transformers.BertConfig(**kwargs))
@@ -258,7 +300,8 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
     checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2" for a
-    Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder) into ``out_dir``, with the tokenizer
+    Pre-LN decoder, "hf-opt" for a Post-LN one, "hf-bert" for a Post-LN encoder, "hf-llama" for a Llama-style
+    decoder: RMSNorm, SwiGLU, rotary positions) into ``out_dir``, with the tokenizer
     the run trained with (the one of its corpus and vocabulary size, from the local cache or trained again). Returns
     (the folder, the checkpoint's step, what was written of the tokenizer). ``ValueError`` for a run without a
     checkpoint or a model the target cannot hold, before anything is written."""

@@ -18,7 +18,8 @@ from sigprop.model.transformer import Transformer, plan_for  # noqa: E402
 BASE = dict(arch="decoder", n_layers=6, d_model=64, n_heads=4, vocab_size=97, max_len=32, seq_len=32, dropout=0.0)
 
 
-HF_CLASS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertForMaskedLM"}
+HF_CLASS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertForMaskedLM",
+            "llama": "LlamaForCausalLM"}
 
 
 def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embedding_norm: bool = False):
@@ -33,6 +34,10 @@ def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embed
     if eps_zero:
         for m in (*model.modules(), *hf.modules()):
             if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 0.0
+            elif hasattr(m, "variance_epsilon"):  # Llama's RMSNorm
+                m.variance_epsilon = 0.0
+            elif type(m).__name__ == "RMSNorm":  # sigprop's
                 m.eps = 0.0
     if embedding_norm:
         eps = 0.0 if eps_zero else config.norm_eps
@@ -162,3 +167,27 @@ def test_exported_bert_s_logits_against_sigprop_s_own(tmp_path):
     gap = _bert_pair(tmp_path, False, False, init="dslm")
     assert gap > 10 * with_norm
     print(f"BERT export: logits vs sigprop's own, relative {gap:.3g} (embedding LayerNorm); with it {with_norm:.2e}")
+
+
+LLAMA = dict(BASE, n_heads=4, n_kv_heads=2, d_ff=96, activation="swiglu", norm="rmsnorm", norm_eps=1e-6,
+             position="rope", tie_head=False)
+
+
+@pytest.mark.parametrize("init", ["dslm", "bert", "auto"])
+def test_exported_llama_gives_the_same_logits(tmp_path, init):
+    """A Llama-style decoder (RMSNorm, SwiGLU, rotary positions, 4 query heads sharing 2 key/value heads) exported
+    as ``LlamaForCausalLM``: with ε = 0 its logits are sigprop's to float32 rounding (Hugging Face's Llama computes
+    its RMSNorm and its rotary angles in float32 even in a float64 model: relative error ~1e-7, where a wrong weight
+    or head order gives O(1)), and with the model's ε up to the ε the fold moves (the norms see the stream divided by
+    Πλ)."""
+    _, exact = _export_error(tmp_path, "llama", {**LLAMA, "init": init}, eps_zero=True)
+    assert exact <= 1e-6
+    _, err = _export_error(tmp_path, "llama", {**LLAMA, "init": init})
+    assert err <= 1e-3
+
+
+def test_llama_export_refuses_what_it_cannot_hold(tmp_path):
+    config = TransformerConfig(**{**LLAMA, "norm": "layernorm"})
+    with pytest.raises(ValueError, match="cannot export to Llama: norm='layernorm'"):
+        export_hf(Transformer(config), tmp_path / "x", to="llama")
+

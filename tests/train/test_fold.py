@@ -62,14 +62,17 @@ def test_fold_errors(corpus, tmp_path):
 
 def test_the_export_carries_the_runs_tokenizer(corpus, tmp_path):
     """``AutoTokenizer.from_pretrained(OUT)`` encodes 1,000 lines of the run's corpus to the very ids sigprop's
-    tokenizer gives them, special tokens included, for each export target."""
+    tokenizer gives them, special tokens included, for each export target; a Llama-style run exported as Llama
+    gives the run's logits."""
     from sigprop.data.tokenizer import SPECIAL_TOKENS, load_or_train_tokenizer
 
     lines = [line for f in sorted(corpus.glob("*.py")) for line in f.read_text(encoding="utf-8").splitlines()
              if line.strip()][:1000]
     assert len(lines) == 1000
     for target, model in (("hf-gpt2", ("n_layers=4",)), ("hf-opt", ("n_layers=4", "norm_position=post")),
-                          ("hf-bert", ("n_layers=4", "norm_position=post", "arch=encoder"))):
+                          ("hf-bert", ("n_layers=4", "norm_position=post", "arch=encoder")),
+                          ("hf-llama", ("n_layers=4", "norm=rmsnorm", "position=rope", "activation=swiglu",
+                                        "n_kv_heads=1", "tie_head=false"))):
         run = tmp_path / f"run-{target}"
         done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=model), "--out", str(run))
         assert done.returncode == 0, done.stderr
@@ -82,3 +85,5 @@ def test_the_export_carries_the_runs_tokenizer(corpus, tmp_path):
         assert [t.ids for t in ours.encode_batch(lines)] == theirs(lines)["input_ids"]
         assert theirs.convert_tokens_to_ids(list(SPECIAL_TOKENS)) == [0, 1, 2, 3, 4]
         assert theirs.mask_token == "[MASK]" and theirs.pad_token_id == 0
+        if target == "hf-llama":  # a Llama-style run loads with from_pretrained and gives its logits
+            assert _same_logits(run, out) <= 1e-4

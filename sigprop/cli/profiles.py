@@ -170,10 +170,11 @@ def measure_command(
     merge: list[Path] = typer.Option(None, "--merge", help="Measure nothing: merge these `sigprop measure --json` "
                                      "files of disjoint seeds of one model and batch (repeatable) into the "
                                      "measurement of all their seeds."),
-    hf: Path = typer.Option(None, "--hf", help="Measure a Hugging Face model (GPT-2, BERT, Llama, Qwen2, Mistral): a "
-                            "local folder (its safetensors weights, measured once) or a config.json (each seed "
-                            "initialised by Hugging Face's own code). Needs the extra `hf`; the batch is built for "
-                            "the mapped config (sigprop.from_hf)."),
+    hf: Path = typer.Option(None, "--hf", help="Measure a Hugging Face model of any family: a local folder (its "
+                            "safetensors weights, measured once), a config.json (each seed initialised by Hugging "
+                            "Face's own code) or a model id in the local Hugging Face cache (nothing is downloaded). "
+                            "Needs the extra `hf`; a family sigprop maps is measured on the batch of its mapped "
+                            "config (sigprop.from_hf), any other on a batch of its head's objective."),
 ):
     """Measure every layer's forward and gradient moments of real models on real text, with hooks.
 

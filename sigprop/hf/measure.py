@@ -27,8 +27,8 @@ from ..measurement.hooks import measure
 from ..model.batch import Batch
 from .config_map import DEFAULT_SEQ_LEN, FAMILIES
 
-__all__ = ["HFSource", "read_hf_source", "hf_class", "build_hf_model", "load_hf_model", "hf_token_batch",
-           "measure_hf"]
+__all__ = ["HFSource", "resolve_hf_location", "read_hf_source", "hf_class", "build_hf_model", "load_hf_model",
+           "hf_token_batch", "measure_hf"]
 
 #: The model class each family is measured as (its pre-training objective: causal or masked LM).
 _CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "bert": "AutoModelForMaskedLM"}
@@ -43,13 +43,49 @@ class HFSource:
     path: Path
 
 
+def _looks_like_a_name(text: str) -> bool:
+    """``org/name`` or ``name``: a Hugging Face model id rather than a path (no leading dot or slash, at most one
+    slash, no backslash)."""
+    return bool(text) and not text.startswith((".", "/", "~")) and text.count("/") <= 1 and "\\" not in text
+
+
+def resolve_hf_location(location) -> Path:
+    """The local folder of ``location``: an existing file or folder as it is, else a model id (``org/name``) looked
+    up in the local Hugging Face cache (``HF_HUB_CACHE`` / ``HF_HOME``; nothing is downloaded).
+
+    Args:
+        location: a path, or a model id the user has downloaded before.
+
+    Returns:
+        The path (for a model id, its cached snapshot folder).
+
+    Raises:
+        ValueError: neither an existing path nor a model id in the local cache (one line, naming where it looked).
+    """
+    path = Path(location)
+    if path.exists():
+        return path
+    text = str(location)
+    if not _looks_like_a_name(text):
+        raise ValueError(f"--hf: file or folder not found: {path}")
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=text, local_files_only=True))
+    except Exception:  # noqa: BLE001 (the hub raises several kinds for a model that is not cached)
+        raise ValueError(f"--hf {text}: not a local folder, and not in the local Hugging Face cache "
+                         f"({constants.HF_HUB_CACHE}); sigprop downloads nothing: download it first or pass its "
+                         "folder") from None
+
+
 def read_hf_source(path) -> HFSource:
-    """Read ``path``: a folder with ``config.json`` (and maybe ``*.safetensors`` weights) or a ``config.json`` file.
+    """Read ``path``: a folder with ``config.json`` (and maybe ``*.safetensors`` weights), a ``config.json`` file or
+    a model id in the local Hugging Face cache (:func:`resolve_hf_location`).
     ``ValueError`` naming the problem (no config, pickled weights only, a model type this ``transformers`` does not
     know)."""
     import transformers
 
-    path = Path(path)
+    path = resolve_hf_location(path)
     folder = path if path.is_dir() else path.parent
     config_file = path if path.is_file() else path / "config.json"
     if not config_file.is_file():

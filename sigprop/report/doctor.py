@@ -91,12 +91,28 @@ def _run_saved(run_dir: Path, config: TransformerConfig) -> SavedModel:
     return SavedModel(f"the newest checkpoint of {run_dir}", load, read_plan)
 
 
+def _cached_hf_model(model: str, presets) -> Path:
+    """The snapshot folder of the model id ``model`` in the local Hugging Face cache; ``ValueError`` (one line) when
+    it is neither there nor anything else doctor takes."""
+    neither = f"MODEL: {model!r} is neither a preset ({', '.join(presets)}), an existing path"
+    try:
+        from ..hf.measure import resolve_hf_location
+    except ImportError:
+        raise ValueError(f"{neither} nor (without the extra `hf`) a Hugging Face model id") from None
+    try:
+        return resolve_hf_location(model)
+    except ValueError as err:
+        raise ValueError(f"{neither} nor a model in the local Hugging Face cache ({str(err).split('(')[-1]}"
+                         if "cache" in str(err) else f"{neither} nor a Hugging Face model id") from None
+
+
 def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget:
     """What ``sigprop doctor MODEL`` diagnoses (:class:`DoctorTarget`): a preset name, a training run's folder (its
-    ``run.json``; its newest checkpoint's weights), a Hugging Face model folder (its safetensors weights) or
-    ``config.json`` (a ``model_type`` field; mapped, with what the mapping leaves out as a warning), or a sigprop
-    config JSON; ``overrides`` (``key=value``) apply to sigprop configs only; ``fresh``: a freshly initialised model
-    of the configuration even where MODEL holds weights. ``ValueError`` (one line) otherwise."""
+    ``run.json``; its newest checkpoint's weights), a Hugging Face model folder (its safetensors weights), a model id
+    in the local Hugging Face cache, or a ``config.json`` (a ``model_type`` field; mapped, with what the mapping
+    leaves out as a warning), or a sigprop config JSON; ``overrides`` (``key=value``) apply to sigprop configs only;
+    ``fresh``: a freshly initialised model of the configuration even where MODEL holds weights. ``ValueError`` (one
+    line) otherwise."""
     from ..core.jsonio import read_config_json
     from ..model.presets import PRESETS, resolve_config
 
@@ -104,7 +120,7 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
         return DoctorTarget(resolve_config(model, None, overrides)[0], "sigprop", model)
     path = Path(model)
     if not path.exists():
-        raise ValueError(f"MODEL: {model!r} is neither a preset ({', '.join(PRESETS)}) nor an existing path")
+        path = _cached_hf_model(model, PRESETS)
     hf_file = path / "config.json" if path.is_dir() else path
     if path.is_dir() and (path / "run.json").exists():
         from ..model.config import apply_overrides, config_from_dict

@@ -109,7 +109,10 @@ class Request:
         set_(self, "data", _path(self.data, "--data", file=False))
         set_(self, "measured", _path(self.measured, "--measured"))
         set_(self, "merge", tuple(_path(p, "--merge") for p in self.merge))
-        set_(self, "hf", _path(self.hf, "--hf", file=False))
+        if self.hf is not None:
+            from ..hf.measure import resolve_hf_location
+
+            set_(self, "hf", resolve_hf_location(self.hf))
         if self.hf is not None:
             _refuse("--hf measures the Hugging Face model as it is configured", preset=self.preset,
                     config=self.config_file, set=self.overrides, merge=self.merge, device=self.device)

@@ -78,3 +78,27 @@ def test_doctor_without_theory_diagnoses_the_measurement(tmp_path):
     assert report["verdict"].startswith("stable") and report["recommendation"] is None
     res = run_cli(["doctor", str(tmp_path / "b"), "--seeds", "0"])
     assert res.exit_code == 2 and "there is none" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_id_is_read_from_the_local_cache_only(tmp_path, monkeypatch):
+    """``--hf org/name`` (and ``doctor org/name``) read the model's snapshot from the local Hugging Face cache (its
+    layout: refs/main naming the snapshot); an id that is not there is a one-line error, nothing downloaded."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny-llama"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    _llama().save_pretrained(snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "m.json"
+    res = run_cli(["measure", "--hf", "acme/tiny-llama", "--seeds", "1", "--batch-size", "2", "--synthetic",
+                   "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["meta"]["hf_source"] == str(snapshot)
+    for args in (["measure", "--hf", "acme/absent"], ["doctor", "acme/absent"]):
+        res = run_cli(args)
+        assert res.exit_code == 2 and "local Hugging Face cache" in res.stderr and str(cache) in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1

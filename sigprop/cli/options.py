@@ -41,6 +41,13 @@ TokenResolved = Annotated[bool, typer.Option(
          "backward sweep. --token-resolved: an encoder's backward sweep too, from its labelled positions. "
          "--exchangeable: one correlation for every token pair, as the paper.")]
 JsonOut = Annotated[Path, typer.Option("--json", help="Write the result as JSON here (checked before any work).")]
+HFModel = Annotated[Path, typer.Option(
+    "--hf", help="A Hugging Face model: a local folder, its config.json or a model id in the local Hugging Face cache "
+    "(nothing is downloaded; the extra `hf`), mapped to sigprop's config (sigprop.from_hf). A folder's saved weights "
+    "are the model: measured once, as they are, and read by the theory (each weight's standard deviation).")]
+Fresh = Annotated[bool, typer.Option(
+    "--fresh", help="With --hf: a freshly initialised model of the folder's configuration instead of its saved "
+    "weights.")]
 CsvOut = Annotated[Path, typer.Option("--csv", help="Write a table as CSV here: a row per site (per layer for a "
                                       "comparison), a column per statistic (a .csv path, checked before any work).")]
 PlotOut = Annotated[Path, typer.Option("--plot", help="Write a PNG figure here (a .png path, checked before any "

@@ -19,6 +19,8 @@ from .options import (
     Data,
     Device,
     FirstSeed,
+    Fresh,
+    HFModel,
     JsonOut,
     Overrides,
     PlotOut,
@@ -129,8 +131,11 @@ def predict_command(
     plot: PlotOut = None,
     attention_heads: AttentionHeads = DEFAULT_HEADS,
     token_resolved: TokenResolved = None,
+    hf: HFModel = None,
+    fresh: Fresh = False,
 ):
-    """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed).
+    """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed), or of
+    a saved Hugging Face model from its weights' standard deviations (--hf).
 
     Walks the model's own module tree with the component rules (Kedia et al. Sec. 2.3, App. E): forward from the
     embedding's moments, backward from the loss's gradient at the head. The batch size (the preset's, else 8) sets
@@ -140,7 +145,7 @@ def predict_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, data=data, real=real,
                       batch_size=batch_size, attention_heads=attention_heads, token_resolved=token_resolved,
-                      json=json_path, csv=csv_path, plot=plot)
+                      hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_predict(request, display)
     for line in run.notes:
@@ -175,6 +180,7 @@ def measure_command(
                             "Face's own code) or a model id in the local Hugging Face cache (nothing is downloaded). "
                             "Needs the extra `hf`; a family sigprop maps is measured on the batch of its mapped "
                             "config (sigprop.from_hf), any other on a batch of its head's objective."),
+    fresh: Fresh = False,
 ):
     """Measure every layer's forward and gradient moments of real models on real text, with hooks.
 
@@ -185,7 +191,7 @@ def measure_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device, first_seed=first_seed,
-                      merge=merge, hf=hf, json=json_path, csv=csv_path, plot=plot)
+                      merge=merge, hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_measure(request, display)
     profile = run.profile
@@ -221,6 +227,8 @@ def compare_command(
                                        "measuring: a `sigprop measure --json` or `sigprop compare --json` file "
                                        "(from other machines, or an earlier run). Its model and batch are reused "
                                        "and only the prediction runs."),
+    hf: HFModel = None,
+    fresh: Fresh = False,
 ):
     """Predict and measure the same model and report how well the theory predicts every layer.
 
@@ -240,7 +248,7 @@ def compare_command(
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device,
                       attention_heads=attention_heads, token_resolved=token_resolved, grad_boundary=grad_boundary,
-                      measured=measured_path, json=json_path, csv=csv_path, plot=plot)
+                      measured=measured_path, hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_compare(request, display)
     for line in run.notes:

@@ -200,7 +200,7 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
 
 
 def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress=None,
-               config=None, theory: str | None = None) -> Profile:
+               config=None, theory: str | None = None, fresh: bool = False) -> Profile:
     """Measure the model of ``source`` on ``batch`` (module docstring): the saved weights once, or ``seeds`` fresh
     initialisations from ``seed0`` on, averaged.
 
@@ -213,21 +213,23 @@ def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress
         config: the mapped :class:`~sigprop.model.config.TransformerConfig`, the profile's config, so that
             ``sigprop compare --measured`` predicts it against this measurement; ``None`` for an unmapped family.
         theory: why the theory is not available (an unmapped family), recorded as ``meta["theory"]``.
+        fresh: fresh initialisations of its configuration even where the folder holds weights.
 
     Returns:
         The measured profile; ``meta["hf_config"]`` keeps the Hugging Face configuration.
     """
-    seed_list = [seed0] if source.weights is not None else list(range(seed0, seed0 + seeds))
+    saved = source.weights is not None and not fresh
+    seed_list = [seed0] if saved else list(range(seed0, seed0 + seeds))
     profiles = []
     for seed in seed_list:
-        model = load_hf_model(source) if source.weights is not None else build_hf_model(source, seed)
+        model = load_hf_model(source) if saved else build_hf_model(source, seed)
         model.train()  # dropout on, as sigprop measures its own models
         profiles.append(measure(model, batch))
         if progress is not None:
             progress(1)
     inputs = batch.inputs if isinstance(batch, Batch) else batch["inputs"]
     meta = {"seeds": seed_list, "tokens": int(inputs.numel()), "sequences": int(inputs.shape[0]),
-            "hf_source": str(source.path), "hf_weights": "saved" if source.weights is not None else "initialised",
+            "hf_source": str(source.path), "hf_weights": "saved" if saved else "initialised",
             "hf_config": source.config.to_dict(), "sites_from": profiles[0].meta.get("sites_from")}
     if theory is not None:
         meta["theory"] = theory

@@ -84,6 +84,7 @@ class Request:
     measured: Path | None = None
     merge: tuple[Path, ...] = ()
     hf: Path | None = None
+    fresh: bool = False
     json: Path | None = None
     csv: Path | None = None
     plot: Path | None = None
@@ -113,6 +114,8 @@ class Request:
             from ..hf.measure import resolve_hf_location
 
             set_(self, "hf", resolve_hf_location(self.hf))
+        elif self.fresh:
+            raise ValueError("--fresh applies to --hf (a folder's saved weights)")
         if self.hf is not None:
             _refuse("--hf measures the Hugging Face model as it is configured", preset=self.preset,
                     config=self.config_file, set=self.overrides, merge=self.merge, device=self.device)
@@ -193,6 +196,28 @@ class PredictRun:
     written: list = field(default_factory=list)
 
 
+def _saved_plan(folder, config: TransformerConfig, notes: list[str]):
+    """The plan the saved weights in the Hugging Face ``folder`` show, for the theory of its mapped ``config``
+    (:func:`~sigprop.hf.weights.read_hf_plan`); ``None`` for a folder without weights. What the weights break of the
+    theory's assumptions, or why they cannot be read, goes to ``notes``."""
+    from ..hf.measure import load_hf_model, read_hf_source
+    from ..hf.weights import read_hf_plan
+
+    source = read_hf_source(folder)
+    if source.weights is None:
+        return None
+    try:
+        plan = read_hf_plan(load_hf_model(source), config)
+    except ValueError as err:
+        notes.append(f"the theory describes a freshly initialised model of the configuration: the saved weights "
+                     f"could not be read ({err}); --fresh says so without trying")
+        return None
+    notes.append(f"the theory reads the standard deviations of the saved weights in {source.path} (--fresh: a "
+                 "freshly initialised model of its configuration)")
+    notes.extend(plan.notes.get("approximations", ()))
+    return plan
+
+
 def run_predict(request: Request, progress: Progress | None = None) -> PredictRun:
     """``sigprop predict``: the theory of the model asked for, on a batch when ``data`` / ``real`` are given (and
     always for a patch model, whose input moments come from images), else from theory (Zipf tokens)."""
@@ -205,7 +230,9 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     batch = None
     if use_batch:
         config, batch = _batch(config, request, batch_size, progress, notes)
-    prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved)
+    plan = _saved_plan(request.hf, config, notes) if request.hf is not None and not request.fresh else None
+    prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved,
+                                  plan=plan)
     tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
     profile = prediction.profile(progress=tick)
     diagnosis = record_diagnosis(profile)
@@ -235,7 +262,7 @@ def _measure_hf(request: Request, progress: Progress | None) -> tuple[Transforme
     from ..hf.measure import hf_token_batch, measure_hf, read_hf_source
 
     source = read_hf_source(request.hf)
-    seeds = 1 if source.weights is not None else request.seeds_for(None)
+    seeds = 1 if source.weights is not None and not request.fresh else request.seeds_for(None)
     batch_size = request.batch_size_for(None)
     try:
         config, theory = map_hf_config(source.config).config, None
@@ -249,7 +276,8 @@ def _measure_hf(request: Request, progress: Progress | None) -> tuple[Transforme
         batch = hf_token_batch(source, batch_size, request.data, request.synthetic)
     what = f"{config.total_layers} layers" if config is not None else source.config.model_type
     tick = tasks(progress).task(f"measure the Hugging Face model ({what}) × {seeds}", seeds)
-    return config, measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config, theory=theory)
+    return config, measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config, theory=theory,
+                              fresh=request.fresh)
 
 
 def run_measure(request: Request, progress: Progress | None = None) -> MeasureRun:
@@ -300,9 +328,12 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
 
     notes: list[str] = []
     progress = tasks(progress)
+    plan = None
     if request.measured is not None:
         config, stored, batch = stored_setup(request.measured, request.batch_size, request.data, request.synthetic)
         seeds, measure_tick = len(stored.meta.get("seeds", [])), None
+        if stored.meta.get("hf_weights") == "saved" and Path(stored.meta.get("hf_source", "")).exists():
+            plan = _saved_plan(stored.meta["hf_source"], config, notes)
     else:
         config, preset = request.model()
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
@@ -310,15 +341,24 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
                    f"comparing a model of {config.total_layers} layers")
         config, batch = _batch(config, request, batch_size, progress, notes)
         stored = None
+        if request.hf is not None:  # the Hugging Face model itself: its saved weights once, or fresh seeds
+            from ..hf.measure import measure_hf, read_hf_source
+
+            source = read_hf_source(request.hf)
+            plan = None if request.fresh else _saved_plan(request.hf, config, notes)
+            seeds = 1 if source.weights is not None and not request.fresh else seeds
+            tick = progress.task(f"measure the Hugging Face model ({config.total_layers} layers) × {seeds}", seeds)
+            stored = measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config,
+                                fresh=request.fresh)
     prediction = batch_prediction(config, batch, attention_heads=request.attention_heads,
-                                  token_resolved=request.token_resolved)
+                                  token_resolved=request.token_resolved, plan=plan)
     predict_tick = progress.task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
     measure_tick = None if stored is not None else progress.task(
         f"measure {config.total_layers} layers × {seeds} seeds", seeds)
     predicted, measured, comparison = compare_config(
         config, batch, seeds, request.grad_boundary, progress=measure_tick, device=request.device,
         predict_progress=predict_tick, measured=stored, prediction=prediction)
-    if stored is None:
+    if request.measured is None:
         measured.meta["batch_source"] = batch_source(request)
     run = CompareRun(config, predicted, measured, comparison, seeds, notes)
     name = request.title(request.measured.stem if request.measured else "model")

@@ -79,11 +79,14 @@ class SavedModel:
         read_plan: ``read_plan(model, config)``: the :class:`~sigprop.model.init.InitPlan` its weights show, for the
             theory of ``config``; ``ValueError`` where its weights cannot be read (the theory then describes a fresh
             model of the config, and the report says so).
+        batch: ``batch(config, batch_size)``: (its batch, what tokenised it), e.g. text encoded by a Hugging Face
+            folder's own tokenizer, or (None, …) for sigprop's batch of the config.
     """
 
     describe: str
     load: Callable
     read_plan: Callable
+    batch: Callable | None = None
 
 
 @dataclass
@@ -267,6 +270,7 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
         raise ValueError(f"seeds must be an integer >= 0 (got {seeds!r})")
     progress = tasks(progress)
     approximations: list[str] = []
+    tokenised_by: list[str] = []  # a saved model's own tokenizer, when it made the batch
 
     def look(cfg: TransformerConfig, what: str, own: SavedModel | None = None):
         if seeds == 0 and own is None:
@@ -274,6 +278,11 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
             return predict(cfg, batch_size=batch_size), None, {}, {}
         filled, batch = config_batch(cfg, batch_size, None, 0, False)
         measured = plan = None
+        if own is not None and own.batch is not None:
+            own_batch, tokenised = own.batch(cfg, batch_size)
+            if own_batch is not None:
+                batch = own_batch
+                tokenised_by.append(tokenised)
         if own is not None:
             measured, plan = _measure_saved(own, filled, batch, approximations, progress)
         prediction = batch_prediction(filled, batch, plan=plan)
@@ -292,7 +301,8 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
     report = DoctorReport(config, source, 1 if saved is not None else seeds, predicted, measured, diagnosis,
                           recommend(config, diagnosis, source, checks), agreement={"current": errors} if errors else {},
                           noise={"current": noise} if errors else {},
-                          checks=checks, measured_what=saved.describe if saved is not None else "fresh seeds",
+                          checks=checks, measured_what="fresh seeds" if saved is None else saved.describe + "".join(
+                              f", on text tokenised by {t}" for t in tokenised_by),
                           approximations=approximations)
     if report.recommendation is not None:
         fixed = config.replace(**report.recommendation.changes)

@@ -174,6 +174,12 @@ def stored_setup(path, batch_size: int | None = None, data=None, synthetic: bool
     if data is None and not synthetic:  # "stdlib": the default corpus, as files written before said
         builtin = source in ("default", "stdlib", "synthetic")
         synthetic, data = source == "synthetic", (None if builtin else Path(source))
+    if str(measured.meta.get("tokenizer", "")).startswith("the folder's tokenizer") and not synthetic:
+        from ..hf.measure import hf_batch, read_hf_source  # a Hugging Face folder's own tokenizer made the batch
+
+        batch, _ = hf_batch(read_hf_source(measured.meta["hf_source"]), config, int(batch_size), data)
+        check_same_batch(measured, batch)
+        return config, measured, batch
     config, batch = config_batch(config, int(batch_size), data, 0, synthetic)
     check_same_batch(measured, batch)
     return config, measured, batch

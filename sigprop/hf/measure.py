@@ -28,7 +28,7 @@ from ..model.batch import Batch
 from .config_map import DEFAULT_SEQ_LEN, FAMILIES
 
 __all__ = ["HFSource", "resolve_hf_location", "read_hf_source", "hf_class", "build_hf_model", "load_hf_model",
-           "hf_token_batch", "measure_hf"]
+           "folder_tokenizer", "tokenizer_ids", "hf_batch", "hf_token_batch", "measure_hf"]
 
 #: The model class each family is measured as (its pre-training objective: causal or masked LM).
 _CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "bert": "AutoModelForMaskedLM"}
@@ -161,7 +161,76 @@ def _positions(config) -> int:
     return DEFAULT_SEQ_LEN
 
 
-def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool = False, seed: int = 0) -> Batch:
+#: Files that say a folder holds a tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json")
+
+
+def folder_tokenizer(source: HFSource):
+    """The tokenizer saved with the model (``AutoTokenizer``, local files only), or ``None`` when its folder holds
+    none. ``ValueError`` for one that ``transformers`` cannot read."""
+    folder = source.path if source.path.is_dir() else source.path.parent
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        return None
+    import transformers
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (ValueError, OSError, KeyError) as err:
+        raise ValueError(f"--hf {source.path}: its tokenizer cannot be read "
+                         f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+
+
+def tokenizer_ids(tokenizer, batch_size: int, length: int, vocab_size: int, data=None, seed: int = 0) -> torch.Tensor:
+    """``batch_size`` windows of ``length`` token ids of a corpus (default: the standard library's source; ``data``:
+    your text files or folder) encoded by ``tokenizer`` file by file without special tokens, at offsets drawn from
+    ``seed``. ``ValueError`` when the corpus is too short or an id is not below ``vocab_size``."""
+    import numpy as np
+
+    from ..data.corpus import corpus_files, read_texts
+
+    want = batch_size * length * 8  # enough text that the windows are drawn from many places
+    chunks, total = [], 0
+    for text in read_texts(corpus_files(data)):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        chunks.append(np.asarray(ids, dtype=np.int64))
+        total += len(ids)
+        if total >= want:
+            break
+    stream = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+    if len(stream) < length:
+        raise ValueError(f"the corpus encodes to {len(stream)} tokens, fewer than one sequence of {length}")
+    if int(stream.max()) >= vocab_size:
+        raise ValueError(f"the folder's tokenizer gives id {int(stream.max())}, beyond the model's vocabulary of "
+                         f"{vocab_size}")
+    gen = torch.Generator().manual_seed(seed)
+    offsets = torch.randint(0, len(stream) - length + 1, (batch_size,), generator=gen).numpy()
+    return torch.from_numpy(stream[offsets[:, None] + np.arange(length)[None, :]])
+
+
+def hf_batch(source: HFSource, config, batch_size: int, data=None, seed: int = 0) -> tuple[object | None, str]:
+    """(batch, what tokenised it) for measuring the model of ``source`` on text encoded by the tokenizer saved in its
+    folder (the masked tokens then its own [MASK]): for a mapped family (``config``, its
+    :class:`~sigprop.model.config.TransformerConfig`) sigprop's batch dict of that config, for any other a
+    :class:`~sigprop.model.batch.Batch` of its head's objective (:func:`hf_token_batch`). ``(None, ...)`` when the
+    folder holds no tokenizer: the caller then tokenises with sigprop's byte-level BPE."""
+    tokenizer = folder_tokenizer(source)
+    if tokenizer is None:
+        return None, "sigprop's byte-level BPE of the model's vocabulary size (the folder holds no tokenizer)"
+    said = f"the folder's tokenizer ({type(tokenizer).__name__}, {len(tokenizer)} tokens)"
+    mask = tokenizer.mask_token_id
+    if config is None:
+        return hf_token_batch(source, batch_size, data, seed=seed, tokenizer=tokenizer), said
+    from ..model.objective import make_batch
+
+    if config.arch == "encoder" and mask is None:
+        raise ValueError(f"--hf {source.path}: a masked LM whose tokenizer has no mask token")
+    ids = tokenizer_ids(tokenizer, batch_size, config.seq_len, config.vocab_size, data, seed)
+    gen = torch.Generator().manual_seed(seed)
+    return make_batch(config, ids, generator=gen, **({} if mask is None else {"mask_id": int(mask)})), said
+
+
+def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool = False, seed: int = 0,
+                   tokenizer=None) -> Batch:
     """A batch for a model of an unmapped family: ``batch_size`` sequences of min(128, its context) tokens of the
     default corpus (or ``data``; i.i.d. Zipf(1) tokens with ``synthetic``), tokenised with sigprop's BPE of the
     model's vocabulary size, with the targets of its head: the next token (causal LM) or 15% of the tokens masked
@@ -183,7 +252,9 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
                          f"one is a {head.replace('_', ' ')}: measure it from Python, sigprop.measure(model, batch)")
     length = min(DEFAULT_SEQ_LEN, _positions(cfg))
     gen = torch.Generator().manual_seed(seed)
-    if synthetic:
+    if tokenizer is not None:
+        ids = tokenizer_ids(tokenizer, batch_size, length, vocab, data, seed)
+    elif synthetic:
         from ..data.zipf import zipf_tokens
 
         ids = zipf_tokens(batch_size, length, vocab - N_SPECIAL, generator=gen, first_id=N_SPECIAL)
@@ -195,6 +266,8 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
         return Batch(inputs=ids, labels=next_token_labels(ids))
     pad = getattr(cfg, "pad_token_id", None)  # a mask id the model takes for padding would hide the masked tokens
     mask_id = next(i for i in (MASK_ID, *range(MASK_ID + 1, N_SPECIAL)) if i != pad)
+    if tokenizer is not None and tokenizer.mask_token_id is not None:
+        mask_id = int(tokenizer.mask_token_id)
     masked, labels = mask_tokens(ids, mask_id, prob=0.15, generator=gen, vocab_size=vocab, random_low=N_SPECIAL)
     return Batch(inputs=masked, labels=labels)
 
@@ -227,8 +300,12 @@ def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress
         profiles.append(measure(model, batch))
         if progress is not None:
             progress(1)
-    inputs = batch.inputs if isinstance(batch, Batch) else batch["inputs"]
+    from ..model.batches import batch_fingerprint
+
+    as_dict = Batch.from_any(batch).to_dict()
+    inputs = as_dict["inputs"]
     meta = {"seeds": seed_list, "tokens": int(inputs.numel()), "sequences": int(inputs.shape[0]),
+            "batch_sha256": batch_fingerprint(as_dict),
             "hf_source": str(source.path), "hf_weights": "saved" if saved else "initialised",
             "hf_config": source.config.to_dict(), "sites_from": profiles[0].meta.get("sites_from")}
     if theory is not None:

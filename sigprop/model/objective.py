@@ -26,7 +26,8 @@ def segment_halves(inputs: torch.Tensor, n_segments: int) -> torch.Tensor:
 
 
 def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None = None,
-               padding_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> dict:
+               padding_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+               mask_id: int = MASK_ID) -> dict:
     """The batch dict for ``config``'s objective from raw ``inputs``.
 
     * encoder, tokens: BERT masking of ``config.mask_prob`` of the real tokens (labels −100 elsewhere);
@@ -35,7 +36,8 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
       sequence, the decoder predicts the next token of the original);
     * patches: ``labels`` are class ids (required).
 
-    With segment embeddings the batch carries ``segment_ids`` (:func:`segment_halves`).
+    With segment embeddings the batch carries ``segment_ids`` (:func:`segment_halves`). ``mask_id``: the id that
+    replaces a masked token (sigprop's [MASK]; another tokenizer's own, e.g. a Hugging Face folder's).
     """
     from ..data.mlm import causal_lm_labels, mask_tokens
 
@@ -48,7 +50,7 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
         return {"inputs": inputs, "labels": labels}
     pad = PAD_ID if padding_mask is not None else None
     if config.arch == "encoder":
-        masked, mlm_labels = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad,
+        masked, mlm_labels = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
                                          vocab_size=config.vocab_size, random_low=N_SPECIAL)
         return {**batch, "inputs": masked, "labels": mlm_labels}
     next_labels = causal_lm_labels(inputs, pad_id=pad)

@@ -68,7 +68,12 @@ def _hf_saved(folder: Path) -> SavedModel:
 
         return read_hf_plan(model, config)
 
-    return SavedModel(f"the saved weights of {folder}", load, read_plan)
+    def batch(config, batch_size):
+        from ..hf.measure import hf_batch, read_hf_source
+
+        return hf_batch(read_hf_source(folder), config, batch_size)
+
+    return SavedModel(f"the saved weights of {folder}", load, read_plan, batch)
 
 
 def _run_saved(run_dir: Path, config: TransformerConfig) -> SavedModel:

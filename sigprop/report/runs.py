@@ -196,6 +196,22 @@ class PredictRun:
     written: list = field(default_factory=list)
 
 
+def _hf_batch(source, config: TransformerConfig | None, request: Request, batch_size: int, progress):
+    """(config, batch, what tokenised it) for a Hugging Face model: text encoded by its folder's tokenizer where it
+    holds one (:func:`~sigprop.hf.measure.hf_batch`), else sigprop's batch of its mapped config, or for an unmapped
+    family a batch of its head's objective (:func:`~sigprop.hf.measure.hf_token_batch`)."""
+    from ..hf.measure import hf_batch, hf_token_batch
+
+    tasks(progress).task("building the batch (a corpus is tokenised once, then cached)", None)
+    batch, tokenised = (None, "i.i.d. Zipf(1) tokens") if request.synthetic else hf_batch(
+        source, config, batch_size, request.data)
+    if batch is None and config is not None:
+        config, batch = _batch(config, request, batch_size, progress, [])
+    elif batch is None:
+        batch = hf_token_batch(source, batch_size, request.data, request.synthetic)
+    return config, batch, tokenised
+
+
 def _saved_plan(folder, config: TransformerConfig, notes: list[str]):
     """The plan the saved weights in the Hugging Face ``folder`` show, for the theory of its mapped ``config``
     (:func:`~sigprop.hf.weights.read_hf_plan`); ``None`` for a folder without weights. What the weights break of the
@@ -259,7 +275,7 @@ def _measure_hf(request: Request, progress: Progress | None) -> tuple[Transforme
     for an unmapped family on a batch built from its own configuration, its profile saying why the theory is not
     available (:mod:`sigprop.hf.measure`). Returns (the mapped config or None, the profile)."""
     from ..hf.config_map import map_hf_config
-    from ..hf.measure import hf_token_batch, measure_hf, read_hf_source
+    from ..hf.measure import measure_hf, read_hf_source
 
     source = read_hf_source(request.hf)
     seeds = 1 if source.weights is not None and not request.fresh else request.seeds_for(None)
@@ -270,14 +286,13 @@ def _measure_hf(request: Request, progress: Progress | None) -> tuple[Transforme
         config, theory = None, str(err)
     if config is not None:
         check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
-        config, batch = _batch(config, request, batch_size, progress, [])
-    else:
-        tasks(progress).task("building the batch (a corpus is tokenised once, then cached)", None)
-        batch = hf_token_batch(source, batch_size, request.data, request.synthetic)
+    config, batch, tokenised = _hf_batch(source, config, request, batch_size, progress)
     what = f"{config.total_layers} layers" if config is not None else source.config.model_type
     tick = tasks(progress).task(f"measure the Hugging Face model ({what}) × {seeds}", seeds)
-    return config, measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config, theory=theory,
-                              fresh=request.fresh)
+    profile = measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config, theory=theory,
+                         fresh=request.fresh)
+    profile.meta["tokenizer"] = tokenised
+    return config, profile
 
 
 def run_measure(request: Request, progress: Progress | None = None) -> MeasureRun:
@@ -339,12 +354,15 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
         check_fits(max(measure_bytes(config, batch_size), theory_bytes(config, batch_size)),
                    f"comparing a model of {config.total_layers} layers")
-        config, batch = _batch(config, request, batch_size, progress, notes)
         stored = None
-        if request.hf is not None:  # the Hugging Face model itself: its saved weights once, or fresh seeds
+        if request.hf is None:
+            config, batch = _batch(config, request, batch_size, progress, notes)
+        else:  # the Hugging Face model itself: its saved weights once, or fresh seeds
             from ..hf.measure import measure_hf, read_hf_source
 
             source = read_hf_source(request.hf)
+            config, batch, tokenised = _hf_batch(source, config, request, batch_size, progress)
+            notes.append(f"tokenised by {tokenised}")
             plan = None if request.fresh else _saved_plan(request.hf, config, notes)
             seeds = 1 if source.weights is not None and not request.fresh else seeds
             tick = progress.task(f"measure the Hugging Face model ({config.total_layers} layers) × {seeds}", seeds)

@@ -4,6 +4,7 @@ one-line errors (skipped without ``transformers``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,40 @@ def test_compare_and_predict_read_a_saved_models_weights(tmp_path):
     assert json.loads(fresh.read_text())["per_layer"][-1]["fwd_var"] < 0.2 * measured_last
     res = run_cli(["predict", "--preset", "fig1-preln", "--fresh"])
     assert res.exit_code == 2 and "--fresh applies to --hf" in res.stderr
+
+
+def test_a_folders_own_tokenizer_encodes_the_batch(tmp_path):
+    """A folder that holds a tokenizer is measured on text encoded by it: every measured sequence is a window of the
+    corpus as that tokenizer encodes it, the measurement says so, and ``compare --measured`` rebuilds the same batch
+    from the folder."""
+    import sysconfig
+
+    import numpy as np
+
+    from sigprop.data.tokenizer import train_tokenizer, write_hf_tokenizer
+    from sigprop.hf.measure import hf_batch, read_hf_source
+    from sigprop.model.config import config_from_dict
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for name in ("json/decoder.py", "json/encoder.py", "json/scanner.py"):
+        (corpus / name.replace("/", "_")).write_text((stdlib / name).read_text(encoding="utf-8"), encoding="utf-8")
+    tok = train_tokenizer([f.read_text(encoding="utf-8") for f in sorted(corpus.iterdir())], vocab_size=300)
+    folder = tmp_path / "model"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32,
+                                                         vocab_size=300)).save_pretrained(folder)
+    write_hf_tokenizer(tok, folder, 32)
+    out = tmp_path / "m.json"
+    res = run_cli(["measure", "--hf", str(folder), "--batch-size", "3", "--data", str(corpus), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["meta"]["tokenizer"].startswith("the folder's tokenizer")
+    config = config_from_dict(data["config"])
+    batch, _ = hf_batch(read_hf_source(folder), config, 3, corpus)
+    stream = np.concatenate([tok.encode(f.read_text(encoding="utf-8")).ids for f in sorted(corpus.iterdir())])
+    text = "," + ",".join(map(str, stream.tolist())) + ","
+    for row in batch["inputs"].tolist():
+        assert "," + ",".join(map(str, row)) + "," in text
+    res = run_cli(["compare", "--measured", str(out)])  # the corpus and the tokenizer from the file
+    assert res.exit_code == 0, res.output

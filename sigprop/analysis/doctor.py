@@ -88,6 +88,29 @@ class SavedModel:
     read_plan: Callable
     batch: Callable | None = None
 
+    @classmethod
+    def of(cls, model, describe: str = "the model object") -> SavedModel:
+        """A model in memory diagnosed as it is: a sigprop :class:`~sigprop.model.transformer.Transformer` (its plan
+        read by :meth:`InitPlan.from_model <sigprop.model.init.InitPlan.from_model>`) or a Hugging Face model of a
+        mapped family (:func:`~sigprop.hf.weights.read_hf_plan`).
+
+        Example:
+            >>> import sigprop
+            >>> from sigprop.analysis.doctor import SavedModel, doctor
+            >>> config = sigprop.TransformerConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=300, seq_len=16)
+            >>> report = doctor(config, saved=SavedModel.of(sigprop.Transformer(config)))  # doctest: +SKIP
+        """
+        def read_plan(m, config):
+            if callable(getattr(m, "sites", None)):
+                from ..model.init import InitPlan
+
+                return InitPlan.from_model(m, strict=False)
+            from ..hf.weights import read_hf_plan
+
+            return read_hf_plan(m, config)
+
+        return cls(describe, lambda: model, read_plan)
+
 
 @dataclass
 class DoctorReport:

@@ -93,3 +93,28 @@ def test_a_saved_model_is_diagnosed_as_it_is(tmp_path):
     fresh = _doctor_folder(tmp_path, scaled, "--fresh")
     assert fresh["measured_what"] == "fresh seeds" and fresh["profiles"]["measured"] is None
     assert fresh["verdict"] == ok["verdict"]
+
+
+def test_a_model_object_is_diagnosed_as_it_is():
+    """``doctor(from_hf(model), "hf", saved=SavedModel.of(model))``: a Hugging Face model in memory, scaled by hand,
+    is measured as it is and flagged; its unscaled twin is not."""
+    import torch
+
+    import sigprop
+    from sigprop.analysis.doctor import SavedModel, doctor
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=12, n_embd=64, n_head=2, n_positions=16, vocab_size=300)
+    verdicts = {}
+    for scale in (1.0, 300.0):
+        model = transformers.GPT2LMHeadModel(config)
+        with torch.no_grad():
+            for block in model.transformer.h:
+                block.mlp.c_proj.weight.mul_(scale)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mapped = sigprop.from_hf(model)
+        report = doctor(mapped, "hf", seeds=0, saved=SavedModel.of(model))
+        assert report.measured_what == "the model object" and report.measured is not None
+        verdicts[scale] = report.verdict
+    assert verdicts[1.0].startswith("stable") and verdicts[300.0].startswith("unstable")

@@ -159,14 +159,16 @@ def _table(rows: int, d_model: int) -> nn.Embedding:
 
 
 class Embedding(nn.Module):
-    """Token + learned position (+ optional segment) embeddings, each table N(0, std²).
+    """Token + learned position (+ optional segment) embeddings, each table N(0, std²); the token rows multiplied by
+    ``token_scale`` (Gemma's √d; a tied head reads the table itself).
 
     ``forward(token_ids, segment_ids=None)`` returns (batch, L, d). ``forward_moments(token_corr)`` gives the output
     moments for a token correlation (from :func:`repetition_correlation` on real ids, or :func:`zipf_correlation`).
     """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int = 0, n_segments: int = 0,
-                 token_std: float = 1.0, position_std: float | None = None, segment_std: float | None = None):
+                 token_std: float = 1.0, position_std: float | None = None, segment_std: float | None = None,
+                 token_scale: float = 1.0):
         super().__init__()
         check_range(vocab_size, "vocab_size", lo=1.0, allowed="integers >= 1")
         check_range(d_model, "d_model", lo=1.0, allowed="integers >= 1")
@@ -175,6 +177,7 @@ class Embedding(nn.Module):
         self.token_std = float(check_range(token_std, "token_std", lo=0.0, lo_open=True, allowed="(0, inf)"))
         self.position_std = self.token_std if position_std is None else float(position_std)
         self.segment_std = self.token_std if segment_std is None else float(segment_std)
+        self.token_scale = float(check_range(token_scale, "token_scale", lo=0.0, lo_open=True, allowed="(0, inf)"))
         self.token = _table(vocab_size, d_model)
         self.position = _table(max_len, d_model) if max_len else None
         self.segment = _table(n_segments, d_model) if n_segments else None
@@ -201,6 +204,8 @@ class Embedding(nn.Module):
         length = token_ids.shape[-1]
         self._check(length, segment_ids)
         x = self.token(token_ids)
+        if self.token_scale != 1.0:
+            x = x * self.token_scale
         if self.position is not None:
             x = x + self.position(torch.arange(length, device=token_ids.device))
         if self.segment is not None:
@@ -218,7 +223,7 @@ class Embedding(nn.Module):
             raise ValueError(f"token_ids must have shape (batch, L), got {tuple(ids.shape)}")
         length = ids.shape[-1]
         self._check(length, segment_ids)
-        out = self.token_std**2 * (ids[:, :, None] == ids[:, None, :]).to(torch.float64)
+        out = (self.token_std * self.token_scale)**2 * (ids[:, :, None] == ids[:, None, :]).to(torch.float64)
         if self.position is not None:
             out = out + self.position_std**2 * torch.eye(length, dtype=torch.float64)
         if self.segment is not None:
@@ -228,7 +233,7 @@ class Embedding(nn.Module):
 
     def forward_moments(self, token_corr, segment_corr=2.0 / 3.0) -> Moments:
         return embedding_forward(
-            self.token_std**2, token_corr,
+            (self.token_std * self.token_scale)**2, token_corr,
             position_var=self.position_std**2 if self.position is not None else 0.0,
             segment_var=self.segment_std**2 if self.segment is not None else 0.0,
             segment_corr=segment_corr)

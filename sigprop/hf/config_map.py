@@ -29,12 +29,11 @@ __all__ = ["HFMapping", "map_hf_config", "from_hf", "not_mapped_reason", "FAMILI
 
 #: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
 FAMILIES = {"gpt2": "gpt2", "bert": "bert", "roberta": "roberta", "opt": "opt", "llama": "llama", "qwen2": "llama",
-            "mistral": "llama", "phi3": "phi3"}
+            "mistral": "llama", "phi3": "phi3", "gemma": "gemma"}
 
 #: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
 #: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
 NOT_MAPPED = {
-    "gemma": "its token embedding is scaled by √d at the input (no such field in sigprop's configuration)",
     "gemma2": "its embedding scaled by √d, logit soft-capping and norms after each branch",
     "gemma3": "its embedding scaled by √d, norms after each branch and RMSNorm on queries and keys",
     "qwen3": "RMSNorm on queries and keys (QK-norm), which sigprop has no rule for",
@@ -216,7 +215,18 @@ def _phi3(c, notes: list) -> dict:
     return {**fields, "dropout": float(c.resid_pdrop)}
 
 
-_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "phi3": _phi3}
+def _gemma(c, notes: list) -> dict:
+    """Gemma (the first generation): Llama's network with the token embedding's output scaled by √d (the tied head
+    reads the unscaled table), GeGLU with GELU's tanh form, and RMSNorm holding w in (1 + w), w = 0 at
+    initialisation (weight 1, as sigprop's RMSNorm)."""
+    fields = _llama(c, notes)
+    notes.append("RMSNorm computes x·(1 + w) with w = 0 at initialisation: weight 1, as sigprop's")
+    return {**fields, "embed_scale": float(int(c.hidden_size) ** 0.5), "activation": _activation(
+        getattr(c, "hidden_activation", None) or c.hidden_act, notes, True)}
+
+
+_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "phi3": _phi3,
+            "gemma": _gemma}
 
 
 def map_hf_config(obj, **overrides) -> HFMapping:

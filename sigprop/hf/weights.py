@@ -154,7 +154,8 @@ def _opt(model) -> HFWeights:
 LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "phi3": _phi3, "opt": _opt}
 #: Mapped families without a layout, and why.
 NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
-             "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet"}
+             "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
+             "gemma": "Gemma's norms hold w in x·(1 + w), which sigprop's layouts do not write yet"}
 
 
 def hf_weights(model: nn.Module) -> HFWeights:

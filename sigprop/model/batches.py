@@ -83,10 +83,16 @@ def batch_to(batch: dict, device) -> dict:
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
 
+#: Config fields added after measurements began to record their config's fingerprint, with their defaults: left out
+#: of the fingerprint while at the default, so that a stored measurement still matches its config.
+_FIELDS_SINCE_FINGERPRINT = {"embed_scale": 1.0}
+
+
 def config_fingerprint(config: TransformerConfig) -> str:
     """SHA-256 of a config's fields (sorted JSON): a measurement records it, so that a file whose config was edited
     afterwards is refused instead of compared as the model it no longer describes."""
     import hashlib
     import json
 
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()
+    fields = {k: v for k, v in config.to_dict().items() if _FIELDS_SINCE_FINGERPRINT.get(k, object()) != v}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()

@@ -52,7 +52,8 @@ class TransformerConfig:
     embeddings and every block; ``attn_dropout`` acts on the attention probabilities (None = ``dropout``).
     ``final_norm`` (None = True for pre-norm, else False) normalises the last layer's output; the head (tied to the
     token embedding by default) sees it multiplied by ``head_scale`` (None = the init scheme's choice: 1/√d for
-    DSLM, Sec. 4.1, else 1).
+    DSLM, Sec. 4.1, else 1). ``embed_scale`` multiplies the token embedding's output (not the table a tied head
+    reads): Gemma's √d.
 
     Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are β² =
     ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's scales;
@@ -133,6 +134,7 @@ class TransformerConfig:
     final_norm: bool | None = None
     tie_head: bool = True
     head_scale: float | None = None
+    embed_scale: float = 1.0
     init: str = "xavier"
     initializer_range: float = 0.02
     beta_k: float = 2.0
@@ -202,6 +204,7 @@ class TransformerConfig:
         for name in ("norm_alpha_attn", "norm_alpha_ffn", "norm_alpha_final"):
             number(name, 0.0, lo_open=True, optional=True)
         number("head_scale", 0.0, lo_open=True, optional=True)
+        number("embed_scale", 0.0, lo_open=True)
         number("beta_k", 0.0, lo_open=True)
         number("beta_alpha", 0.0)
         number("lam", 0.0, optional=True)

@@ -102,7 +102,8 @@ class Transformer(nn.Module):
 
     def _build(self, c: TransformerConfig) -> None:
         if c.input == "tokens":
-            self.embed = Embedding(c.vocab_size, c.d_model, max_len=c.position_table, n_segments=c.n_segments)
+            self.embed = Embedding(c.vocab_size, c.d_model, max_len=c.position_table, n_segments=c.n_segments,
+                                   token_scale=c.embed_scale)
         else:
             self.embed = PatchEmbedding(c.image_size, c.patch_size, c.channels, c.d_model)
         self.embed_drop = Dropout(c.dropout)

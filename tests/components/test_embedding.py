@@ -89,3 +89,26 @@ def test_input_moments_excludes_padding():
 def test_bad_input(call, field):
     with pytest.raises(ValueError, match=field):
         call()
+
+
+def test_scaled_token_rows_against_monte_carlo():
+    """``token_scale`` (Gemma's √d) multiplies the token rows' output, not the table: the output variance over
+    tables equals scale²·σ²_tok + σ²_pos (Monte Carlo over 64 tables, z·SE), the Gram rule says the same, and the
+    correlation of a repeated token is unchanged."""
+    scale, d = 8.0, 64
+    ids = torch.tensor([[5, 6, 5, 7]])
+    rule = Embedding(50, d, max_len=4, token_std=0.02, position_std=0.02, token_scale=scale)
+    samples = []
+    for seed in range(64):
+        torch.manual_seed(seed)
+        emb = Embedding(50, d, max_len=4, token_std=0.02, position_std=0.02, token_scale=scale)
+        samples.append(emb(ids).detach().double().square().mean(-1).reshape(-1))
+    mean, se = mc_mean(torch.stack(samples))
+    want = scale**2 * 0.02**2 + 0.02**2
+    assert abs(mean - want) <= Z * se
+    gram = rule.gram(ids)
+    assert float(gram[0, 0, 0]) == pytest.approx(want, rel=1e-12)
+    assert float(gram[0, 0, 2]) == pytest.approx(scale**2 * 0.02**2, rel=1e-12)
+    m = rule.forward_moments(0.25)
+    assert float(m.var) == pytest.approx(want, rel=1e-12)
+    assert float(emb.token.weight.std()) == pytest.approx(0.02, rel=0.05)  # the table itself is unscaled

@@ -23,6 +23,10 @@ SMALL_LM_CONFIGS = {
     "phi3": lambda: transformers.Phi3Config(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
                                             num_key_value_heads=2, intermediate_size=256, max_position_embeddings=64,
                                             vocab_size=211, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "gemma": lambda: transformers.GemmaConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                              num_key_value_heads=1, head_dim=32, intermediate_size=256,
+                                              max_position_embeddings=64, vocab_size=211, pad_token_id=0,
+                                              bos_token_id=1, eos_token_id=2),
 }
 
 

@@ -48,12 +48,16 @@ SMALL = {
     "phi3": lambda: transformers.Phi3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                             num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64,
                                             vocab_size=211, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "gemma": lambda: transformers.GemmaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                              num_key_value_heads=1, head_dim=16, intermediate_size=96,
+                                              max_position_embeddings=64, vocab_size=211, pad_token_id=0,
+                                              bos_token_id=1, eos_token_id=2),
 }
 #: What each family's model holds that the mapped sigprop model does not (named in the mapping's notes).
 NOT_MODELLED = {"bert": ("pooler", "cls.predictions.transform"), "roberta": ("lm_head.dense",)}
 LM_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
               "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM", "roberta": "RobertaForMaskedLM",
-              "opt": "OPTForCausalLM", "phi3": "Phi3ForCausalLM"}
+              "opt": "OPTForCausalLM", "phi3": "Phi3ForCausalLM", "gemma": "GemmaForCausalLM"}
 
 
 @pytest.mark.parametrize("family", list(SMALL))

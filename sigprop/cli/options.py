@@ -45,8 +45,12 @@ HFModel = Annotated[Path, typer.Option(
     "--hf", help="A Hugging Face model: a local folder, its config.json or a model id in the local Hugging Face cache "
     "(nothing is downloaded; the extra `hf`), mapped to sigprop's config (sigprop.from_hf). A folder's saved weights "
     "are the model: measured once, as they are, and read by the theory (each weight's standard deviation).")]
+RunDir = Annotated[Path, typer.Option(
+    "--run", help="A training run's folder (`sigprop train --out`): its newest checkpoint is the model, measured "
+    "once as it is and read by the theory (each weight's standard deviation; trained weights make it an "
+    "approximation, and the output says where).")]
 Fresh = Annotated[bool, typer.Option(
-    "--fresh", help="With --hf: a freshly initialised model of the folder's configuration instead of its saved "
+    "--fresh", help="With --hf or --run: a freshly initialised model of its configuration instead of its saved "
     "weights.")]
 CsvOut = Annotated[Path, typer.Option("--csv", help="Write a table as CSV here: a row per site (per layer for a "
                                       "comparison), a column per statistic (a .csv path, checked before any work).")]

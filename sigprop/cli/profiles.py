@@ -25,6 +25,7 @@ from .options import (
     Overrides,
     PlotOut,
     Preset,
+    RunDir,
     Seeds,
     Synthetic,
     TokenResolved,
@@ -132,6 +133,7 @@ def predict_command(
     attention_heads: AttentionHeads = DEFAULT_HEADS,
     token_resolved: TokenResolved = None,
     hf: HFModel = None,
+    run_dir: RunDir = None,
     fresh: Fresh = False,
 ):
     """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed), or of
@@ -145,7 +147,7 @@ def predict_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, data=data, real=real,
                       batch_size=batch_size, attention_heads=attention_heads, token_resolved=token_resolved,
-                      hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
+                      hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_predict(request, display)
     for line in run.notes:
@@ -180,6 +182,7 @@ def measure_command(
                             "Face's own code) or a model id in the local Hugging Face cache (nothing is downloaded). "
                             "Needs the extra `hf`; a family sigprop maps is measured on the batch of its mapped "
                             "config (sigprop.from_hf), any other on a batch of its head's objective."),
+    run_dir: RunDir = None,
     fresh: Fresh = False,
 ):
     """Measure every layer's forward and gradient moments of real models on real text, with hooks.
@@ -191,7 +194,7 @@ def measure_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device, first_seed=first_seed,
-                      merge=merge, hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
+                      merge=merge, hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
     with Display() as display:
         run = run_measure(request, display)
     profile = run.profile
@@ -228,6 +231,7 @@ def compare_command(
                                        "(from other machines, or an earlier run). Its model and batch are reused "
                                        "and only the prediction runs."),
     hf: HFModel = None,
+    run_dir: RunDir = None,
     fresh: Fresh = False,
 ):
     """Predict and measure the same model and report how well the theory predicts every layer.
@@ -248,7 +252,8 @@ def compare_command(
     request = Request(preset=preset, config_file=config_file, overrides=overrides, seeds=seeds,
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device,
                       attention_heads=attention_heads, token_resolved=token_resolved, grad_boundary=grad_boundary,
-                      measured=measured_path, hf=hf, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
+                      measured=measured_path, hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path,
+                      plot=plot)
     with Display() as display:
         run = run_compare(request, display)
     for line in run.notes:

@@ -15,7 +15,7 @@ from ..analysis.doctor import SavedModel
 from ..core.jsonio import write_text_atomic
 from ..model.config import TransformerConfig
 
-__all__ = ["DoctorTarget", "resolve_model", "write_doctor_html"]
+__all__ = ["DoctorTarget", "resolve_model", "saved_hf_model", "saved_run_model", "write_doctor_html"]
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}table{border-collapse:collapse;margin:.5em 0}
@@ -55,7 +55,7 @@ class DoctorTarget:
                                list(range(seeds)), "fresh seeds", self.theory, progress=progress)
 
 
-def _hf_saved(folder: Path) -> SavedModel:
+def saved_hf_model(folder: Path) -> SavedModel:
     """The Hugging Face model saved in ``folder`` (safetensors), measured as it is; its plan read from its weights."""
 
     def load():
@@ -76,7 +76,7 @@ def _hf_saved(folder: Path) -> SavedModel:
     return SavedModel(f"the saved weights of {folder}", load, read_plan, batch)
 
 
-def _run_saved(run_dir: Path, config: TransformerConfig) -> SavedModel:
+def saved_run_model(run_dir: Path, config: TransformerConfig) -> SavedModel:
     """The newest checkpoint of a training run, measured as it is; its plan read from its weights."""
 
     def load():
@@ -136,7 +136,7 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
         if overrides and not fresh and latest_checkpoint(path) is not None:
             raise ValueError("--set changes the model, so the run's saved weights do not fit it: add --fresh to "
                              "diagnose a freshly initialised model of the changed configuration")
-        saved = None if fresh or latest_checkpoint(path) is None else _run_saved(path, config)
+        saved = None if fresh or latest_checkpoint(path) is None else saved_run_model(path, config)
         return DoctorTarget(config, "run", path.name, saved)
     if hf_file.is_file() and hf_file.suffix == ".json":
         data = read_config_json(hf_file)
@@ -148,7 +148,7 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
 
             folder = hf_file.parent
             weights = path.is_dir() and read_hf_source(path).weights is not None
-            saved = _hf_saved(folder) if weights and not fresh else None
+            saved = saved_hf_model(folder) if weights and not fresh else None
             if data["model_type"] not in FAMILIES:
                 return DoctorTarget(None, "hf", folder.name, saved, not_mapped_reason(data["model_type"]), path)
             return DoctorTarget(from_hf(str(folder)), "hf", folder.name, saved, hf_path=path)

@@ -84,6 +84,7 @@ class Request:
     measured: Path | None = None
     merge: tuple[Path, ...] = ()
     hf: Path | None = None
+    run: Path | None = None
     fresh: bool = False
     json: Path | None = None
     csv: Path | None = None
@@ -114,8 +115,15 @@ class Request:
             from ..hf.measure import resolve_hf_location
 
             set_(self, "hf", resolve_hf_location(self.hf))
-        elif self.fresh:
-            raise ValueError("--fresh applies to --hf (a folder's saved weights)")
+        if self.run is not None:
+            set_(self, "run", _path(self.run, "--run", file=False))
+            if not (self.run / "run.json").is_file():
+                raise ValueError(f"--run: {self.run} is no run directory (no run.json): give a `sigprop train --out` "
+                                 "folder")
+            _refuse("--run measures the trained model as it is configured", preset=self.preset,
+                    config=self.config_file, set=self.overrides, merge=self.merge, hf=self.hf)
+        if self.fresh and self.hf is None and self.run is None:
+            raise ValueError("--fresh applies to --hf or --run (a model's saved weights)")
         if self.hf is not None:
             _refuse("--hf measures the Hugging Face model as it is configured", preset=self.preset,
                     config=self.config_file, set=self.overrides, merge=self.merge, device=self.device)
@@ -144,7 +152,31 @@ class Request:
             from ..hf.measure import read_hf_source
 
             return map_hf_config(read_hf_source(self.hf).config).config, None
+        if self.run is not None:
+            from ..model.config import config_from_dict
+            from ..train.run_dir import read_run
+
+            return config_from_dict(read_run(self.run)["model_config"]), None
         return resolve_config(self.preset, self.config_file, self.overrides)
+
+    def saved(self, config: TransformerConfig):
+        """The model with weights of its own that ``--hf`` (a folder's safetensors) or ``--run`` (its newest
+        checkpoint) names, as a :class:`~sigprop.analysis.doctor.SavedModel`; None for a configuration, a folder
+        without weights, a run without a checkpoint, or with ``--fresh``."""
+        if self.fresh:
+            return None
+        from .doctor import saved_hf_model, saved_run_model
+
+        if self.hf is not None:
+            from ..hf.measure import read_hf_source
+
+            source = read_hf_source(self.hf)
+            return None if source.weights is None else saved_hf_model(source.path)
+        if self.run is not None:
+            from ..train.checkpoint import latest_checkpoint
+
+            return None if latest_checkpoint(self.run) is None else saved_run_model(self.run, config)
+        return None
 
     def seeds_for(self, preset: Preset | None) -> int:
         return self.seeds if self.seeds is not None else (preset.seeds if preset else DEFAULT_SEEDS)
@@ -212,26 +244,35 @@ def _hf_batch(source, config: TransformerConfig | None, request: Request, batch_
     return config, batch, tokenised
 
 
-def _saved_plan(folder, config: TransformerConfig, notes: list[str]):
-    """The plan the saved weights in the Hugging Face ``folder`` show, for the theory of its mapped ``config``
-    (:func:`~sigprop.hf.weights.read_hf_plan`); ``None`` for a folder without weights. What the weights break of the
-    theory's assumptions, or why they cannot be read, goes to ``notes``."""
-    from ..hf.measure import load_hf_model, read_hf_source
-    from ..hf.weights import read_hf_plan
-
-    source = read_hf_source(folder)
-    if source.weights is None:
-        return None
+def _saved_plan(saved, model, config: TransformerConfig, notes: list[str]):
+    """The plan the weights of ``model`` (the loaded ``saved`` model) show, for the theory of ``config``; what they
+    break of the theory's assumptions, or why they cannot be read (the theory then describes a fresh model), goes
+    to ``notes``."""
     try:
-        plan = read_hf_plan(load_hf_model(source), config)
+        plan = saved.read_plan(model, config)
     except ValueError as err:
         notes.append(f"the theory describes a freshly initialised model of the configuration: the saved weights "
                      f"could not be read ({err}); --fresh says so without trying")
         return None
-    notes.append(f"the theory reads the standard deviations of the saved weights in {source.path} (--fresh: a "
-                 "freshly initialised model of its configuration)")
+    notes.append(f"the theory reads the standard deviations of {saved.describe} (--fresh: a freshly initialised "
+                 "model of its configuration)")
     notes.extend(plan.notes.get("approximations", ()))
     return plan
+
+
+def _measure_saved(saved, model, config: TransformerConfig, batch: dict, progress) -> Profile:
+    """The saved model measured once on ``batch`` (training mode, as sigprop measures its models), with the meta
+    a stored measurement needs (:func:`~sigprop.measurement.seeds.measure_seeds`'s)."""
+    from ..measurement.hooks import measure
+    from ..model.batches import batch_fingerprint, config_fingerprint
+
+    tick = tasks(progress).task(f"measure {saved.describe}", 1)
+    meta = {"seeds": [0], "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0]),
+            "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
+            "weights": saved.describe}
+    profile = measure(model.train(), batch, config=config.to_dict(), meta=meta)
+    tick(1)
+    return profile
 
 
 def run_predict(request: Request, progress: Progress | None = None) -> PredictRun:
@@ -246,7 +287,9 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     batch = None
     if use_batch:
         config, batch = _batch(config, request, batch_size, progress, notes)
-    plan = _saved_plan(request.hf, config, notes) if request.hf is not None and not request.fresh else None
+    saved, plan = request.saved(config), None
+    if saved is not None:
+        plan = _saved_plan(saved, saved.load(), config, notes)
     prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved,
                                   plan=plan)
     tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
@@ -311,9 +354,13 @@ def run_measure(request: Request, progress: Progress | None = None) -> MeasureRu
             seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
             check_fits(measure_bytes(config, batch_size), f"measuring a model of {config.total_layers} layers")
             config, batch = _batch(config, request, batch_size, progress, [])
-            tick = tasks(progress).task(f"measure {config.total_layers} layers × {seeds} seeds", seeds)
-            profile = measure_seeds(config, batch, seeds, request.first_seed, progress=tick, device=request.device,
-                                    per_seed=True)
+            saved = request.saved(config)
+            if saved is not None:  # a run's trained weights, measured once
+                profile = _measure_saved(saved, saved.load(), config, batch, progress)
+            else:
+                tick = tasks(progress).task(f"measure {config.total_layers} layers × {seeds} seeds", seeds)
+                profile = measure_seeds(config, batch, seeds, request.first_seed, progress=tick,
+                                        device=request.device, per_seed=True)
         profile.meta["batch_source"] = batch_source(request)
     diagnosis = record_diagnosis(profile)
     run = MeasureRun(config, profile, diagnosis, len(profile.meta.get("seeds", [])))
@@ -348,23 +395,30 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
         config, stored, batch = stored_setup(request.measured, request.batch_size, request.data, request.synthetic)
         seeds, measure_tick = len(stored.meta.get("seeds", [])), None
         if stored.meta.get("hf_weights") == "saved" and Path(stored.meta.get("hf_source", "")).exists():
-            plan = _saved_plan(stored.meta["hf_source"], config, notes)
+            from .doctor import saved_hf_model
+
+            saved = saved_hf_model(Path(stored.meta["hf_source"]))
+            plan = _saved_plan(saved, saved.load(), config, notes)
     else:
         config, preset = request.model()
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
         check_fits(max(measure_bytes(config, batch_size), theory_bytes(config, batch_size)),
                    f"comparing a model of {config.total_layers} layers")
-        stored = None
+        stored, saved = None, request.saved(config)
         if request.hf is None:
             config, batch = _batch(config, request, batch_size, progress, notes)
+            if saved is not None:  # a run's trained weights, measured once
+                model = saved.load()
+                plan = _saved_plan(saved, model, config, notes)
+                stored, seeds = _measure_saved(saved, model, config, batch, progress), 1
         else:  # the Hugging Face model itself: its saved weights once, or fresh seeds
             from ..hf.measure import measure_hf, read_hf_source
 
             source = read_hf_source(request.hf)
             config, batch, tokenised = _hf_batch(source, config, request, batch_size, progress)
             notes.append(f"tokenised by {tokenised}")
-            plan = None if request.fresh else _saved_plan(request.hf, config, notes)
-            seeds = 1 if source.weights is not None and not request.fresh else seeds
+            plan = None if saved is None else _saved_plan(saved, saved.load(), config, notes)
+            seeds = 1 if saved is not None else seeds
             tick = progress.task(f"measure the Hugging Face model ({config.total_layers} layers) × {seeds}", seeds)
             stored = measure_hf(source, batch, seeds, request.first_seed, progress=tick, config=config,
                                 fresh=request.fresh)

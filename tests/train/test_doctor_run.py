@@ -28,3 +28,18 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
     assert json.loads(fresh.read_text())["measured_what"] == "fresh seeds"
     done = sigprop("doctor", str(run), "--set", "n_layers=3")
     assert done.returncode == 2 and "--fresh" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    # measure and compare take the run's trained model the same way: its checkpoint measured once, the theory reading
+    # its weights and saying where they make it approximate
+    measured, compared = tmp_path / "m.json", tmp_path / "c.json"
+    done = sigprop("measure", "--run", str(run), "--batch-size", "2", "--json", str(measured))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(measured.read_text())["meta"]["seeds"] == [0]
+    assert "newest checkpoint" in json.loads(measured.read_text())["meta"]["weights"]
+    done = sigprop("compare", "--run", str(run), "--batch-size", "2", "--json", str(compared))
+    assert done.returncode == 0, done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "reads the standard deviations of the newest checkpoint" in said and "initial affine parameters" in said
+    done = sigprop("compare", "--run", str(run), "--preset", "fig1-preln")
+    assert done.returncode == 2 and "--run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = sigprop("measure", "--run", str(tmp_path))
+    assert done.returncode == 2 and "no run directory" in done.stderr

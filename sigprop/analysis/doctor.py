@@ -43,7 +43,7 @@ from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
 
 __all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "doctor_measured", "recommend", "no_fix_reason",
-           "SOURCES"]
+           "saved_plan", "measure_saved", "SOURCES"]
 
 #: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
 LEARNING_RATE_WARNING = (
@@ -299,15 +299,19 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
         if seeds == 0 and own is None:
             progress.task(f"predict the {what} model ({cfg.total_layers} layers)", None)
             return predict(cfg, batch_size=batch_size), None, {}, {}
-        filled, batch = config_batch(cfg, batch_size, None, 0, False)
-        measured = plan = None
+        batch = measured = plan = None
         if own is not None and own.batch is not None:
-            own_batch, tokenised = own.batch(cfg, batch_size)
-            if own_batch is not None:
-                batch = own_batch
+            batch, tokenised = own.batch(cfg, batch_size)
+            if batch is not None:
+                filled = cfg
                 tokenised_by.append(tokenised)
+        if batch is None:
+            filled, batch = config_batch(cfg, batch_size, None, 0, False)
         if own is not None:
-            measured, plan = _measure_saved(own, filled, batch, approximations, progress)
+            progress.task(f"load and measure {own.describe}", None)
+            model = own.load()
+            plan = saved_plan(own, model, filled, approximations)
+            measured = measure_saved(own, model, filled, batch)
         prediction = batch_prediction(filled, batch, plan=plan)
         predict_tick = progress.task(f"predict the {what} model ({cfg.total_layers} layers, forward and backward)",
                                      prediction.steps())
@@ -371,23 +375,28 @@ def doctor_measured(build: Callable, batch, seeds: list[int], describe: str, the
                         theory=theory)
 
 
-def _measure_saved(saved: SavedModel, config: TransformerConfig, batch: dict, approximations: list, progress):
-    """(measured profile, plan read from its weights or None) of a saved model on ``batch``: loaded once, measured
-    once in training mode (dropout on, as sigprop measures its models); what its weights break of the theory's
-    assumptions (or why they cannot be read) is added to ``approximations``."""
-    from ..measurement.hooks import measure
-    from ..model.batches import batch_fingerprint
-
-    progress.task(f"load and measure {saved.describe}", None)
-    model = saved.load()
-    model.train()
+def saved_plan(saved: SavedModel, model, config: TransformerConfig, notes: list[str]):
+    """The plan the weights of ``model`` (``saved``, loaded) show for the theory of ``config``, or ``None`` where
+    they cannot be read (the theory then describes a fresh model of the configuration); what they break of the
+    theory's assumptions, or why they cannot be read, is appended to ``notes``."""
     try:
         plan = saved.read_plan(model, config)
-        approximations.extend(plan.notes.get("approximations", ()))
     except ValueError as err:
-        plan = None
-        approximations.append(f"the theory describes a freshly initialised model of this configuration: the "
-                              f"weights could not be read ({err})")
-    meta = {"seeds": [], "weights": saved.describe, "batch_sha256": batch_fingerprint(batch),
-            "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0])}
-    return measure(model, batch, config=config.to_dict(), meta=meta), plan
+        notes.append(f"the theory describes a freshly initialised model of this configuration: the weights could "
+                     f"not be read ({err})")
+        return None
+    notes.extend(plan.notes.get("approximations", ()))
+    return plan
+
+
+def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: dict):
+    """``model`` (``saved``, loaded) measured once on ``batch`` in training mode (dropout on, as sigprop measures its
+    models), with the meta a stored measurement carries (its one seed, the batch's and the config's fingerprints,
+    what was measured)."""
+    from ..measurement.hooks import measure
+    from ..model.batches import batch_fingerprint, config_fingerprint
+
+    meta = {"seeds": [0], "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0]),
+            "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
+            "weights": saved.describe}
+    return measure(model.train(), batch, config=config.to_dict(), meta=meta)

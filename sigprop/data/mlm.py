@@ -86,17 +86,21 @@ def mask_tokens(ids, mask_id: int, prob: float = 0.15, generator: torch.Generato
     return inputs, labels
 
 
-def causal_lm_labels(ids, pad_id: int | None = None) -> torch.LongTensor:
+def causal_lm_labels(ids, pad_id: int | None = None, padding_mask: torch.Tensor | None = None) -> torch.LongTensor:
     """Next-token labels aligned with the positions of ``ids`` (..., L): labels[..., t] = ids[..., t+1], so that the
     logits at position t are scored against the token that follows. labels[..., L−1] = -100 (nothing follows), and
-    so is every position whose input or target is padding (``pad_id``). int64, the shape of ``ids``.
+    so is every position whose input or target is padding (tokens ``pad_id``, or False in ``padding_mask``, a bool
+    tensor of the shape of ``ids``, True = real token). int64, the shape of ``ids``.
     """
     ids = _check_ids(ids)
     if pad_id is not None:
         pad_id = _check_id(pad_id, "pad_id")
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[..., :-1] = ids[..., 1:]
-    if pad_id is not None:
-        labels[ids == pad_id] = IGNORE_INDEX
-        labels[..., :-1][ids[..., 1:] == pad_id] = IGNORE_INDEX
+    padded = None if pad_id is None else ids == pad_id
+    if padding_mask is not None:
+        padded = ~padding_mask.bool() if padded is None else padded | ~padding_mask.bool()
+    if padded is not None:
+        labels[padded] = IGNORE_INDEX
+        labels[..., :-1][padded[..., 1:]] = IGNORE_INDEX
     return labels

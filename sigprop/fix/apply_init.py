@@ -1,5 +1,6 @@
 """Re-initialise a model in place under an init scheme: ``sigprop.apply_init(model, scheme)`` for a sigprop
-:class:`~sigprop.model.transformer.Transformer` or a Hugging Face GPT-2 or Llama-family (Llama, Qwen2, Mistral) model.
+:class:`~sigprop.model.transformer.Transformer` or a Hugging Face model of a family with a weight layout
+(:data:`sigprop.hf.weights.LAYOUTS`: GPT-2, OPT with LayerNorm before each branch, Llama, Qwen2, Mistral, Phi-3).
 
 A sigprop model is redrawn from the scheme's plan (:class:`~sigprop.model.init.InitPlan`), its λ, β and head scale
 included, and records the scheme in its ``config`` and ``plan``.
@@ -56,6 +57,9 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
                          f"{type(model).__name__}, which is neither)")
     layout = hf_weights(model)  # a family without a layout: ValueError naming why, before any weight changes
     config, plan, factors = _hf_plan(model, scheme)
+    if plan.head_scale != 1.0 and getattr(layout.final_norm, "weight", None) is None:
+        raise ValueError(f"scheme {scheme!r} scales the head's input by {plan.head_scale:.4g}, which this model's "
+                         "final norm (absent or without a weight) cannot carry")
     draw = _Drawer(generator)
     with torch.no_grad():
         for slot in layout.slots:
@@ -65,7 +69,8 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
         _zero(*(m for _, m in layout.biases), *(() if layout.head is None else (layout.head,)))
         for _, norm in layout.norms:
             _norm(norm)
-        _norm(layout.final_norm, plan.head_scale)
+        if layout.final_norm is not None:
+            _norm(layout.final_norm, plan.head_scale)
     return model
 
 
@@ -98,6 +103,7 @@ def _zero(*modules) -> None:
 
 
 def _norm(norm: nn.Module, weight: float = 1.0) -> None:
-    norm.weight.fill_(weight)
+    if getattr(norm, "weight", None) is not None:
+        norm.weight.fill_(weight)
     if getattr(norm, "bias", None) is not None:
         norm.bias.zero_()

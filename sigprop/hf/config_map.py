@@ -1,5 +1,6 @@
-"""Hugging Face configurations as sigprop configurations: :func:`from_hf` maps a GPT-2, BERT or Llama-family (Llama,
-Qwen2, Mistral) configuration (or a model, or a local folder holding ``config.json``) to the
+"""Hugging Face configurations as sigprop configurations: :func:`from_hf` maps a GPT-2, BERT, RoBERTa, OPT,
+Llama-family (Llama, Qwen2, Mistral), Phi-3 or Gemma configuration (or a model, or a local folder holding
+``config.json``) to the
 :class:`~sigprop.model.config.TransformerConfig` that builds the same network at initialisation, and says what it
 cannot map (:func:`map_hf_config` returns the list; :func:`from_hf` warns with it).
 
@@ -34,8 +35,8 @@ FAMILIES = {"gpt2": "gpt2", "bert": "bert", "roberta": "roberta", "opt": "opt", 
 #: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
 #: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
 NOT_MAPPED = {
-    "gemma2": "its embedding scaled by √d, logit soft-capping and norms after each branch",
-    "gemma3": "its embedding scaled by √d, norms after each branch and RMSNorm on queries and keys",
+    "gemma2": "norms after each branch and logit soft-capping, which sigprop has no rules for",
+    "gemma3": "norms after each branch and RMSNorm on queries and keys (QK-norm), which sigprop has no rules for",
     "qwen3": "RMSNorm on queries and keys (QK-norm), which sigprop has no rule for",
     "gpt_neox": "parallel attention and MLP with partial rotary positions (rotary_pct < 1)",
     "phi": "parallel attention and MLP with partial rotary positions",

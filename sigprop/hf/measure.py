@@ -6,9 +6,10 @@ A folder with safetensors weights is one trained (or saved) model: it is loaded 
 under ``torch.manual_seed(seed)`` (Hugging Face's own ``_init_weights``), and the seeds are averaged as for sigprop's
 models. Pickled weights (``pytorch_model.bin``) are never read.
 
-The model is measured as the class of its pre-training objective: a mapped family's (causal LM, masked LM), else the
-class its ``config.json`` names (``architectures``), else the causal-LM or masked-LM class Hugging Face registers
-for its configuration. A family whose configuration sigprop maps (:data:`~sigprop.hf.config_map.FAMILIES`) is
+The model is measured as the class of its pre-training objective: a mapped family's (causal LM, masked LM: the
+objective of its mapped configuration, whatever head the folder was saved with), else the class its ``config.json``
+names (``architectures``), else the masked-LM or causal-LM class Hugging Face registers for its configuration.
+A family whose configuration sigprop maps (:data:`~sigprop.hf.config_map.FAMILIES`) is
 measured on the batch of its mapped configuration, so that the theory can be set beside it; any other on a batch of
 the same kind built from its configuration (:func:`hf_token_batch`), and its profile says why the theory is not
 available (``meta["theory"]``).
@@ -27,11 +28,11 @@ from ..measurement.hooks import measure
 from ..model.batch import Batch
 from .config_map import DEFAULT_SEQ_LEN, FAMILIES
 
-__all__ = ["HFSource", "resolve_hf_location", "read_hf_source", "hf_class", "build_hf_model", "load_hf_model",
-           "folder_tokenizer", "tokenizer_ids", "hf_batch", "hf_token_batch", "measure_hf"]
+__all__ = ["HFSource", "NotInCache", "resolve_hf_location", "read_hf_source", "hf_class", "build_hf_model",
+           "load_hf_model", "folder_tokenizer", "tokenizer_ids", "hf_batch", "hf_token_batch", "measure_hf"]
 
-#: The model class each family is measured as (its pre-training objective: causal or masked LM).
-_CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "bert": "AutoModelForMaskedLM"}
+#: Mapped families whose pre-training objective is masked language modelling (the others: the next token).
+_MASKED_LM_FAMILIES = ("bert", "roberta")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ def _looks_like_a_name(text: str) -> bool:
     return bool(text) and not text.startswith((".", "/", "~")) and text.count("/") <= 1 and "\\" not in text
 
 
+class NotInCache(ValueError):
+    """A model id that is not in the local Hugging Face cache (``cache``: where it was looked for)."""
+
+    def __init__(self, message: str, cache: str):
+        super().__init__(message)
+        self.cache = cache
+
+
 def resolve_hf_location(location) -> Path:
     """The local folder of ``location``: an existing file or folder as it is, else a model id (``org/name``) looked
     up in the local Hugging Face cache (``HF_HUB_CACHE`` / ``HF_HOME``; nothing is downloaded).
@@ -60,7 +69,8 @@ def resolve_hf_location(location) -> Path:
         The path (for a model id, its cached snapshot folder).
 
     Raises:
-        ValueError: neither an existing path nor a model id in the local cache (one line, naming where it looked).
+        ValueError: not an existing path and not shaped like a model id; :class:`NotInCache` (a ``ValueError``) for a
+            model id not in the local cache (one line, naming where it looked).
     """
     path = Path(location)
     if path.exists():
@@ -73,9 +83,9 @@ def resolve_hf_location(location) -> Path:
     try:
         return Path(snapshot_download(repo_id=text, local_files_only=True))
     except Exception:  # noqa: BLE001 (the hub raises several kinds for a model that is not cached)
-        raise ValueError(f"--hf {text}: not a local folder, and not in the local Hugging Face cache "
+        raise NotInCache(f"--hf {text}: not a local folder, and not in the local Hugging Face cache "
                          f"({constants.HF_HUB_CACHE}); sigprop downloads nothing: download it first or pass its "
-                         "folder") from None
+                         "folder", str(constants.HF_HUB_CACHE)) from None
 
 
 def read_hf_source(path) -> HFSource:
@@ -111,9 +121,9 @@ def hf_class(config):
     import transformers
 
     family = FAMILIES.get(config.model_type)
-    if family in _CLASSES:
-        auto = getattr(transformers, _CLASSES[family])
-        return auto._model_mapping[type(config)]
+    if family is not None:  # a mapped family: the class of the objective its mapped configuration trains
+        name = "AutoModelForMaskedLM" if family in _MASKED_LM_FAMILIES else "AutoModelForCausalLM"
+        return getattr(transformers, name)._model_mapping[type(config)]
     for name in (getattr(config, "architectures", None) or [])[:1]:
         cls = getattr(transformers, name, None)
         if cls is not None:
@@ -236,9 +246,8 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
     model's vocabulary size, with the targets of its head: the next token (causal LM) or 15% of the tokens masked
     (masked LM; sigprop's [MASK] id, or another of its special ids where the model's padding id is that one).
     ``ValueError`` for a model that is neither, or has no ``vocab_size``."""
-    from ..data.mlm import mask_tokens
+    from ..data.mlm import causal_lm_labels, mask_tokens
     from ..measurement.adapters import head_of_class
-    from ..model.batch import next_token_labels
     from ..model.objective import MASK_ID, N_SPECIAL
 
     cfg = source.config
@@ -263,7 +272,7 @@ def hf_token_batch(source: HFSource, batch_size: int, data=None, synthetic: bool
 
         ids = load_batch(batch_size, length, path=data, vocab_size=vocab, seed=seed)
     if head == "causal_lm":
-        return Batch(inputs=ids, labels=next_token_labels(ids))
+        return Batch(inputs=ids, labels=causal_lm_labels(ids))
     pad = getattr(cfg, "pad_token_id", None)  # a mask id the model takes for padding would hide the masked tokens
     mask_id = next(i for i in (MASK_ID, *range(MASK_ID + 1, N_SPECIAL)) if i != pad)
     if tokenizer is not None and tokenizer.mask_token_id is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -37,14 +36,14 @@ class HFWeights:
         slots: the weights, in drawing order.
         biases: (name, module) of every linear map whose bias the theory takes to be zero.
         norms: (name, module) of the blocks' norms (weight 1, bias 0 at initialisation).
-        final_norm: the final norm (its weight is the head scale).
+        final_norm: the final norm (its weight is the head scale), or ``None`` where the model has none.
         head: the untied output embedding's module, or ``None`` when it is the token table.
     """
 
     slots: tuple[Slot, ...]
     biases: tuple[tuple[str, nn.Module], ...]
     norms: tuple[tuple[str, nn.Module], ...]
-    final_norm: nn.Module
+    final_norm: nn.Module | None
     head: nn.Module | None
 
 
@@ -147,7 +146,7 @@ def _opt(model) -> HFWeights:
     head = _head(model)
     if head is not None:
         slots.append(Slot("head", None, head.weight))
-    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.final_layer_norm, head)
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), getattr(base, "final_layer_norm", None), head)
 
 
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
@@ -204,47 +203,33 @@ def read_hf_plan(model: nn.Module, config):
     Raises:
         ValueError: a family without a layout; weights on the meta device.
     """
-    from ..model.init import InitPlan
+    from ..model.init import TRAINED_WEIGHTS, InitPlan
+    from ..model.roles import role_stds
 
     layout = hf_weights(model)
-    n = config.total_layers
-    sums: dict = {}
-    with torch.no_grad():
-        for slot in layout.slots:
-            if slot.tensor.is_meta:
-                raise ValueError("the model's weights are on the meta device: there is nothing to read")
-            w = slot.tensor.detach().double()
-            total, count = sums.get((slot.role, slot.layer), (0.0, 0))
-            sums[(slot.role, slot.layer)] = (total + float((w * w).sum()), count + w.numel())
-    stds: dict = {}
-    for (role, layer), (total, count) in sums.items():
-        std = (total / count) ** 0.5
-        if layer is None:
-            stds[role] = std
-        else:
-            stds.setdefault(role, np.full(n, np.nan))[layer] = std
-    if "head" not in stds:
-        stds["head"] = stds["token"]
+    if any(slot.tensor.is_meta for slot in layout.slots):
+        raise ValueError("the model's weights are on the meta device: there is nothing to read")
+    stds = role_stds(((slot.role, slot.layer, slot.tensor) for slot in layout.slots), config.total_layers)
     approximations = []
     biased = [name for name, m in layout.biases if getattr(m, "bias", None) is not None and _off(m.bias, 0.0)]
     if biased:
         approximations.append(f"{len(biased)} of {len(layout.biases)} linear maps have non-zero biases "
                               f"(e.g. {biased[0]}), which the theory takes to be zero")
-    moved = [name for name, m in layout.norms if _off(m.weight, 1.0)
+    moved = [name for name, m in layout.norms if (getattr(m, "weight", None) is not None and _off(m.weight, 1.0))
              or (getattr(m, "bias", None) is not None and _off(m.bias, 0.0))]
     if moved:
         approximations.append(f"{len(moved)} of {len(layout.norms)} norms are off weight 1 / bias 0 (e.g. "
                               f"{moved[0]}), which the theory takes them to be")
-    means = [abs(float(s.tensor.detach().double().mean())) / max(float(stds[s.role] if s.layer is None else
-                                                                        stds[s.role][s.layer]), 1e-300)
-             for s in layout.slots]
-    if max(means) > 0.05:
-        approximations.append(f"some weights have a mean of up to {max(means):.2g} standard deviations (the theory "
+    # a weight's mean in standard errors of the mean of i.i.d. zero-mean draws: beyond 6, no fresh draw has it
+    z = [abs(float(s.tensor.detach().double().mean())) * s.tensor.numel() ** 0.5
+         / max(float(stds[s.role] if s.layer is None else stds[s.role][s.layer]), 1e-300) for s in layout.slots]
+    if max(z) > 6.0:
+        approximations.append(f"some weights have a mean {max(z):.3g} standard errors away from zero (the theory "
                               "takes them to be zero-mean and i.i.d.)")
-    head_scale = float(layout.final_norm.weight.detach().double().mean())
+    final_weight = getattr(layout.final_norm, "weight", None)
+    head_scale = 1.0 if final_weight is None else float(final_weight.detach().double().mean())
     if approximations:
-        approximations.append("read as a freshly initialised model with these standard deviations: an approximation "
-                              "for trained weights, whose correlations the i.i.d. theory does not see")
+        approximations.append(TRAINED_WEIGHTS)
     plan = InitPlan.from_stds(config.replace(lam=None, beta=None), stds, lam={s: 1.0 for s in ("attn", "ffn")},
                               beta={s: 1.0 for s in ("attn", "ffn")}, head_scale=head_scale)
     plan.notes.update(source="read from the Hugging Face model's weights", approximations=approximations)

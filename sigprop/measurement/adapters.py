@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.mlm import IGNORE_INDEX
-from ..model.batch import Batch, next_token_labels
+from ..data.mlm import IGNORE_INDEX, causal_lm_labels
+from ..model.batch import Batch
 from .discover import DiscoveredSites, discover_sites
 
 __all__ = ["Head", "ModelKind", "HF_HEADS", "ModelAdapter", "adapt", "is_hf_model", "head_of", "head_of_class"]
@@ -33,8 +33,10 @@ __all__ = ["Head", "ModelKind", "HF_HEADS", "ModelAdapter", "adapt", "is_hf_mode
 #: What a model's head is trained for; it decides how labels are read and which objective scores the logits.
 Head = Literal["causal_lm", "masked_lm", "seq2seq_lm", "image_classification", "sequence_classification", "unknown"]
 
-#: Where a model comes from, which decides how it is called: a sigprop model, a Hugging Face model, any other module.
-ModelKind = Literal["sigprop", "hf", "module"]
+#: How a model is called: sigprop's site protocol (its own ``loss(batch)``, taking the batch as the caller gave it,
+#: and its ``sites()`` where it has them: sigprop's models, a user's module written for the protocol), a Hugging Face
+#: model (keyword arguments, its own ``outputs.loss``), or any other module (``model(inputs)``).
+ModelKind = Literal["protocol", "hf", "module"]
 
 #: A Hugging Face model class's name ending → its head (checked in this order; the first match wins).
 HF_HEADS: tuple[tuple[str, Head], ...] = (
@@ -51,14 +53,18 @@ def is_hf_model(model) -> bool:
             and not callable(getattr(model, "sites", None)))
 
 
-def head_of_class(cls: type) -> Head:
-    """The head of a Hugging Face model class, from the ending of its name (:data:`HF_HEADS`)."""
-    return next((head for ending, head in HF_HEADS if cls.__name__.endswith(ending)), "unknown")
+def head_of_class(cls: type, encoder_decoder: bool = True) -> Head:
+    """The head of a Hugging Face model class, from the ending of its name (:data:`HF_HEADS`); a
+    ``…ForConditionalGeneration`` that is not an encoder–decoder (a vision-language model) is ``"unknown"``."""
+    head = next((head for ending, head in HF_HEADS if cls.__name__.endswith(ending)), "unknown")
+    return "unknown" if head == "seq2seq_lm" and not encoder_decoder else head
 
 
 def head_of(model: nn.Module) -> Head:
     """The head of a Hugging Face model (:data:`HF_HEADS`), ``"unknown"`` for any other model."""
-    return head_of_class(type(model)) if is_hf_model(model) else "unknown"
+    if not is_hf_model(model):
+        return "unknown"
+    return head_of_class(type(model), bool(getattr(model.config, "is_encoder_decoder", False)))
 
 
 def _logits(outputs) -> torch.Tensor | None:
@@ -84,7 +90,7 @@ def _head_objective(logits: torch.Tensor | None, batch: Batch, head: Head, model
         if labels is None:
             if head not in ("causal_lm", "unknown"):
                 raise ValueError(f"{model_name} is a {head.replace('_', ' ')}: its batch needs labels")
-            labels = next_token_labels(batch.inputs, batch.padding_mask)
+            labels = causal_lm_labels(batch.inputs, padding_mask=batch.padding_mask)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                ignore_index=IGNORE_INDEX)
     raise ValueError(f"{model_name}: no objective for logits of shape {tuple(logits.shape)} on this batch (token "
@@ -98,12 +104,12 @@ class ModelAdapter:
 
     Attributes:
         model: the model.
-        kind: a sigprop model (its ``sites()`` and ``loss``), a Hugging Face model, or any other module.
+        kind: how it is called (:data:`ModelKind`).
         sites: ``(layer, site, module or InputOf)`` in recording order.
         head: what its head trains (:data:`Head`).
         decoder_from: the first decoder layer of an encoder–decoder (its sites take the decoder's padding mask).
-        stacks: where the sites came from: ``"sites()"`` (a sigprop model), ``"sites="`` (given), else the module
-            paths of the block lists they were found in.
+        stacks: where the sites came from: ``"sites()"`` (the site protocol), ``"sites="`` (given), else the
+            module paths of the block lists they were found in.
     """
 
     model: nn.Module
@@ -114,30 +120,31 @@ class ModelAdapter:
     stacks: tuple[str, ...]
 
     def batch(self, batch, strict: bool = True) -> Batch | None:
-        """``batch`` as a :class:`~sigprop.model.batch.Batch` for this model (a causal LM's Hugging Face labels
-        shifted into sigprop's convention); ``None`` for a batch in a form of a sigprop-protocol model's own (not a
-        dict with ``inputs``: its ``loss`` takes it as it is) and, unless ``strict``, for one that is not a batch
-        (a user's ``loss_fn`` reads it)."""
-        if self.kind == "sigprop" and not isinstance(batch, Batch) and not (
-                isinstance(batch, Mapping) and "inputs" in batch):
+        """``batch`` as a :class:`~sigprop.model.batch.Batch` for this model (Hugging Face labels of a causal LM, or
+        of a module scored as one, shifted into sigprop's convention); ``None`` for a protocol model (its ``loss``
+        takes the batch as the caller gave it) and, unless ``strict``, for one that is not a batch (a user's
+        ``loss_fn`` reads it)."""
+        if self.kind == "protocol":
             return None
         try:
-            return Batch.from_any(batch, causal=self.head == "causal_lm")
+            return Batch.from_any(batch, causal=self.head == "causal_lm" or self.kind == "module")
         except ValueError:
             if strict:
                 raise
             return None
 
     def loss(self, batch) -> torch.Tensor:
-        """The model's loss on ``batch`` (a :class:`~sigprop.model.batch.Batch`, or a sigprop-protocol model's own
-        batch form) (module docstring): a scalar tensor."""
+        """The model's loss on ``batch`` (module docstring): a scalar tensor. ``batch``: a
+        :class:`~sigprop.model.batch.Batch`, or for a protocol model the batch as the caller gave it."""
         model, name = self.model, type(self.model).__name__
-        if self.kind == "sigprop":
-            return model.loss(batch.to_dict() if isinstance(batch, Batch) else batch)
+        if self.kind == "protocol":
+            if not callable(getattr(model, "loss", None)):
+                raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
+            return model.loss(batch)
         if self.kind == "hf":
             causal = self.head == "causal_lm"
             if batch.labels is None and causal and not batch.is_images:
-                batch = batch.with_labels(next_token_labels(batch.inputs, batch.padding_mask))
+                batch = batch.with_labels(causal_lm_labels(batch.inputs, padding_mask=batch.padding_mask))
             if batch.labels is None and self.head in ("masked_lm", "image_classification", "seq2seq_lm",
                                                       "sequence_classification"):
                 raise ValueError(f"{name} is a {self.head.replace('_', ' ')}: its batch needs labels")
@@ -151,12 +158,19 @@ class ModelAdapter:
                              "loss_fn(model, batch)")
         return _head_objective(_logits(model(batch.inputs)), batch, self.head, name)
 
-    def masks(self, batch: Batch):
-        """The padding masks of the sites: the batch's, and for an encoder–decoder the decoder's at its sites."""
-        if self.decoder_from is None or batch.decoder_inputs is None:
-            return batch.padding_mask
-        return {(layer, site): (batch.decoder_padding_mask if layer >= self.decoder_from else batch.padding_mask)
-                for layer, site, _ in self.sites}
+    def masks(self, batch):
+        """The padding masks of the sites: the batch's (a :class:`~sigprop.model.batch.Batch`'s fields, or a
+        mapping's ``padding_mask``), and for an encoder–decoder the decoder's (``decoder_padding_mask``) at its
+        sites; ``None`` for a batch of another form."""
+        if isinstance(batch, Batch):
+            enc, dec = batch.padding_mask, batch.decoder_padding_mask
+        elif isinstance(batch, Mapping):
+            enc, dec = batch.get("padding_mask"), batch.get("decoder_padding_mask")
+        else:
+            return None
+        if self.decoder_from is None:
+            return enc
+        return {(layer, site): (dec if layer >= self.decoder_from else enc) for layer, site, _ in self.sites}
 
 
 def adapt(model: nn.Module, sites=None) -> ModelAdapter:
@@ -180,16 +194,16 @@ def adapt(model: nn.Module, sites=None) -> ModelAdapter:
         >>> adapter.kind, adapter.stacks, len(adapter.sites)
         ('module', ('1',), 4)
     """
-    kind: ModelKind = "sigprop" if callable(getattr(model, "sites", None)) else "hf" if is_hf_model(model) \
-        else "module"
-    decoder_from = None
-    if kind == "sigprop":
-        cfg = getattr(model, "config", None)
-        decoder_from = cfg.n_layers if getattr(cfg, "arch", None) == "encoder_decoder" else None
-        found = DiscoveredSites(list(model.sites()), ("sites()",), decoder_from)
-    elif sites is None:
-        found = discover_sites(model)
+    hf = is_hf_model(model)
+    protocol = not hf and (callable(getattr(model, "sites", None)) or callable(getattr(model, "loss", None)))
+    kind: ModelKind = "protocol" if protocol else "hf" if hf else "module"
+    cfg = getattr(model, "config", None)
+    decoder_from = cfg.n_layers if kind == "protocol" and getattr(cfg, "arch", None) == "encoder_decoder" else None
     if sites is not None:
         found = DiscoveredSites(list(sites), ("sites=",), decoder_from)
+    elif callable(getattr(model, "sites", None)):
+        found = DiscoveredSites(list(model.sites()), ("sites()",), decoder_from)
+    else:
+        found = discover_sites(model)
     return ModelAdapter(model=model, kind=kind, sites=found.sites, head=head_of(model),
                         decoder_from=found.decoder_from, stacks=found.stacks)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from torch import nn
 
-__all__ = ["InputOf", "DiscoveredSites", "block_stacks", "discover_sites", "describe_stacks"]
+__all__ = ["InputOf", "DiscoveredSites", "block_stacks", "discover_sites"]
 
 
 class InputOf(NamedTuple):
@@ -38,7 +38,8 @@ class DiscoveredSites:
     Attributes:
         sites: ``(layer, site, module or InputOf)`` in recording order.
         stacks: the names (module paths) of the block lists, in order.
-        decoder_from: the first decoder layer of a two-stack model (an encoder–decoder), else ``None``.
+        decoder_from: the first decoder layer of an encoder–decoder (two stacks and a Hugging Face config that says
+            ``is_encoder_decoder``), else ``None``.
     """
 
     sites: list
@@ -91,11 +92,6 @@ def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
     return [next((path, blocks) for path, blocks in lists if len(blocks) == longest)]
 
 
-def describe_stacks(stacks: list[tuple[str, nn.ModuleList]]) -> str:
-    """``"transformer.h: 12 × GPT2Block"``, one entry per stack."""
-    return "; ".join(f"{path or '(root)'}: {len(blocks)} × {type(blocks[0]).__name__}" for path, blocks in stacks)
-
-
 def discover_sites(model: nn.Module) -> DiscoveredSites:
     """The sites of ``model`` from its block stacks (module docstring).
 
@@ -121,5 +117,6 @@ def discover_sites(model: nn.Module) -> DiscoveredSites:
                          "class; pass sites=[(layer, site, module), ...]")
     blocks = [block for _, stack in stacks for block in stack]
     sites = [(-1, "input", InputOf(blocks[0]))] + [(i, "layer", block) for i, block in enumerate(blocks)]
-    decoder_from = len(stacks[0][1]) if len(stacks) == 2 else None
+    encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+    decoder_from = len(stacks[0][1]) if len(stacks) == 2 and encoder_decoder else None
     return DiscoveredSites(sites=sites, stacks=tuple(path for path, _ in stacks), decoder_from=decoder_from)

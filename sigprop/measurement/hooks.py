@@ -354,7 +354,9 @@ def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | N
 def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module | InputOf]], nn.Module | None]:
     """The validated sites of a model (its ``sites()``, or found from its block stacks:
     :func:`~sigprop.measurement.adapters.adapt`) or of an explicit list of ``(layer, site, module)`` tuples."""
-    if isinstance(model_or_sites, nn.Module):
+    if callable(getattr(model_or_sites, "sites", None)):
+        model, sites = model_or_sites, list(model_or_sites.sites())
+    elif isinstance(model_or_sites, nn.Module):
         model, sites = model_or_sites, adapt(model_or_sites).sites
     else:
         model, sites = None, list(model_or_sites)
@@ -659,10 +661,12 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")
     adapter = adapt(model, sites)
+    if loss_fn is None and adapter.kind == "protocol" and not callable(getattr(model, "loss", None)):
+        raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
     the_batch = adapter.batch(batch, strict=loss_fn is None)
     site_list, _ = _resolve_sites(adapter.sites)
     if mask is None:
-        mask = adapter.masks(the_batch) if the_batch is not None else _masks_from_mapping(adapter, batch)
+        mask = adapter.masks(batch if the_batch is None else the_batch)
     rec = Recorder(site_list, mask=mask, grads=True)
     rec._model = model
     with rec:
@@ -677,18 +681,7 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
             del loss, outs
     info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
-    if adapter.kind != "sigprop":
+    if adapter.kind != "protocol":
         info["sites_from"] = list(adapter.stacks)
     info.update(meta or {})
     return rec.profile(config, info)
-
-
-def _masks_from_mapping(adapter, batch):
-    """The padding masks of a batch in a form of the caller's own (read by its ``loss_fn`` or a sigprop-protocol
-    model's ``loss``): a mapping's ``padding_mask`` (and ``decoder_padding_mask`` at the decoder's sites)."""
-    if not isinstance(batch, Mapping):
-        return None
-    enc, dec = batch.get("padding_mask"), batch.get("decoder_padding_mask")
-    if adapter.decoder_from is None or dec is None:
-        return enc
-    return {(layer, site): (dec if layer >= adapter.decoder_from else enc) for layer, site, _ in adapter.sites}

@@ -23,7 +23,7 @@ import torch
 
 from ..data.mlm import IGNORE_INDEX
 
-__all__ = ["Batch", "SIGPROP_KEYS", "HF_KEYS", "shift_causal_labels", "unshift_causal_labels", "next_token_labels"]
+__all__ = ["Batch", "SIGPROP_KEYS", "HF_KEYS", "shift_causal_labels", "unshift_causal_labels"]
 
 #: The keys of sigprop's batch dict (:func:`sigprop.model.objective.make_batch`), the fields of :class:`Batch`.
 SIGPROP_KEYS = ("inputs", "labels", "padding_mask", "segment_ids", "decoder_inputs", "decoder_padding_mask")
@@ -49,17 +49,6 @@ def unshift_causal_labels(labels: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def next_token_labels(ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Next-token labels of token ids (batch, length) in sigprop's convention, −100 wherever the input or its target
-    is padding (``padding_mask``: True = real token) and at the last position."""
-    labels = shift_causal_labels(ids.long())
-    if padding_mask is not None:
-        real_next = torch.zeros_like(padding_mask)
-        real_next[..., :-1] = padding_mask[..., 1:]
-        labels = labels.masked_fill(~(padding_mask & real_next), IGNORE_INDEX)
-    return labels
-
-
 def _tensor(value, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"batch field {name!r} must be a torch tensor (got {type(value).__name__})")
@@ -81,9 +70,9 @@ def _mask(value, name: str, shape: tuple) -> torch.Tensor:
     if tuple(t.shape) != shape:
         raise ValueError(f"batch field {name!r} must have the shape of its tokens {shape} (got {tuple(t.shape)})")
     if t.dtype != torch.bool:
-        if t.dtype.is_floating_point or t.dtype.is_complex or bool(((t != 0) & (t != 1)).any()):
+        if t.dtype.is_complex or bool(((t != 0) & (t != 1)).any()):
             raise ValueError(f"batch field {name!r} must be a bool or 0/1 mask, True (1) = real token")
-        t = t.bool()
+        t = t != 0
     if not bool(t.any(-1).all()):
         raise ValueError(f"batch field {name!r}: a sequence has no real token")
     return t
@@ -149,7 +138,10 @@ class Batch:
             shape = (x.shape[0],) if x.dtype.is_floating_point else tuple(target.shape)
             labels = _integer(self.labels, "labels")
             if tuple(labels.shape) not in (shape, (x.shape[0],)):
-                raise ValueError(f"batch field 'labels' must have shape {shape} (got {tuple(labels.shape)})")
+                seq2seq = " (a sequence-to-sequence batch needs its decoder_input_ids)" if (
+                    self.decoder_inputs is None and labels.dim() == 2 and labels.shape[0] == x.shape[0]) else ""
+                raise ValueError(f"batch field 'labels' must have shape {shape} (got {tuple(labels.shape)})"
+                                 + seq2seq)
 
     # -- what it holds ----------------------------------------------------------------------------------------------
     @property
@@ -184,8 +176,8 @@ class Batch:
             The validated batch.
 
         Raises:
-            ValueError: a dict with neither sigprop's nor Hugging Face's keys (the message lists both), a dict that
-                mixes them or has keys of neither, or fields of the wrong type or shape.
+            ValueError: a dict with neither sigprop's nor Hugging Face's keys (the message lists both), one with
+                keys beside those it is read from (named), or fields of the wrong type or shape.
 
         Example:
             >>> import torch
@@ -208,6 +200,11 @@ class Batch:
                                  f"{', '.join(sorted(map(str, unknown)))}")
             return cls(**{k: batch[k] for k in SIGPROP_KEYS if batch.get(k) is not None})
         if "input_ids" in keys or "pixel_values" in keys:
+            unknown = keys - set(HF_KEYS)
+            if unknown:
+                raise ValueError(f"a Hugging Face batch is read from the keys {', '.join(HF_KEYS)}; unknown: "
+                                 f"{', '.join(sorted(map(str, unknown)))} (pass loss_fn(model, batch) to give the "
+                                 "model keys of its own)")
             known = {k: batch[k] for k in HF_KEYS if batch.get(k) is not None}
             if "input_ids" in known and "pixel_values" in known:
                 raise ValueError("a batch holds either input_ids or pixel_values, not both")
@@ -216,7 +213,7 @@ class Batch:
             elif not _tensor(known["pixel_values"], "pixel_values").dtype.is_floating_point:
                 raise ValueError("batch field 'pixel_values' must hold floats (images)")
             out = cls(**{HF_KEYS[k]: v for k, v in known.items()})
-            if causal and out.labels is not None and not out.is_images:
+            if causal and out.labels is not None and not out.is_images and out.labels.shape == out.inputs.shape:
                 out = replace(out, labels=shift_causal_labels(out.labels))
             return out
         raise ValueError(f"the batch has none of the known keys (got {', '.join(sorted(map(str, keys))) or 'none'}): "
@@ -247,7 +244,3 @@ class Batch:
     def with_labels(self, labels: torch.Tensor) -> Batch:
         """This batch with ``labels`` (sigprop's convention)."""
         return replace(self, labels=labels)
-
-    def to(self, device) -> Batch:
-        """The batch with every tensor on ``device``."""
-        return replace(self, **{k: v.to(device) for k, v in self.to_dict().items()})

@@ -87,6 +87,9 @@ __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
 ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "w3", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
+#: What a plan read from weights that break the theory's assumptions says last (trained weights).
+TRAINED_WEIGHTS = ("read as a freshly initialised model with these standard deviations: an approximation for "
+                   "trained weights, whose correlations the i.i.d. theory does not see")
 #: Roles that may hold one value per layer in an explicit plan: the block roles and a gated FFN's up projection.
 _PER_LAYER_ROLES = (*_BLOCK_ROLES, "w3")
 
@@ -183,9 +186,7 @@ class InitPlan:
         plan = cls(model.plan.scheme, **read_weights(model, approximations),
                    notes={**model.plan.notes, "source": "read from the model's weights"})
         if approximations:
-            plan.notes["approximations"] = approximations + [
-                "read as a freshly initialised model with these standard deviations: an approximation for trained "
-                "weights, whose correlations the i.i.d. theory does not see"]
+            plan.notes["approximations"] = approximations + [TRAINED_WEIGHTS]
         return plan
 
     @classmethod

@@ -190,6 +190,37 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
     return s.done
 
 
+def role_stds(weights, n_layers: int) -> dict:
+    """Each role's standard deviation read from weights, as :class:`~sigprop.model.init.InitPlan`'s ``stds``: the
+    root mean square of all the weights of a role (and layer), pooled (zero-mean weights assumed); one value per
+    layer for a block role (NaN where a layer has none), one for the others; ``head`` is the ``token`` table's
+    when no head weight is given (a tied head).
+
+    Args:
+        weights: (role, layer or None, tensor) triples.
+        n_layers: the model's layers.
+
+    Returns:
+        role → float, or role → array of ``n_layers``.
+    """
+    sums: dict = {}
+    with torch.no_grad():
+        for role, layer, weight in weights:
+            w = weight.detach().double()
+            total, count = sums.get((role, layer), (0.0, 0))
+            sums[(role, layer)] = (total + float((w * w).sum()), count + w.numel())
+    stds: dict = {}
+    for (role, layer), (total, count) in sums.items():
+        std = (total / count) ** 0.5
+        if layer is None:
+            stds[role] = std
+        else:
+            stds.setdefault(role, np.full(n_layers, np.nan))[layer] = std
+    if "head" not in stds and "token" in stds:  # a tied head is the token table
+        stds["head"] = stds["token"]
+    return stds
+
+
 def read_weights(model: nn.Module, approximations: list[str] | None = None) -> dict:
     """The plan a model's weights show, as :class:`~sigprop.model.init.InitPlan`'s fields (``stds``, ``lam``,
     ``beta``, ``learnable_beta``, ``head_scale``; :meth:`InitPlan.from_model
@@ -207,19 +238,17 @@ def read_weights(model: nn.Module, approximations: list[str] | None = None) -> d
             raise ValueError(message)
         if message not in approximations:
             approximations.append(message)
-    sums: dict = {}
+
+    roles = weight_roles(model)
+    if any(r.weight.is_meta for r in roles):
+        raise ValueError("the model's weights are on the meta device, so there is nothing to read: pass its plan "
+                         "(predict(model, plan=model.plan))")
+    stds = role_stds(((r.role, r.layer, r.weight) for r in roles), n)
     with torch.no_grad():
-        for r in weight_roles(model):
-            if r.weight.is_meta:
-                raise ValueError("the model's weights are on the meta device, so there is nothing to read: pass its "
-                                 "plan (predict(model, plan=model.plan))")
-            w = r.weight.detach().double()
-            total, count = sums.get((r.role, r.layer), (0.0, 0))
-            sums[(r.role, r.layer)] = (total + float((w * w).sum()), count + w.numel())
         biased = [name for name, m in model.named_modules()
                   if isinstance(m, nn.Linear) and m.bias is not None and bool(m.bias.detach().abs().max() > 0)]
         if biased:
-            broken(f"{biased[0]}.bias is not zero" + (f" (nor {len(biased) - 1} other biases)" if len(biased) > 1
+            broken(f"{biased[0]}.bias is not zero" + (f" (and {len(biased) - 1} other biases)" if len(biased) > 1
                                                        else "") + ": the theory assumes zero biases at initialisation")
         for *_, norm in model.norms():
             for attr, value in (("weight", 1.0), ("bias", 0.0), ("gamma", 1.0), ("beta", 0.0), ("shift", 0.0)):
@@ -227,15 +256,6 @@ def read_weights(model: nn.Module, approximations: list[str] | None = None) -> d
                 if isinstance(p, torch.Tensor) and not bool(torch.all(p.detach() == value)):
                     broken(f"a {type(norm).__name__}'s {attr} is not {value:g}: the theory assumes norms at their "
                            "initial affine parameters")
-    stds: dict = {}
-    for (role, layer), (total, count) in sums.items():
-        std = (total / count) ** 0.5
-        if layer is None:
-            stds[role] = std
-        else:
-            stds.setdefault(role, np.full(n, np.nan))[layer] = std
-    if "head" not in stds:  # a tied head is the token table
-        stds["head"] = stds["token"]
     lam = {site: np.ones(n) for site in SITES}
     beta = {site: np.ones(n) for site in SITES}
     learnable = False

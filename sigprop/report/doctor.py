@@ -43,16 +43,20 @@ class DoctorTarget:
 
         if self.config is not None:
             return doctor(self.config, self.source, seeds, progress=progress, saved=self.saved)
-        from ..hf.measure import build_hf_model, hf_token_batch, load_hf_model, read_hf_source
+        from ..hf.measure import build_hf_model, hf_batch, hf_token_batch, load_hf_model, read_hf_source
 
         source = read_hf_source(self.hf_path)
-        if source.weights is not None and self.saved is not None:
-            return doctor_measured(lambda seed: load_hf_model(source), hf_token_batch(source, 4), [0],
-                                   self.saved.describe, self.theory, progress=progress)
-        if seeds == 0:
+        saved = source.weights is not None and self.saved is not None
+        if not saved and seeds == 0:
             raise ValueError(f"--seeds 0 asks for theory only, and there is none: {self.theory}")
-        return doctor_measured(lambda seed: build_hf_model(source, seed), hf_token_batch(source, 4),
-                               list(range(seeds)), "fresh seeds", self.theory, progress=progress)
+        batch, tokenised = hf_batch(source, None, 4)  # the folder's own tokenizer, where it holds one
+        batch = hf_token_batch(source, 4) if batch is None else batch
+        if saved:
+            return doctor_measured(lambda seed: load_hf_model(source), batch, [0],
+                                   f"{self.saved.describe}, on text tokenised by {tokenised}", self.theory,
+                                   progress=progress)
+        return doctor_measured(lambda seed: build_hf_model(source, seed), batch, list(range(seeds)), "fresh seeds",
+                               self.theory, progress=progress)
 
 
 def saved_hf_model(folder: Path) -> SavedModel:
@@ -76,17 +80,13 @@ def saved_hf_model(folder: Path) -> SavedModel:
     return SavedModel(f"the saved weights of {folder}", load, read_plan, batch)
 
 
-def saved_run_model(run_dir: Path, config: TransformerConfig) -> SavedModel:
+def saved_run_model(run_dir: Path) -> SavedModel:
     """The newest checkpoint of a training run, measured as it is; its plan read from its weights."""
 
     def load():
         from ..train.run_dir import trained_model
 
-        model, trained_config, _ = trained_model(run_dir, "diagnose")
-        if trained_config != config:
-            raise ValueError("--set changes the model, so its saved weights do not fit it: add --fresh to diagnose "
-                             "a freshly initialised model of the changed configuration")
-        return model
+        return trained_model(run_dir, "diagnose")[0]  # its config is the run's: --set with weights is refused
 
     def read_plan(model, config):
         from ..model.init import InitPlan
@@ -101,14 +101,16 @@ def _cached_hf_model(model: str, presets) -> Path:
     it is neither there nor anything else doctor takes."""
     neither = f"MODEL: {model!r} is neither a preset ({', '.join(presets)}), an existing path"
     try:
-        from ..hf.measure import resolve_hf_location
+        from ..hf.measure import NotInCache, resolve_hf_location
     except ImportError:
         raise ValueError(f"{neither} nor (without the extra `hf`) a Hugging Face model id") from None
     try:
         return resolve_hf_location(model)
-    except ValueError as err:
-        raise ValueError(f"{neither} nor a model in the local Hugging Face cache ({str(err).split('(')[-1]}"
-                         if "cache" in str(err) else f"{neither} nor a Hugging Face model id") from None
+    except NotInCache as err:
+        raise ValueError(f"{neither} nor a model in the local Hugging Face cache ({err.cache}); sigprop downloads "
+                         "nothing") from None
+    except ValueError:
+        raise ValueError(f"{neither} nor a Hugging Face model id") from None
 
 
 def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget:
@@ -123,9 +125,9 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
 
     if model in PRESETS:
         return DoctorTarget(resolve_config(model, None, overrides)[0], "sigprop", model)
-    path = Path(model)
+    path, name = Path(model), None
     if not path.exists():
-        path = _cached_hf_model(model, PRESETS)
+        path, name = _cached_hf_model(model, PRESETS), model  # a model id: named as the user named it
     hf_file = path / "config.json" if path.is_dir() else path
     if path.is_dir() and (path / "run.json").exists():
         from ..model.config import apply_overrides, config_from_dict
@@ -136,7 +138,7 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
         if overrides and not fresh and latest_checkpoint(path) is not None:
             raise ValueError("--set changes the model, so the run's saved weights do not fit it: add --fresh to "
                              "diagnose a freshly initialised model of the changed configuration")
-        saved = None if fresh or latest_checkpoint(path) is None else saved_run_model(path, config)
+        saved = None if fresh or latest_checkpoint(path) is None else saved_run_model(path)
         return DoctorTarget(config, "run", path.name, saved)
     if hf_file.is_file() and hf_file.suffix == ".json":
         data = read_config_json(hf_file)
@@ -149,9 +151,13 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
             folder = hf_file.parent
             weights = path.is_dir() and read_hf_source(path).weights is not None
             saved = saved_hf_model(folder) if weights and not fresh else None
+            name = name or folder.name
             if data["model_type"] not in FAMILIES:
-                return DoctorTarget(None, "hf", folder.name, saved, not_mapped_reason(data["model_type"]), path)
-            return DoctorTarget(from_hf(str(folder)), "hf", folder.name, saved, hf_path=path)
+                return DoctorTarget(None, "hf", name, saved, not_mapped_reason(data["model_type"]), path)
+            try:
+                return DoctorTarget(from_hf(str(folder)), "hf", name, saved, hf_path=path)
+            except ValueError as err:  # a mapped family whose configuration uses what the mapping cannot state
+                return DoctorTarget(None, "hf", name, saved, f"its theory is not available: {err}", path)
         if not path.is_dir():
             return DoctorTarget(resolve_config(None, path, overrides)[0], "sigprop", path.stem)
     raise ValueError(f"MODEL: {path} holds no run.json, no config.json and is no config file")

@@ -120,8 +120,9 @@ class Request:
             if not (self.run / "run.json").is_file():
                 raise ValueError(f"--run: {self.run} is no run directory (no run.json): give a `sigprop train --out` "
                                  "folder")
-            _refuse("--run measures the trained model as it is configured", preset=self.preset,
-                    config=self.config_file, set=self.overrides, merge=self.merge, hf=self.hf)
+            _refuse("--run measures the trained model as it is configured, on the CPU", preset=self.preset,
+                    config=self.config_file, set=self.overrides, merge=self.merge, hf=self.hf,
+                    device=None if self.fresh else self.device)
         if self.fresh and self.hf is None and self.run is None:
             raise ValueError("--fresh applies to --hf or --run (a model's saved weights)")
         if self.hf is not None:
@@ -175,7 +176,7 @@ class Request:
         if self.run is not None:
             from ..train.checkpoint import latest_checkpoint
 
-            return None if latest_checkpoint(self.run) is None else saved_run_model(self.run, config)
+            return None if latest_checkpoint(self.run) is None else saved_run_model(self.run)
         return None
 
     def seeds_for(self, preset: Preset | None) -> int:
@@ -245,32 +246,20 @@ def _hf_batch(source, config: TransformerConfig | None, request: Request, batch_
 
 
 def _saved_plan(saved, model, config: TransformerConfig, notes: list[str]):
-    """The plan the weights of ``model`` (the loaded ``saved`` model) show, for the theory of ``config``; what they
-    break of the theory's assumptions, or why they cannot be read (the theory then describes a fresh model), goes
-    to ``notes``."""
-    try:
-        plan = saved.read_plan(model, config)
-    except ValueError as err:
-        notes.append(f"the theory describes a freshly initialised model of the configuration: the saved weights "
-                     f"could not be read ({err}); --fresh says so without trying")
-        return None
+    """:func:`~sigprop.analysis.doctor.saved_plan`, saying first what the theory reads."""
+    from ..analysis.doctor import saved_plan
+
     notes.append(f"the theory reads the standard deviations of {saved.describe} (--fresh: a freshly initialised "
                  "model of its configuration)")
-    notes.extend(plan.notes.get("approximations", ()))
-    return plan
+    return saved_plan(saved, model, config, notes)
 
 
 def _measure_saved(saved, model, config: TransformerConfig, batch: dict, progress) -> Profile:
-    """The saved model measured once on ``batch`` (training mode, as sigprop measures its models), with the meta
-    a stored measurement needs (:func:`~sigprop.measurement.seeds.measure_seeds`'s)."""
-    from ..measurement.hooks import measure
-    from ..model.batches import batch_fingerprint, config_fingerprint
+    """:func:`~sigprop.analysis.doctor.measure_saved`, with its progress."""
+    from ..analysis.doctor import measure_saved
 
     tick = tasks(progress).task(f"measure {saved.describe}", 1)
-    meta = {"seeds": [0], "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0]),
-            "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
-            "weights": saved.describe}
-    profile = measure(model.train(), batch, config=config.to_dict(), meta=meta)
+    profile = measure_saved(saved, model, config, batch)
     tick(1)
     return profile
 

@@ -165,3 +165,52 @@ def test_bad_input_names_the_problem():
         sigprop.measure(torch.nn.Linear(3, 3), torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="none of the known keys.*input_ids.*pixel_values"):
         sigprop.measure(_causal_lm(), {"tokens": torch.zeros(2, 3, dtype=torch.long)})
+
+
+class _Protocol(torch.nn.Module):
+    """A user's module written for sigprop's site protocol: a ``loss(batch)`` taking the batch in its own form."""
+
+    def __init__(self, with_loss: bool = True):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+        self.with_loss = with_loss
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+    def sites(self):
+        return [(i, "layer", block) for i, block in enumerate(self.blocks)]
+
+    def loss(self, batch):
+        if not self.with_loss:
+            raise AssertionError("not reached")
+        return self(batch["features"]).square().mean()
+
+
+def test_a_protocol_model_gets_its_batch_as_given():
+    """The site protocol is unchanged: ``model.loss`` receives the caller's own batch (keys of its own, float
+    inputs), also when ``sites=`` is given; a model with ``sites()`` but no loss is a one-line error."""
+    model = _Protocol()
+    batch = {"features": torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0)), "extra": 1}
+    profile = sigprop.measure(model, batch)
+    assert [(r.layer, r.site) for r in profile.rows] == [(0, "layer"), (1, "layer"), (2, "layer")]
+    assert all(r.grad_var > 0 for r in profile.rows)
+    assert len(sigprop.measure(model, batch, sites=model.sites()[:1]).rows) == 1
+    model.loss = None
+    with pytest.raises(ValueError, match="no loss\\(batch\\) method"):
+        sigprop.measure(model, batch)
+
+
+def test_a_plain_module_reads_hugging_face_labels_as_a_causal_lm():
+    """A Hugging Face dict's labels are unshifted next tokens: a plain module's token logits are scored against
+    them shifted, the same loss as from the ids alone."""
+    net = NanoGPT(n_layer=2, vocab=V)
+    ids, attention = _ids_and_mask(7)
+    adapter = adapt(net)
+    with torch.no_grad():
+        given = adapter.loss(adapter.batch({"input_ids": ids, "attention_mask": attention,
+                                            "labels": ids.masked_fill(attention == 0, -100)}))
+        derived = adapter.loss(adapter.batch({"input_ids": ids, "attention_mask": attention}))
+    assert _rel(given, derived) <= 1e-6

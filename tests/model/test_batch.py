@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sigprop.model.batch import Batch, next_token_labels, shift_causal_labels, unshift_causal_labels
+from sigprop.data.mlm import causal_lm_labels
+from sigprop.model.batch import Batch, shift_causal_labels, unshift_causal_labels
 from sigprop.model.config import TransformerConfig
 from sigprop.model.objective import make_batch
 
@@ -44,8 +45,8 @@ def test_shift_helpers_are_inverse_where_read():
     assert torch.equal(shift_causal_labels(unshift_causal_labels(labels))[:, :-1], labels[:, :-1])
     ids = torch.tensor([[5, 6, 7, 8]])
     mask = torch.tensor([[True, True, True, False]])
-    assert next_token_labels(ids, mask).tolist() == [[6, 7, -100, -100]]
-    assert next_token_labels(ids).tolist() == [[6, 7, 8, -100]]
+    assert causal_lm_labels(ids, padding_mask=mask).tolist() == [[6, 7, -100, -100]]
+    assert causal_lm_labels(ids).tolist() == [[6, 7, 8, -100]]
 
 
 def test_tensor_and_images():
@@ -60,6 +61,7 @@ def test_tensor_and_images():
     ({"input_ids": torch.zeros(1, 3)}, "must hold integers"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 4)}, "shape"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.full((1, 3), 2)}, "0/1"),
+    ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "padding_mask": torch.ones(1, 3)}, "unknown: padding_mask"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.zeros(1, 3, dtype=torch.long)},
      "no real token"),
     ({"input_ids": torch.zeros(1, 3, dtype=torch.long), "labels": torch.zeros(1, 2, dtype=torch.long)}, "labels"),
@@ -68,3 +70,8 @@ def test_tensor_and_images():
 def test_bad_batches_are_refused_with_the_reason(bad, match):
     with pytest.raises(ValueError, match=match):
         Batch.from_any(bad)
+
+
+def test_a_float_attention_mask_is_read_as_hugging_face_takes_it():
+    b = Batch.from_any({"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.tensor([[1.0, 1.0, 0.0]])})
+    assert b.padding_mask.tolist() == [[True, True, False]]

@@ -4,8 +4,10 @@ A *site* (:mod:`sigprop.core.moments`) is a tensor x of shape (batch, tokens, hi
 embedding output (layer −1, site ``"input"``), a transformer layer's output (``"layer"``) or a branch's output before
 its residual scale and add (``"attn"``, ``"ffn"``, ``"cross"``). A model exposes them through the *site protocol*:
 ``model.sites()`` returns an ordered list of ``(layer, site, module)`` and the site's tensor is that module's forward
-output. At every site we record the statistics of :mod:`sigprop.core.stats`, restricted to the real (non-padding)
-tokens:
+output. Any other model (a Hugging Face model of any family, a user's own module) has its sites found from its stack
+of blocks, the first block's input read by a pre-hook (:mod:`sigprop.measurement.discover`), and its batch and loss
+read through its adapter (:mod:`sigprop.measurement.adapters`). At every site we record the statistics of
+:mod:`sigprop.core.stats`, restricted to the real (non-padding) tokens:
 
 * mean  μ = Σ m_bt x_btj / n,                       n = D Σ_b T_b      (T_b = real tokens of sequence b),
 * var   σ² = Σ m_bt (x_btj − μ)² / n,

@@ -54,6 +54,20 @@ def _head(model) -> nn.Module | None:
     return head
 
 
+def _layout(model, slots: list, biases: list, norms: list, final_norm) -> HFWeights:
+    """The :class:`HFWeights` of these slots, biases and norms, with an untied head's weight as the last slot."""
+    head = _head(model)
+    if head is not None:
+        slots = [*slots, Slot("head", None, head.weight)]
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), final_norm, head)
+
+
+def _llama_norms(i: int, block) -> list:
+    """A Llama-style block's two norms (before attention, before the MLP)."""
+    return [(f"layers.{i}.input_layernorm", block.input_layernorm),
+            (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
+
+
 def _gpt2(model) -> HFWeights:
     """GPT-2 (Conv1D weights stored (in, out)): c_attn = [W_Q | W_K | W_V], c_proj, mlp.c_fc, mlp.c_proj."""
     base = getattr(model, "transformer", model)
@@ -69,10 +83,7 @@ def _gpt2(model) -> HFWeights:
             ("attn.c_attn", block.attn.c_attn), ("attn.c_proj", block.attn.c_proj), ("mlp.c_fc", block.mlp.c_fc),
             ("mlp.c_proj", block.mlp.c_proj))]
         norms += [(f"h.{i}.ln_1", block.ln_1), (f"h.{i}.ln_2", block.ln_2)]
-    head = _head(model)
-    if head is not None:
-        slots.append(Slot("head", None, head.weight))
-    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.ln_f, head)
+    return _layout(model, slots, biases, norms, base.ln_f)
 
 
 def _llama(model) -> HFWeights:
@@ -89,12 +100,8 @@ def _llama(model) -> HFWeights:
                                  ("down_proj", mlp.down_proj, "w2")):
             slots.append(Slot(role, i, proj.weight))
             biases.append((f"layers.{i}.{name}", proj))
-        norms += [(f"layers.{i}.input_layernorm", block.input_layernorm),
-                  (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
-    head = _head(model)
-    if head is not None:
-        slots.append(Slot("head", None, head.weight))
-    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.norm, head)
+        norms += _llama_norms(i, block)
+    return _layout(model, slots, biases, norms, base.norm)
 
 
 def _phi3(model) -> HFWeights:
@@ -117,12 +124,8 @@ def _phi3(model) -> HFWeights:
         biases += [(f"layers.{i}.{name}", m) for name, m in (("qkv_proj", attn.qkv_proj), ("o_proj", attn.o_proj),
                                                               ("gate_up_proj", mlp.gate_up_proj),
                                                               ("down_proj", mlp.down_proj))]
-        norms += [(f"layers.{i}.input_layernorm", block.input_layernorm),
-                  (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
-    head = _head(model)
-    if head is not None:
-        slots.append(Slot("head", None, head.weight))
-    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.norm, head)
+        norms += _llama_norms(i, block)
+    return _layout(model, slots, biases, norms, base.norm)
 
 
 def _opt(model) -> HFWeights:
@@ -143,10 +146,7 @@ def _opt(model) -> HFWeights:
             biases.append((f"layers.{i}.{name}", proj))
         norms += [(f"layers.{i}.self_attn_layer_norm", block.self_attn_layer_norm),
                   (f"layers.{i}.final_layer_norm", block.final_layer_norm)]
-    head = _head(model)
-    if head is not None:
-        slots.append(Slot("head", None, head.weight))
-    return HFWeights(tuple(slots), tuple(biases), tuple(norms), getattr(base, "final_layer_norm", None), head)
+    return _layout(model, slots, biases, norms, getattr(base, "final_layer_norm", None))
 
 
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.

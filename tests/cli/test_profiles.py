@@ -2,6 +2,7 @@
 and errors."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -186,7 +187,9 @@ def test_csv_holds_the_json_rows(tmp_path):
     assert result.exit_code == 0, result.output
     header = comp.read_text().splitlines()[0].split(",")
     assert header[:4] == ["layer", "site", "pred_fwd_mean", "meas_fwd_mean"] and len(header) == 12
-    for bad, message in ((tmp_path / "p.txt", "must end in .csv"), (tmp_path, "is a folder")):
+    unwritable = Path("/proc/sigprop-test/p.csv")  # /proc takes no new files, not even from root
+    for bad, message in ((tmp_path / "p.txt", "must end in .csv"), (tmp_path, "is a folder"),
+                         (unwritable, "cannot write")):
         result = run_cli(["predict", *SMALL, "--csv", str(bad)])
         assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 

@@ -67,6 +67,12 @@ def families() -> dict:
             num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
             intermediate_size=344, max_position_embeddings=64, vocab_size=VOCAB, bos_token_id=2, eos_token_id=3,
             **causal)),
+        "qwen3": (transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+            num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            intermediate_size=344, max_position_embeddings=64, vocab_size=VOCAB, **causal)),
+        "gpt_neox": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
+            num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, intermediate_size=4 * D,
+            max_position_embeddings=64, vocab_size=VOCAB, **causal)),
     }
 
 

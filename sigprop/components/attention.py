@@ -71,7 +71,7 @@ from .attention_gram import gram_attention, gram_attention_backward
 from .attention_sampled import sampled_backward, sampled_forward
 from .attention_theory import attention_terms, query_gradient, query_variance, score_variance
 from .draws import DEFAULT_GRAM_HEADS, DEFAULT_HEADS
-from .rope import apply_rope
+from .query_key import QueryKeyMap, query_key_map
 
 __all__ = [
     "SingleHeadAttention",
@@ -119,13 +119,15 @@ CLOSED_FORM_MAX_S2 = 0.3
 CAUSAL_MAX_S2 = 0.5
 
 
-def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool, rope: float | None = None) -> str:
-    """The rule "auto" stands for at input ``m``: "sampled" if rotary (``rope`` not None) or if any s² exceeds
+def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool,
+                   rope: float | QueryKeyMap | None = None) -> str:
+    """The rule "auto" stands for at input ``m``: "sampled" if queries and keys are mapped (``rope``: rotary
+    embedding, QK-norm, :mod:`~sigprop.components.query_key`) or if any s² exceeds
     :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; "forward" likewise with
     :data:`FORWARD_MAX_S2`; other approximations are returned unchanged."""
     if approx not in ("auto", "forward"):
         return approx
-    if rope is not None:
+    if query_key_map(rope) is not None:
         return "sampled"
     var, r = _effective_input(m)
     s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
@@ -136,9 +138,9 @@ def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bo
 def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope=None):
     if approx not in ATTENTION_APPROX:
         raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
-    if rope is not None and approx in ("exact", "kedia"):
-        raise NotImplementedError(f"the {approx!r} attention rule assumes exchangeable keys, which rotary position "
-                                  "embedding breaks: use approx='sampled' (or 'auto')")
+    if query_key_map(rope) is not None and approx in ("exact", "kedia"):
+        raise NotImplementedError(f"the {approx!r} attention rule assumes exchangeable keys and small scores, which "
+                                  "rotary embedding and QK-norm break: use approx='sampled' (or 'auto')")
     if causal and approx == "kedia":
         raise NotImplementedError("the 'kedia' attention rule is bidirectional: use approx='exact', 'sampled' or "
                                   "'auto' for causal attention")
@@ -162,7 +164,7 @@ def _effective_input(m: Moments):
 
 def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
                       approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
-                      rope: float | None = None) -> Moments:
+                      rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
 
     ``approx``:
@@ -202,7 +204,7 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
 
 def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                        causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
-                       seed: int = 0, rope: float | None = None) -> GradMoments:
+                       seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
 
     ``approx``:
@@ -245,7 +247,7 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
 
 def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
                 approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
-                rope: float | None = None) -> Moments:
+                rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
     :func:`attention_forward` with d_k = d_head (heads have independent weights; the hidden correlation between
     units of different heads is zero like within a head). Grouped-query attention, where query heads share a key
@@ -256,7 +258,7 @@ def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_
 
 def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                  causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
-                 seed: int = 0, rope: float | None = None) -> GradMoments:
+                 seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
     (each head's output gradient is zero-mean and uncorrelated with another head's, which holds for independent
     W_V per head and also for grouped-query heads sharing W_V and W_K, since the gradients reaching different
@@ -422,7 +424,10 @@ class MultiHeadAttention(nn.Module):
 
     ``rope``: the rotary base (e.g. 10000) of rotary position embedding on queries and keys, positions 0 … L − 1
     (:mod:`~sigprop.components.rope`; with ``x_kv`` the keys take positions 0 … L_kv − 1, so pass the query rows
-    as a prefix); None: no rotation. Its rules are the sampled ones ("auto" resolves to "sampled").
+    as a prefix); None: no rotation. ``rotary_fraction``: the fraction of each head's coordinates rotated (GPT-NeoX's
+    partial rotary, :mod:`~sigprop.components.query_key`). ``qk_norm_eps``: RMS-normalise each query and key head
+    (QK-norm, Qwen3) with this ε, each followed by a gain of d_head parameters (1 at initialisation: ``q_gain``,
+    ``k_gain``); None: no QK-norm. With either, the rules are the sampled ones ("auto" resolves to "sampled").
     """
 
     rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed"}), inputs=frozenset({"key_padding_mask"}),
@@ -430,7 +435,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
                  dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto",
-                 n_kv_heads: int | None = None, rope: float | None = None):
+                 n_kv_heads: int | None = None, rope: float | None = None, rotary_fraction: float = 1.0,
+                 qk_norm_eps: float | None = None):
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head"), (n_kv_heads, "n_kv_heads")):
@@ -446,9 +452,16 @@ class MultiHeadAttention(nn.Module):
             if d_head % 2:
                 raise ValueError(f"rotary embedding needs an even d_head (got {d_head})")
             check_range(rope, "rope theta", lo=1.0, lo_open=True, allowed="(1, inf)")
+        if qk_norm_eps is not None and approx in ("exact", "kedia"):
+            raise ValueError(f"approx={approx!r} assumes small scores, which QK-norm breaks: use 'auto' or 'sampled'")
         self.d_in, self.n_heads, self.d_head = int(d_in), int(n_heads), int(d_head)
         self.n_kv_heads = int(n_kv_heads)
         self.rope = None if rope is None else float(rope)
+        #: what the heads do to queries and keys before the scores (None: nothing; :mod:`.query_key`)
+        self.qk_map = query_key_map(QueryKeyMap(theta=self.rope, rotary_fraction=float(rotary_fraction),
+                                                norm_eps=None if qk_norm_eps is None else float(qk_norm_eps)))
+        if self.qk_map is not None:
+            self.qk_map.check_head(self.d_head)
         self.causal, self.approx = bool(causal), approx
         self.rule_used: str | None = None  # the attention rule the last moment call used ("auto" resolved)
         self.dropout_p = float(check_range(dropout_p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
@@ -462,6 +475,11 @@ class MultiHeadAttention(nn.Module):
         self.w_q = nn.Parameter(torch.empty(self.batch_shape + (self.d_in, self.n_heads * self.d_head)))
         self.w_k = nn.Parameter(torch.empty(kv_shape))
         self.w_v = nn.Parameter(torch.empty(kv_shape))
+        if qk_norm_eps is not None:
+            self.q_gain = nn.Parameter(torch.ones(self.d_head))
+            self.k_gain = nn.Parameter(torch.ones(self.d_head))
+        else:
+            self.q_gain = self.k_gain = None
         self.reset_parameters()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -471,10 +489,19 @@ class MultiHeadAttention(nn.Module):
         """(…, L, n·d_head) → (…, n, L, d_head) for the n heads the width holds."""
         return t.unflatten(-1, (t.shape[-1] // self.d_head, self.d_head)).transpose(-2, -3)
 
+    def _mapped(self, t: torch.Tensor, gain: torch.Tensor | None) -> torch.Tensor:
+        """Query or key heads (…, L, d_head) through QK-norm (times its gain) and rotary embedding, where the module
+        has them (:mod:`~sigprop.components.query_key`)."""
+        if self.qk_map is None:
+            return t
+        t = self.qk_map.normalise(t)
+        return self.qk_map.rotate(t if gain is None else t * gain)
+
     def _shared_kv(self, k: torch.Tensor, v: torch.Tensor, rotate: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys rotated (``rotate`` and RoPE) and each key/value head repeated for the query heads of its group."""
-        if rotate and self.rope is not None:
-            k = apply_rope(k, self.rope)
+        """Keys mapped (``rotate``: QK-norm and RoPE where the module has them) and each key/value head repeated for
+        the query heads of its group."""
+        if rotate:
+            k = self._mapped(k, self.k_gain)
         group = self.n_heads // self.n_kv_heads
         if group > 1:
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
@@ -500,8 +527,7 @@ class MultiHeadAttention(nn.Module):
             wkv = w(torch.cat((self.w_k, self.w_v), -1))
             blocks = [x_kv] if isinstance(x_kv, torch.Tensor) else list(x_kv)
             k, v = (self._heads(t) for t in torch.cat([b @ wkv for b in blocks], dim=-2).split(hkv, -1))
-        if self.rope is not None:
-            q = apply_rope(q, self.rope)
+        q = self._mapped(q, self.q_gain)
         k, v = self._shared_kv(k, v, rotate=True)
         mask, causal = None, self.causal
         if key_padding_mask is not None:
@@ -515,11 +541,10 @@ class MultiHeadAttention(nn.Module):
         return o.transpose(-2, -3).flatten(-2)
 
     def queries_and_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Q, K) of self-attention on ``x`` (…, L, d_in) per query head, (…, H, L, d_head) each: rotated where the
-        module has RoPE, each key head repeated for the query heads of its group (what the scores are made of)."""
-        q = self._heads(x @ self.w_q)
-        if self.rope is not None:
-            q = apply_rope(q, self.rope)
+        """(Q, K) of self-attention on ``x`` (…, L, d_in) per query head, (…, H, L, d_head) each: normalised and
+        rotated where the module has QK-norm or RoPE, each key head repeated for the query heads of its group (what
+        the scores are made of)."""
+        q = self._mapped(self._heads(x @ self.w_q), self.q_gain)
         k, _ = self._shared_kv(self._heads(x @ self.w_k), self._heads(x @ self.w_k), rotate=True)
         return q, k
 
@@ -529,7 +554,7 @@ class MultiHeadAttention(nn.Module):
 
     def _rule(self, m: Moments) -> str:
         sq, sk, _ = self._declared()
-        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.rope)
+        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.qk_map)
         return self.rule_used
 
     def forward_moments(self, m: Moments, L, attention_heads: int = DEFAULT_HEADS,
@@ -538,7 +563,7 @@ class MultiHeadAttention(nn.Module):
         rule used is kept in ``self.rule_used``. ``attention_heads`` / ``attention_seed``: the sampled rule's draw."""
         sq, sk, sv = self._declared()
         return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
-                           self._rule(m), attention_heads, attention_seed, self.rope)
+                           self._rule(m), attention_heads, attention_seed, self.qk_map)
 
     def gram_forward(self, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
                      attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
@@ -551,7 +576,7 @@ class MultiHeadAttention(nn.Module):
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
         return gram_attention(gram, self.d_in, self.d_head, sq, sk, sv, float(self.dropout_p), self.causal, key_mask,
-                              attention_heads, attention_seed, fixed_norm, self.rope).gram
+                              attention_heads, attention_seed, fixed_norm, self.qk_map).gram
 
     def gram_backward(self, grad_gram: torch.Tensor, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
                       attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
@@ -566,11 +591,11 @@ class MultiHeadAttention(nn.Module):
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
         return self.n_heads * gram_attention_backward(gram, grad_gram, self.d_in, self.d_head, sq, sk, sv,
                                                       float(self.dropout_p), self.causal, key_mask, attention_heads,
-                                                      attention_seed, fixed_norm, self.rope)
+                                                      attention_seed, fixed_norm, self.qk_map)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
                          attention_seed: int = 0) -> GradMoments:
         """:func:`mha_backward` with the module's declared sigmas (see :meth:`forward_moments`)."""
         sq, sk, sv = self._declared()
         return mha_backward(g, m_in, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p,
-                            self.causal, self._rule(m_in), attention_heads, attention_seed, self.rope)
+                            self.causal, self._rule(m_in), attention_heads, attention_seed, self.qk_map)

@@ -23,8 +23,9 @@ __all__ = ["AttentionBlock", "CrossAttentionBlock"]
 
 class AttentionBlock(Sequential):
     """norm → attn (H heads of width d_head) → proj (H·d_head → d) → drop. ``norm="none"`` gives the bare block.
-    ``n_kv_heads`` (grouped-query attention) and ``rope`` (a rotary base) are
-    :class:`~sigprop.components.attention.MultiHeadAttention`'s, for standard attention.
+    ``n_kv_heads`` (grouped-query attention), ``rope`` (a rotary base), ``rotary_fraction`` (the part of each head
+    it rotates) and ``qk_norm_eps`` (QK-norm) are :class:`~sigprop.components.attention.MultiHeadAttention`'s, for
+    standard attention.
 
     ``attn_dropout`` acts on the attention probabilities, ``p`` after the projection. Standard deviations default to
     Xavier-normal (``sigma_q``, ``sigma_k``, ``sigma_v`` for the projections, ``sigma_o`` for the output projection);
@@ -43,7 +44,8 @@ class AttentionBlock(Sequential):
     def __init__(self, d: int, n_heads: int, d_head: int | None = None, p: float = 0.0, attn_dropout: float = 0.0,
                  norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
                  norm_kwargs: dict | None = None, causal: bool = False, attention: str = "standard",
-                 attention_kwargs: dict | None = None, n_kv_heads: int | None = None, rope: float | None = None):
+                 attention_kwargs: dict | None = None, n_kv_heads: int | None = None, rope: float | None = None,
+                 rotary_fraction: float = 1.0, qk_norm_eps: float | None = None):
         check_range(d, "d", lo=1.0, allowed="integers >= 1")
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
         if attention not in ATTENTIONS:
@@ -57,8 +59,10 @@ class AttentionBlock(Sequential):
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:
             layers["norm"] = norm_module
-        if attention != "standard" and (rope is not None or n_kv_heads not in (None, n_heads)):
-            raise ValueError(f"n_kv_heads and rope apply to standard attention only (got attention={attention!r})")
+        if attention != "standard" and (rope is not None or n_kv_heads not in (None, n_heads)
+                                        or qk_norm_eps is not None):
+            raise ValueError(f"n_kv_heads, rope and QK-norm apply to standard attention only (got "
+                             f"attention={attention!r})")
         if attention == "shaped":
             from .shaped_attention import ShapedAttention
 
@@ -79,7 +83,8 @@ class AttentionBlock(Sequential):
             else:
                 layers["attn"] = MultiHeadAttention(d, n_heads, d_head, sigma_q=sigma_q, sigma_k=sigma_k,
                                                     sigma_v=sigma_v, dropout_p=attn_dropout, causal=causal,
-                                                    n_kv_heads=n_kv_heads, rope=rope)
+                                                    n_kv_heads=n_kv_heads, rope=rope,
+                                                    rotary_fraction=rotary_fraction, qk_norm_eps=qk_norm_eps)
         layers["proj"] = Linear(n_heads * d_head, d, weight_std=sigma_o)
         layers["drop"] = Dropout(p)
         super().__init__(layers)

@@ -65,7 +65,7 @@ import torch
 
 from ..core.validate import check_range
 from .draws import DEFAULT_GRAM_HEADS, standard_normal, uniform
-from .rope import apply_rope
+from .query_key import QueryKeyMap, query_key_map
 
 __all__ = ["GramAttention", "gram_attention", "gram_attention_backward", "gram_sqrt", "pooled_gram_means", "head_draws",
            "value_free_output", "blocked_scores"]
@@ -178,11 +178,12 @@ def _sampled_input(maps: tuple, z: torch.Tensor, fixed_norm: bool) -> torch.Tens
     return x
 
 
-def _attention_weights(q, k, u, d_k, p, blocked, rope: float | None = None) -> torch.Tensor:
+def _attention_weights(q, k, u, d_k, p, blocked, rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """A = Dropout_p(softmax(Q Kᵀ/√d_k + masks)) of a chunk of heads, the dropout mask from the uniforms ``u``;
-    ``rope`` (a rotary base) rotates Q and K by their positions first (:mod:`~sigprop.components.rope`)."""
-    if rope is not None:
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+    ``rope`` (a rotary base or a :class:`~sigprop.components.query_key.QueryKeyMap`) maps Q and K first."""
+    qk = query_key_map(rope)
+    if qk is not None:
+        q, k = qk(q), qk(k)
     scores = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).masked_fill(blocked, float("-inf"))
     a = torch.softmax(scores, dim=-1)
     if u is not None:
@@ -190,15 +191,16 @@ def _attention_weights(q, k, u, d_k, p, blocked, rope: float | None = None) -> t
     return a
 
 
-def value_free_output(x, zq, zk, u, sq, sk, d_k, p, blocked, rope: float | None = None) -> torch.Tensor:
+def value_free_output(x, zq, zk, u, sq, sk, d_k, p, blocked,
+                      rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
-    averaged exactly); ``rope``: rotary base, or None."""
+    averaged exactly); ``rope``: rotary base or query–key map, or None."""
     a = _attention_weights(x @ (math.sqrt(sq) * zq), x @ (math.sqrt(sk) * zk), u, d_k, p, blocked, rope)
     return a @ x
 
 
 def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bool,
-                     rope: float | None = None) -> torch.Tensor:
+                     rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """O Oᵀ for the value-free output O = A X of a chunk of heads (B, n, L, L), computed without the rows
     X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,
     X W_Q = D G^{1/2} (Z W_Q), so every product is L × L or L × d_k and Z Zᵀ, Z W_Q, Z W_K are shared by the B
@@ -219,7 +221,7 @@ def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bo
 def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sigma_k2: float, sigma_v2: float,
                    p: float = 0.0, causal: bool = False, key_mask: torch.Tensor | None = None,
                    heads: int = DEFAULT_GRAM_HEADS, seed: int = 0, fixed_norm: bool = False,
-                   rope: float | None = None) -> GramAttention:
+                   rope: float | QueryKeyMap | None = None) -> GramAttention:
     """Per-element output Gram matrix of single-head attention (module docstring) for the per-element input Gram
     ``gram`` (B, L, L) of B sequences, by sampling ``heads`` heads per sequence from ``seed``.
 
@@ -227,8 +229,9 @@ def gram_attention(gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float, sig
     are computed but mean nothing). ``p``: dropout on the attention probabilities. ``fixed_norm``: the input is a
     norm's output, whose rows have a fixed length (|x_j|² = d_in G_jj exactly: LayerNorm, RMSNorm), so each sampled
     row is rescaled to that length (module docstring). ``rope``: the rotary base of a RoPE model (queries and keys
-    rotated by positions 0 … L − 1, :mod:`~sigprop.components.rope`), None without. Raises ``ValueError`` naming the
-    argument on invalid input.
+    rotated by positions 0 … L − 1, :mod:`~sigprop.components.rope`), a
+    :class:`~sigprop.components.query_key.QueryKeyMap` (QK-norm, partial rotation), or None. Raises
+    ``ValueError`` naming the argument on invalid input.
     """
     B, L, d_in, d_k, sq, sk, sv, p, heads, keep, blocked = _checked(gram, d_in, d_k, sigma_q2, sigma_k2, sigma_v2,
                                                                      p, causal, key_mask, heads)
@@ -275,7 +278,7 @@ def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
 def gram_attention_backward(gram: torch.Tensor, grad_gram: torch.Tensor, d_in: int, d_k: int, sigma_q2: float,
                             sigma_k2: float, sigma_v2: float, p: float = 0.0, causal: bool = False,
                             key_mask: torch.Tensor | None = None, heads: int = DEFAULT_GRAM_HEADS, seed: int = 0,
-                            fixed_norm: bool = False, rope: float | None = None) -> torch.Tensor:
+                            fixed_norm: bool = False, rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """Per-element Gram matrix (B, L, L) of single-head attention's input gradient (module docstring, "Backward"),
     for the per-element forward input Gram ``gram`` and output-gradient Gram ``grad_gram`` (both (B, L, L)), by
     sampling ``heads`` heads per sequence from ``seed``; the forward draws are :func:`gram_attention`'s (common

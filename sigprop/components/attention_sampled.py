@@ -44,7 +44,7 @@ import torch
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range, clip_corr
 from .draws import DEFAULT_HEADS, standard_normal, uniform
-from .rope import apply_rope
+from .query_key import QueryKeyMap, query_key_map
 
 __all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward"]
 
@@ -128,10 +128,11 @@ def _gaussian_input(c, delta, mean, var, corr):
 
 def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal, rope=None):
     """The value-free output O = Ã X_kv of a chunk of heads (W_V is averaged exactly, module docstring) and the
-    mean per-query score variance; ``rope``: rotary base (queries and keys rotated by their positions), or None."""
+    mean per-query score variance; ``rope``: rotary base or query–key map (:func:`query_key_map`), or None."""
     q, k = x @ (math.sqrt(sq) * z["zq"]), x_kv @ (math.sqrt(sk) * z["zk"])
-    if rope is not None:
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+    qk = query_key_map(rope)
+    if qk is not None:
+        q, k = qk(q), qk(k)
     s = q @ k.transpose(-1, -2) / math.sqrt(d_k)
     s2 = float(s.detach().var(dim=-1).mean())
     if causal:
@@ -212,17 +213,18 @@ def _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads):
 
 def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
                      mean=0.0, heads: int = DEFAULT_HEADS, seed: int = 0,
-                     rope: float | None = None) -> SampledAttention:
+                     rope: float | QueryKeyMap | None = None) -> SampledAttention:
     """Sample ``heads`` single attention heads on Gaussian input of per-element variance ``var``, token correlation
     ``corr`` and mean ``mean`` (module docstring) and return the moments with their standard errors.
 
     Scalars only (see :func:`sampled_forward` for arrays). Cached: a repeated call with equal arguments returns the
     same draw. ``rope``: the rotary base of a RoPE model (:mod:`~sigprop.components.rope`; positions 0 … L − 1),
-    None without. Raises ``ValueError`` naming the argument on invalid input.
+    a :class:`~sigprop.components.query_key.QueryKeyMap` (QK-norm, partial rotation), or None. Raises
+    ``ValueError`` naming the argument on invalid input.
     """
     mean, var, corr = _checked_input(var, corr, mean)
     d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
-    rope = None if rope is None else float(rope)
+    rope = query_key_map(rope)
     return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed), rope)
 
 
@@ -236,7 +238,7 @@ def _each(fn, *arrays):
 
 
 def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                    heads: int = DEFAULT_HEADS, seed: int = 0, rope: float | None = None) -> Moments:
+                    heads: int = DEFAULT_HEADS, seed: int = 0, rope: float | QueryKeyMap | None = None) -> Moments:
     """Output moments of single-head attention by sampling (module docstring): mean, variance and token
     correlation as the measurement defines them; hidden correlation 0 (independent W_V columns). Arrays broadcast
     (one sampled configuration per element)."""
@@ -251,7 +253,7 @@ def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
 
 def sampled_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                      causal: bool = False, heads: int = DEFAULT_HEADS, seed: int = 0,
-                     rope: float | None = None) -> GradMoments:
+                     rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Input-gradient moments of single-head attention by sampling, through values, keys and queries:
     σ²_gx = σ²_g[r_g V_sh + (1 − r_g)V_in], Cov = σ²_g[r_g C_sh + (1 − r_g)C_in] (module docstring). Reuses the
     forward's draw when ``m_in`` is the forward's input."""

@@ -100,7 +100,8 @@ _UNSET = object()
 #: Model-config fields added after run ids were first written, with their defaults: left out of a run id's digest
 #: while at the default, so that a run folder keeps its name (and an experiment resumes) across versions.
 _LATER_FIELDS = {"n_kv_heads": None, "head_dim": None, "position": "learned", "rope_theta": 10000.0,
-                 "initializer_range": 0.02, "embed_scale": 1.0}
+                 "initializer_range": 0.02, "embed_scale": 1.0,
+                 "qk_norm": False, "rotary_fraction": 1.0, "parallel_block": False}
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     with torch.no_grad():
         for slot in layout.slots:
             draw.normal(slot.tensor, plan.std(slot.role, slot.layer))
-            if slot.role in _FOLDED:
-                slot.tensor.mul_(factors[slot.layer][_FOLDED[slot.role]])
+            if slot.role in _FOLDED:  # a parallel block's one residual carries both branches' scale
+                slot.tensor.mul_(factors[slot.layer]["attn" if config.parallel_block else _FOLDED[slot.role]])
         _zero(*(m for _, m in layout.biases), *(() if layout.head is None else (layout.head,)))
         for _, norm in layout.norms:
             _norm(norm)

@@ -73,7 +73,7 @@ class _Target:
 
 
 _EVERY_TARGET = (("input", "tokens"), ("norm", "layernorm"), ("position", "learned"), ("attention", "standard"),
-                 ("embed_scale", 1.0))
+                 ("embed_scale", 1.0), ("qk_norm", False), ("rotary_fraction", 1.0), ("parallel_block", False))
 _TARGETS = {"gpt2": _Target("GPT-2", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0)), True),
             "opt": _Target("OPT", (("arch", "decoder"), ("norm_position", "post"), ("n_segments", 0),
                                    ("norm_eps", 1e-5)), False),

@@ -60,6 +60,6 @@ def branch_scales(model) -> list[dict[str, float]]:
 
 def plan_branch_scales(config, plan) -> list[dict[str, float]]:
     """:func:`fold_factors` of the λ and β an init plan gives a model of ``config`` (no model built); an encoder or
-    decoder's layers each apply "attn" then "ffn"."""
-    return fold_factors(config, [{site: plan.scales(site, i) for site in ("attn", "ffn")}
-                                 for i in range(config.total_layers)])
+    decoder's layers each apply "attn" then "ffn", a parallel block (``parallel_block``) one residual, "attn"."""
+    sites = ("attn",) if config.parallel_block else ("attn", "ffn")
+    return fold_factors(config, [{site: plan.scales(site, i) for site in sites} for i in range(config.total_layers)])

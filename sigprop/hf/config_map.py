@@ -1,6 +1,6 @@
 """Hugging Face configurations as sigprop configurations: :func:`from_hf` maps a GPT-2, BERT, RoBERTa, OPT,
-Llama-family (Llama, Qwen2, Mistral), Phi-3 or Gemma configuration (or a model, or a local folder holding
-``config.json``) to the
+Llama-family (Llama, Qwen2, Mistral), Qwen3, Phi-3, Gemma or GPT-NeoX configuration (or a model, or a local folder
+holding ``config.json``) to the
 :class:`~sigprop.model.config.TransformerConfig` that builds the same network at initialisation, and says what it
 cannot map (:func:`map_hf_config` returns the list; :func:`from_hf` warns with it).
 
@@ -30,15 +30,13 @@ __all__ = ["HFMapping", "map_hf_config", "from_hf", "not_mapped_reason", "FAMILI
 
 #: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
 FAMILIES = {"gpt2": "gpt2", "bert": "bert", "roberta": "roberta", "opt": "opt", "llama": "llama", "qwen2": "llama",
-            "mistral": "llama", "phi3": "phi3", "gemma": "gemma"}
+            "mistral": "llama", "qwen3": "qwen3", "phi3": "phi3", "gemma": "gemma", "gpt_neox": "gpt_neox"}
 
 #: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
 #: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
 NOT_MAPPED = {
     "gemma2": "norms after each branch and logit soft-capping, which sigprop has no rules for",
     "gemma3": "norms after each branch and RMSNorm on queries and keys (QK-norm), which sigprop has no rules for",
-    "qwen3": "RMSNorm on queries and keys (QK-norm), which sigprop has no rule for",
-    "gpt_neox": "parallel attention and MLP with partial rotary positions (rotary_pct < 1)",
     "phi": "parallel attention and MLP with partial rotary positions",
     "vit": "classification from a [CLS] token (sigprop's patch models average the tokens)",
     "t5": "relative position buckets and attention scores without the 1/√d_k scaling (folded into its "
@@ -200,16 +198,50 @@ def _opt(c, notes: list) -> dict:
                 initializer_range=float(c.init_std))
 
 
+def _qwen3(c, notes: list) -> dict:
+    """Qwen3: Llama's network with QK-norm, an RMSNorm (ε = ``rms_norm_eps``, gain 1 at initialisation) on every
+    query and key head before the rotation (:mod:`sigprop.components.query_key`), and its own head width
+    ``head_dim``."""
+    layer_types = getattr(c, "layer_types", None) or ()
+    if "sliding_attention" in layer_types:
+        notes.append(f"sliding-window attention on {layer_types.count('sliding_attention')} layers is not modelled")
+    fields = _llama(c, notes)
+    return {**fields, "qk_norm": True}
+
+
+def _rotary_fraction(c) -> float:
+    """The part of each head rotary embedding rotates (``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``)."""
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    partial = params.get("partial_rotary_factor") if isinstance(params, dict) else None
+    partial = getattr(c, "partial_rotary_factor", getattr(c, "rotary_pct", None)) if partial is None else partial
+    return 1.0 if partial is None else float(partial)
+
+
+def _gpt_neox(c, notes: list) -> dict:
+    """GPT-NeoX (Pythia): a Pre-LN decoder whose attention and MLP read the same input through their own LayerNorm
+    and are added to it together (``use_parallel_residual``; a sequential Pre-LN block without it), rotary
+    positions on the first ``partial_rotary_factor`` of each head (0.25 by default), fused QKV with biases, an
+    untied head; every matrix and table from N(0, initializer_range²)."""
+    d, h = int(c.hidden_size), int(c.num_attention_heads)
+    notes.append("biases (zero at initialisation) are not modelled")
+    if float(c.hidden_dropout) != float(c.attention_dropout):
+        notes.append(f"hidden dropout {c.hidden_dropout} is on every branch and the embedding; attention dropout "
+                     f"{c.attention_dropout} on the probabilities")
+    return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=h,
+                d_ff=int(c.intermediate_size), activation=_activation(c.hidden_act, notes, False),
+                dropout=float(c.hidden_dropout), attn_dropout=float(c.attention_dropout), norm="layernorm",
+                norm_eps=float(c.layer_norm_eps), norm_position="pre", final_norm=True, position="rope",
+                rope_theta=_rope_theta(c, notes), rotary_fraction=_rotary_fraction(c),
+                parallel_block=bool(getattr(c, "use_parallel_residual", True)),
+                max_len=int(c.max_position_embeddings), seq_len=_seq_len(c.max_position_embeddings),
+                vocab_size=int(c.vocab_size), tie_head=bool(getattr(c, "tie_word_embeddings", False)), init="bert",
+                initializer_range=float(c.initializer_range))
+
+
 def _phi3(c, notes: list) -> dict:
     """Phi-3: Llama's network with fused projections (``qkv_proj``, ``gate_up_proj``: the same matrices side by
     side), dropout on each branch's output (``resid_pdrop``) and the embedding (``embd_pdrop``)."""
-    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    partial = params.get("partial_rotary_factor") if isinstance(params, dict) else None
-    partial = getattr(c, "partial_rotary_factor", None) if partial is None else partial
-    if partial is not None and float(partial) != 1.0:
-        raise ValueError(f"Phi-3 with partial_rotary_factor = {partial} (rotary positions on part of each head) is "
-                         "not mapped")
-    fields = _llama(c, notes)
+    fields = {**_llama(c, notes), "rotary_fraction": _rotary_fraction(c)}
     if float(c.embd_pdrop) != float(c.resid_pdrop):
         notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
                      "has one, resid_pdrop is used")
@@ -226,8 +258,8 @@ def _gemma(c, notes: list) -> dict:
         getattr(c, "hidden_activation", None) or c.hidden_act, notes, True)}
 
 
-_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "phi3": _phi3,
-            "gemma": _gemma}
+_MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "qwen3": _qwen3,
+            "phi3": _phi3, "gemma": _gemma, "gpt_neox": _gpt_neox}
 
 
 def map_hf_config(obj, **overrides) -> HFMapping:

@@ -104,6 +104,39 @@ def _llama(model) -> HFWeights:
     return _layout(model, slots, biases, norms, base.norm)
 
 
+def _qwen3(model) -> HFWeights:
+    """Qwen3: Llama's layout, with each block's QK-norm (``q_norm``, ``k_norm``: gains 1 at initialisation) among
+    the norms."""
+    layout = _llama(model)
+    base = getattr(model, "model", model)
+    qk = [(f"layers.{i}.self_attn.{name}", getattr(block.self_attn, name)) for i, block in enumerate(base.layers)
+          for name in ("q_norm", "k_norm")]
+    return HFWeights(layout.slots, layout.biases, (*layout.norms, *qk), layout.final_norm, layout.head)
+
+
+def _gpt_neox(model) -> HFWeights:
+    """GPT-NeoX (nn.Linear weights stored (out, in)): ``query_key_value`` holds, head by head, the rows of W_Q, W_K
+    and W_V of that head (``view(heads, 3·head_size)`` then ``chunk(3)``), ``dense`` = W_O,
+    ``mlp.dense_h_to_4h`` = W_1, ``mlp.dense_4h_to_h`` = W_2; ``embed_in`` the token table, an untied ``embed_out``."""
+    base = getattr(model, "gpt_neox", model)
+    heads = model.config.num_attention_heads
+    slots = [Slot("token", None, base.embed_in.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.layers):
+        attn, mlp = block.attention, block.mlp
+        qkv = attn.query_key_value.weight
+        per_head = qkv.view(heads, 3, qkv.shape[0] // (3 * heads), qkv.shape[1])  # a view: written in place
+        slots += [Slot(role, i, per_head[:, j]) for j, role in enumerate(("q", "k", "v"))]
+        slots += [Slot("o", i, attn.dense.weight), Slot("w1", i, mlp.dense_h_to_4h.weight),
+                  Slot("w2", i, mlp.dense_4h_to_h.weight)]
+        biases += [(f"layers.{i}.{name}", m) for name, m in (
+            ("attention.query_key_value", attn.query_key_value), ("attention.dense", attn.dense),
+            ("mlp.dense_h_to_4h", mlp.dense_h_to_4h), ("mlp.dense_4h_to_h", mlp.dense_4h_to_h))]
+        norms += [(f"layers.{i}.input_layernorm", block.input_layernorm),
+                  (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
+    return _layout(model, slots, biases, norms, base.final_layer_norm)
+
+
 def _phi3(model) -> HFWeights:
     """Phi-3 (nn.Linear weights stored (out, in)): qkv_proj = [W_Q; W_K; W_V] by rows, o_proj, gate_up_proj =
     [W_1; W_3] by rows (gate first), down_proj = W_2."""
@@ -150,7 +183,7 @@ def _opt(model) -> HFWeights:
 
 
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
-LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "phi3": _phi3, "opt": _opt}
+LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "qwen3": _qwen3, "phi3": _phi3, "opt": _opt, "gpt_neox": _gpt_neox}
 #: Mapped families without a layout, and why.
 NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
              "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",

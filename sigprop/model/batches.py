@@ -85,7 +85,8 @@ def batch_to(batch: dict, device) -> dict:
 
 #: Config fields added after measurements began to record their config's fingerprint, with their defaults: left out
 #: of the fingerprint while at the default, so that a stored measurement still matches its config.
-_FIELDS_SINCE_FINGERPRINT = {"embed_scale": 1.0}
+_FIELDS_SINCE_FINGERPRINT = {"embed_scale": 1.0, "qk_norm": False, "rotary_fraction": 1.0,
+                             "parallel_block": False}
 
 
 def config_fingerprint(config: TransformerConfig) -> str:

@@ -79,6 +79,11 @@ class TransformerConfig:
     at 1); ``head_dim`` (None = ``d_model/n_heads``) sets the head width independently of ``d_model``;
     ``tie_head=False`` gives the LM head its own matrix; ``initializer_range`` is the standard deviation of every
     matrix and table under ``init="bert"`` (Hugging Face's field of that name; 0.02 in GPT-2, BERT and Llama).
+    ``qk_norm`` RMS-normalises every self-attention's query and key heads (ε = ``norm_eps``, each with a gain of 1 at
+    initialisation: Qwen3, OLMo-2); ``rotary_fraction`` < 1 rotates only the first part of each head (GPT-NeoX's
+    ``rotary_pct``; :mod:`sigprop.components.query_key`). ``parallel_block`` computes the attention and the FFN
+    branch from the same input and adds both to it, x ← x + Attn(Norm x) + FFN(Norm x) (GPT-J, GPT-NeoX, PaLM:
+    :mod:`sigprop.components.parallel`), Pre-LN decoders and encoders only.
 
     Ranges: every real number below :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT`
     (0.9), booleans true or false; ``lam`` and ``beta`` not both 0. ``tie_head`` ties the LM head to the token
@@ -135,6 +140,9 @@ class TransformerConfig:
     tie_head: bool = True
     head_scale: float | None = None
     embed_scale: float = 1.0
+    qk_norm: bool = False
+    rotary_fraction: float = 1.0
+    parallel_block: bool = False
     init: str = "xavier"
     initializer_range: float = 0.02
     beta_k: float = 2.0
@@ -205,6 +213,7 @@ class TransformerConfig:
             number(name, 0.0, lo_open=True, optional=True)
         number("head_scale", 0.0, lo_open=True, optional=True)
         number("embed_scale", 0.0, lo_open=True)
+        number("rotary_fraction", 0.0, 1.0, lo_open=True)
         number("beta_k", 0.0, lo_open=True)
         number("beta_alpha", 0.0)
         number("lam", 0.0, optional=True)
@@ -219,7 +228,7 @@ class TransformerConfig:
             number(name, -MAX_NUMBER)
         number("shaped_gamma", 0.0, 1.0, lo_open=True)
         integer("shaped_anneal_steps", 1, optional=True)
-        for name in ("tie_head", "learnable_beta", "shaped_normalize"):
+        for name in ("tie_head", "learnable_beta", "shaped_normalize", "qk_norm", "parallel_block"):
             boolean(name)
         boolean("final_norm", optional=True)
         if self.lam == 0.0 and self.beta == 0.0:
@@ -258,7 +267,8 @@ class TransformerConfig:
         if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         special = [name for name, on in (("n_kv_heads", self.n_kv_heads not in (None, self.n_heads)),
-                                         ("position='rope'", self.position == "rope")) if on]
+                                         ("position='rope'", self.position == "rope"), ("qk_norm", self.qk_norm))
+                   if on]
         if special and self.attention != "standard":
             raise ValueError(f"{' and '.join(special)} apply to standard attention only (got attention="
                              f"{self.attention!r})")
@@ -269,6 +279,15 @@ class TransformerConfig:
                 raise ValueError("position='rope' is supported for arch='encoder' and 'decoder'")
             if self.d_head % 2:
                 raise ValueError(f"position='rope' needs an even head width (d_head = {self.d_head})")
+            rotated = int(self.d_head * self.rotary_fraction)
+            if rotated < 2 or rotated % 2:
+                raise ValueError(f"rotary_fraction = {self.rotary_fraction:g} rotates {rotated} of a head's "
+                                 f"{self.d_head} coordinates: it needs an even number >= 2")
+        elif self.rotary_fraction != 1.0:
+            raise ValueError("rotary_fraction applies to position='rope' only")
+        if self.parallel_block and (self.norm_position != "pre" or self.arch == "encoder_decoder"):
+            raise ValueError("parallel_block is supported for norm_position='pre' in an encoder or a decoder (GPT-J, "
+                             f"GPT-NeoX; got norm_position={self.norm_position!r}, arch={self.arch!r})")
 
     def _check_shaped(self) -> None:
         """The shaped-Transformer fields' cross-field rules (Noci et al. App. D)."""
@@ -306,6 +325,11 @@ class TransformerConfig:
     def rope(self) -> float | None:
         """The rotary base the self-attentions use (None without RoPE)."""
         return self.rope_theta if self.position == "rope" else None
+
+    @property
+    def qk_norm_eps(self) -> float | None:
+        """The ε of the self-attentions' QK-norm (None without one)."""
+        return self.norm_eps if self.qk_norm else None
 
     @property
     def position_table(self) -> int:

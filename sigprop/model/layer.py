@@ -4,7 +4,11 @@
 * ``post``: x ← Norm(λx + β·Attn(x));  x ← Norm(λx + β·FFN(x))        (norm after each residual add)
 * ``none``: x ← λx + β·Attn(x);        x ← λx + β·FFN(x)
 
-with, in an encoder–decoder's decoder, a cross-attention sub-layer between the two. The self-attention is the
+with, in an encoder–decoder's decoder, a cross-attention sub-layer between the two; or, ``parallel_block`` (GPT-J,
+GPT-NeoX, PaLM), one residual around both branches read from the same input:
+
+* ``pre``, parallel: x ← λx + β·(Attn(Norm x) + FFN(Norm x))   (:class:`~sigprop.components.parallel.Parallel`)
+ The self-attention is the
 config's ``attention`` (standard or shaped, Noci et al. Eq. 9) and the activation its ``activation`` (shaped ReLU
 included, Eq. 4); cross-attention is always standard softmax attention. The layer is a
 :class:`~sigprop.components.sequential.Sequential` of :class:`~sigprop.components.residual.Residual` s and norms, so
@@ -20,6 +24,7 @@ from torch import nn
 from ..components.attention_block import AttentionBlock, CrossAttentionBlock
 from ..components.factory import make_norm
 from ..components.ffn import FFNBlock
+from ..components.parallel import Parallel
 from ..components.residual import Residual
 from ..components.sequential import Sequential
 
@@ -60,8 +65,9 @@ class TransformerLayer(Sequential):
     """Layer ``index`` (0-based, counted over the whole model) of a transformer built from ``config``.
 
     Children, in order: ``attn`` [``attn_norm``] [``cross`` [``cross_norm``]] ``ffn`` [``ffn_norm``]; the
-    ``*_norm`` children exist for post-norm only. ``forward(x, key_padding_mask=None, memory=None,
-    memory_padding_mask=None)``.
+    ``*_norm`` children exist for post-norm only. A parallel block has one child, ``attn``, whose branch is a
+    :class:`~sigprop.components.parallel.Parallel` of the attention and the FFN branch.
+    ``forward(x, key_padding_mask=None, memory=None, memory_padding_mask=None)``.
     """
 
     def __init__(self, config, index: int, causal: bool = False, cross: bool = False,
@@ -76,14 +82,21 @@ class TransformerLayer(Sequential):
             if c.norm_position == "post":
                 layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))
 
-        add("attn", AttentionBlock(c.d_model, c.n_heads, c.d_head, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
-                                   norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,
-                                   attention_kwargs=attention_kwargs(c), n_kv_heads=c.n_kv_heads, rope=c.rope))
+        attn = AttentionBlock(c.d_model, c.n_heads, c.d_head, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
+                              norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,
+                              attention_kwargs=attention_kwargs(c), n_kv_heads=c.n_kv_heads, rope=c.rope,
+                              rotary_fraction=c.rotary_fraction, qk_norm_eps=c.qk_norm_eps)
+        ffn = FFNBlock(c.d_model, c.ffn_width, activation=c.activation, p=c.dropout, norm=inner,
+                       norm_kwargs=norm_kwargs(c, "ffn"), activation_kwargs=activation_kwargs(c))
+        if c.parallel_block:  # one residual, its scales the "attn" site's
+            add("attn", Parallel(attn=attn, ffn=ffn))
+            super().__init__(layers)
+            return
+        add("attn", attn)
         if cross:
             add("cross", CrossAttentionBlock(c.d_model, c.n_heads, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                                              norm_kw=norm_kwargs(c, "cross")))
-        add("ffn", FFNBlock(c.d_model, c.ffn_width, activation=c.activation, p=c.dropout, norm=inner,
-                            norm_kwargs=norm_kwargs(c, "ffn"), activation_kwargs=activation_kwargs(c)))
+        add("ffn", ffn)
         super().__init__(layers)
 
     def branches(self) -> list[tuple[str, object]]:
@@ -97,9 +110,12 @@ class TransformerLayer(Sequential):
         out = []
         for name, child in self.named_children():
             if isinstance(child, Residual):
-                norm = getattr(child.branch, "norm", None)
-                if norm is not None:
-                    out.append((name, child.branch, "norm", norm))
+                parts = (child.branch.named_children() if isinstance(child.branch, Parallel)
+                         else [(name, child.branch)])
+                for part_name, part in parts:  # a parallel block's attention and FFN branch each have a norm
+                    norm = getattr(part, "norm", None)
+                    if norm is not None:
+                        out.append((part_name, part, "norm", norm))
             elif name.endswith("_norm") and child is not None:
                 out.append((name[: -len("_norm")], self, name, child))
         return out

@@ -19,6 +19,7 @@ from ..components.embedding import Embedding
 from ..components.glu import GLU
 from ..components.layernorm import LayerNorm
 from ..components.linear import Linear
+from ..components.parallel import Parallel
 from ..components.patch import PatchEmbedding
 from ..components.residual import Residual
 from ..components.rmsnorm import RMSNorm
@@ -109,6 +110,8 @@ def _embedding_roles(emb: nn.Module) -> list[WeightRole]:
 
 
 def _branch_roles(branch: nn.Module, layer: int) -> list[WeightRole]:
+    if isinstance(branch, Parallel):  # a parallel block: the attention branch's roles, then the FFN's
+        return [r for child in branch.children() for r in _branch_roles(child, layer)]
     out = []
     for name, m in branch.named_children():
         if isinstance(m, MultiHeadAttention):
@@ -143,7 +146,11 @@ def weight_roles(model: nn.Module) -> list[WeightRole]:
 
 def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) -> None:
     """A branch's parameters other than its random matrices: shaped attention's γ, shaped ReLU's slopes, zero
-    biases, the norm's affine parameters and α."""
+    biases, the norm's affine parameters and α (of each branch of a parallel block)."""
+    if isinstance(branch, Parallel):
+        for name, child in branch.named_children():  # "attn", "ffn": each norm's own position
+            _init_rest_of_branch(child, s, config, name)
+        return
     for m in branch.children():
         if isinstance(m, ShapedAttention):
             s.fill(m.gamma1, m.gamma_init[0])  # buffers too: the model is materialised uninitialised
@@ -157,7 +164,11 @@ def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) 
             if m.bias is not None:
                 m.bias_std = 0.0
                 s.fill(m.bias, 0.0)
-        elif not isinstance(m, MultiHeadAttention | GLU) and any(True for _ in m.parameters()):
+        elif isinstance(m, MultiHeadAttention):  # QK-norm's gains at 1
+            for gain in (m.q_gain, m.k_gain):
+                if gain is not None:
+                    s.fill(gain, 1.0)
+        elif not isinstance(m, GLU) and any(True for _ in m.parameters()):
             _init_norm(m, s, config, position)
 
 

@@ -45,11 +45,13 @@ FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
     "shaped_c_plus": (-MAX_NUMBER, False, MAX_NUMBER, False), "shaped_c_minus": (-MAX_NUMBER, False, MAX_NUMBER, False),
     "shaped_gamma": (0.0, True, 1.0, False), "rope_theta": (1.0, True, MAX_NUMBER, False),
     "initializer_range": (0.0, True, MAX_NUMBER, False), "embed_scale": (0.0, True, MAX_NUMBER, False),
+    "rotary_fraction": (0.0, True, 1.0, False),
 }
 CHOICES = {"arch": ARCHS, "input": INPUTS, "activation": ACTIVATIONS, "norm": NORMS, "norm_position": NORM_POSITIONS,
            "v_init": V_INITS, "init": tuple(SCHEMES), "attention": ATTENTIONS, "shaped_mode": SHAPED_MODES,
            "position": POSITIONS}
-BOOLS = {"tie_head": False, "learnable_beta": False, "shaped_normalize": False, "final_norm": True}
+BOOLS = {"tie_head": False, "learnable_beta": False, "shaped_normalize": False, "final_norm": True, "qk_norm": False,
+         "parallel_block": False}
 
 
 def test_every_field_is_covered():

@@ -27,6 +27,12 @@ SMALL_LM_CONFIGS = {
                                               num_key_value_heads=1, head_dim=32, intermediate_size=256,
                                               max_position_embeddings=64, vocab_size=211, pad_token_id=0,
                                               bos_token_id=1, eos_token_id=2),
+    "qwen3": lambda: transformers.Qwen3Config(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=32, intermediate_size=256,
+                                              max_position_embeddings=64, vocab_size=211),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                                   intermediate_size=512, max_position_embeddings=64,
+                                                   vocab_size=211),
 }
 
 

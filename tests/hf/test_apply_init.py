@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,11 +19,12 @@ from tests.helpers import Z  # noqa: E402
 from tests.hf.measured import SMALL_LM_CONFIGS, B, L, layer_stats, seed_mean  # noqa: E402
 
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
-           "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM}
+           "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
+           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM}
 
 
 @pytest.mark.parametrize("family,scheme", [("gpt2", "dslm"), ("llama", "dslm"), ("gpt2", "xavier"), ("opt", "dslm"),
-                                           ("phi3", "dslm")])
+                                           ("phi3", "dslm"), ("qwen3", "dslm"), ("gpt_neox", "dslm")])
 def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(family, scheme):
     """Every layer's forward and gradient variance of the re-initialised Hugging Face model, rescaled by the fold's
     c_l² (module :mod:`sigprop.fix.apply_init`), agrees with sigprop's model of the mapped config under the scheme (8
@@ -43,7 +45,8 @@ def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(famil
 
     hf, ours = seed_mean(hf_one), seed_mean(ours_one)
     plan = sigprop.make_plan(config)  # the folded stream is sigprop's / c_l, c_l = Π λ up to layer l
-    c2 = torch.tensor(plan.lam["attn"] ** 2 * plan.lam["ffn"] ** 2, dtype=torch.float64).cumprod(0)
+    sites = ("attn",) if config.parallel_block else ("attn", "ffn")  # a parallel block: one residual per layer
+    c2 = torch.tensor(np.prod([plan.lam[s] ** 2 for s in sites], axis=0), dtype=torch.float64).cumprod(0)
     hf = [hf[0] * c2, hf[1] * c2, hf[2] / c2, hf[3] / c2]
     for k, what in ((0, "forward variance"), (2, "gradient variance")):
         gap = (hf[k] - ours[k]).abs()

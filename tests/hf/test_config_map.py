@@ -1,5 +1,5 @@
-"""Hugging Face configurations mapped to sigprop's (the extra ``hf``; skipped without ``transformers``): per family
-(GPT-2, BERT, Llama, Qwen2, Mistral), small configs built locally, nothing downloaded."""
+"""Hugging Face configurations mapped to sigprop's (the extra ``hf``; skipped without ``transformers``): per mapped
+family, small configs built locally, nothing downloaded."""
 
 from __future__ import annotations
 
@@ -52,12 +52,19 @@ SMALL = {
                                               num_key_value_heads=1, head_dim=16, intermediate_size=96,
                                               max_position_embeddings=64, vocab_size=211, pad_token_id=0,
                                               bos_token_id=1, eos_token_id=2),
+    "qwen3": lambda: transformers.Qwen3Config(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                              num_key_value_heads=2, head_dim=24, intermediate_size=96,
+                                              max_position_embeddings=64, vocab_size=211),
+    "gpt_neox": lambda: transformers.GPTNeoXConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                   intermediate_size=160, max_position_embeddings=64,
+                                                   vocab_size=211),
 }
 #: What each family's model holds that the mapped sigprop model does not (named in the mapping's notes).
 NOT_MODELLED = {"bert": ("pooler", "cls.predictions.transform"), "roberta": ("lm_head.dense",)}
 LM_CLASSES = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
               "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM", "roberta": "RobertaForMaskedLM",
-              "opt": "OPTForCausalLM", "phi3": "Phi3ForCausalLM", "gemma": "GemmaForCausalLM"}
+              "opt": "OPTForCausalLM", "phi3": "Phi3ForCausalLM", "gemma": "GemmaForCausalLM",
+              "qwen3": "Qwen3ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}
 
 
 @pytest.mark.parametrize("family", list(SMALL))
@@ -82,6 +89,16 @@ def test_fields_of_each_family():
     assert (m.position, m.norm, m.activation, m.n_kv_heads, m.head_dim, m.tie_head) == (
         "rope", "rmsnorm", "swiglu", 2, 24, False)
     assert m.rope_theta == 10000.0
+    q = map_hf_config(SMALL["qwen3"]()).config
+    assert (q.qk_norm, q.head_dim, q.norm_eps, q.parallel_block) == (True, 24, 1e-6, False)
+    n = map_hf_config(SMALL["gpt_neox"]()).config
+    assert (n.parallel_block, n.rotary_fraction, n.position, n.norm, n.tie_head) == (True, 0.25, "rope", "layernorm",
+                                                                                      False)
+    sequential = map_hf_config(transformers.GPTNeoXConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                                          use_parallel_residual=False, rotary_pct=0.5)).config
+    assert (sequential.parallel_block, sequential.rotary_fraction) == (False, 0.5)
+    p = map_hf_config(transformers.Phi3Config(partial_rotary_factor=0.5, pad_token_id=0)).config
+    assert p.rotary_fraction == 0.5
 
 
 def test_gpt2_output_projection_scale_is_the_residual_beta():
@@ -106,8 +123,6 @@ def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path)
                                                  intermediate_size=96, vocab_size=50))  # maps fully: no warning
     with pytest.raises(ValueError, match="not mapped.*relative position buckets"):
         map_hf_config(transformers.T5Config())
-    with pytest.raises(ValueError, match="partial_rotary_factor"):
-        map_hf_config(transformers.Phi3Config(partial_rotary_factor=0.5, pad_token_id=0))
     with pytest.raises(ValueError, match="config.json"):
         map_hf_config(tmp_path)
     SMALL["llama"]().save_pretrained(tmp_path)

@@ -20,7 +20,8 @@ from tests.helpers import Z  # noqa: E402
 from tests.hf.measured import SMALL_LM_CONFIGS  # noqa: E402
 
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
-           "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM}
+           "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
+           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM}
 
 
 @pytest.mark.parametrize("family", list(CLASSES))

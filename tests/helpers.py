@@ -89,11 +89,12 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 def mha_module_moments(d, dk, L, sigma_qk2, r, n_heads=1, n_kv_heads=None, rope=None, causal=False, p=0.0,
-                       draws=64, seed=0) -> dict:
+                       draws=64, seed=0, **module_kwargs) -> dict:
     """Monte Carlo of the real :class:`~sigprop.components.attention.MultiHeadAttention` (fresh weights per draw,
     σ²_q = σ²_k = ``sigma_qk2``, σ²_v = 1/d): Gaussian input of 8 sequences of L tokens with shared part r, output
     gradient with token correlation 0.3 and independent units. {"fv", "fc", "gv", "gc": (mean, se)} over draws: the
-    forward and input-gradient variance and mean token covariance (over ordered pairs)."""
+    forward and input-gradient variance and mean token covariance (over ordered pairs). ``module_kwargs`` go to the
+    module (e.g. ``qk_norm_eps``, ``rotary_fraction``)."""
     from sigprop.components.attention import MultiHeadAttention
 
     gen = torch.Generator().manual_seed(seed)
@@ -102,7 +103,7 @@ def mha_module_moments(d, dk, L, sigma_qk2, r, n_heads=1, n_kv_heads=None, rope=
     for _ in range(draws):
         mha = MultiHeadAttention(d, n_heads, dk, sigma_q=math.sqrt(sigma_qk2), sigma_k=math.sqrt(sigma_qk2),
                                  sigma_v=1 / math.sqrt(d), dropout_p=p, causal=causal, n_kv_heads=n_kv_heads,
-                                 rope=rope).double()
+                                 rope=rope, **module_kwargs).double()
         mha.reset_parameters(generator=gen)
         x = (math.sqrt(r) * torch.randn(8, 1, d, generator=gen, dtype=torch.float64)
              + math.sqrt(1 - r) * torch.randn(8, L, d, generator=gen, dtype=torch.float64)).requires_grad_(True)

@@ -244,3 +244,18 @@ def test_shaped_fields_round_trip_and_override():
                             "shaped_anneal_steps=none", "attention=standard"])
     assert (d.shaped_normalize, d.shaped_tau0, d.shaped_mode, d.shaped_anneal_steps, d.attention) == (
         False, 2.0, "learn", None, "standard")
+
+
+def test_query_key_and_parallel_block_fields_check_what_they_need():
+    rope = dict(arch="decoder", position="rope", d_model=64, n_heads=4)
+    c = TransformerConfig(**rope, qk_norm=True, rotary_fraction=0.25, parallel_block=True, norm_eps=1e-6)
+    assert (c.qk_norm_eps, c.rotary_fraction) == (1e-6, 0.25)
+    with pytest.raises(ValueError, match="rotary_fraction applies to position='rope'"):
+        TransformerConfig(rotary_fraction=0.5)
+    with pytest.raises(ValueError, match="rotary_fraction = 0.1 rotates 1"):
+        TransformerConfig(**rope, rotary_fraction=0.1)
+    with pytest.raises(ValueError, match="parallel_block"):
+        TransformerConfig(parallel_block=True, norm_position="post")
+    with pytest.raises(ValueError, match="qk_norm apply to standard attention"):
+        TransformerConfig(qk_norm=True, attention="value_skipinit")
+    assert TransformerConfig(qk_norm=False).qk_norm_eps is None

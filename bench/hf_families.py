@@ -1,8 +1,9 @@
 """Theory against measurement for every Hugging Face family sigprop maps: each family built from a small config
 (12 layers, d = 128, dropout 0), measured through ``sigprop.measure`` on a Hugging Face batch (``input_ids``,
 ``attention_mask`` with one padded tail, ``labels`` as the family's objective has them: unshifted next tokens for a
-causal LM, 15% masked tokens for a masked LM) over 8 seeds, and predicted from ``sigprop.from_hf`` of its config
-(token-resolved, from the batch's own ids, labels and padding). Prints and writes, per family, every layer's forward
+causal LM, 15% masked tokens for a masked LM; for ViT ``pixel_values`` and class ``labels``) over 8 seeds, and
+predicted from ``sigprop.from_hf`` of its config (token-resolved, from the batch's own ids, labels and padding, or
+its images). Prints and writes, per family, every layer's forward
 and gradient variance, measured (seed mean ± standard error) and predicted, their relative error and its median over
 the layers. Needs the extra ``hf``; nothing is downloaded.
 
@@ -73,6 +74,12 @@ def families() -> dict:
         "gpt_neox": (transformers.GPTNeoXForCausalLM, transformers.GPTNeoXConfig(
             num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, intermediate_size=4 * D,
             max_position_embeddings=64, vocab_size=VOCAB, **causal)),
+        "phi": (transformers.PhiForCausalLM, transformers.PhiConfig(
+            num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, intermediate_size=4 * D,
+            max_position_embeddings=64, vocab_size=VOCAB, **causal)),
+        "vit": (transformers.ViTForImageClassification, transformers.ViTConfig(
+            num_hidden_layers=LAYERS, hidden_size=D, num_attention_heads=4, intermediate_size=4 * D, image_size=16,
+            patch_size=4, num_channels=3, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
     }
 
 
@@ -91,6 +98,16 @@ def hf_batch(masked_lm: bool) -> dict:
     return {"input_ids": ids, "attention_mask": attention, "labels": ids.masked_fill(attention == 0, -100)}
 
 
+def image_batch(hf_config) -> dict:
+    """B images of standard normal pixels, smoothed over 2 × 2 neighbourhoods so that a patch's pixels correlate, and
+    random class labels."""
+    gen = torch.Generator().manual_seed(2)
+    size, channels = hf_config.image_size, hf_config.num_channels
+    pixels = torch.randn(B, channels, size + 1, size + 1, generator=gen)
+    images = (pixels[..., 1:, 1:] + pixels[..., :-1, 1:] + pixels[..., 1:, :-1] + pixels[..., :-1, :-1]) / 2.0
+    return {"pixel_values": images, "labels": torch.randint(0, hf_config.num_labels, (B,), generator=gen)}
+
+
 def layer_variances(profile) -> tuple[list[float], list[float]]:
     rows = profile.lookup()
     return ([rows[(i, "layer")].fwd_var for i in range(LAYERS)], [rows[(i, "layer")].grad_var for i in range(LAYERS)])
@@ -99,18 +116,23 @@ def layer_variances(profile) -> tuple[list[float], list[float]]:
 def one_family(name: str, cls, hf_config, seeds: int = SEEDS) -> dict:
     start = time.perf_counter()
     masked = cls.__name__.endswith("ForMaskedLM")
-    hf = hf_batch(masked)
-    config = map_hf_config(hf_config).config.replace(seq_len=L)
+    images = cls.__name__.endswith("ForImageClassification")
+    hf = image_batch(hf_config) if images else hf_batch(masked)
+    config = map_hf_config(hf_config).config
+    config = config if images else config.replace(seq_len=L)
     runs = []
     for seed in range(seeds):
         torch.manual_seed(seed)
         runs.append(layer_variances(sigprop.measure(cls(hf_config).train(), hf)))
     fwd = torch.tensor([r[0] for r in runs], dtype=torch.float64)
     grad = torch.tensor([r[1] for r in runs], dtype=torch.float64)
-    batch = Batch.from_any(hf, causal=not masked)  # the labels in sigprop's convention, as the theory reads them
-    segments = torch.zeros_like(batch.inputs) if config.n_segments else None
-    pred = sigprop.predict(config, token_ids=batch.inputs, labels=batch.labels, batch_size=B, pad_id=PAD_ID,
-                           segment_ids=segments)
+    if images:
+        pred = sigprop.predict(config, images=hf["pixel_values"], labels=hf["labels"], batch_size=B)
+    else:
+        batch = Batch.from_any(hf, causal=not masked)  # the labels in sigprop's convention, as the theory reads them
+        segments = torch.zeros_like(batch.inputs) if config.n_segments else None
+        pred = sigprop.predict(config, token_ids=batch.inputs, labels=batch.labels, batch_size=B, pad_id=PAD_ID,
+                               segment_ids=segments)
     p_fwd, p_grad = (torch.tensor(v, dtype=torch.float64) for v in layer_variances(pred))
     out = {"family": name, "class": cls.__name__, "layers": LAYERS, "d_model": D, "seeds": seeds,
            "notes": list(map_hf_config(hf_config).notes), "per_layer": []}

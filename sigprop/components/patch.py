@@ -28,14 +28,18 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 
 
 class PatchEmbedding(nn.Module):
-    """patchify → Linear(C·P², d) (+ zero bias) → + position table (n_patches × d).
+    """patchify → Linear(C·P², d) (+ zero bias) → [CLS] row first with ``cls_token`` → + position table (one row per
+    token).
 
-    Standard deviations are declared (``patch_std``, ``position_std``) and set by the init plan; the input moments
-    of the transformer come from a measured batch (:meth:`measured_moments`), as App. H does for images.
+    Standard deviations are declared (``patch_std``, ``position_std``, ``cls_std``) and set by the init plan; the input
+    moments of the transformer come from a measured batch (:meth:`measured_moments`), as App. H does for images.
+    ``cls_token``: a learned vector c ~ N(0, σ²_c) prepended to every image's patches (Dosovitskiy et al., Hugging
+    Face's ``ViTEmbeddings``), read by the classifier.
     """
 
     def __init__(self, image_size: int, patch_size: int, channels: int, d_model: int,
-                 patch_std: float = 0.02, position_std: float = 0.02):
+                 patch_std: float = 0.02, position_std: float = 0.02, cls_token: bool = False,
+                 cls_std: float = 0.02):
         super().__init__()
         for v, name in ((image_size, "image_size"), (patch_size, "patch_size"), (channels, "channels"),
                         (d_model, "d_model")):
@@ -44,21 +48,27 @@ class PatchEmbedding(nn.Module):
             raise ValueError(f"image_size {image_size} must be divisible by patch_size {patch_size}")
         self.image_size, self.patch_size, self.channels = int(image_size), int(patch_size), int(channels)
         self.n_patches = (image_size // patch_size) ** 2
+        self.n_tokens = self.n_patches + (1 if cls_token else 0)
         self.proj = nn.Linear(channels * patch_size**2, d_model)
-        self.position = nn.Embedding(self.n_patches, d_model)
-        self.patch_std, self.position_std = float(patch_std), float(position_std)
+        self.cls = nn.Parameter(torch.empty(1, d_model)) if cls_token else None  # one row, as a table's
+        self.position = nn.Embedding(self.n_tokens, d_model)
+        self.patch_std, self.position_std, self.cls_std = float(patch_std), float(position_std), float(cls_std)
         if self.proj.weight.is_meta:  # built on the meta device: the owner initialises after materialising
             return
         with torch.no_grad():
             self.proj.weight.normal_(0.0, self.patch_std)
             self.proj.bias.zero_()
             self.position.weight.normal_(0.0, self.position_std)
+            if self.cls is not None:
+                self.cls.normal_(0.0, self.cls_std)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.shape[-2:] != (self.image_size, self.image_size) or images.shape[-3] != self.channels:
             raise ValueError(f"expected images of shape (batch, {self.channels}, {self.image_size}, "
                              f"{self.image_size}), got {tuple(images.shape)}")
         x = self.proj(patchify(images, self.patch_size))
+        if self.cls is not None:
+            x = torch.cat((self.cls.expand(*x.shape[:-2], 1, x.shape[-1]), x), dim=-2)  # (…, 1 + n, d)
         return x + self.position.weight
 
     def forward_moments(self, images: torch.Tensor) -> Moments:
@@ -82,14 +92,18 @@ class PatchEmbedding(nn.Module):
 
     def gram(self, images: torch.Tensor, segment_ids=None) -> torch.Tensor:
         """Token-resolved moments (:mod:`sigprop.theory.resolved`): the per-element token Gram matrix (batch, n, n) of
-        the
-        output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64; :meth:`forward_moments`
-        pools it). ``segment_ids`` must be None (images have none)."""
+        the output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64;
+        :meth:`forward_moments` pools it); with a [CLS] token, its row c + e_0 comes first: G_00 = σ²_c + σ²_e, and
+        it is uncorrelated with every patch token (c and e_0 are independent of the patches' weights and rows).
+        ``segment_ids`` must be None (images have none)."""
         if segment_ids is not None:
             raise ValueError("a patch embedding has no segments")
         p = self._patches(images)
-        eye = torch.eye(p.shape[1], dtype=torch.float64)
-        return self.patch_std**2 * (p @ p.transpose(-1, -2)) + self.position_std**2 * eye
+        gram = self.patch_std**2 * (p @ p.transpose(-1, -2))
+        if self.cls is not None:
+            gram = torch.nn.functional.pad(gram, (1, 0, 1, 0))
+            gram[:, 0, 0] = self.cls_std**2
+        return gram + self.position_std**2 * torch.eye(gram.shape[1], dtype=torch.float64)
 
     def _patches(self, images: torch.Tensor) -> torch.Tensor:
         images = torch.as_tensor(images)

@@ -101,7 +101,8 @@ _UNSET = object()
 #: while at the default, so that a run folder keeps its name (and an experiment resumes) across versions.
 _LATER_FIELDS = {"n_kv_heads": None, "head_dim": None, "position": "learned", "rope_theta": 10000.0,
                  "initializer_range": 0.02, "embed_scale": 1.0,
-                 "qk_norm": False, "rotary_fraction": 1.0, "parallel_block": False}
+                 "qk_norm": False, "rotary_fraction": 1.0, "parallel_block": False,
+                 "head_transform": False, "pool": "mean"}
 
 
 @dataclass(frozen=True)

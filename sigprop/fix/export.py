@@ -28,10 +28,11 @@ lm_head the head. Llama's RMSNorm has no bias, so the fold is exact up to the no
 ``to="bert"`` writes a Post-LN encoder as ``BertForMaskedLM``: word / position / token-type embeddings = the token,
 position and segment tables (one zero token-type row without segments), per layer attention.self.{query,key,value}
 = W_Qᵀ, W_Kᵀ, W_Vᵀ, attention.output.dense = (β/λ)·W_O, intermediate.dense = W_1, output.dense = (β/λ)·W_2, the two
-LayerNorms = the attention / FFN norms, biases zero (ε moves to ε/λ² as for OPT). Two BERT modules have no
+LayerNorms = the attention / FFN norms, biases zero (ε moves to ε/λ² as for OPT). Two BERT modules may have no
 counterpart in sigprop's model:
 
-* the MLM head's transform, LayerNorm(GELU(dense x)), becomes the identity up to the norm: dense = I with bias
+* the MLM head's transform, LayerNorm(GELU(dense x)), is the model's own where it has one (``head_transform``);
+  without, it becomes the identity up to the norm: dense = I with bias
   :data:`BERT_HEAD_SHIFT` on every unit puts GELU's input ≥ 20 − max|x| (GELU(z) = z to e^{−z²/2}, below 1e-80 for
   a normalised stream), and the LayerNorm's mean subtraction removes the shift; LayerNorm(x) of the last layer's
   already normalised output is x up to ε, and its weight carries the head's output scale;
@@ -74,12 +75,14 @@ class _Target:
 
 _EVERY_TARGET = (("input", "tokens"), ("norm", "layernorm"), ("position", "learned"), ("attention", "standard"),
                  ("embed_scale", 1.0), ("qk_norm", False), ("rotary_fraction", 1.0), ("parallel_block", False))
-_TARGETS = {"gpt2": _Target("GPT-2", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0)), True),
+_TARGETS = {"gpt2": _Target("GPT-2", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0),
+                                     ("head_transform", False)), True),
             "opt": _Target("OPT", (("arch", "decoder"), ("norm_position", "post"), ("n_segments", 0),
-                                   ("norm_eps", 1e-5)), False),
+                                   ("norm_eps", 1e-5), ("head_transform", False)), False),
             "bert": _Target("BERT", (("arch", "encoder"), ("norm_position", "post")), False),
             "llama": _Target("Llama", (("arch", "decoder"), ("norm_position", "pre"), ("n_segments", 0),
-                                       ("norm", "rmsnorm"), ("position", "rope"), ("activation", "swiglu")), True)}
+                                       ("norm", "rmsnorm"), ("position", "rope"), ("activation", "swiglu"),
+                                       ("head_transform", False)), True)}
 
 
 def _check(c, to: str) -> None:
@@ -172,10 +175,17 @@ def _bert_state(model) -> tuple[dict, dict]:
                                ("attention.self.query", "attention.self.key", "attention.self.value",
                                 "attention.output.dense", "intermediate.dense", "output.dense",
                                 "attention.output.LayerNorm", "output.LayerNorm"), scaled_last_norm=False)}
-    state["cls.predictions.transform.dense.weight"] = torch.eye(c.d_model, dtype=token.dtype)
-    state["cls.predictions.transform.dense.bias"] = zeros(c.d_model) + BERT_HEAD_SHIFT
-    state["cls.predictions.transform.LayerNorm.weight"] = zeros(c.d_model) + float(model.head_scale)
-    state["cls.predictions.transform.LayerNorm.bias"] = zeros(c.d_model)
+    transform = model.head_transform
+    if transform is not None:  # the model's own transform; the head's output scale on its LayerNorm
+        state["cls.predictions.transform.dense.weight"] = f(transform.dense.weight)
+        state["cls.predictions.transform.dense.bias"] = f(transform.dense.bias)
+        state["cls.predictions.transform.LayerNorm.weight"] = f(transform.norm.weight) * float(model.head_scale)
+        state["cls.predictions.transform.LayerNorm.bias"] = f(transform.norm.bias) * float(model.head_scale)
+    else:
+        state["cls.predictions.transform.dense.weight"] = torch.eye(c.d_model, dtype=token.dtype)
+        state["cls.predictions.transform.dense.bias"] = zeros(c.d_model) + BERT_HEAD_SHIFT
+        state["cls.predictions.transform.LayerNorm.weight"] = zeros(c.d_model) + float(model.head_scale)
+        state["cls.predictions.transform.LayerNorm.bias"] = zeros(c.d_model)
     state["cls.predictions.bias"] = zeros(c.vocab_size)
     state["cls.predictions.decoder.weight"] = f(model.head.weight)
     state["cls.predictions.decoder.bias"] = zeros(c.vocab_size)

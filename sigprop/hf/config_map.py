@@ -1,8 +1,8 @@
 """Hugging Face configurations as sigprop configurations: :func:`from_hf` maps a GPT-2, BERT, RoBERTa, OPT,
-Llama-family (Llama, Qwen2, Mistral), Qwen3, Phi-3, Gemma or GPT-NeoX configuration (or a model, or a local folder
-holding ``config.json``) to the
-:class:`~sigprop.model.config.TransformerConfig` that builds the same network at initialisation, and says what it
-cannot map (:func:`map_hf_config` returns the list; :func:`from_hf` warns with it).
+Llama-family (Llama, Qwen2, Mistral), Qwen3, Phi-1/2, Phi-3, Gemma, GPT-NeoX or ViT configuration (or a model, or a
+local folder holding ``config.json``) to the :class:`~sigprop.model.config.TransformerConfig` that builds the same
+network at initialisation, and says what it cannot map (:func:`map_hf_config` returns the list; :func:`from_hf`
+warns with it).
 
 What "the same" means here: the same weight shapes, the same per-role initial standard deviations and the same
 placement of norms, residuals and positions, so that sigprop's theory of the mapped config describes the Hugging Face
@@ -30,15 +30,14 @@ __all__ = ["HFMapping", "map_hf_config", "from_hf", "not_mapped_reason", "FAMILI
 
 #: Hugging Face model_type → the family whose configuration mapping sigprop has (its theory; any model is measured).
 FAMILIES = {"gpt2": "gpt2", "bert": "bert", "roberta": "roberta", "opt": "opt", "llama": "llama", "qwen2": "llama",
-            "mistral": "llama", "qwen3": "qwen3", "phi3": "phi3", "gemma": "gemma", "gpt_neox": "gpt_neox"}
+            "mistral": "llama", "qwen3": "qwen3", "phi3": "phi3", "gemma": "gemma", "gpt_neox": "gpt_neox",
+            "phi": "phi", "vit": "vit"}
 
 #: Families people train whose configuration is not mapped yet → the component sigprop's theory cannot state for it.
 #: Any other unmapped family gets the general reason. They are measured all the same (``sigprop measure --hf``).
 NOT_MAPPED = {
     "gemma2": "norms after each branch and logit soft-capping, which sigprop has no rules for",
     "gemma3": "norms after each branch and RMSNorm on queries and keys (QK-norm), which sigprop has no rules for",
-    "phi": "parallel attention and MLP with partial rotary positions",
-    "vit": "classification from a [CLS] token (sigprop's patch models average the tokens)",
     "t5": "relative position buckets and attention scores without the 1/√d_k scaling (folded into its "
           "initialisation), in an encoder–decoder",
     "bloom": "ALiBi position biases, which sigprop has no rule for",
@@ -120,7 +119,6 @@ def _gpt2(c, notes: list) -> dict:
 def _bert(c, notes: list) -> dict:
     notes.append("BERT's embedding LayerNorm (after the token, position and segment sum) is not modelled: sigprop's "
                  "first layer reads the sum as it is")
-    notes.append("the masked-LM head's transform (dense, GELU, LayerNorm before the tied decoder) is not modelled")
     notes.append("biases (zero at initialisation) are not modelled")
     if getattr(c, "is_decoder", False):
         raise ValueError("a BERT configured as a decoder (is_decoder=True) is not supported")
@@ -131,7 +129,7 @@ def _bert(c, notes: list) -> dict:
                 norm_position="post", final_norm=False, position="learned", max_len=int(c.max_position_embeddings),
                 seq_len=_seq_len(c.max_position_embeddings), n_segments=int(c.type_vocab_size),
                 vocab_size=int(c.vocab_size), tie_head=bool(getattr(c, "tie_word_embeddings", True)), init="bert",
-                initializer_range=float(c.initializer_range))
+                initializer_range=float(c.initializer_range), head_transform=True)
 
 
 def _rope_theta(c, notes: list) -> float:
@@ -238,6 +236,51 @@ def _gpt_neox(c, notes: list) -> dict:
                 initializer_range=float(c.initializer_range))
 
 
+def _phi(c, notes: list) -> dict:
+    """Phi-1/2: a Pre-LN decoder whose attention and MLP read one shared LayerNorm of the input and are added to it
+    together (the parallel block; at initialisation a norm per branch is the same function), rotary positions on the
+    first ``partial_rotary_factor`` of each head (0.5), GELU's tanh form, biases, an untied head with a bias."""
+    if getattr(c, "qk_layernorm", False):
+        raise ValueError("Phi with qk_layernorm=True (LayerNorm on queries and keys) is not mapped: sigprop's QK-norm "
+                         "is Qwen3's RMSNorm")
+    d, h = int(c.hidden_size), int(c.num_attention_heads)
+    notes.append("biases (zero at initialisation) are not modelled")
+    if float(c.embd_pdrop) != float(c.resid_pdrop):
+        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
+                     "has one, resid_pdrop is used")
+    return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=h,
+                n_kv_heads=int(getattr(c, "num_key_value_heads", None) or h), d_ff=int(c.intermediate_size),
+                activation=_activation(c.hidden_act, notes, False), dropout=float(c.resid_pdrop),
+                attn_dropout=float(c.attention_dropout), norm="layernorm", norm_eps=float(c.layer_norm_eps),
+                norm_position="pre", final_norm=True, position="rope", rope_theta=_rope_theta(c, notes),
+                rotary_fraction=_rotary_fraction(c), parallel_block=True, max_len=int(c.max_position_embeddings),
+                seq_len=_seq_len(c.max_position_embeddings), vocab_size=int(c.vocab_size),
+                tie_head=bool(getattr(c, "tie_word_embeddings", False)), init="bert",
+                initializer_range=float(c.initializer_range))
+
+
+def _vit(c, notes: list) -> dict:
+    """ViT (``ViTForImageClassification``): a Pre-LN encoder on the image's patches (a convolution of stride P: one
+    linear map of each flattened (C, P, P) patch), a learned [CLS] token prepended and a learned position row added to
+    every token, a final LayerNorm and a classifier of the [CLS] token; every matrix, the [CLS] vector and the position
+    table from N(0, initializer_range²) (the latter two truncated at ±2, which at std 0.02 cuts nothing)."""
+    size, patch = c.image_size, c.patch_size
+    for name, v in (("image_size", size), ("patch_size", patch)):
+        if not isinstance(v, int):
+            raise ValueError(f"ViT with a non-square {name} {v!r} is not mapped (sigprop's images are square)")
+    if getattr(c, "qkv_bias", True):
+        notes.append("biases (zero at initialisation) are not modelled")
+    n_tokens = (int(size) // int(patch)) ** 2 + 1
+    return dict(arch="encoder", input="patches", pool="cls", image_size=int(size), patch_size=int(patch),
+                channels=int(c.num_channels), n_classes=int(c.num_labels), n_layers=int(c.num_hidden_layers),
+                d_model=int(c.hidden_size), n_heads=int(c.num_attention_heads), d_ff=int(c.intermediate_size),
+                activation=_activation(c.hidden_act, notes, False), dropout=float(c.hidden_dropout_prob),
+                attn_dropout=float(c.attention_probs_dropout_prob), norm="layernorm",
+                norm_eps=float(c.layer_norm_eps), norm_position="pre", final_norm=True, position="learned",
+                seq_len=n_tokens, max_len=max(n_tokens, 2), tie_head=False, init="bert",
+                initializer_range=float(c.initializer_range))
+
+
 def _phi3(c, notes: list) -> dict:
     """Phi-3: Llama's network with fused projections (``qkv_proj``, ``gate_up_proj``: the same matrices side by
     side), dropout on each branch's output (``resid_pdrop``) and the embedding (``embd_pdrop``)."""
@@ -259,7 +302,7 @@ def _gemma(c, notes: list) -> dict:
 
 
 _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "qwen3": _qwen3,
-            "phi3": _phi3, "gemma": _gemma, "gpt_neox": _gpt_neox}
+            "phi3": _phi3, "gemma": _gemma, "gpt_neox": _gpt_neox, "phi": _phi, "vit": _vit}
 
 
 def map_hf_config(obj, **overrides) -> HFMapping:

@@ -137,6 +137,51 @@ def _gpt_neox(model) -> HFWeights:
     return _layout(model, slots, biases, norms, base.final_layer_norm)
 
 
+def _phi(model) -> HFWeights:
+    """Phi-1/2 (nn.Linear weights stored (out, in)): q/k/v_proj, ``dense`` = W_O, mlp.fc1 = W_1, mlp.fc2 = W_2, one
+    ``input_layernorm`` per block (read by both branches), ``final_layernorm``, an untied ``lm_head`` with a bias."""
+    base = getattr(model, "model", model)
+    slots = [Slot("token", None, base.embed_tokens.weight)]
+    biases, norms = [], []
+    for i, block in enumerate(base.layers):
+        attn, mlp = block.self_attn, block.mlp
+        for name, proj, role in (("self_attn.q_proj", attn.q_proj, "q"), ("self_attn.k_proj", attn.k_proj, "k"),
+                                 ("self_attn.v_proj", attn.v_proj, "v"), ("self_attn.dense", attn.dense, "o"),
+                                 ("mlp.fc1", mlp.fc1, "w1"), ("mlp.fc2", mlp.fc2, "w2")):
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"layers.{i}.{name}", proj))
+        norms.append((f"layers.{i}.input_layernorm", block.input_layernorm))
+    head = _head(model)
+    if head is not None and getattr(head, "bias", None) is not None:
+        biases.append(("lm_head", head))
+    return _layout(model, slots, biases, norms, base.final_layernorm)
+
+
+def _vit(model) -> HFWeights:
+    """ViT (nn.Linear weights stored (out, in)): the patch convolution's kernel (d, C, P, P) = the patch map, the
+    [CLS] vector, the position table, q/k/v/o_proj, mlp.fc1 = W_1, mlp.fc2 = W_2, the classifier = the head."""
+    base = getattr(model, "vit", model)
+    emb = base.embeddings
+    slots = [Slot("patch", None, emb.patch_embeddings.projection.weight), Slot("cls", None, emb.cls_token),
+             Slot("position", None, emb.position_embeddings)]
+    biases = [("embeddings.patch_embeddings.projection", emb.patch_embeddings.projection)]
+    norms = []
+    for i, block in enumerate(base.layers):
+        attn, mlp = block.attention, block.mlp
+        for name, proj, role in (("attention.q_proj", attn.q_proj, "q"), ("attention.k_proj", attn.k_proj, "k"),
+                                 ("attention.v_proj", attn.v_proj, "v"), ("attention.o_proj", attn.o_proj, "o"),
+                                 ("mlp.fc1", mlp.fc1, "w1"), ("mlp.fc2", mlp.fc2, "w2")):
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"layers.{i}.{name}", proj))
+        norms += [(f"layers.{i}.layernorm_before", block.layernorm_before),
+                  (f"layers.{i}.layernorm_after", block.layernorm_after)]
+    head = getattr(model, "classifier", None)
+    if isinstance(head, nn.Linear):
+        slots.append(Slot("head", None, head.weight))
+        biases.append(("classifier", head))
+    return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.layernorm, head)
+
+
 def _phi3(model) -> HFWeights:
     """Phi-3 (nn.Linear weights stored (out, in)): qkv_proj = [W_Q; W_K; W_V] by rows, o_proj, gate_up_proj =
     [W_1; W_3] by rows (gate first), down_proj = W_2."""
@@ -183,7 +228,8 @@ def _opt(model) -> HFWeights:
 
 
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
-LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "qwen3": _qwen3, "phi3": _phi3, "opt": _opt, "gpt_neox": _gpt_neox}
+LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "qwen3": _qwen3, "phi3": _phi3, "opt": _opt, "gpt_neox": _gpt_neox,
+           "phi": _phi, "vit": _vit}
 #: Mapped families without a layout, and why.
 NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
              "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",

@@ -86,7 +86,8 @@ def batch_to(batch: dict, device) -> dict:
 #: Config fields added after measurements began to record their config's fingerprint, with their defaults: left out
 #: of the fingerprint while at the default, so that a stored measurement still matches its config.
 _FIELDS_SINCE_FINGERPRINT = {"embed_scale": 1.0, "qk_norm": False, "rotary_fraction": 1.0,
-                             "parallel_block": False}
+                             "parallel_block": False, "head_transform": False,
+                             "pool": "mean"}
 
 
 def config_fingerprint(config: TransformerConfig) -> str:

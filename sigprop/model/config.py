@@ -12,7 +12,7 @@ from ..components.shaped_relu import SHAPED_MODES
 from ..core.overrides import apply_field_overrides
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "NORM_POSITIONS", "POSITIONS", "V_INITS", "MAX_DROPOUT",
+__all__ = ["TransformerConfig", "ARCHS", "INPUTS", "POOLS", "NORM_POSITIONS", "POSITIONS", "V_INITS", "MAX_DROPOUT",
            "MAX_NUMBER",
            "config_from_dict", "apply_overrides"]
 
@@ -23,6 +23,9 @@ MAX_DROPOUT = 0.9
 #: Every real-valued field is below this: larger values only overflow the rules' float64 arithmetic.
 MAX_NUMBER = 1e6
 INPUTS = ("tokens", "patches")
+#: How a patch model's classifier reads its tokens: their mean (Kedia et al. App. H) or a learned [CLS] token
+#: prepended to the patches (Dosovitskiy et al.; Hugging Face's ``ViTForImageClassification``).
+POOLS = ("mean", "cls")
 NORM_POSITIONS = ("pre", "post", "none")
 V_INITS = ("scheme", "noci")
 #: Position information: a learned table added to the embedding, rotary embedding of queries and keys, or none.
@@ -83,7 +86,12 @@ class TransformerConfig:
     initialisation: Qwen3, OLMo-2); ``rotary_fraction`` < 1 rotates only the first part of each head (GPT-NeoX's
     ``rotary_pct``; :mod:`sigprop.components.query_key`). ``parallel_block`` computes the attention and the FFN
     branch from the same input and adds both to it, x ← x + Attn(Norm x) + FFN(Norm x) (GPT-J, GPT-NeoX, PaLM:
-    :mod:`sigprop.components.parallel`), Pre-LN decoders and encoders only.
+    :mod:`sigprop.components.parallel`), Pre-LN decoders and encoders only. ``head_transform`` puts BERT's
+    masked-LM head transform before the head: a d × d matrix (role ``transform``) with a zero bias, the activation
+    (relu or gelu) and a LayerNorm (ε = ``norm_eps``), token input only (:mod:`sigprop.components.head_transform`).
+    ``pool`` is how a patch model's classifier reads the last layer: the mean over its tokens (``"mean"``, App. H) or
+    a learned [CLS] token prepended to the patches (``"cls"``: Hugging Face's ``ViTForImageClassification``; its
+    ``seq_len`` is then the patches + 1).
 
     Ranges: every real number below :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT`
     (0.9), booleans true or false; ``lam`` and ``beta`` not both 0. ``tie_head`` ties the LM head to the token
@@ -143,6 +151,8 @@ class TransformerConfig:
     qk_norm: bool = False
     rotary_fraction: float = 1.0
     parallel_block: bool = False
+    head_transform: bool = False
+    pool: str = "mean"
     init: str = "xavier"
     initializer_range: float = 0.02
     beta_k: float = 2.0
@@ -187,6 +197,7 @@ class TransformerConfig:
 
         choice("arch", ARCHS)
         choice("input", INPUTS)
+        choice("pool", POOLS)
         choice("activation", ACTIVATIONS)
         choice("norm", NORMS)
         choice("attention", ATTENTIONS)
@@ -228,7 +239,7 @@ class TransformerConfig:
             number(name, -MAX_NUMBER)
         number("shaped_gamma", 0.0, 1.0, lo_open=True)
         integer("shaped_anneal_steps", 1, optional=True)
-        for name in ("tie_head", "learnable_beta", "shaped_normalize", "qk_norm", "parallel_block"):
+        for name in ("tie_head", "learnable_beta", "shaped_normalize", "qk_norm", "parallel_block", "head_transform"):
             boolean(name)
         boolean("final_norm", optional=True)
         if self.lam == 0.0 and self.beta == 0.0:
@@ -252,9 +263,13 @@ class TransformerConfig:
                 raise ValueError("n_segments applies to token input only")
         if self.arch == "encoder_decoder" and self.n_segments:
             raise ValueError("n_segments is supported for arch='encoder' and 'decoder' only")
-        if self.input == "patches" and self.seq_len != self.n_patches:
-            raise ValueError(f"for patch input seq_len must equal the number of patches "
-                             f"({self.n_patches} = ({self.image_size}/{self.patch_size})²); got {self.seq_len}")
+        if self.pool == "cls" and self.input != "patches":
+            raise ValueError("pool='cls' applies to patch input (a ViT) only")
+        if self.input == "patches" and self.seq_len != self.n_image_tokens:
+            cls = " plus the [CLS] token" if self.pool == "cls" else ""
+            raise ValueError(f"for patch input seq_len must equal the number of patches{cls} "
+                             f"({self.n_image_tokens} = ({self.image_size}/{self.patch_size})²"
+                             f"{' + 1' if cls else ''}); got {self.seq_len}")
         beta2 = self.beta_k / self.total_layers**self.beta_alpha
         if (self.init.startswith("dslm") or self.init == "auto") and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
@@ -285,6 +300,9 @@ class TransformerConfig:
                                  f"{self.d_head} coordinates: it needs an even number >= 2")
         elif self.rotary_fraction != 1.0:
             raise ValueError("rotary_fraction applies to position='rope' only")
+        if self.head_transform and (self.input != "tokens" or self.activation not in ("relu", "gelu")):
+            raise ValueError("head_transform (BERT's masked-LM head transform) needs token input and a relu or gelu "
+                             f"activation (got input={self.input!r}, activation={self.activation!r})")
         if self.parallel_block and (self.norm_position != "pre" or self.arch == "encoder_decoder"):
             raise ValueError("parallel_block is supported for norm_position='pre' in an encoder or a decoder (GPT-J, "
                              f"GPT-NeoX; got norm_position={self.norm_position!r}, arch={self.arch!r})")
@@ -359,6 +377,11 @@ class TransformerConfig:
     @property
     def n_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def n_image_tokens(self) -> int:
+        """A patch model's tokens: its patches, and the [CLS] token with ``pool="cls"``."""
+        return self.n_patches + (1 if self.pool == "cls" else 0)
 
     @property
     def n_embedding_types(self) -> int:

@@ -85,7 +85,7 @@ from .layer import SITES
 
 __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
-ROLES = ("token", "position", "segment", "patch", "q", "k", "v", "o", "w1", "w2", "w3", "head")
+ROLES = ("token", "position", "segment", "patch", "cls", "q", "k", "v", "o", "w1", "w2", "w3", "transform", "head")
 _BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
 #: What a plan read from weights that break the theory's assumptions says last (trained weights).
 TRAINED_WEIGHTS = ("read as a freshly initialised model with these standard deviations: an approximation for "
@@ -115,9 +115,12 @@ class InitPlan:
     def std(self, role: str, layer: int | None = None) -> float:
         """The std of role ``role`` (in layer ``layer`` for block roles). ``w3``, the up projection of a gated FFN
         (SwiGLU / GeGLU: :class:`~sigprop.components.glu.GLU`, whose gate is ``w1``), takes ``w1``'s value in a plan
-        that names no ``w3`` of its own (it has w1's shape)."""
+        that names no ``w3`` of its own (it has w1's shape); ``cls``, a ViT's [CLS] vector, takes ``position``'s (it
+        is drawn like a position row: Hugging Face's ViT draws both from N(0, initializer_range²))."""
         if role == "w3" and "w3" not in self.stds:
             role = "w1"
+        if role == "cls" and "cls" not in self.stds:
+            role = "position"
         if role not in self.stds:
             raise KeyError(f"init plan '{self.scheme}' has no std for role {role!r}")
         v = self.stds[role]
@@ -244,13 +247,13 @@ def _xavier_stds(c) -> dict:
     out_dim = c.vocab_size if c.input == "tokens" else c.n_classes
     return {
         "token": _xavier(c.vocab_size, d),
-        "position": _xavier(c.max_len if c.input == "tokens" else c.n_patches, d),
+        "position": _xavier(c.max_len if c.input == "tokens" else c.n_image_tokens, d),
         "segment": _xavier(max(c.n_segments, 1), d),
         "patch": _xavier(_patch_dim(c), d),
         "q": per_layer(_xavier(d, c.n_heads * c.d_head)), "k": per_layer(_xavier(d, c.kv_heads * c.d_head)),
         "v": per_layer(_xavier(d, c.kv_heads * c.d_head)), "o": per_layer(_xavier(c.n_heads * c.d_head, d)),
         "w1": per_layer(_xavier(d, c.ffn_width)), "w2": per_layer(_xavier(c.ffn_width, d)),
-        "head": _xavier(d, out_dim),
+        "transform": _xavier(d, d), "head": _xavier(d, out_dim),
     }
 
 
@@ -397,7 +400,7 @@ def _scheme_mup(c):
     stds = {"token": emb, "position": emb, "segment": emb, "patch": emb / math.sqrt(_patch_dim(c)),
             "q": per_layer(1.0 / math.sqrt(d)), "k": per_layer(1.0 / math.sqrt(d)), "v": per_layer(1.0 / math.sqrt(d)),
             "o": per_layer(1.0 / math.sqrt(c.n_heads * c.d_head)), "w1": per_layer(1.0 / math.sqrt(d)),
-            "w2": per_layer(1.0 / math.sqrt(c.ffn_width)), "head": 1.0 / d}
+            "w2": per_layer(1.0 / math.sqrt(c.ffn_width)), "transform": 1.0 / math.sqrt(d), "head": 1.0 / d}
     lam, beta = _unit_scales(c)
     tied = c.input == "tokens" and c.tie_head
     return InitPlan("mup", stds, lam, beta, False, 1.0 / d if tied else 1.0)
@@ -409,7 +412,7 @@ def _scheme_alekseev(c):
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
     vit = 0.02
     ov, ff = math.sqrt(c.sigma_ov), math.sqrt(c.sigma_21)  # σ_O = σ_V = √σ_OV, σ_1 = σ_2 = √σ_21
-    stds = {role: vit for role in ("token", "position", "segment", "head")}
+    stds = {role: vit for role in ("token", "position", "segment", "transform", "head")}
     # timm's patch embedding is a Conv2d left at PyTorch's default init, kaiming_uniform(a=√5): std 1/√(3·fan_in);
     # it puts standardised pixels at q⁰ ≈ 1/3, the order of the paper's CIFAR-100 inputs (q⁰, p⁰) ≈ (0.5, 0.25)
     stds["patch"] = 1.0 / math.sqrt(3.0 * _patch_dim(c))
@@ -429,7 +432,7 @@ def _scheme_shaped(c):
             "q": per_layer(1.0 / math.sqrt(d)), "k": per_layer(1.0 / math.sqrt(d)),
             "v": per_layer(1.0 / math.sqrt(d)), "o": per_layer(1.0 / math.sqrt(c.n_heads * c.d_head)),
             "w1": per_layer(1.0 / math.sqrt(d)), "w2": per_layer(1.0 / math.sqrt(c.ffn_width)),
-            "head": 1.0 / math.sqrt(d)}
+            "transform": 1.0 / math.sqrt(d), "head": 1.0 / math.sqrt(d)}
     gamma = float(c.shaped_gamma)
     lam, beta = _unit_scales(c, math.sqrt(1.0 - gamma**2), gamma)
     tied = c.input == "tokens" and c.tie_head

@@ -104,8 +104,11 @@ def _embedding_roles(emb: nn.Module) -> list[WeightRole]:
             out.append(WeightRole("segment", None, emb.segment.weight, _set(emb, "segment_std")))
         return out
     if isinstance(emb, PatchEmbedding):
-        return [WeightRole("patch", None, emb.proj.weight, _set(emb, "patch_std")),
-                WeightRole("position", None, emb.position.weight, _set(emb, "position_std"))]
+        out = [WeightRole("patch", None, emb.proj.weight, _set(emb, "patch_std")),
+               WeightRole("position", None, emb.position.weight, _set(emb, "position_std"))]
+        if emb.cls is not None:
+            out.append(WeightRole("cls", None, emb.cls, _set(emb, "cls_std")))
+        return out
     raise TypeError(f"no initialisation rule for embedding {type(emb).__name__}")
 
 
@@ -139,6 +142,9 @@ def weight_roles(model: nn.Module) -> list[WeightRole]:
         for child in layer.children():
             if isinstance(child, Residual):
                 out += _branch_roles(child.branch, layer.index)
+    transform = getattr(model, "head_transform", None)
+    if transform is not None:  # BERT's masked-LM head transform
+        out.append(WeightRole("transform", None, transform.dense.weight, _set(transform.dense, "weight_std")))
     if not any(model.head.weight is r.weight for r in out):
         out.append(WeightRole("head", None, model.head.weight, lambda std: None))
     return out
@@ -196,6 +202,9 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
                 else:  # a post-norm "<site>_norm"
                     _init_norm(child, s, c, name.removesuffix("_norm"))
         _init_norm(model.final_norm, s, c, "final")
+        if getattr(model, "head_transform", None) is not None:  # zero bias, LayerNorm at 1 / 0
+            s.fill(model.head_transform.dense.bias, 0.0)
+            _init_norm(model.head_transform.norm, s, c, "final")
         _init_norm(getattr(model, "enc_norm", None), s, c, "final")
         model.head_scale.fill_(plan.head_scale)
     return s.done

@@ -30,7 +30,8 @@ def parameter_count(config) -> int:
         embed = (config.vocab_size + config.position_table + config.n_segments) * d
         head = 0 if config.tie_head else config.vocab_size * d
     else:
-        embed = (config.channels * config.patch_size**2 + 1 + config.n_patches) * d
+        embed = (config.channels * config.patch_size**2 + 1 + config.n_image_tokens
+                 + (1 if config.pool == "cls" else 0)) * d
         head = config.n_classes * d
     attention = 2 * d * config.d_head * (config.n_heads + config.kv_heads)
     ffn_matrices = 3 if config.activation in GATED_ACTIVATIONS else 2

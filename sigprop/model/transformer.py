@@ -13,6 +13,7 @@ from torch import nn
 from ..components.dropout import Dropout
 from ..components.embedding import Embedding
 from ..components.factory import make_norm
+from ..components.head_transform import HeadTransform
 from ..components.patch import PatchEmbedding
 from .config import TransformerConfig
 from .init import InitPlan, make_plan
@@ -105,7 +106,7 @@ class Transformer(nn.Module):
             self.embed = Embedding(c.vocab_size, c.d_model, max_len=c.position_table, n_segments=c.n_segments,
                                    token_scale=c.embed_scale)
         else:
-            self.embed = PatchEmbedding(c.image_size, c.patch_size, c.channels, c.d_model)
+            self.embed = PatchEmbedding(c.image_size, c.patch_size, c.channels, c.d_model, cls_token=c.pool == "cls")
         self.embed_drop = Dropout(c.dropout)
         learn = self.plan.learnable_beta
         causal = c.arch == "decoder"
@@ -119,6 +120,7 @@ class Transformer(nn.Module):
                 TransformerLayer(c, c.n_layers + j, causal=True, cross=True, learnable_beta=learn)
                 for j in range(n_dec))
         self.final_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c, "final")) if c.has_final_norm else None
+        self.head_transform = HeadTransform(c.d_model, c.activation, c.norm_eps) if c.head_transform else None
         out = c.vocab_size if c.input == "tokens" else c.n_classes
         self.head = nn.Linear(c.d_model, out, bias=False)
         self.register_buffer("head_scale", torch.tensor(float(self.plan.head_scale)))
@@ -190,9 +192,11 @@ class Transformer(nn.Module):
         h = self.hidden_states(inputs, segment_ids, padding_mask, decoder_inputs, decoder_padding_mask)
         if self.final_norm is not None:
             h = self.final_norm(h)
+        if self.head_transform is not None:
+            h = self.head_transform(h)
         h = h * self.head_scale
-        if self.config.input == "patches":
-            h = h.mean(dim=-2)
+        if self.config.input == "patches":  # the classifier reads the tokens' mean or the [CLS] token
+            h = h[..., 0, :] if self.config.pool == "cls" else h.mean(dim=-2)
         return self.head(h)
 
     def loss(self, batch: dict) -> torch.Tensor:

@@ -17,7 +17,9 @@ the final norm).
   covariance (N the final norm's output Gram); for logits of large variance (a model without a final norm, a
   large head scale) E[p_j·p_l] = :func:`~sigprop.components.softmax.softmax_overlap` instead. The −2/V
   matters: summed over the many pairs of different targets it lowers the pooled correlation, by ~9% at V = 300.
-  Then the final norm's backward rule. A decoder's last position and every padded one carry no gradient (no label,
+  Then the backward rules of the masked-LM head's transform where the model has one (BERT, RoBERTa:
+  :mod:`~sigprop.components.head_transform`; the logits then read its output) and of the final norm. A decoder's
+  last position and every padded one carry no gradient (no label,
   and nothing downstream reads them).
 
 The rules read the init plan's declared standard deviations (the model is built without sampling weights).
@@ -135,12 +137,20 @@ def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: i
     L = int(seq_len or c.seq_len)
     B = int(check_range(n_images, "n_images", lo=1.0, allowed="integers >= 1"))
     normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
-    mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var) * (1.0 + (L - 1.0) * np.asarray(normed.corr)) / L
-    var = pooled_head_gradient_variance(model, mean_sq, L, B)
-    g = GradMoments(var=var, corr=1.0 + 0.0 * np.asarray(var))
+    if c.pool == "cls":  # one token of L carries the gradient: its variance spread over the L, no token correlation
+        mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var)
+        var = pooled_head_gradient_variance(model, mean_sq, 1, B) / L
+        g = GradMoments(var=var, corr=0.0 * np.asarray(var))
+        source = f"cross-entropy of {B} images' classes through the [CLS] token's head (theory, tokens pooled)"
+    else:
+        spread = (1.0 + (L - 1.0) * np.asarray(normed.corr)) / L
+        mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var) * spread
+        var = pooled_head_gradient_variance(model, mean_sq, L, B)
+        g = GradMoments(var=var, corr=1.0 + 0.0 * np.asarray(var))
+        source = f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
-    return g, f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
+    return g, source
 
 
 def pooled_head_gradient_variance(model: Transformer, pooled_mean_square, L: int, B: int):
@@ -206,11 +216,14 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         same = zipf_correlation(c.vocab_size) * pairs
         source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
     normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
-    var_z = scale * c.d_model * np.asarray(normed.var)
+    head_in = model.head_transform.forward_moments(normed) if model.head_transform is not None else normed
+    var_z = scale * c.d_model * np.asarray(head_in.var)
     k = 1.0 - different_target_term(var_z, V)
-    corr = (same - pairs * different_target_term(np.asarray(normed.corr) * var_z, V, var_z)) / \
+    corr = (same - pairs * different_target_term(np.asarray(head_in.corr) * var_z, V, var_z)) / \
         (k * max(L - 1, 1) * M)
     g = GradMoments(var=scale * k / (M * n), corr=corr)
+    if model.head_transform is not None:
+        g = model.head_transform.backward_moments(g, normed)
     if model.final_norm is not None:
         g = model.final_norm.backward_moments(g, m_top)
     return g, source
@@ -232,12 +245,16 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
         raise ValueError("labels: no labelled position (all -100)")
     scale, V = head_gradient_scale(model)
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
+    transform = model.head_transform  # applied to each token pair whole: its activation's mean meets its LayerNorm
+    head_in = normed if transform is None else pairwise_forward(transform.forward_moments, normed)
     same = (lab[:, :, None] == lab[:, None, :]).to(torch.float64)
-    logits = scale * model.config.d_model * normed.numpy()
+    logits = scale * model.config.d_model * head_in.numpy()
     diagonal = np.diagonal(logits, axis1=1, axis2=2)
     pair = same - torch.from_numpy(different_target_term(logits, V, diagonal[labelled.numpy()]))
     both = (labelled[:, :, None] & labelled[:, None, :]).to(torch.float64)
     grad = scale / M**2 * pair * both
+    if transform is not None:
+        grad = pairwise_backward(transform.backward_moments, grad, normed)
     if model.final_norm is not None:
         grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
     return grad
@@ -249,11 +266,18 @@ def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
     token by token). Every token of image b receives (s/L)·W_headᵀ(p_b − e_{y_b})/B, so before the final norm the Gram
     is s²σ²_h k_b/(L²B²)·11ᵀ with k_b = V·E[p_1²](Var z_b) − 2/V + 1 and Var z_b = s²σ²_h d·Σ_ts N_ts/L² (N the final
     norm's output Gram of image b: the pooled vector's second moment); then the final norm's backward rule, pairwise, at
-    the forward Gram ``top_gram``. Assumes the head independent of the hidden states."""
+    the forward Gram ``top_gram``. With a [CLS] token (``pool="cls"``) only token 0 receives s·W_headᵀ(p_b − e_{y_b})/B:
+    H_00 = s²σ²_h k_b/B² with Var z_b = s²σ²_h d·N_00, every other entry 0. Assumes the head independent of the hidden
+    states."""
     B, L, _ = top_gram.shape
     normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
-    var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image
-    grad = torch.from_numpy(var)[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
+    if model.config.pool == "cls":  # only the [CLS] token (position 0) feeds the classifier
+        var = pooled_head_gradient_variance(model, normed[:, 0, 0].numpy(), 1, B)
+        grad = torch.zeros(B, L, L, dtype=torch.float64)
+        grad[:, 0, 0] = torch.from_numpy(var)
+    else:
+        var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image
+        grad = torch.from_numpy(var)[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
     if model.final_norm is not None:
         grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
     return grad

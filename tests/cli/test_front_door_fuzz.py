@@ -20,6 +20,7 @@ from sigprop.model.config import (
     MAX_DROPOUT,
     MAX_NUMBER,
     NORM_POSITIONS,
+    POOLS,
     POSITIONS,
     V_INITS,
     TransformerConfig,
@@ -49,9 +50,9 @@ FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
 }
 CHOICES = {"arch": ARCHS, "input": INPUTS, "activation": ACTIVATIONS, "norm": NORMS, "norm_position": NORM_POSITIONS,
            "v_init": V_INITS, "init": tuple(SCHEMES), "attention": ATTENTIONS, "shaped_mode": SHAPED_MODES,
-           "position": POSITIONS}
+           "position": POSITIONS, "pool": POOLS}
 BOOLS = {"tie_head": False, "learnable_beta": False, "shaped_normalize": False, "final_norm": True, "qk_norm": False,
-         "parallel_block": False}
+         "parallel_block": False, "head_transform": False}
 
 
 def test_every_field_is_covered():

@@ -150,11 +150,13 @@ def _bert_pair(tmp_path, eps_zero: bool, embedding_norm: bool, **fields):
 
 
 @pytest.mark.parametrize("init,fields", [("dslm", {}), ("xavier", dict(activation="relu")),
-                                         ("dslm", dict(n_segments=2, tie_head=False))])
+                                         ("dslm", dict(n_segments=2, tie_head=False)),
+                                         ("bert", dict(head_transform=True)),
+                                         ("dslm", dict(head_transform=True, activation="relu"))])
 def test_exported_bert_is_sigprop_s_model_with_an_embedding_norm(tmp_path, init, fields):
-    """BERT's MLM head transform is made the identity (dense = I shifted onto GELU's linear branch, the shift removed
-    by its LayerNorm); its embedding LayerNorm cannot be: with ε = 0 the export computes sigprop's model with that
-    norm applied to the embedding output, to float64 rounding."""
+    """BERT's MLM head transform is the model's own (``head_transform``) or made the identity (dense = I shifted onto
+    GELU's linear branch, the shift removed by its LayerNorm); its embedding LayerNorm cannot be: with ε = 0 the
+    export computes sigprop's model with that norm applied to the embedding output, to float64 rounding."""
     assert _bert_pair(tmp_path, True, True, init=init, **fields) <= 1e-12
 
 

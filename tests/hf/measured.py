@@ -33,6 +33,8 @@ SMALL_LM_CONFIGS = {
     "gpt_neox": lambda: transformers.GPTNeoXConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
                                                    intermediate_size=512, max_position_embeddings=64,
                                                    vocab_size=211),
+    "phi": lambda: transformers.PhiConfig(num_hidden_layers=4, hidden_size=128, num_attention_heads=4,
+                                          intermediate_size=512, max_position_embeddings=64, vocab_size=211),
 }
 
 

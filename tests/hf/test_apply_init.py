@@ -20,11 +20,13 @@ from tests.hf.measured import SMALL_LM_CONFIGS, B, L, layer_stats, seed_mean  # 
 
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
            "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
-           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM}
+           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM,
+           "phi": transformers.PhiForCausalLM}
 
 
 @pytest.mark.parametrize("family,scheme", [("gpt2", "dslm"), ("llama", "dslm"), ("gpt2", "xavier"), ("opt", "dslm"),
-                                           ("phi3", "dslm"), ("qwen3", "dslm"), ("gpt_neox", "dslm")])
+                                           ("phi3", "dslm"), ("qwen3", "dslm"), ("gpt_neox", "dslm"),
+                                           ("phi", "dslm")])
 def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(family, scheme):
     """Every layer's forward and gradient variance of the re-initialised Hugging Face model, rescaled by the fold's
     c_l² (module :mod:`sigprop.fix.apply_init`), agrees with sigprop's model of the mapped config under the scheme (8

@@ -21,16 +21,25 @@ from tests.hf.measured import SMALL_LM_CONFIGS  # noqa: E402
 
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
            "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
-           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM}
+           "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM,
+           "phi": transformers.PhiForCausalLM}
 
 
-@pytest.mark.parametrize("family", list(CLASSES))
+def _fresh(family: str):
+    if family == "vit":
+        return transformers.ViTForImageClassification(transformers.ViTConfig(
+            num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=16,
+            patch_size=4, num_channels=3, num_labels=10))
+    return CLASSES[family](SMALL_LM_CONFIGS[family]())
+
+
+@pytest.mark.parametrize("family", [*CLASSES, "vit"])
 def test_a_fresh_model_reads_as_its_mapped_plan(family):
     """Each role's standard deviation read from a freshly initialised model equals the mapped configuration's
     (times its β for a branch's output projection, where the mapping carries GPT-2's scaled c_proj), within Z times
     the relative standard error of a root mean square over n draws, √(1/(2n))."""
     torch.manual_seed(0)
-    model = CLASSES[family](SMALL_LM_CONFIGS[family]())
+    model = _fresh(family)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = map_hf_config(model).config

@@ -133,3 +133,47 @@ def test_pooled_head_gradient_gram_is_the_exchangeable_rule_token_by_token():
     rule, _ = pooled_head_gradient_moments(model, Moments(mean=0.0, var=var, corr=r), n_images=B)
     assert pooled.var == pytest.approx(float(rule.var), rel=1e-9)
     assert pooled.corr == pytest.approx(float(rule.corr), rel=1e-9, abs=1e-12)
+
+
+def test_cls_head_gradient_gram_against_autograd():
+    """A [CLS]-token classifier (``pool="cls"``): by autograd over draws of the head and of Gaussian hidden states
+    with a given token Gram, the gradient at the last layer's output lives on token 0 only, with the variance of
+    :func:`~sigprop.theory.boundaries.pooled_head_gradient_gram`'s entry (0, 0), through the final LayerNorm."""
+    from sigprop.theory.boundaries import pooled_head_gradient_gram
+
+    c = TransformerConfig(**{**VIT, "n_classes": 10, "d_model": 64, "pool": "cls", "seq_len": 17})
+    model = Transformer(c, generator=torch.Generator().manual_seed(0))
+    B, L, d = 4, c.seq_len, c.d_model
+    var, r = 1.7, 0.6
+    top = var * ((1 - r) * torch.eye(L, dtype=torch.float64) + r * torch.ones(L, L, dtype=torch.float64))
+    top[:, 0] = top[0, :] = 0.0
+    top[0, 0] = 0.9  # the [CLS] token apart from the patches, as the embedding makes it
+    rule = pooled_head_gradient_gram(model, top.expand(B, L, L).clone())
+    assert bool((rule[:, 1:, :] == 0).all() and (rule[:, :, 1:] == 0).all())
+    root = torch.linalg.cholesky(top + 1e-12 * torch.eye(L, dtype=torch.float64))
+    gen = torch.Generator().manual_seed(1)
+    std, sq, rest = model.plan.std("head"), [], []
+    for _ in range(3000):
+        with torch.no_grad():
+            model.head.weight.normal_(0.0, std, generator=gen)
+        h = (root @ torch.randn(B, L, d, generator=gen, dtype=torch.float64)).requires_grad_(True)
+        logits = model.final_norm.double()(h)[:, 0] * float(model.head_scale) @ model.head.weight.double().T
+        (g,) = torch.autograd.grad(F.cross_entropy(logits, torch.randint(10, (B,), generator=gen)), h)
+        sq.append(float(g[:, 0].pow(2).mean()))
+        rest.append(float(g[:, 1:].abs().max()))
+    sq = np.array(sq)
+    assert max(rest) == 0.0
+    assert abs(sq.mean() - float(rule[:, 0, 0].mean())) <= Z * sq.std() / math.sqrt(len(sq)), (sq.mean(), rule[0, 0, 0])
+
+
+def test_cls_pooling_needs_patches_and_counts_its_token():
+    with pytest.raises(ValueError, match="pool='cls' applies to patch input"):
+        TransformerConfig(pool="cls")
+    with pytest.raises(ValueError, match=r"plus the \[CLS\] token \(17 = "):
+        TransformerConfig(**{**VIT, "pool": "cls"})
+    model = Transformer(TransformerConfig(**{**VIT, "pool": "cls", "seq_len": 17}))
+    images = torch.randn(2, 1, 16, 16)
+    assert model.embed(images).shape == (2, 17, VIT["d_model"]) and model(images).shape == (2, 10)
+    gram = model.embed.gram(images)
+    assert bool((gram[:, 0, 1:] == 0).all())
+    assert float(gram[0, 0, 0]) == pytest.approx(model.embed.cls_std**2 + model.embed.position_std**2)

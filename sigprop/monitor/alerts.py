@@ -46,8 +46,13 @@ class Alert:
 
         Example:
             >>> Alert(AlertKind.GRADIENT_VANISHES, 3, 200, 1e-4, 1e-7).describe()
-            'step 200, layer 3: gradient variance fell ×1e+03 since the first point (1e-04 → 1e-07)'
+            'step 200, layer 3: gradient variance fell ×1e+03 since the first point (0.0001 → 1e-07)'
+            >>> Alert(AlertKind.GRADIENT_VANISHES, 3, 200, 1e-4, 0.0).describe()
+            'step 200, layer 3: gradient variance fell to 0 since the first point (0.0001 → 0)'
         """
+        if self.kind is AlertKind.GRADIENT_VANISHES and self.now == 0.0:
+            return (f"step {self.step}, layer {self.layer}: gradient variance fell to 0 since the first point "
+                    f"({self.first:.3g} → 0)")
         if self.kind is AlertKind.GRADIENT_VANISHES:
             return (f"step {self.step}, layer {self.layer}: gradient variance fell ×{self.first / self.now:.3g} since "
                     f"the first point ({self.first:.3g} → {self.now:.3g})")

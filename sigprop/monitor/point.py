@@ -70,8 +70,8 @@ def columns_of(profile) -> Columns:
 
     Example:
         >>> from sigprop.core.profile import Profile, Row
-        >>> columns_of(Profile([Row(1, "layer", 0, 2.0, 0.5, 1e-3, 0.1), Row(0, "layer", 0, 1.0, 0.4, 2e-3, 0.2)],
-        ...                    {}, {})).fwd_var
+        >>> rows = (Row(1, "layer", 0, 2.0, 0.5, 1e-3, 0.1), Row(0, "layer", 0, 1.0, 0.4, 2e-3, 0.2))
+        >>> columns_of(Profile("measured", {}, rows)).fwd_var
         (1.0, 2.0)
     """
     rows = sorted(profile.site("layer"), key=lambda r: r.layer)

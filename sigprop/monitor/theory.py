@@ -33,25 +33,30 @@ def _first_line(err: Exception) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def _sweeps(prediction) -> TheoryResult:
-    note = None
+def _sweeps(prediction, mapped: str | None = None) -> TheoryResult:
+    """The profile of ``prediction()``, both sweeps, or the forward one where the backward fails; ``mapped``: what
+    the model's mapping leaves out, kept in the note."""
+    forward_only = None
     with np.errstate(over="ignore", invalid="ignore"):
         try:
             profile = prediction().profile()
         except _FAILURES as exc:
-            note = f"gradient theory unavailable: {_first_line(exc)}; forward theory only"
+            forward_only = f"gradient theory unavailable: {_first_line(exc)}; forward theory only"
             try:
                 profile = prediction().profile(gradients=False)
             except _FAILURES as exc2:
                 return TheoryResult(None, f"no theory: {_first_line(exc2)}")
     columns = columns_of(profile)
-    if note is not None:  # no gradient theory: nothing to draw, rather than the zeros of a skipped sweep
+    if forward_only is not None:  # no gradient theory: nothing to draw, rather than the zeros of a skipped sweep
         columns = Columns(columns.layers, columns.fwd_var, columns.fwd_corr, None, None)
-    return TheoryResult(columns, note)
+    return TheoryResult(columns, "; ".join(n for n in (mapped, forward_only) if n) or None)
 
 
 def _hf_prediction(model, batch):
-    """A callable giving the Prediction of a mapped Hugging Face model on its probe batch, or a reason string."""
+    """(a callable giving the Prediction of a mapped Hugging Face model on its probe batch, what the mapping and the
+    plan leave out), or why there is none."""
+    import warnings
+
     from ..analysis.experiment import batch_prediction
     from ..data.mlm import causal_lm_labels
     from ..hf.config_map import from_hf
@@ -60,7 +65,9 @@ def _hf_prediction(model, batch):
     from ..model.batch import Batch
 
     try:
-        config = from_hf(model)
+        with warnings.catch_warnings(record=True) as said:  # what the mapping leaves out: the theory's note
+            warnings.simplefilter("always")
+            config = from_hf(model)
         plan = read_hf_plan(model, config)
         probe = Batch.from_any(batch, causal=head_of(model) == "causal_lm")
     except (ValueError, NotImplementedError, ImportError) as err:
@@ -72,7 +79,8 @@ def _hf_prediction(model, batch):
             return "no theory: the probe batch has no labels"
         probe = probe.with_labels(causal_lm_labels(probe.inputs))
     data = {k: v.cpu() for k, v in probe.to_dict().items() if k != "padding_mask"}
-    return lambda: batch_prediction(config, data, plan=plan)
+    notes = [str(w.message) for w in said] + list(plan.notes.get("approximations", ()))
+    return (lambda: batch_prediction(config, data, plan=plan)), "; ".join(notes) or None
 
 
 def initial_theory(model, batch) -> TheoryResult:
@@ -98,6 +106,6 @@ def initial_theory(model, batch) -> TheoryResult:
         prediction = _hf_prediction(model, batch)
         if isinstance(prediction, str):
             return TheoryResult(None, prediction)
-        return _sweeps(prediction)
+        return _sweeps(*prediction)
     return TheoryResult(None, f"no theory: {type(model).__name__} is neither a sigprop model nor a Hugging Face "
                               "model of a mapped family")

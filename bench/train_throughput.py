@@ -199,7 +199,7 @@ class Runner:
         self.opt.step()
 
     def tracked_step(self):
-        """A step, then the tracker's probe measurement (:meth:`sigprop.train.tracking.Tracker.record`)."""
+        """A step, then the tracker's probe measurement (:meth:`sigprop.monitor.probe.Probe.measure`)."""
         self.step()
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):

@@ -9,7 +9,9 @@ sigprop's, a Hugging Face model, a user's own; ``batch`` sigprop's, Hugging Face
 ``compare(predicted, measured) -> Comparison``, ``diagnose(profile) -> Diagnosis``: does it explode, vanish or
 collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerConfig`` (the extra ``hf``);
 ``apply_init(model, scheme)``: a sigprop or Hugging Face model re-initialised in place under a scheme;
-``plan_for(config)``: the init plan a model of ``config`` gets (``init="auto"``: calibrated by the theory). They are
+``plan_for(config)``: the init plan a model of ``config`` gets (``init="auto"``: calibrated by the theory);
+``Monitor(model, probe_batch, every=K)``: every layer's statistics watched in any training loop (``monitor.step(step)``
+after the optimiser step; ``sigprop.integrations`` for the Hugging Face and Lightning trainers). They are
 imported on first use, so ``import sigprop`` (and the command line's ``--help``) stays fast.
 """
 
@@ -26,7 +28,7 @@ _PUBLIC = {
     "predict": "theory.predict", "measure": "measurement.hooks", "Recorder": "measurement.hooks",
     "compare": "analysis.comparison", "Comparison": "analysis.comparison",
     "diagnose": "analysis.diagnosis", "Diagnosis": "analysis.diagnosis",
-    "from_hf": "hf.config_map", "apply_init": "fix.apply_init",
+    "from_hf": "hf.config_map", "apply_init": "fix.apply_init", "Monitor": "monitor.monitor",
 }
 
 __all__ = [*_PUBLIC, "__version__"]

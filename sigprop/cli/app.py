@@ -30,6 +30,7 @@ from .inits import inits_command
 from .profiles import compare_command, measure_command, predict_command
 from .sde import sde_command
 from .terminal import error
+from .track import track_app
 from .train import train_app
 from .verify import verify_command
 
@@ -62,6 +63,8 @@ for name, command, summary in COMMANDS:
     app.command(name, short_help=summary)(command)
 app.add_typer(train_app, name="train", short_help="Train a model into a run directory; exact resume; several "
               "processes with torchrun; signal propagation tracked while it trains.")
+app.add_typer(track_app, name="track", short_help="Draw a monitored run's statistics over layers and steps "
+              "(sigprop.Monitor, the Trainer and Lightning callbacks, `sigprop train --track-every`).")
 
 #: What counts as bad input: a value out of range, a combination that does not apply, a missing, unreadable or
 #: unwritable file, a number that overflows, a device that failed or is missing.

@@ -42,7 +42,7 @@ from .evaluation import evaluate
 from .run_dir import METRICS_FILE, MetricsLog, TensorBoardScalars, prepare_new_run, read_run, write_run_files
 from .schedule import learning_rate
 from .speed import autocast_for, compile_layers, precision_used
-from .tracking import TRACK_FILE, Tracker
+from .tracking import TRACK_FILE, run_monitor
 
 __all__ = ["fit", "resume", "FitResult", "TrainProgress"]
 
@@ -246,18 +246,18 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                 model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
         tracker = None
         if train_config.track_every is not None and world.main:
-            tracker = Tracker(model, data.probe_batch(train_config.track_batch), run_dir, train_config.seed,
-                              resume_step=start if checkpoint_path is not None else None)
+            tracker = run_monitor(model, data.probe_batch(train_config.track_batch), run_dir, train_config.seed,
+                                  train_config.track_every, resume_step=start if checkpoint_path is not None else None)
         if checkpoint_path is None:
             initial = _evaluate(model, data, train_config, world, precision)
             if world.main:
                 write_run_files(run_dir, {**run, "initial_validation": initial})
             if tracker is not None:
                 progress.note("tracking: predicting the model's statistics at step 0 from theory ...")
-                failed = tracker.predict_initial()
+                failed = tracker.predict().note
                 if failed:
                     progress.note(f"tracking: {failed}")
-                tracker.record(0)
+                tracker.step(0)
         if start >= train_config.steps:
             progress.note(f"the run is complete ({start} of {train_config.steps} steps): nothing to resume")
             return FitResult(run_dir, start, train_config.steps, None, {}, {}, checkpoint_path, (), world.main)
@@ -353,10 +353,11 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
             betas = _residual_scales(model)
             if betas is not None:
                 record["beta"] = betas
-            if tracker is not None and done % tc.track_every == 0:
-                record["diagnosis"] = tracker.record(done)
-                if record["diagnosis"]["flagged_findings"]:  # seen before the loss shows it, if it ever does
-                    progress.note(f"step {done}, tracked: {record['diagnosis']['flagged_findings'][0]}")
+            point = None if tracker is None else tracker.step(done)
+            if point is not None:
+                record["diagnosis"] = point.diagnosis.to_dict()
+                if point.diagnosis.flagged_findings:  # seen before the loss shows it, if it ever does
+                    progress.note(f"step {done}, tracked: {point.diagnosis.flagged_findings[0]}")
             if log is not None:
                 log.write(record)
             last = record

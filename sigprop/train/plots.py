@@ -9,14 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.figures import save_figure
+from ..monitor.plot import plot_track
 from .run_dir import read_metrics
-from .tracking import PREDICTION_FILE, QUANTITIES, read_track
 
 __all__ = ["write_run_figures", "plot_runs", "plot_track", "smooth"]
-
-_TITLES = {"fwd_var": "forward variance σ²_x", "fwd_corr": "token correlation r_x",
-           "grad_var": "gradient variance σ²_g", "grad_corr": "gradient correlation r_g",
-           "attn_entropy": "attention entropy / its maximum"}
 
 
 def smooth(values, window: int) -> np.ndarray:
@@ -103,45 +99,6 @@ def _curves(run_dir: Path) -> Path | None:
     for a in ax:
         a.grid(alpha=0.3)
     return _save(fig, run_dir / "curves.png")
-
-
-def plot_track(run_dir) -> Path | None:
-    """``track.png``: for each statistic, its value over layers (x) and track steps (colour, early → late), the
-    theory's step-0 profile dashed; a model that starts to explode or collapse shows as curves fanning out."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    run_dir = Path(run_dir)
-    track = read_track(run_dir)
-    if not track:
-        return None
-    try:
-        prediction = json.loads((run_dir / PREDICTION_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        prediction = None
-    quantities = QUANTITIES + (("attn_entropy",) if any(t.get("attn_entropy") for t in track) else ())
-    fig, axes = plt.subplots(1, len(quantities), figsize=(4.5 * len(quantities), 4))
-    cmap = plt.get_cmap("viridis")
-    last = max(t["step"] for t in track) or 1
-    for ax, q in zip(axes, quantities, strict=True):
-        for t in track:
-            if t.get(q) is None:
-                continue
-            y = np.array([np.nan if v is None else v for v in t[q]], dtype=np.float64)
-            ax.plot(t["layers"], y, color=cmap(t["step"] / last), lw=1)
-        if prediction is not None and prediction.get(q) is not None:
-            y = np.array([np.nan if v is None else v for v in prediction[q]], dtype=np.float64)
-            ax.plot(prediction["layers"], y, "k--", lw=1.2, label="theory, step 0")
-            ax.legend(fontsize=8)
-        if q.endswith("var"):
-            ax.set_yscale("log")
-        ax.set(xlabel="layer", title=_TITLES[q])
-        ax.grid(alpha=0.3)
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, last))
-    fig.colorbar(sm, ax=axes, label="training step", fraction=0.02)
-    return _save(fig, run_dir / "track.png")
 
 
 def write_run_figures(run_dir) -> tuple[Path, ...]:

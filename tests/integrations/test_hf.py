@@ -1,0 +1,74 @@
+"""``sigprop.integrations.hf.SigpropCallback`` in a Hugging Face ``Trainer`` run (a tiny GPT-2 from its config, CPU):
+the points at the Trainer's optimiser steps with gradient accumulation, TensorBoard scalars in the Trainer's own
+TensorBoard folder, the theory of the mapped family, and the trained weights bit-identical without the callback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from sigprop.integrations.hf import SigpropCallback  # noqa: E402
+from sigprop.monitor import read_track  # noqa: E402
+
+VOCAB, LENGTH = 64, 16
+
+
+class _Ids(torch.utils.data.Dataset):
+    def __init__(self, n: int):
+        self.ids = torch.randint(0, VOCAB, (n, LENGTH), generator=torch.Generator().manual_seed(7))
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def _train(tmp_path, name: str, callbacks, report_to):
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=3, n_head=2)
+    transformers.set_seed(0)
+    model = transformers.GPT2LMHeadModel(config)  # dropout 0.1 everywhere, on while training
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / name), max_steps=10, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        learning_rate=1e-3, logging_steps=5, save_strategy="no", report_to=report_to, seed=0, use_cpu=True,
+        disable_tqdm=True, dataloader_num_workers=0)
+    transformers.Trainer(model=model, args=args, train_dataset=_Ids(64), callbacks=callbacks).train()
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_the_trainer_is_monitored_without_changing_its_training(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    probe = {"input_ids": torch.randint(0, VOCAB, (4, LENGTH), generator=torch.Generator().manual_seed(99))}
+    callback = SigpropCallback(probe, every=5, log_dir=tmp_path / "track")
+    watched = _train(tmp_path, "watched", [callback], ["tensorboard"])
+    plain = _train(tmp_path, "plain", [], [])
+    assert plain.keys() == watched.keys() and all(torch.equal(plain[k], watched[k]) for k in plain)
+
+    assert [p.step for p in callback.history] == [0, 5, 10]
+    assert read_track(tmp_path / "track") == [p.to_json() for p in callback.history]
+    assert all(p.columns.layers == (0, 1, 2) for p in callback.history)
+    assert callback.history[0].columns.grad_var != callback.history[-1].columns.grad_var
+    theory = callback.monitor.theory
+    assert theory.columns is not None and theory.columns.layers == (0, 1, 2)  # GPT-2 is a mapped family
+    events = EventAccumulator(str(tmp_path / "tb"))  # the Trainer's own TensorBoard folder: its scalars and ours
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert "train/loss" in tags and "sigprop/theory/fwd_var/layer_00" in tags
+    scalars = events.Scalars("sigprop/grad_var/layer_02")
+    assert [s.step for s in scalars] == [0, 5, 10]
+    assert [s.value for s in scalars] == pytest.approx([p.columns.grad_var[2] for p in callback.history], rel=1e-6)
+
+
+def test_bad_input_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match="every must be"):
+        SigpropCallback({"input_ids": torch.zeros(1, 4, dtype=torch.long)}, every=0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="log_dir"):
+        SigpropCallback({"input_ids": torch.zeros(1, 4, dtype=torch.long)}, every=1, log_dir=tmp_path / "file")
+    callback = SigpropCallback({"input_ids": torch.full((2, LENGTH), VOCAB + 5)}, every=1)
+    with pytest.raises(ValueError, match="the probe batch cannot be taken by GPT2LMHeadModel"):
+        _train(tmp_path, "bad", [callback], [])

@@ -1,0 +1,199 @@
+"""``sigprop.Monitor`` in a plain training loop: the points, their files and TensorBoard scalars, training unchanged to
+the bit (dropout on, gradient accumulation), a user's own module with only ``loss_fn``, compiled and autocast models,
+the warning of a layer whose gradient vanishes, and bad input refused before training."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+import sigprop
+from sigprop.monitor import TRACK_FILE, AlertKind, read_track
+from sigprop.monitor.track_file import read_prediction
+
+from .nanogpt import NanoGPT, nanogpt_batch, nanogpt_loss
+
+CONFIG = dict(n_layers=3, d_model=32, n_heads=2, vocab_size=64, seq_len=16, dropout=0.1)
+
+
+def _sigprop_model(seed: int = 0):
+    torch.manual_seed(seed)
+    config = sigprop.TransformerConfig(**CONFIG)
+    return config, sigprop.Transformer(config)
+
+
+def _sigprop_batch(config, seed: int):
+    ids = torch.randint(5, config.vocab_size, (4, config.seq_len), generator=torch.Generator().manual_seed(seed))
+    return sigprop.make_batch(config, ids)
+
+
+def _train(model, loss_of, batch_of, steps: int, monitor=None, accumulate: int = 1):
+    """Adam on ``loss_of(model, batch_of(step, micro))``; the monitor stepped after every optimiser step and, to
+    show it leaves an accumulating gradient alone, between micro-batches too."""
+    torch.manual_seed(1)  # the run's dropout stream
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if monitor is not None:
+        monitor.step(0)
+    for step in range(steps):
+        for micro in range(accumulate):
+            (loss_of(model, batch_of(step, micro)) / accumulate).backward()
+            if monitor is not None and micro < accumulate - 1:
+                monitor.probe.measure()  # a probe in the middle of the accumulation
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if monitor is not None:
+            monitor.step(step + 1)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_plain_loop_gets_points_files_and_tensorboard_scalars(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config, model = _sigprop_model()
+    probe = _sigprop_batch(config, 99)
+    with sigprop.Monitor(model, probe, every=4, log_dir=tmp_path / "log") as monitor:
+        _train(model, lambda m, b: m.loss(b), lambda s, _: _sigprop_batch(config, s), 12, monitor)
+    assert [p.step for p in monitor.history] == [0, 4, 8, 12]
+    assert read_track(tmp_path / "log") == [p.to_json() for p in monitor.history]
+    assert all(p.columns.layers == (0, 1, 2) and p.diagnosis.findings for p in monitor.history)
+    assert all(len(p.attn_entropy) == 3 for p in monitor.history)
+    # the weights move, and the statistics with them: every point is a new measurement
+    assert len({p.columns.grad_var for p in monitor.history}) == 4
+    prediction = read_prediction(tmp_path / "log")
+    assert prediction["step"] == 0 and prediction["layers"] == [0, 1, 2] and monitor.theory.note is None
+    events = EventAccumulator(str(tmp_path / "log"))
+    events.Reload()
+    for q in ("fwd_var", "grad_corr"):
+        scalars = events.Scalars(f"sigprop/{q}/layer_01")
+        assert [s.step for s in scalars] == [0, 4, 8, 12]
+        assert [s.value for s in scalars] == pytest.approx([getattr(p.columns, q)[1] for p in monitor.history],
+                                                           rel=1e-6)  # stored as float32
+    assert [s.value for s in events.Scalars("sigprop/theory/fwd_var/layer_02")] == pytest.approx(
+        [prediction["fwd_var"][2]], rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sigprop", "nanogpt"])
+def test_training_is_bit_identical_with_and_without_the_monitor(tmp_path, kind):
+    if kind == "sigprop":
+        config = sigprop.TransformerConfig(**CONFIG)
+
+        def make():
+            return _sigprop_model(0)[1]
+
+        def loss_of(m, b):
+            return m.loss(b)
+
+        def batch_of(step, micro):
+            return _sigprop_batch(config, 100 * step + micro)
+
+        probe, loss_fn = _sigprop_batch(config, 99), None
+    else:
+        def make():
+            torch.manual_seed(0)
+            return NanoGPT(dropout=0.1)
+
+        loss_of, loss_fn, probe = nanogpt_loss, nanogpt_loss, nanogpt_batch(99)
+
+        def batch_of(step, micro):
+            return nanogpt_batch(100 * step + micro)
+
+    plain = _train(make(), loss_of, batch_of, 6, accumulate=2)
+    model = make()
+    monitor = sigprop.Monitor(model, probe, every=2, loss_fn=loss_fn, log_dir=tmp_path / kind)
+    watched = _train(model, loss_of, batch_of, 6, monitor, accumulate=2)
+    assert [p.step for p in monitor.history] == [0, 2, 4, 6]
+    assert plain.keys() == watched.keys()
+    assert all(torch.equal(plain[k], watched[k]) for k in plain), [k for k in plain if not torch.equal(plain[k],
+                                                                                                        watched[k])]
+    # and the monitor measured something that changes: without dropout's forked masks the points would differ
+    assert monitor.history[0].columns.grad_var != monitor.history[-1].columns.grad_var
+
+
+def test_a_users_own_module_is_monitored_with_only_loss_fn(tmp_path):
+    torch.manual_seed(0)
+    model = NanoGPT(n_layer=4)
+    monitor = sigprop.Monitor(model, nanogpt_batch(1), every=1, loss_fn=nanogpt_loss, log_dir=tmp_path)
+    point = monitor.step(0)
+    assert point.columns.layers == (0, 1, 2, 3) and point.attn_entropy is None
+    assert all(v > 0 for v in point.columns.grad_var) and all(v > 0 for v in point.columns.fwd_var)
+    assert monitor.theory.columns is None and "no theory" in monitor.theory.note
+    assert json.loads((tmp_path / TRACK_FILE).read_text())["layers"] == [0, 1, 2, 3]
+    assert monitor.step(0) is None  # a step already recorded (gradient accumulation calls it again)
+
+
+def test_a_compiled_model_under_bf16_autocast_is_probed_as_the_module_in_full_precision():
+    config, model = _sigprop_model()
+    compiled = torch.compile(model, backend="eager")
+    probe = _sigprop_batch(config, 99)
+    monitor = sigprop.Monitor(compiled, probe, every=1)
+    assert monitor.model is model
+    outside = monitor.record(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled.loss(probe).dtype == torch.float32  # the run itself is under autocast
+        inside = monitor.record(1)
+    assert inside.columns == outside.columns
+
+
+def test_a_layer_whose_gradient_vanishes_is_warned_of_once_with_its_layer_and_step(caplog):
+    """Post-LN blocks: zeroing block 2's last norm makes its output constant, so no gradient reaches the stream
+    after blocks 0 and 1 from step 10 on; blocks 2 and 3 keep theirs."""
+    torch.manual_seed(0)
+    model = NanoGPT(n_layer=4, dropout=0.0, post_ln=True)
+    monitor = sigprop.Monitor(model, nanogpt_batch(99), every=5, loss_fn=nanogpt_loss)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    monitor.step(0)
+    with caplog.at_level(logging.WARNING, logger="sigprop.monitor"):
+        for step in range(1, 21):
+            nanogpt_loss(model, nanogpt_batch(step)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step == 10:
+                with torch.no_grad():
+                    model.h[2].ln_2.weight.zero_()
+            monitor.step(step)
+    vanished = [(a.layer, a.step) for a in monitor.alerts if a.kind is AlertKind.GRADIENT_VANISHES]
+    assert vanished == [(0, 10), (1, 10)]
+    messages = [r.getMessage() for r in caplog.records if "gradient variance fell" in r.getMessage()]
+    assert len(messages) == 2 and "step 10, layer 0" in messages[0] and "step 10, layer 1" in messages[1]
+
+
+def test_bad_input_is_refused_before_training(tmp_path):
+    config, model = _sigprop_model()
+    probe = _sigprop_batch(config, 0)
+    for every in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="every must be an integer number of steps >= 1"):
+            sigprop.Monitor(model, probe, every=every)
+    too_big = {**probe, "inputs": probe["inputs"] + config.vocab_size}
+    with pytest.raises(ValueError, match="the probe batch cannot be taken by Transformer"):
+        sigprop.Monitor(model, too_big, every=1)
+    with pytest.raises(ValueError, match="the probe batch cannot be taken by NanoGPT"):
+        sigprop.Monitor(NanoGPT(), nanogpt_batch(0), every=1)  # its keys are its own: it needs loss_fn
+    (tmp_path / "file").write_text("x")
+    for log_dir in (tmp_path / "file", tmp_path / "file" / "sub", "/proc/sigprop-monitor"):
+        with pytest.raises(ValueError, match="log_dir"):
+            sigprop.Monitor(model, probe, every=1, log_dir=log_dir)
+    with pytest.raises(ValueError) as err:
+        sigprop.Monitor(model, too_big, every=1)
+    assert "\n" not in str(err.value)
+
+
+def test_the_active_wandb_run_receives_the_points(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config, model = _sigprop_model()
+    run = wandb.init(project="sigprop-test", dir=str(tmp_path))
+    try:
+        monitor = sigprop.Monitor(model, _sigprop_batch(config, 0), every=1)
+        monitor.step(0)
+        monitor.step(1)
+    finally:
+        run.finish()
+    files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1
+    logged = files[0].read_bytes()
+    assert b"sigprop/fwd_var/layer_02" in logged and b"sigprop/theory/grad_var/layer_00" in logged

@@ -156,8 +156,9 @@ def markdown(results: list[dict]) -> str:
     lines = ["# Hugging Face families: theory against measurement", "",
              f"Each family built from a small config ({LAYERS} layers, d = {D}, 4 heads, dropout 0), measured through "
              f"`sigprop.measure` on a Hugging Face batch ({B} sequences of {L} tokens, the first with {PAD_TAIL} "
-             f"padded positions, excluded) over {results[0]['seeds']} seeds, and predicted from `sigprop.from_hf` of "
-             "its config (token-resolved, from the batch's ids, labels and padding). Command: "
+             f"padded positions, excluded; ViT: {B} images of 16 × 16 × 3 smoothed Gaussian pixels and their classes) "
+             f"over {results[0]['seeds']} seeds, and predicted from `sigprop.from_hf` of "
+             "its config (token-resolved, from the batch's ids, labels and padding, or images). Command: "
              f"`python bench/hf_families.py --seeds {results[0]['seeds']} --out docs/hf-families`.", "",
              "| family | class | forward variance: median relative error | its noise (median SE / mean) | "
              "gradient variance: median relative error | its noise | seconds |",

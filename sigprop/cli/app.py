@@ -19,6 +19,7 @@ import sys
 import typer
 
 from ..core.errors import DeviceError, TrainingDiverged
+from ..core.versions import VERSION
 from .apjn import apjn_command
 from .demo import demo_command
 from .doctor import doctor_command
@@ -34,7 +35,7 @@ from .track import track_app
 from .train import train_app
 from .verify import verify_command
 
-__all__ = ["app", "main", "INPUT_ERRORS"]
+__all__ = ["app", "main", "version_line", "INPUT_ERRORS"]
 
 app = typer.Typer(
     add_completion=False,
@@ -43,6 +44,34 @@ app = typer.Typer(
     help="sigprop: signal propagation in deep transformers — predict, measure and fix the moments of activations "
          "and gradients at initialization.",
 )
+
+
+def version_line() -> str:
+    """What ``sigprop --version`` prints.
+
+    Returns:
+        ``"sigprop X.Y.Z"``, the version being :data:`sigprop.__version__` (defined once, in
+        :mod:`sigprop.core.versions`; the wheel's metadata reads it from there).
+
+    Example:
+        >>> version_line().split()[0]
+        'sigprop'
+    """
+    return f"sigprop {VERSION}"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                          help="Print sigprop's version and exit.")) -> None:
+    """The options that come before a command."""
+
+
 COMMANDS = (
     ("predict", predict_command, "Every layer's moments at initialisation, from theory (no weights drawn)."),
     ("measure", measure_command, "The same statistics of real models, measured with hooks over seeds."),

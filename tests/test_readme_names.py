@@ -1,0 +1,119 @@
+"""Every Python name the README shows (``sigprop.a.b`` and ``from sigprop.a import b`` in its code blocks and inline
+code) is importable at the path shown."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+_INLINE = re.compile(r"(`+)(.+?)\1", re.S)
+_FROM = re.compile(r"\bfrom\s+(sigprop(?:\.\w+)*)\s+import\s+(\([^)]*\)|[^\n#;`]+)")
+_DOTTED = re.compile(r"(?<![\w./-])sigprop(?:\.[A-Za-z_]\w*)+")
+
+
+def code_of(markdown: str) -> list[str]:
+    """The code a Markdown text shows: its fenced blocks, then the inline code of the rest.
+
+    Args:
+        markdown: the text of a Markdown file.
+
+    Returns:
+        Each fenced block's body and each inline code span, in that order.
+
+    Example:
+        >>> code_of("run `sigprop.predict`\\n```python\\nimport sigprop\\n```\\n")
+        ['import sigprop\\n', 'sigprop.predict']
+    """
+    blocks = _FENCE.findall(markdown)
+    prose = _FENCE.sub("", markdown)
+    return blocks + [m.group(2) for m in _INLINE.finditer(prose)]
+
+
+def names_in(code: str) -> set[str]:
+    """The dotted sigprop names a piece of code shows: ``sigprop.a.b`` and, for ``from sigprop.a import b, c``,
+    ``sigprop.a.b`` and ``sigprop.a.c``.
+
+    Args:
+        code: a code block or an inline code span.
+
+    Returns:
+        The dotted names, each beginning with ``sigprop.``.
+
+    Example:
+        >>> sorted(names_in("from sigprop.train import fit, resume as r\\nsigprop.predict(config)"))
+        ['sigprop.predict', 'sigprop.train', 'sigprop.train.fit', 'sigprop.train.resume']
+    """
+    found = set(_DOTTED.findall(code))
+    for module, imported in _FROM.findall(code):
+        for item in imported.strip("()").replace("\\", " ").split(","):
+            name = item.split(" as ")[0].strip()
+            if name and name != "*":
+                found.add(f"{module}.{name}")
+    return found
+
+
+def resolve(dotted: str) -> object:
+    """The object a dotted name names: each part an attribute of the one before or, on a module, its submodule.
+
+    Args:
+        dotted: a name such as ``"sigprop.fix.export.export_hf"``.
+
+    Returns:
+        The object at that path.
+
+    Raises:
+        AttributeError: a part is neither an attribute nor a submodule of what comes before it.
+
+    Example:
+        >>> resolve("sigprop.core.versions.VERSION") == __import__("sigprop").__version__
+        True
+    """
+    head, *parts = dotted.split(".")
+    obj: object = importlib.import_module(head)
+    path = head
+    for part in parts:
+        path = f"{path}.{part}"
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif hasattr(obj, "__path__") and importlib.util.find_spec(path) is not None:
+            obj = importlib.import_module(path)
+        else:
+            raise AttributeError(f"{dotted}: {path.rsplit('.', 1)[0]} has no {part!r}")
+    return obj
+
+
+SHOWN = sorted(set().union(*(names_in(code) for code in code_of(README.read_text(encoding="utf-8")))))
+
+
+def test_the_readme_shows_names_to_check():
+    assert {"sigprop.predict", "sigprop.measure", "sigprop.train.fit"} <= set(SHOWN)
+
+
+@pytest.mark.parametrize("dotted", SHOWN)
+def test_a_name_the_readme_shows_is_importable_where_shown(dotted):
+    try:
+        resolve(dotted)
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] != "sigprop":
+            pytest.skip(f"{dotted} needs {err.name}, which is not installed")
+        raise
+
+
+def test_collection_reads_imports_inline_code_and_fenced_blocks():
+    text = ("Use `sigprop.fix.export_hf(model)` or\n```python\nfrom sigprop.data import (load_batch,\n"
+            "    make_batch as mb)\nimport sigprop\n```\nnot `sigprop-report/` nor a.sigprop.x\n")
+    shown = set().union(*(names_in(code) for code in code_of(text)))
+    assert shown == {"sigprop.fix.export_hf", "sigprop.data", "sigprop.data.load_batch", "sigprop.data.make_batch"}
+
+
+@pytest.mark.parametrize("dotted", ["sigprop.no_such_name", "sigprop.fix.no_such_function", "sigprop.core.nothing.x"])
+def test_a_name_that_does_not_exist_fails_with_its_path(dotted):
+    with pytest.raises(AttributeError, match=re.escape(dotted)):
+        resolve(dotted)

@@ -68,9 +68,9 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
                 slot.tensor.mul_(factors[slot.layer]["attn" if config.parallel_block else _FOLDED[slot.role]])
         _zero(*(m for _, m in layout.biases), *(() if layout.head is None else (layout.head,)))
         for _, norm in layout.norms:
-            _norm(norm)
+            _norm(norm, 1.0 - layout.gain_offset)
         if layout.final_norm is not None:
-            _norm(layout.final_norm, plan.head_scale)
+            _norm(layout.final_norm, plan.head_scale - layout.gain_offset)
     return model
 
 

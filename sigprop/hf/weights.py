@@ -36,8 +36,10 @@ class HFWeights:
         slots: the weights, in drawing order.
         biases: (name, module) of every linear map whose bias the theory takes to be zero.
         norms: (name, module) of the blocks' norms (weight 1, bias 0 at initialisation).
-        final_norm: the final norm (its weight is the head scale), or ``None`` where the model has none.
+        final_norm: the norm whose weight carries the head scale (the final norm; a masked LM's head-transform
+            LayerNorm), or ``None`` where the model has none.
         head: the untied output embedding's module, or ``None`` when it is the token table.
+        gain_offset: what a norm's gain is above its stored weight (Gemma stores w and scales by 1 + w: 1; else 0).
     """
 
     slots: tuple[Slot, ...]
@@ -45,6 +47,7 @@ class HFWeights:
     norms: tuple[tuple[str, nn.Module], ...]
     final_norm: nn.Module | None
     head: nn.Module | None
+    gain_offset: float = 0.0
 
 
 def _head(model) -> nn.Module | None:
@@ -182,6 +185,55 @@ def _vit(model) -> HFWeights:
     return HFWeights(tuple(slots), tuple(biases), tuple(norms), base.layernorm, head)
 
 
+def _gemma(model) -> HFWeights:
+    """Gemma: Llama's layout, with RMSNorms that scale by 1 + w (w = 0 at gain 1)."""
+    layout = _llama(model)
+    return HFWeights(layout.slots, layout.biases, layout.norms, layout.final_norm, layout.head, gain_offset=1.0)
+
+
+def _post_ln_encoder(model, base, head: str, transform: nn.Module, transform_norm: nn.Module,
+                     head_bias: nn.Module) -> HFWeights:
+    """BERT and RoBERTa (nn.Linear weights stored (out, in)): word / position / token-type embeddings = the token,
+    position and segment tables, per layer attention.self.{query,key,value}, attention.output.dense = W_O,
+    intermediate.dense = W_1, output.dense = W_2, the masked-LM head's transform dense = the ``transform`` role; the
+    embedding LayerNorm and the layers' two LayerNorms at weight 1, bias 0; the transform's LayerNorm carries the head
+    scale (sigprop scales the head's input after the transform)."""
+    emb = base.embeddings
+    slots = [Slot("token", None, emb.word_embeddings.weight), Slot("position", None, emb.position_embeddings.weight)]
+    if getattr(model.config, "type_vocab_size", 0):
+        slots.append(Slot("segment", None, emb.token_type_embeddings.weight))
+    biases, norms = [], [("embeddings.LayerNorm", emb.LayerNorm)]
+    for i, block in enumerate(base.encoder.layer):
+        attn = block.attention
+        for name, proj, role in (("attention.self.query", attn.self.query, "q"),
+                                 ("attention.self.key", attn.self.key, "k"),
+                                 ("attention.self.value", attn.self.value, "v"),
+                                 ("attention.output.dense", attn.output.dense, "o"),
+                                 ("intermediate.dense", block.intermediate.dense, "w1"),
+                                 ("output.dense", block.output.dense, "w2")):
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"encoder.layer.{i}.{name}", proj))
+        norms += [(f"encoder.layer.{i}.attention.output.LayerNorm", attn.output.LayerNorm),
+                  (f"encoder.layer.{i}.output.LayerNorm", block.output.LayerNorm)]
+    slots.append(Slot("transform", None, transform.weight))
+    biases += [(f"{head}.{'transform.dense' if head == 'cls.predictions' else 'dense'}", transform),
+               (head, head_bias)]
+    return _layout(model, slots, biases, norms, transform_norm)
+
+
+def _bert(model) -> HFWeights:
+    """BERT (``BertForMaskedLM``): :func:`_post_ln_encoder` with ``cls.predictions`` as the head."""
+    head = model.cls.predictions
+    return _post_ln_encoder(model, model.bert, "cls.predictions", head.transform.dense, head.transform.LayerNorm, head)
+
+
+def _roberta(model) -> HFWeights:
+    """RoBERTa (``RobertaForMaskedLM``): :func:`_post_ln_encoder` with ``lm_head`` (dense, layer_norm, the tied
+    decoder and its bias) as the head."""
+    head = model.lm_head
+    return _post_ln_encoder(model, model.roberta, "lm_head", head.dense, head.layer_norm, head)
+
+
 def _phi3(model) -> HFWeights:
     """Phi-3 (nn.Linear weights stored (out, in)): qkv_proj = [W_Q; W_K; W_V] by rows, o_proj, gate_up_proj =
     [W_1; W_3] by rows (gate first), down_proj = W_2."""
@@ -228,12 +280,10 @@ def _opt(model) -> HFWeights:
 
 
 #: Mapped family (:data:`sigprop.hf.config_map.FAMILIES`) → its layout.
-LAYOUTS = {"gpt2": _gpt2, "llama": _llama, "qwen3": _qwen3, "phi3": _phi3, "opt": _opt, "gpt_neox": _gpt_neox,
-           "phi": _phi, "vit": _vit}
-#: Mapped families without a layout, and why.
-NO_LAYOUT = {"bert": "BERT's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
-             "roberta": "RoBERTa's embedding LayerNorm and Post-LN blocks are not mapped to a scheme's weights yet",
-             "gemma": "Gemma's norms hold w in x·(1 + w), which sigprop's layouts do not write yet"}
+LAYOUTS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "llama": _llama, "qwen3": _qwen3, "phi3": _phi3,
+           "gemma": _gemma, "opt": _opt, "gpt_neox": _gpt_neox, "phi": _phi, "vit": _vit}
+#: Mapped families without a layout, and why (every mapped family has one).
+NO_LAYOUT: dict = {}
 
 
 def hf_weights(model: nn.Module) -> HFWeights:
@@ -294,7 +344,8 @@ def read_hf_plan(model: nn.Module, config):
     if biased:
         approximations.append(f"{len(biased)} of {len(layout.biases)} linear maps have non-zero biases "
                               f"(e.g. {biased[0]}), which the theory takes to be zero")
-    moved = [name for name, m in layout.norms if (getattr(m, "weight", None) is not None and _off(m.weight, 1.0))
+    unit = 1.0 - layout.gain_offset  # the stored weight of a gain of 1
+    moved = [name for name, m in layout.norms if (getattr(m, "weight", None) is not None and _off(m.weight, unit))
              or (getattr(m, "bias", None) is not None and _off(m.bias, 0.0))]
     if moved:
         approximations.append(f"{len(moved)} of {len(layout.norms)} norms are off weight 1 / bias 0 (e.g. "
@@ -306,7 +357,7 @@ def read_hf_plan(model: nn.Module, config):
         approximations.append(f"some weights have a mean {max(z):.3g} standard errors away from zero (the theory "
                               "takes them to be zero-mean and i.i.d.)")
     final_weight = getattr(layout.final_norm, "weight", None)
-    head_scale = 1.0 if final_weight is None else float(final_weight.detach().double().mean())
+    head_scale = 1.0 if final_weight is None else float(final_weight.detach().double().mean()) + layout.gain_offset
     if approximations:
         approximations.append(TRAINED_WEIGHTS)
     plan = InitPlan.from_stds(config.replace(lam=None, beta=None), stds, lam={s: 1.0 for s in ("attn", "ffn")},

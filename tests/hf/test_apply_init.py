@@ -21,12 +21,12 @@ from tests.hf.measured import SMALL_LM_CONFIGS, B, L, layer_stats, seed_mean  # 
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
            "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
            "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM,
-           "phi": transformers.PhiForCausalLM}
+           "phi": transformers.PhiForCausalLM, "gemma": transformers.GemmaForCausalLM}
 
 
 @pytest.mark.parametrize("family,scheme", [("gpt2", "dslm"), ("llama", "dslm"), ("gpt2", "xavier"), ("opt", "dslm"),
                                            ("phi3", "dslm"), ("qwen3", "dslm"), ("gpt_neox", "dslm"),
-                                           ("phi", "dslm")])
+                                           ("phi", "dslm"), ("gemma", "dslm")])
 def test_reinitialised_hf_model_measures_like_sigprops_model_of_the_scheme(family, scheme):
     """Every layer's forward and gradient variance of the re-initialised Hugging Face model, rescaled by the fold's
     c_l² (module :mod:`sigprop.fix.apply_init`), agrees with sigprop's model of the mapped config under the scheme (8
@@ -74,7 +74,37 @@ def test_sigprop_model_and_errors():
     assert float(model.layers[0].attn.lam) == pytest.approx(math.sqrt(0.5))
     with pytest.raises(ValueError, match="scheme must be one of"):
         sigprop.apply_init(model, "nope")
-    bert = transformers.BertForMaskedLM(transformers.BertConfig(num_hidden_layers=2, hidden_size=64,
-                                                                num_attention_heads=4, intermediate_size=128))
-    with pytest.raises(ValueError, match="BERT"):
-        sigprop.apply_init(bert, "dslm")
+    bloom = transformers.BloomForCausalLM(transformers.BloomConfig(n_layer=2, hidden_size=32, n_head=2))
+    with pytest.raises(ValueError, match="'bloom'.*not mapped"):
+        sigprop.apply_init(bloom, "dslm")
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_reinitialised_masked_lm_measures_like_sigprops_model_of_the_scheme(family):
+    """BERT and RoBERTa re-initialised under DeepScaleLM (Post-LN: the fold β/λ in the output projections, the head
+    transform's weights, the embedding LayerNorm at 1/0) against sigprop's model of the mapped config under the
+    scheme, over 8 seeds each, within Z standard errors at every layer; the embedding LayerNorm, which sigprop's model
+    lacks, meets a sum of unit variance there (DSLM's embeddings), so it changes nothing the measurement resolves."""
+    cls, cfg = {"bert": (transformers.BertForMaskedLM, transformers.BertConfig),
+                "roberta": (transformers.RobertaForMaskedLM, transformers.RobertaConfig)}[family]
+    hf_config = cfg(num_hidden_layers=4, hidden_size=128, num_attention_heads=4, intermediate_size=512,
+                    max_position_embeddings=66, vocab_size=211, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+    config = map_hf_config(hf_config).config.replace(seq_len=L, init="dslm", lam=None, beta=None)
+    ids = torch.randint(5, config.vocab_size, (B, L), generator=torch.Generator().manual_seed(8))
+    batch = sigprop.make_batch(config, ids)
+
+    def hf_one(seed):
+        model = cls(hf_config)
+        sigprop.apply_init(model, "dslm", generator=torch.Generator().manual_seed(seed))
+        return layer_stats(sigprop.measure(model, batch), config.n_layers)
+
+    def ours_one(seed):
+        model = Transformer(config, generator=torch.Generator().manual_seed(100 + seed))
+        return layer_stats(sigprop.measure(model, batch), config.n_layers)
+
+    hf, ours = seed_mean(hf_one), seed_mean(ours_one)  # Post-LN: the fold changes no stream's scale
+    for k, what in ((0, "forward variance"), (2, "gradient variance")):
+        gap = (hf[k] - ours[k]).abs()
+        tol = Z * torch.sqrt(hf[k + 1] ** 2 + ours[k + 1] ** 2)
+        assert bool((gap <= tol).all()), (family, what, hf[k], ours[k], tol)

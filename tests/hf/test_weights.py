@@ -22,10 +22,15 @@ from tests.hf.measured import SMALL_LM_CONFIGS  # noqa: E402
 CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
            "opt": transformers.OPTForCausalLM, "phi3": transformers.Phi3ForCausalLM,
            "qwen3": transformers.Qwen3ForCausalLM, "gpt_neox": transformers.GPTNeoXForCausalLM,
-           "phi": transformers.PhiForCausalLM}
+           "phi": transformers.PhiForCausalLM, "gemma": transformers.GemmaForCausalLM}
 
 
 def _fresh(family: str):
+    if family in ("bert", "roberta"):
+        cls, cfg = {"bert": (transformers.BertForMaskedLM, transformers.BertConfig),
+                    "roberta": (transformers.RobertaForMaskedLM, transformers.RobertaConfig)}[family]
+        return cls(cfg(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                       max_position_embeddings=66, vocab_size=211))
     if family == "vit":
         return transformers.ViTForImageClassification(transformers.ViTConfig(
             num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=16,
@@ -33,7 +38,7 @@ def _fresh(family: str):
     return CLASSES[family](SMALL_LM_CONFIGS[family]())
 
 
-@pytest.mark.parametrize("family", [*CLASSES, "vit"])
+@pytest.mark.parametrize("family", [*CLASSES, "bert", "roberta", "vit"])
 def test_a_fresh_model_reads_as_its_mapped_plan(family):
     """Each role's standard deviation read from a freshly initialised model equals the mapped configuration's
     (times its β for a branch's output projection, where the mapping carries GPT-2's scaled c_proj), within Z times
@@ -75,10 +80,6 @@ def test_a_scaled_weight_and_trained_parameters_are_read():
 
 
 def test_families_without_a_layout_say_why():
-    bert = transformers.BertForMaskedLM(transformers.BertConfig(num_hidden_layers=2, hidden_size=64,
-                                                                num_attention_heads=4, intermediate_size=128))
-    with pytest.raises(ValueError, match="BERT's embedding LayerNorm"):
-        hf_weights(bert)
     bloom = transformers.BloomForCausalLM(transformers.BloomConfig(n_layer=2, hidden_size=32, n_head=2))
     with pytest.raises(ValueError, match="'bloom'.*not mapped"):
         hf_weights(bloom)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
-from .outputs import check_output_path, plain_mode
+from .atomic import atomic_path
+from .outputs import check_output_path
 
 __all__ = ["pyplot", "save_figure"]
 
@@ -31,17 +31,8 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120, crop: bool = False
         path = check_output_path(path, "figure", ".png")
         if not crop:
             fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-        os.close(fd)
-        try:
+        with atomic_path(path, suffix=".png") as tmp:
             fig.savefig(tmp, dpi=dpi, format="png", **({"bbox_inches": "tight"} if crop else {}))
-            plain_mode(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
     finally:
         plt.close(fig)
     return path

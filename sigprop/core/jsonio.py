@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
-from .outputs import plain_mode
+from .atomic import atomic_path
 
 __all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl"]
 
@@ -36,17 +34,8 @@ def write_text_atomic(path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder (created if missing) and an atomic
     rename; the file gets the permissions a plain ``open`` would give it (0o666 minus the umask)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        plain_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 

@@ -14,14 +14,12 @@ half-written cache; a cache file that fails to load or to validate is retrained 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import numbers
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +27,7 @@ from typing import NamedTuple
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ..core.outputs import plain_mode
+from ..core.atomic import atomic_path
 from .corpus import corpus_files, default_max_bytes, read_texts
 
 __all__ = [
@@ -101,23 +99,12 @@ def atomic_write(path: Path, write: Callable, mode: str = "wb") -> bool:
     """Write ``path`` atomically: ``write(fileobj)`` fills a temporary file in the same folder, which is flushed,
     fsynced and renamed over ``path`` (``os.replace``). Returns False (with a warning) when the folder is not
     writable, so that a read-only cache degrades to no cache instead of an error."""
-    path = Path(path)
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, mode) as fh:
+        with atomic_path(path, durable=True) as tmp, open(tmp, mode) as fh:
             write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        plain_mode(tmp)  # mkstemp creates 0600; a cache is ordinary readable data
-        os.replace(tmp, path)
         return True
     except OSError as exc:
         logger.warning("could not write cache file %s (%s); continuing without it", path, exc)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return False
 
 

@@ -44,15 +44,12 @@ counterpart in sigprop's model:
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..core.outputs import plain_mode
+from ..core.atomic import atomic_path
 from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
@@ -290,21 +287,12 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     if missing or unexpected:
         raise RuntimeError(f"{to} state mismatch: missing {missing}, unexpected {unexpected}")
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_path(out, folder=True) as tmp:
         hf_model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             from ..data.tokenizer import write_hf_tokenizer
 
             write_hf_tokenizer(tokenizer, tmp, model.config.max_len)
-        plain_mode(tmp, folder=True)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

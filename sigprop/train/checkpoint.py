@@ -21,17 +21,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import random
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core.outputs import plain_mode
+from ..core.atomic import atomic_path
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "list_checkpoints", "FORMAT", "rng_state_tensors", "restore_rng"]
@@ -53,34 +51,11 @@ class Checkpoint:
     tensors: dict
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_durable(path: Path, data: bytes) -> None:
-    """``data`` to ``path``: a temporary file in the same folder, flushed, fsync'ed, renamed, the folder fsync'ed."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        plain_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    _fsync_dir(path.parent)
+    """``data`` to ``path``: a temporary file in the same folder, flushed, fsync'ed, renamed, the folder fsync'ed
+    (:func:`~sigprop.core.atomic.atomic_path`)."""
+    with atomic_path(path, durable=True) as tmp:
+        tmp.write_bytes(data)
 
 
 def rng_state_tensors() -> tuple[dict, dict]:

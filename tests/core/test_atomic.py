@@ -1,0 +1,51 @@
+"""The one atomic write (:mod:`sigprop.core.atomic`): a file or a folder is replaced whole or not at all, with the
+permissions a plain ``open`` / ``mkdir`` gives, and an error leaves the old content and no temporary behind."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from sigprop.core.atomic import atomic_path
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_file_is_replaced_whole_with_plain_permissions(tmp_path):
+    out = tmp_path / "sub" / "a.json"
+    for text in ("first", "second"):
+        with atomic_path(out, durable=True) as tmp:
+            assert tmp.parent == out.parent and tmp.name.startswith(".a.json.")
+            tmp.write_text(text)
+        assert out.read_text() == text
+    umask = os.umask(0)
+    os.umask(umask)
+    assert _mode(out) == 0o666 & ~umask
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a.json"]
+
+
+def test_an_error_leaves_the_old_file_and_no_temporary(tmp_path):
+    out = tmp_path / "a.txt"
+    out.write_text("old")
+    with pytest.raises(RuntimeError, match="half"), atomic_path(out) as tmp:
+        tmp.write_text("half of the new")
+        raise RuntimeError("half written")
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_a_folder_replaces_the_old_one_whole(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "stale.bin").write_text("x")
+    with atomic_path(out, folder=True) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    with pytest.raises(ValueError), atomic_path(out, folder=True) as tmp:
+        (tmp / "partial").write_text("")
+        raise ValueError
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

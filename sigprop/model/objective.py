@@ -8,6 +8,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from ..data.mlm import IGNORE_INDEX
+
 __all__ = ["make_batch", "objective_loss", "objective_sums", "segment_halves", "check_model_inputs", "MASK_ID",
            "PAD_ID", "N_SPECIAL"]
 
@@ -73,7 +75,7 @@ def _logits(model, batch: dict) -> torch.Tensor:
 
 def objective_loss(model, batch: dict) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
-    return F.cross_entropy(_logits(model, batch), batch["labels"].reshape(-1), ignore_index=-100)
+    return F.cross_entropy(_logits(model, batch), batch["labels"].reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 def objective_sums(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -82,8 +84,8 @@ def objective_sums(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torc
     loss is the mean over the global batch whatever the split (masked-LM batches label different counts)."""
     logits = _logits(model, batch).float()
     labels = batch["labels"].reshape(-1)
-    keep = labels != -100
-    total = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+    keep = labels != IGNORE_INDEX
+    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     with torch.no_grad():
         correct = ((logits.argmax(-1) == labels) & keep).sum()
     return total, keep.sum(), correct
@@ -101,10 +103,10 @@ def _ids(t, name: str, high: int, what: str, allow_ignore: bool = False) -> torc
         raise ValueError(f"{name} must have shape (batch, length) (got {tuple(t.shape)})")
     bad = (t < 0) | (t >= high)
     if allow_ignore:
-        bad &= t != -100
+        bad &= t != IGNORE_INDEX
     if bool(bad.any()):
-        raise ValueError(f"{name} must lie in [0, {high}){' or be -100' if allow_ignore else ''} ({what}; got "
-                         f"{int(t[bad].flatten()[0])})")
+        ignore = f" or be {IGNORE_INDEX}" if allow_ignore else ""
+        raise ValueError(f"{name} must lie in [0, {high}){ignore} ({what}; got {int(t[bad].flatten()[0])})")
     return t
 
 

@@ -33,6 +33,7 @@ import torch
 from ..components.embedding import repetition_correlation, zipf_correlation
 from ..core.moments import GradMoments, Moments
 from ..core.validate import check_range
+from ..data.mlm import IGNORE_INDEX
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from .resolved import pairwise_backward, pairwise_forward
@@ -198,7 +199,7 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         lab = torch.as_tensor(labels)
         lab = lab[None] if lab.dim() == 1 else lab
         n_seq, L = lab.shape
-        mask = lab != -100
+        mask = lab != IGNORE_INDEX
         M = int(mask.sum())
         if M == 0:
             raise ValueError("labels: no labelled position (all -100)")
@@ -239,7 +240,7 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     lab = lab[None] if lab.dim() == 1 else lab
     if lab.shape != top_gram.shape[:2]:
         raise ValueError(f"labels must have shape {tuple(top_gram.shape[:2])}, got {tuple(lab.shape)}")
-    labelled = lab != -100
+    labelled = lab != IGNORE_INDEX
     M = int(labelled.sum())
     if M == 0:
         raise ValueError("labels: no labelled position (all -100)")

@@ -28,6 +28,7 @@ from typing import Protocol
 import torch
 
 from ..core.errors import TrainingDiverged
+from ..data.mlm import IGNORE_INDEX
 from .checkpoint import (
     latest_checkpoint,
     optimizer_state,
@@ -316,7 +317,7 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
             anneal_shaped(model, step)  # shaped "recover" modules follow App. D's schedule (stateless: resumes)
             torch.manual_seed(_dropout_seed(tc.seed, step, world.rank))
             global_batch = data.train_batch(step, tc.batch_size)
-            labelled = int((global_batch["labels"] != -100).sum())
+            labelled = int((global_batch["labels"] != IGNORE_INDEX).sum())
             batch = _to(rank_slice(global_batch, world.rank, world.size), world.device)
             with autocast_for(precision, world.device):
                 total, _, _ = objective_sums(net, batch)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..monitor.monitor import Monitor, check_every, check_log_dir
+from ..monitor.monitor import Monitor
+from ..monitor.pending import PendingMonitor
 from ..monitor.point import TrackPoint
 from ..monitor.reporters import Reporter, installed
 
@@ -70,29 +71,25 @@ class SigpropCallback(TrainerCallback):
 
     def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
                  seed: int = 0, theory: bool = True):
-        self.probe_batch = probe_batch
-        self.every = check_every(every)
-        self.loss_fn = loss_fn
-        self.log_dir = check_log_dir(log_dir)
-        self.seed = seed
-        self.theory = theory
-        self.monitor: Monitor | None = None
+        self.pending = PendingMonitor(probe_batch, every, loss_fn, log_dir, seed=seed, theory=theory)
+
+    @property
+    def monitor(self) -> Monitor | None:
+        """The monitor (None before training begins)."""
+        return self.pending.monitor
 
     @property
     def history(self) -> list[TrackPoint]:
         """The points so far (empty before training begins)."""
-        return [] if self.monitor is None else self.monitor.history
+        return self.pending.history
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.monitor is None:
-            self.monitor = Monitor(model, self.probe_batch, self.every, self.loss_fn, seed=self.seed,
-                                   reporters=trainer_reporters(args, self.log_dir), theory=self.theory)
-        self.monitor.step(state.global_step)
+        if self.pending.monitor is None:
+            self.pending.start(model, trainer_reporters(args, self.pending.log_dir))
+        self.pending.step(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.monitor is not None:
-            self.monitor.step(state.global_step)
+        self.pending.step(state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.monitor is not None:
-            self.monitor.close()
+        self.pending.close()

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 from lightning.pytorch import Callback
 
-from ..monitor.monitor import Monitor, check_every, check_log_dir
+from ..monitor.monitor import Monitor
+from ..monitor.pending import PendingMonitor
 from ..monitor.point import Columns, TrackPoint
 
 __all__ = ["SigpropCallback", "LoggersReporter"]
@@ -71,35 +72,31 @@ class SigpropCallback(Callback):
 
     def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
                  seed: int = 0, theory: bool = True):
-        self.probe_batch = probe_batch
-        self.every = check_every(every)
-        self.loss_fn = loss_fn
-        self.log_dir = check_log_dir(log_dir)
-        self.seed = seed
-        self.theory = theory
-        self.monitor: Monitor | None = None
+        self.pending = PendingMonitor(probe_batch, every, loss_fn, log_dir, seed=seed, theory=theory)
+
+    @property
+    def monitor(self) -> Monitor | None:
+        """The monitor (None before fitting starts)."""
+        return self.pending.monitor
 
     @property
     def history(self) -> list[TrackPoint]:
         """The points so far (empty before fitting starts)."""
-        return [] if self.monitor is None else self.monitor.history
+        return self.pending.history
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        if self.monitor is None:
+        if self.pending.monitor is None:
             from ..monitor.track_file import TrackFile
 
-            reporters = ([] if self.log_dir is None else [TrackFile(self.log_dir)]) + [LoggersReporter(trainer)]
-            self.monitor = Monitor(pl_module, self.probe_batch, self.every, self.loss_fn, seed=self.seed,
-                                   reporters=reporters, theory=self.theory)
+            log_dir = self.pending.log_dir
+            track = [] if log_dir is None else [TrackFile(log_dir)]
+            self.pending.start(pl_module, [*track, LoggersReporter(trainer)])
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if self.monitor is not None:
-            self.monitor.step(trainer.global_step)
+        self.pending.step(trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.monitor is not None:
-            self.monitor.step(trainer.global_step)
+        self.pending.step(trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        if self.monitor is not None:
-            self.monitor.close()
+        self.pending.close()

@@ -1,0 +1,69 @@
+"""A monitor whose model comes later: what a training framework's callback holds between its construction (where the
+user's settings are checked, before any training) and the framework's start (where the model and the framework's
+reporters are known). Both callbacks of :mod:`sigprop.integrations` are one of these around their framework's hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import nn
+
+from .monitor import Monitor, check_every, check_log_dir
+from .point import TrackPoint
+from .reporters import Reporter
+
+__all__ = ["PendingMonitor"]
+
+
+class PendingMonitor:
+    """:class:`~sigprop.monitor.monitor.Monitor`'s settings, checked now; the monitor itself made by :meth:`start`.
+
+    Args:
+        probe_batch: the fixed batch measured at every point (as for the monitor).
+        every: steps between points (>= 1).
+        loss_fn: ``loss_fn(model, batch) -> scalar tensor``, or None for the model's own loss.
+        log_dir: a folder for the track files, or None.
+        seed: seeds the probe's forked generator.
+        theory: whether to add the theory's profile at the first point.
+
+    Raises:
+        ValueError: ``every`` not a positive integer, a ``log_dir`` that cannot be written.
+
+    Example:
+        >>> pending = PendingMonitor({"inputs": None}, every=10)
+        >>> pending.history, pending.step(0)
+        ([], None)
+    """
+
+    def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
+                 seed: int = 0, theory: bool = True):
+        self.probe_batch = probe_batch
+        self.every = check_every(every)
+        self.loss_fn = loss_fn
+        self.log_dir = check_log_dir(log_dir)
+        self.seed = seed
+        self.theory = theory
+        self.monitor: Monitor | None = None
+
+    @property
+    def history(self) -> list[TrackPoint]:
+        """The points so far (empty before :meth:`start`)."""
+        return [] if self.monitor is None else self.monitor.history
+
+    def start(self, model: nn.Module, reporters: Sequence[Reporter]) -> Monitor:
+        """The monitor of ``model`` reporting to ``reporters`` (made once; a probe batch the model cannot take is a
+        ``ValueError`` here)."""
+        if self.monitor is None:
+            self.monitor = Monitor(model, self.probe_batch, self.every, self.loss_fn, seed=self.seed,
+                                   reporters=reporters, theory=self.theory)
+        return self.monitor
+
+    def step(self, step: int) -> TrackPoint | None:
+        """:meth:`Monitor.step` once started; None before."""
+        return None if self.monitor is None else self.monitor.step(step)
+
+    def close(self) -> None:
+        """Close the monitor's reporters, if it was started."""
+        if self.monitor is not None:
+            self.monitor.close()

@@ -42,9 +42,29 @@ __all__ = ["Moments", "GradMoments", "independent_sum", "independent_grad_sum"]
 class Moments:
     """Forward statistics of one site: mean, variance, token correlation and hidden-unit correlation.
 
-    See the module docstring for the notation table (μ_x, σ²_x, r^l_x, r^d_x) and the covariance model.
+    The state every forward moment rule maps to another (``*_forward(Moments, …) -> Moments``). The module docstring
+    gives the notation (μ_x, σ²_x, r^l_x of Kedia et al. Sec. 2.3, r^d_x; Alekseev's q and p) and the separable
+    covariance model the rules assume. Fields may be floats or numpy arrays of one common shape (a sweep of
+    configurations in one call); all are stored as float64.
 
-    Raises ``ValueError`` if ``var <= 0``, a correlation lies outside [-1, 1], or any field is not finite.
+    Attributes:
+        mean: μ_x, the mean of one element.
+        var: σ²_x, the variance of one element (> 0).
+        corr: r^l_x, the correlation of one hidden unit at two different tokens of a sequence, in [-1, 1].
+        corr_hidden: r^d_x, the correlation of two hidden units of one token, in [-1, 1].
+
+    Raises:
+        ValueError: ``var <= 0``, a correlation outside [-1, 1], or a field that is not finite.
+
+    Example:
+        >>> import sigprop
+        >>> m = sigprop.Moments(mean=0.5, var=2.0, corr=0.25)
+        >>> float(m.second_moment), float(m.token_second_moment)  # q = σ² + μ², p = rσ² + μ²
+        (2.25, 0.75)
+        >>> sigprop.Moments(var=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: Moments.var must be in (0, inf) (got 0.0)
     """
 
     mean: float | np.ndarray = 0.0
@@ -78,7 +98,22 @@ class Moments:
 class GradMoments:
     """Backward statistics of one site: variance σ²_g and token correlation r^l_g of the (zero-mean) gradient.
 
-    Raises ``ValueError`` if ``var <= 0``, ``corr`` lies outside [-1, 1], or a field is not finite.
+    The state every backward moment rule maps to another (``*_backward(GradMoments, Moments, …) -> GradMoments``):
+    the statistics of g = ∂Loss/∂x at a site (Kedia et al. Sec. 2.3's σ²_g and r^l_g). A gradient mean is not
+    tracked. Fields may be floats or numpy arrays of one common shape; both are stored as float64.
+
+    Attributes:
+        var: σ²_g, the variance of one gradient element (> 0).
+        corr: r^l_g, the correlation of the gradient of one hidden unit at two different tokens, in [-1, 1].
+
+    Raises:
+        ValueError: ``var <= 0``, ``corr`` outside [-1, 1], or a field that is not finite.
+
+    Example:
+        >>> import numpy as np, sigprop
+        >>> g = sigprop.GradMoments(var=np.array([1.0, 4.0]), corr=0.1)  # two configurations at once
+        >>> g.var.dtype, g.as_dict()
+        (dtype('float64'), {'var': [1.0, 4.0], 'corr': 0.1})
     """
 
     var: float | np.ndarray = 1.0

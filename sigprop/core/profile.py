@@ -53,8 +53,30 @@ class Row:
 class Profile:
     """Rows of per-site statistics plus where they came from.
 
-    ``kind`` is ``"predicted"`` or ``"measured"``; ``config`` the model configuration as a dict; ``meta`` states the
-    boundaries and settings used (e.g. where the output-gradient moments came from, number of seeds).
+    What :func:`sigprop.predict` and :func:`sigprop.measure` both return, in one shape, so that
+    :func:`sigprop.compare` is a join on (layer, site) (module docstring; ARCHITECTURE.md, "Profiles and
+    comparison"). Its JSON (:meth:`to_json`) is ``{"kind", "config", "meta", "per_layer", "per_site"}``.
+
+    Attributes:
+        kind: ``"predicted"`` or ``"measured"``.
+        config: the model configuration as a dict (``TransformerConfig.to_dict()`` for a sigprop model).
+        rows: one :class:`Row` per (layer, site): ``layer`` (−1 = the embedding output), ``site`` and the
+            statistics ``fwd_mean``, ``fwd_var``, ``fwd_corr``, ``grad_var``, ``grad_corr`` (NaN where not computed).
+        meta: the boundaries and settings used (e.g. where the output-gradient moments came from, the number of
+            seeds, the init plan the rules read: ``meta["plan"]``).
+
+    Raises:
+        ValueError: a ``kind`` other than the two, or two rows of the same (layer, site).
+
+    Example:
+        >>> from sigprop import Profile
+        >>> from sigprop.core.profile import Row
+        >>> profile = Profile("measured", {}, (Row(1, "layer", fwd_var=2.0), Row(0, "layer", fwd_var=1.0),
+        ...                                     Row(0, "ffn", fwd_var=0.5)))
+        >>> profile.column("fwd_var")  # the "layer" rows, ordered by layer
+        [1.0, 2.0]
+        >>> [(r.layer, r.site) for r in Profile.from_json(profile.to_json()).rows]  # JSON round trip
+        [(1, 'layer'), (0, 'layer'), (0, 'ffn')]
     """
 
     kind: str

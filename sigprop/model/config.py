@@ -36,84 +36,133 @@ POSITIONS = ("learned", "rope", "none")
 class TransformerConfig:
     """A transformer (Kedia et al. Sec. 2, App. B; Vaswani et al.) as sigprop builds it from its components.
 
-    Architecture: ``arch`` = ``"encoder"`` (bidirectional attention, masked-LM head), ``"decoder"`` (causal
-    attention, next-token head) or ``"encoder_decoder"`` (an encoder of ``n_layers`` and a decoder of
-    ``n_decoder_layers`` with cross-attention). ``input`` = ``"tokens"`` (token + learned position + ``n_segments``
-    segment embeddings) or ``"patches"`` (a linear embedding of ``patch_size``² × ``channels`` image patches plus
-    learned positions, App. H).
+    Frozen, and validated in one place when it is made (``__post_init__``): every real number below
+    :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT` (0.9), booleans true or false,
+    ``lam`` and ``beta`` not both 0. Each layer is an attention block and an FFN block, each wrapped in a residual
+    y = λ·x + β·f(x); ``norm_position`` places the norm inside the branch (Pre-LN), after the residual add (Post-LN)
+    or nowhere. ``replace(**changes)`` is a validated copy, ``to_dict()`` / ``to_json()`` its plain form
+    (:func:`config_from_dict` reads it back).
 
-    Each layer is an attention block and an FFN block (d → ``d_ff`` → d, ``activation``: relu, gelu, shaped_relu,
-    or a gated unit, ``"swiglu"`` / ``"geglu"``, whose d → d_ff half is φ(x W_gate) ⊙ (x W_up) as in Llama-style
-    models: :mod:`sigprop.components.glu`), each wrapped in a residual y = λ·x + β·f(x). ``norm_position`` =
-    ``"pre"`` (norm inside the branch), ``"post"`` (norm after the residual add) or ``"none"``; ``norm`` ∈
-    layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere,
-    final norm included, as in Noci et al.'s unnormalised shaped Transformer; not with ``norm_position="post"``,
-    where the norm is the only thing after the residual add) (``norm_alpha`` is DyT/Derf's initial
-    α; ``norm_alpha_attn`` / ``norm_alpha_ffn`` / ``norm_alpha_final``, None = ``norm_alpha``, set it separately for
-    the norms of the attention sub-layers (cross-attention included), of the FFN sub-layers and for the final norm(s),
-    as Alekseev App. F distinguishes the final normalisation; see :meth:`alpha_at`). ``dropout`` follows the
-    embeddings and every block; ``attn_dropout`` acts on the attention probabilities (None = ``dropout``).
-    ``final_norm`` (None = True for pre-norm, else False) normalises the last layer's output; the head (tied to the
-    token embedding by default) sees it multiplied by ``head_scale`` (None = the init scheme's choice: 1/√d for
-    DSLM, Sec. 4.1, else 1). ``embed_scale`` multiplies the token embedding's output (not the table a tied head
-    reads): Gemma's √d.
+    Attributes:
+        arch: ``"encoder"`` (bidirectional attention, masked-LM head), ``"decoder"`` (causal attention, next-token
+            head) or ``"encoder_decoder"`` (an encoder of ``n_layers`` and a decoder of ``n_decoder_layers`` with
+            cross-attention).
+        input: ``"tokens"`` (token + learned position + ``n_segments`` segment embeddings) or ``"patches"`` (a linear
+            embedding of ``patch_size``² × ``channels`` image patches plus learned positions, App. H).
+        vocab_size: the token vocabulary (token input).
+        max_len: rows of the learned position table; ``seq_len`` must not exceed it (token input).
+        n_segments: segment (BERT token-type) embeddings; 0 = none.
+        image_size: the side of a square input image, in pixels (patch input; divisible by ``patch_size``).
+        patch_size: the side of a square patch, in pixels.
+        channels: the image's channels.
+        n_classes: the classifier's classes (patch input).
+        n_layers: layers of the (encoder) stack, N.
+        n_decoder_layers: an encoder–decoder's decoder layers (None = ``n_layers``).
+        d_model: the width d of the residual stream.
+        n_heads: attention (query) heads.
+        n_kv_heads: key/value heads (None = ``n_heads``), each serving ``n_heads/n_kv_heads`` query heads:
+            grouped-query attention, multi-query at 1.
+        head_dim: the width of a head (None = ``d_model/n_heads``), independent of ``d_model`` when set.
+        position: ``"learned"`` (a position table), ``"rope"`` (no table; every self-attention's queries and keys
+            rotated by their positions: :mod:`sigprop.components.rope`; Touvron et al. 2023) or ``"none"`` (no
+            position information).
+        rope_theta: the rotary base of ``position="rope"``.
+        d_ff: the FFN's hidden width, d → ``d_ff`` → d (None = 4d).
+        activation: relu, gelu, shaped_relu, or a gated unit, ``"swiglu"`` / ``"geglu"``, whose d → d_ff half is
+            φ(x W_gate) ⊙ (x W_up) as in Llama-style models (:mod:`sigprop.components.glu`).
+        dropout: after the embeddings and every block (≤ 0.9).
+        attn_dropout: on the attention probabilities (None = ``dropout``).
+        norm: layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere, final norm included, as in Noci
+            et al.'s unnormalised shaped Transformer; not with ``norm_position="post"``, where the norm is the only
+            thing after the residual add).
+        norm_position: ``"pre"`` (norm inside the branch), ``"post"`` (norm after the residual add) or ``"none"``.
+        norm_eps: the norms' ε.
+        norm_alpha: DyT/Derf's initial α.
+        norm_alpha_attn: α of the attention sub-layers' norms (cross-attention included); None = ``norm_alpha``.
+        norm_alpha_ffn: α of the FFN sub-layers' norms; None = ``norm_alpha``.
+        norm_alpha_final: α of the final norm(s), as Alekseev App. F distinguishes the final normalisation; None =
+            ``norm_alpha`` (:meth:`alpha_at`).
+        final_norm: normalise the last layer's output (None = True for pre-norm, else False).
+        tie_head: tie the LM head to the token embedding (token input only; a patch model's classifier is its own);
+            False gives the head its own matrix.
+        head_scale: the factor on the head's input (None = the init scheme's choice: 1/√d for DSLM, Sec. 4.1,
+            else 1).
+        embed_scale: multiplies the token embedding's output (not the table a tied head reads): Gemma's √d.
+        qk_norm: RMS-normalise every self-attention's query and key heads (ε = ``norm_eps``, each with a gain of 1
+            at initialisation: Qwen3, OLMo-2).
+        rotary_fraction: the part of each head that is rotated, in (0, 1] (GPT-NeoX's ``rotary_pct``;
+            :mod:`sigprop.components.query_key`).
+        parallel_block: compute the attention and the FFN branch from the same input and add both to it,
+            x ← x + Attn(Norm x) + FFN(Norm x) (GPT-J, GPT-NeoX, PaLM: :mod:`sigprop.components.parallel`); Pre-LN
+            decoders and encoders only.
+        head_transform: BERT's masked-LM head transform before the head: a d × d matrix (role ``transform``) with a
+            zero bias, the activation (relu or gelu) and a LayerNorm (ε = ``norm_eps``); token input only
+            (:mod:`sigprop.components.head_transform`).
+        pool: how a patch model's classifier reads the last layer: the mean over its tokens (``"mean"``, App. H) or
+            a learned [CLS] token prepended to the patches (``"cls"``: Hugging Face's
+            ``ViTForImageClassification``; its ``seq_len`` is then the patches + 1).
+        init: the init scheme, a name of :data:`sigprop.model.init.SCHEMES` (:func:`sigprop.plan_for`).
+        initializer_range: the standard deviation of every matrix and table under ``init="bert"`` (Hugging Face's
+            field of that name; 0.02 in GPT-2, BERT and Llama).
+        beta_k: k of DSLM-family residual scales β² = k/N^α, λ² = 1 − β² (Sec. 3.5, App. G).
+        beta_alpha: α of the same.
+        lam: overrides every block's λ.
+        beta: overrides every block's β.
+        learnable_beta: make β a parameter.
+        qk_gain: multiplies the Q and K standard deviations (Sec. 3.3's "2× Xavier" is ``qk_gain=2``).
+        sigma_ov: σ_OV of ``init="alekseev"`` (Alekseev 2026, Sec. 2.1, App. A): W_O, W_V with std
+            √(``sigma_ov``/d) each (σ_O = σ_V = √σ_OV); Q/K std 0.02, embeddings and head std 0.02. The default
+            0.31 is the paper's stated value for its ViT (App. A: timm's std 0.02 at d = 768 gives
+            σ_OV = 0.02²·d ≈ 0.31), a fixed number, not recomputed from ``d_model`` (timm's std-0.02 values at
+            another width: :func:`sigprop.model.vit.timm_sigmas`). Read by ``init="alekseev"`` only, as is
+            ``sigma_21``.
+        sigma_21: σ_21 of ``init="alekseev"``: W_1 with std √(``sigma_21``/d) and W_2 with std
+            √(``sigma_21``/d_ff) (σ_1 = σ_2 = √σ_21); the default 0.61 = 2·0.02²·d at d = 768 (App. A).
+        v_init: ``"scheme"``, or ``"noci"``: σ²_V = 1/fan_out (per head), the initialisation of Noci et al. 2022
+            that App. F blames for rank collapse.
+        input_corr: the token correlation at the first layer's input that DSLM's correlation schedule starts from
+            (None: App. A.1's expectation for Zipf tokens after the embedding dropout); a DSLM patch model needs
+            it, e.g. 0.46 for ViT on ImageNet, App. H (:func:`sigprop.theory.boundaries.patch_input_correlation`
+            computes it from images, and the command line from its batch).
+        seq_len: the sequence length that predictions assume (and the data default).
+        mask_prob: the masked-LM corruption rate, in (0, 1).
+        attention: ``"standard"``; ``"shaped"`` replaces every self-attention by shaped attention
+            A = γ₁I + Softmax(QKᵀ/τ) − γ₂W (Noci et al. 2023, Eq. 11, App. D; W the uniform attention over each
+            query's visible keys, Sec. 4.2, so a causal decoder works too; cross-attention stays standard; no
+            attention dropout: ``attn_dropout``, or ``dropout`` when that is None, must be 0);
+            ``"value_skipinit"`` (He et al. 2023) replaces every self-attention's A by α·I + β·A, α and β
+            learnable per head, 1 and 0 at initialisation (:mod:`sigprop.components.value_skipinit`).
+        shaped_tau0: τ = ``shaped_tau0``·√(d·d_head) of shaped attention (Eqs. 9, 33).
+        shaped_gamma1: γ₁ (App. D initialises it at 1).
+        shaped_gamma2: γ₂ (App. D initialises it at 1).
+        shaped_mode: applies to γ₁, γ₂ and s₋ alike (App. D): ``"fixed"`` (constants), ``"learn"`` (parameters) or
+            ``"recover"`` (annealed linearly to 0 over ``shaped_anneal_steps`` optimiser steps: call
+            :func:`sigprop.model.shaped.anneal_shaped` once per step).
+        shaped_anneal_steps: the steps of ``shaped_mode="recover"``, required then and only then.
+        shaped_c_plus: c₊ of ``activation="shaped_relu"``, the shaped ReLU s₊max(x,0) + s₋min(x,0),
+            s± = 1 + c±/√d (Eq. 4; default 0).
+        shaped_c_minus: c₋ of the same (default −1: App. D's s₋ = 1 − 1/√n).
+        shaped_normalize: multiply the shaped ReLU by √c, c = 2/(s₊² + s₋²) (Eq. 4's normalising constant).
+        shaped_gamma: the residual branch's γ of ``init="shaped"``: λ = √(1 − γ²) (Sec. 2, Thm. 4.2); its default
+            1/√8 is Fig. 1's (App. D's runs use 0.05–0.2). ``init="shaped"`` is meant with
+            ``norm_position="none"`` (the paper's unnormalised architecture).
 
-    Initialisation: ``init`` names a scheme of :mod:`sigprop.model.init`; DSLM-family residual scales are β² =
-    ``beta_k``/N^``beta_alpha``, λ² = 1 − β² (Sec. 3.5, App. G). ``lam`` / ``beta`` override every block's scales;
-    ``learnable_beta`` makes β a parameter. ``qk_gain`` multiplies the Q and K standard deviations (Sec. 3.3's "2×
-    Xavier" is ``qk_gain=2``); ``v_init="noci"`` sets σ²_V = 1/fan_out (per head), the initialisation of Noci et al.
-    2022 that App. F blames for rank collapse. ``input_corr`` is the token correlation at the first layer's input that
-    DSLM's correlation schedule starts from (None: App. A.1's expectation for Zipf tokens after the embedding dropout; a
-    DSLM patch model needs it, e.g. 0.46 for ViT on ImageNet, App. H:
-    :func:`sigprop.theory.boundaries.patch_input_correlation` computes it from images, and the command line from its
-    batch).
+    Raises:
+        ValueError: a field outside its range or choices (the message names it), or fields that contradict each
+            other (``seq_len`` > ``max_len``, heads that do not divide the width, a patch size that does not divide
+            the image, shaped attention with attention dropout, ...).
 
-    ``init="alekseev"`` is the parametrisation of Alekseev 2026 (Sec. 2.1, App. A): W_O, W_V with std
-    √(``sigma_ov``/d) each (σ_O = σ_V = √σ_OV), W_1 with std √(``sigma_21``/d) and W_2 with std √(``sigma_21``/d_ff)
-    (σ_1 = σ_2 = √σ_21), Q/K std 0.02, embeddings and head std 0.02. The defaults σ_OV = 0.31 and σ_21 = 0.61 are the
-    paper's stated values for its ViT (App. A: timm's std 0.02 at d = 768 gives σ_OV = 0.02²·d ≈ 0.31 and
-    σ_21 = 2·0.02²·d ≈ 0.61); they are fixed numbers, not recomputed from ``d_model`` (timm's std-0.02 values at
-    another width are :func:`sigprop.model.vit.timm_sigmas`). The two fields are read by ``init="alekseev"`` only.
-
-    Llama-style models (Touvron et al. 2023; Qwen, Mistral): ``position="rope"`` drops the position table and rotates
-    every self-attention's queries and keys by their positions with base ``rope_theta``
-    (:mod:`sigprop.components.rope`), ``position="none"`` uses no position information at all; ``n_kv_heads`` (None =
-    ``n_heads``) key/value heads each serve ``n_heads/n_kv_heads`` query heads (grouped-query attention, multi-query
-    at 1); ``head_dim`` (None = ``d_model/n_heads``) sets the head width independently of ``d_model``;
-    ``tie_head=False`` gives the LM head its own matrix; ``initializer_range`` is the standard deviation of every
-    matrix and table under ``init="bert"`` (Hugging Face's field of that name; 0.02 in GPT-2, BERT and Llama).
-    ``qk_norm`` RMS-normalises every self-attention's query and key heads (ε = ``norm_eps``, each with a gain of 1 at
-    initialisation: Qwen3, OLMo-2); ``rotary_fraction`` < 1 rotates only the first part of each head (GPT-NeoX's
-    ``rotary_pct``; :mod:`sigprop.components.query_key`). ``parallel_block`` computes the attention and the FFN
-    branch from the same input and adds both to it, x ← x + Attn(Norm x) + FFN(Norm x) (GPT-J, GPT-NeoX, PaLM:
-    :mod:`sigprop.components.parallel`), Pre-LN decoders and encoders only. ``head_transform`` puts BERT's
-    masked-LM head transform before the head: a d × d matrix (role ``transform``) with a zero bias, the activation
-    (relu or gelu) and a LayerNorm (ε = ``norm_eps``), token input only (:mod:`sigprop.components.head_transform`).
-    ``pool`` is how a patch model's classifier reads the last layer: the mean over its tokens (``"mean"``, App. H) or
-    a learned [CLS] token prepended to the patches (``"cls"``: Hugging Face's ``ViTForImageClassification``; its
-    ``seq_len`` is then the patches + 1).
-
-    Ranges: every real number below :data:`MAX_NUMBER` (1e6) in absolute value, dropout at most :data:`MAX_DROPOUT`
-    (0.9), booleans true or false; ``lam`` and ``beta`` not both 0. ``tie_head`` ties the LM head to the token
-    embedding (token input only; a patch model's classifier is its own).
-    ``seq_len`` is the sequence length that predictions assume (and the data default); ``mask_prob`` the masked-LM
-    corruption rate.
-
-    Shaped Transformer (Noci et al. 2023, Eq. 11, App. D): ``attention="shaped"`` replaces every self-attention by
-    shaped attention A = γ₁I + Softmax(QKᵀ/τ) − γ₂W, τ = ``shaped_tau0``·√(d·d_head) (Eqs. 9, 33; W the uniform
-    attention over each query's visible keys, Sec. 4.2, so a causal decoder works too; cross-attention stays
-    standard). It has no attention dropout: ``attn_dropout`` (or ``dropout`` when that is None) must be 0.
-    ``attention="value_skipinit"`` (He et al. 2023) replaces every self-attention's A by α·I + β·A, α and β learnable
-    per head, 1 and 0 at initialisation (:mod:`sigprop.components.value_skipinit`).
-    ``activation="shaped_relu"`` is the shaped ReLU s₊max(x,0) + s₋min(x,0), s± = 1 + c±/√d with c₊ =
-    ``shaped_c_plus``, c₋ = ``shaped_c_minus`` (Eq. 4; defaults 0, −1: App. D's s₋ = 1 − 1/√n), times √c (c =
-    2/(s₊² + s₋²), Eq. 4's normalising constant) when ``shaped_normalize``. γ₁ = ``shaped_gamma1``, γ₂ =
-    ``shaped_gamma2`` (App. D initialises both at 1). ``shaped_mode`` (App. D) applies to γ₁, γ₂ and s₋ alike:
-    ``"fixed"`` (constants), ``"learn"`` (parameters) or ``"recover"`` (annealed linearly to 0 over
-    ``shaped_anneal_steps`` optimiser steps, required then and only then: call
-    :func:`sigprop.model.shaped.anneal_shaped` once per step). ``shaped_gamma`` is the residual branch's γ of
-    ``init="shaped"``: λ = √(1 − γ²) (Sec. 2, Thm. 4.2); its default 1/√8 is Fig. 1's (App. D's runs use
-    0.05–0.2). ``init="shaped"`` is meant with ``norm_position="none"`` (the paper's unnormalised architecture).
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> config.d_head, config.ffn_width, config.total_layers
+        (8, 64, 2)
+        >>> config.replace(init="dslm").init, config.init  # frozen: replace() gives a validated copy
+        ('dslm', 'xavier')
+        >>> config.replace(dropout=0.95)
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout must be in [0.0, 0.9] (got 0.95)
     """
 
     arch: str = "encoder"

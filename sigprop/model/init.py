@@ -101,8 +101,36 @@ def _xavier(fan_in: int, fan_out: int) -> float:
 
 @dataclass(frozen=True)
 class InitPlan:
-    """Standard deviations per role (a float, or an array with one value per layer for block roles), residual
-    scales per site ("attn", "cross", "ffn") as arrays over layers, and the head scale."""
+    """An init scheme's numbers for one config: a standard deviation per weight role, residual scales, head scale.
+
+    A scheme is a function ``config -> InitPlan`` (module docstring: Kedia et al. Table 3, Sec. 3.5, App. K, M).
+    :meth:`apply` samples a model's weights from the plan, every entry N(0, std²), and sets the declared values the
+    moment rules read, so the theory reads the plan and never a sampled weight. Built from a scheme
+    (:func:`make_plan`, :meth:`from_scheme`, :func:`sigprop.plan_for`), from explicit standard deviations
+    (:meth:`from_stds`) or from a model's weights (:meth:`from_model`: what :func:`sigprop.predict` reads).
+
+    Attributes:
+        scheme: the scheme's name (:data:`SCHEMES`).
+        stds: role (:data:`ROLES`: ``token``, ``position``, ``q``, ``k``, ``v``, ``o``, ``w1``, ``w2``, ``head``,
+            …) → standard deviation: a float, or for the block roles an array with one value per layer.
+        lam: site ("attn", "cross", "ffn") → λ of the residual y = λ·x + β·f(x), an array over layers.
+        beta: site → β, likewise.
+        learnable_beta: whether β is a parameter.
+        head_scale: the factor on the head's input (1/√d for DSLM, Sec. 4.1).
+        notes: what the scheme records beside (e.g. DSLM's correlation schedule, ``"source"`` of a plan read from
+            weights, ``"approximations"``).
+
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+        ...                                    init="dslm")
+        >>> plan = sigprop.make_plan(config)
+        >>> round(plan.std("q", layer=0) ** 2 * config.d_model, 6)  # σ²_q = 1/d (App. M)
+        1.0
+        >>> lam, beta = plan.scales("ffn", 1)
+        >>> round(lam ** 2 + beta ** 2, 6), round(beta ** 2 * config.n_layers, 6)  # β² = k/N, λ² = 1 − β²
+        (1.0, 2.0)
+    """
 
     scheme: str
     stds: dict
@@ -458,9 +486,27 @@ SCHEMES = {
 
 
 def make_plan(config) -> InitPlan:
-    """The plan of ``config.init`` with the config's overrides (qk_gain, v_init, lam, beta, learnable_beta,
-    head_scale) applied. For ``init="auto"`` this is the plan before its calibration: a model gets
-    :func:`sigprop.model.transformer.plan_for`'s."""
+    """The plan of ``config.init``, with the config's overrides applied.
+
+    The scheme's function (:data:`SCHEMES`; module docstring) gives the plan; ``qk_gain`` then multiplies σ_q and
+    σ_k (Kedia et al. Sec. 3.3's "2× Xavier"), ``v_init="noci"`` sets σ²_v = 1/d_head (Noci et al. 2022), ``lam`` /
+    ``beta`` replace every site's residual scales, ``learnable_beta`` makes β learnable and ``head_scale`` replaces
+    the scheme's. For ``init="auto"`` this is the plan before its calibration: a model gets
+    :func:`sigprop.model.transformer.plan_for`'s.
+
+    Args:
+        config: a :class:`~sigprop.model.config.TransformerConfig`.
+
+    Returns:
+        The :class:`InitPlan`.
+
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> plain, doubled = sigprop.make_plan(config), sigprop.make_plan(config.replace(qk_gain=2.0))
+        >>> round(doubled.std("q", 0) / plain.std("q", 0), 6), plain.scheme
+        (2.0, 'xavier')
+    """
     plan = SCHEMES[config.init](config)
     stds = dict(plan.stds)
     if config.qk_gain != 1.0:

@@ -23,10 +23,34 @@ __all__ = ["plan_for", "Transformer", "Stack", "seeded_model", "DROPOUT_SEED_OFF
 
 @functools.lru_cache(maxsize=64)
 def plan_for(config: TransformerConfig) -> InitPlan:
-    """The plan a model of ``config`` is built with: its scheme's (:func:`~sigprop.model.init.make_plan`); for
-    ``init="auto"`` DSLM's with every branch's output projection calibrated by the theory
-    (:mod:`sigprop.model.auto_init`: one forward walk of the theory's model, ~0.01–0.05 s a layer; cached per
-    config). ``ValueError`` where the rules cannot walk the config."""
+    """The init plan a model of ``config`` is built with.
+
+    Its scheme's plan (:func:`~sigprop.model.init.make_plan`); for ``init="auto"`` DSLM's with every residual
+    branch's output projection (W_O, W_2; a cross-attention's β) calibrated by the theory so that each branch's
+    output second moment equals its skip input's (:mod:`sigprop.model.auto_init`: one forward walk of the theory's
+    model with the components' rules; its cost at 192 layers is the "calibration" column of the auto-init page,
+    docs/auto-init.md). Cached per config (configs are frozen and hashable).
+
+    Args:
+        config: a :class:`~sigprop.model.config.TransformerConfig`.
+
+    Returns:
+        The :class:`~sigprop.model.init.InitPlan`; for ``init="auto"`` its ``notes`` hold ``"calibrated": True``
+        and each site's factors (``"attn_factor"``, ``"cross_factor"``, ``"ffn_factor"``).
+
+    Raises:
+        ValueError: the rules cannot walk the config (``init="auto"`` only).
+
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+        ...                                    activation="swiglu", init="auto")
+        >>> plan = sigprop.plan_for(config)
+        >>> plan.scheme, plan.notes["calibrated"], len(plan.notes["ffn_factor"])
+        ('auto', True, 2)
+        >>> sigprop.Transformer(config).plan is plan  # every model of the config is built with it
+        True
+    """
     plan = make_plan(config)
     if config.init != "auto":
         return plan
@@ -69,15 +93,51 @@ class Stack:
 
 
 class Transformer(nn.Module):
-    """A transformer of ``config`` (a :class:`TransformerConfig`), weights sampled from ``plan`` (default: the
-    config's scheme) with ``generator`` (default: the global RNG).
+    """A transformer of ``config``: embeddings → layers → final norm → (scaled) head, built from sigprop's components.
+
+    The model of Kedia et al. Sec. 2, App. B (App. H for patch input), every weight sampled from ``plan``
+    (:class:`~sigprop.model.init.InitPlan`, default :func:`plan_for` of the config) in one fixed traversal, so a
+    seed gives the same model everywhere. Its module tree is also its theory's: :func:`sigprop.predict` walks the
+    same blocks with their moment rules (ARCHITECTURE.md, "The one idea").
 
     * ``forward(inputs, segment_ids=None, padding_mask=None, decoder_inputs=None, decoder_padding_mask=None)``
       returns logits: (batch, L, vocab) for token models (of the decoder for an encoder–decoder), (batch,
-      n_classes) for a patch model (mean-pooled). ``padding_mask`` (batch, L) is True at real tokens.
-    * ``loss(batch)``: the training objective on a batch dict (:mod:`sigprop.model.objective`).
+      n_classes) for a patch model (mean-pooled or read at [CLS]). ``padding_mask`` (batch, L) is True at real
+      tokens.
+    * ``loss(batch)``: the training objective on a batch dict (:func:`sigprop.make_batch`;
+      :mod:`sigprop.model.objective`).
     * ``sites()``: the (layer, site, module) triples that :mod:`sigprop.measurement` hooks and :func:`sigprop.predict`
-      mirrors.
+      mirrors; ``stacks()``: its top level (one stack, or an encoder–decoder's two).
+
+    Args:
+        config: the :class:`~sigprop.model.config.TransformerConfig`.
+        plan: the init plan to sample from (default: ``plan_for(config)``, the config's scheme, calibrated for
+            ``init="auto"``).
+        generator: the weights' random stream (default: torch's global one).
+        device: where the weights are made (default: the CPU).
+        sample: False leaves the weight matrices on the meta device and only sets the declared values the rules
+            read (the theory's model: nothing is drawn).
+
+    Attributes:
+        config: the configuration.
+        plan: the :class:`~sigprop.model.init.InitPlan` the weights were sampled from.
+        embed: the token (:class:`~sigprop.components.embedding.Embedding`) or patch embedding.
+        layers: the (encoder) stack's layers; ``dec_layers``: an encoder–decoder's decoder layers.
+        final_norm: the norm after the last layer, or None.
+        head: the LM head or classifier (tied to ``embed.token.weight`` when ``config.tie_head``).
+        head_scale: the buffer that multiplies the head's input (the plan's head scale).
+
+    Raises:
+        TypeError: ``config`` is not a ``TransformerConfig``.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> model = sigprop.Transformer(config, generator=torch.Generator().manual_seed(0))
+        >>> model(torch.randint(5, 64, (3, 8))).shape
+        torch.Size([3, 8, 64])
+        >>> [(layer, site) for layer, site, _ in model.sites()][:4]
+        [(-1, 'input'), (0, 'attn'), (0, 'ffn'), (0, 'layer')]
     """
 
     def __init__(self, config: TransformerConfig, plan: InitPlan | None = None,

@@ -395,25 +395,53 @@ def _model_config(model) -> dict:
 class Recorder:
     """Context manager that records the statistics of every site of a model on the fly.
 
-    ``Recorder(model_or_sites, mask=None, grads=True)``: ``model_or_sites`` is a model (sigprop's, through its
-    ``sites()``; any other, a Hugging Face model or a user's own, through its stack of blocks:
-    :mod:`sigprop.measurement.discover`) or the list of ``(layer, site, module)`` itself (a module wrapped in
-    :class:`~sigprop.measurement.discover.InputOf` is read at its input). On ``__enter__`` every site module gets a
-    forward hook; each call adds the sums of its output (under ``torch.no_grad``) and, when ``grads`` and the output
-    requires grad, registers a tensor hook (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward
-    reaches it. The hooks leave the output unchanged and are removed on exit (also on an exception). sigprop's
-    containers call their children through ``nn.Module.__call__``, so module hooks fire.
+    On ``__enter__`` every site module gets a forward hook; each call adds the sums of its output (under
+    ``torch.no_grad``) and, when ``grads`` and the output requires grad, registers a tensor hook
+    (``output.register_hook``) that adds the sums of ∂Loss/∂output when backward reaches it. The hooks leave the
+    output unchanged and are removed on exit (also on an exception); on exit the tensor hooks of outputs whose
+    backward has not run yet are removed too. sigprop's containers call their children through
+    ``nn.Module.__call__``, so module hooks fire. What :func:`sigprop.measure` runs; use a recorder directly around
+    your own ``loss.backward()``.
 
-    ``mask`` (bool (batch, tokens), True = real token) excludes padding at every site, or a mapping
-    ``{(layer, site): mask}`` gives some sites their own (an encoder–decoder's decoder). :meth:`set_mask` changes
-    masks between forwards; the mask in force at a forward also applies to that forward's gradients. Sums accumulate
-    over any number of forward / backward passes; recorders (``+``, :meth:`merge`) and their :attr:`sums` dicts
-    (:func:`merge_sums`) pool. On exit the tensor hooks of outputs whose backward has not run yet are removed too. A
-    recorder may be entered again later (it keeps accumulating); :meth:`reset` clears it.
+    Sums accumulate over any number of forward / backward passes; :meth:`set_mask` changes masks between forwards
+    (the mask in force at a forward also applies to that forward's gradients); recorders (``+``, :meth:`merge`) and
+    their :attr:`sums` dicts (:func:`merge_sums`) pool. A recorder may be entered again later (it keeps
+    accumulating); :meth:`reset` clears it; :meth:`profile` gives the measured profile.
 
     Assumes: each site module's output is a (batch, tokens, hidden) tensor that is not modified in place later; a
     module called several times per forward (weight sharing) pools its calls; under activation checkpointing the
     recomputed forward would be recorded twice (not supported). Sums stay device tensors until :meth:`profile`.
+
+    Args:
+        model_or_sites: a model (sigprop's, through its ``sites()``; any other, a Hugging Face model or a user's
+            own, through its stack of blocks: :mod:`sigprop.measurement.discover`) or the list of
+            ``(layer, site, module)`` itself (a module wrapped in :class:`~sigprop.measurement.discover.InputOf` is
+            read at its input).
+        mask: bool (batch, tokens), True = real token, excluding padding at every site, or a mapping
+            ``{(layer, site): mask}`` giving some sites their own (an encoder–decoder's decoder).
+        grads: whether to record the gradients too.
+
+    Attributes:
+        keys: the (layer, site) keys in recording order.
+        n_passes: (forward, gradient) records of the site recorded most often.
+        sums: pooled sums per (layer, site) (:class:`~sigprop.measurement.hooks.SiteSums`).
+
+    Raises:
+        ValueError: a model without a stack of blocks and no sites, or malformed ``(layer, site, module)`` tuples.
+        RuntimeError: entering a recorder that is already active.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> model = sigprop.Transformer(config)
+        >>> batch = sigprop.make_batch(config, torch.randint(5, 64, (2, 8)))
+        >>> with sigprop.Recorder(model) as recorder:
+        ...     model.loss(batch).backward()
+        >>> recorder.n_passes
+        (1, 1)
+        >>> profile = recorder.profile()
+        >>> profile.kind, len(profile.site("layer")), profile.site("layer")[0].grad_var > 0
+        ('measured', 2, True)
     """
 
     def __init__(self, model_or_sites, mask=None, grads: bool = True):

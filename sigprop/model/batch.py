@@ -80,7 +80,13 @@ def _mask(value, name: str, shape: tuple) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Batch:
-    """The inputs and targets of one batch, whatever model they are for (module docstring).
+    """The inputs and targets of one batch, whatever model they are for.
+
+    What :func:`sigprop.measure`, :class:`sigprop.Monitor` and the model adapters read: sigprop's batch dict
+    (:func:`sigprop.make_batch`), a Hugging Face dict or a tensor of token ids, turned once into this frozen,
+    validated dataclass by :meth:`from_any`. Labels are in sigprop's convention, ``labels[b, t]`` the target of
+    the output at position t (module docstring): a Hugging Face causal LM's unshifted labels are shifted once
+    (``from_any(..., causal=True)``) and back by :meth:`hf_kwargs`.
 
     Attributes:
         inputs: token ids (batch, length), integer, or images (batch, channels, height, width), float.
@@ -91,12 +97,20 @@ class Batch:
         decoder_inputs: an encoder–decoder's decoder token ids.
         decoder_padding_mask: their padding mask.
 
+    Raises:
+        ValueError: a field of the wrong type, dtype or shape (named), a padding mask that is not bool or 0/1 or
+            leaves a sequence without a real token, or padding and segments given for images.
+
     Example:
-        >>> import torch
-        >>> b = Batch.from_any({"input_ids": torch.tensor([[5, 6, 7, 0]]),
-        ...                     "attention_mask": torch.tensor([[1, 1, 1, 0]])})
+        >>> import torch, sigprop
+        >>> b = sigprop.Batch.from_any({"input_ids": torch.tensor([[5, 6, 7, 0]]),
+        ...                             "attention_mask": torch.tensor([[1, 1, 1, 0]])})
         >>> b.padding_mask.tolist(), b.tokens
         ([[True, True, True, False]], 3)
+        >>> sigprop.Batch(torch.tensor([[5, 6]]), labels=torch.tensor([1, 2, 3]))
+        Traceback (most recent call last):
+        ...
+        ValueError: batch field 'labels' must have shape (1, 2) (got (3,))
     """
 
     inputs: torch.Tensor

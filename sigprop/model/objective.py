@@ -32,14 +32,47 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
                mask_id: int = MASK_ID) -> dict:
     """The batch dict for ``config``'s objective from raw ``inputs``.
 
-    * encoder, tokens: BERT masking of ``config.mask_prob`` of the real tokens (labels −100 elsewhere);
+    * encoder, tokens: BERT masking of ``config.mask_prob`` of the real tokens (80% [MASK], 10% random, 10% kept;
+      Kedia et al. Sec. 4.1), labels −100 elsewhere;
     * decoder: next-token labels (the last position and padding get −100);
     * encoder–decoder: the inputs feed both sides (a denoising/copy objective: the encoder sees the masked
       sequence, the decoder predicts the next token of the original);
     * patches: ``labels`` are class ids (required).
 
-    With segment embeddings the batch carries ``segment_ids`` (:func:`segment_halves`). ``mask_id``: the id that
-    replaces a masked token (sigprop's [MASK]; another tokenizer's own, e.g. a Hugging Face folder's).
+    With segment embeddings the batch carries ``segment_ids`` (:func:`segment_halves`: BERT's sentence pair, the
+    first half of each sequence segment 0).
+
+    Args:
+        config: the model's :class:`~sigprop.model.config.TransformerConfig` (its ``arch``, ``input``,
+            ``mask_prob``, ``vocab_size``, ``n_segments``).
+        inputs: token ids (batch, L), or images (batch, channels, height, width) for a patch model.
+        generator: the masking's random stream (default: torch's global one).
+        padding_mask: bool (batch, L), True = real token; padding is never masked and never labelled.
+        labels: a patch model's class ids (batch,); not read for token models.
+        mask_id: the id that replaces a masked token (sigprop's [MASK]; another tokenizer's own, e.g. a Hugging
+            Face folder's).
+
+    Returns:
+        A dict with ``inputs`` and ``labels`` (and ``padding_mask``, ``segment_ids``, ``decoder_inputs``,
+        ``decoder_padding_mask`` where they apply): what :meth:`Transformer.loss <sigprop.Transformer.loss>`,
+        :func:`sigprop.measure` and :class:`sigprop.Batch` read.
+
+    Raises:
+        ValueError: a patch model without ``labels``.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=64,
+        ...                                    seq_len=8)
+        >>> batch = sigprop.make_batch(config, torch.tensor([[5, 6, 7, 8]]))
+        >>> batch["labels"].tolist()  # the next token; nothing follows the last
+        [[6, 7, 8, -100]]
+        >>> encoder = config.replace(arch="encoder", mask_prob=0.5)
+        >>> ids = torch.randint(5, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+        >>> masked = sigprop.make_batch(encoder, ids, torch.Generator().manual_seed(1))
+        >>> labelled = masked["labels"] != -100
+        >>> bool((masked["labels"][labelled] == ids[labelled]).all())  # a masked position's label: its token
+        True
     """
     from ..data.mlm import causal_lm_labels, mask_tokens
 

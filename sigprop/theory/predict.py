@@ -75,12 +75,10 @@ def resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, 
     A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
     ``token_resolved=False``. An encoder: the given labels with ``token_resolved=True`` only.
 
-    Measured (docs/accuracy.md, "The token-resolved backward sweep"): for decoders it is far closer (192 layers: R²
-    of the gradient variance 0.84 → 0.9994). For masked-LM encoders it is closer on the DeepScaleLM Post-LN gradient
-    correlation (192 layers: 5.7% → 1.5% median error) but not across depth and width (``bench/accuracy_sweep.py
-    --token-resolved``): it takes the top layer's gradient correlation from the loss, which at two layers and
-    d = 512 is 6% off, outside 2 SE at every layer, and at 768 layers its gradient correlation is 8.9% off against
-    the exchangeable sweep's 5.2%, which starts from the measured top layer. So encoders opt in."""
+    Why encoders opt in: for decoders the token-resolved backward sweep is far closer to the measurement; for
+    masked-LM encoders it is closer on some presets but not across depth and width, since it takes the top layer's
+    gradient correlation from the loss where the exchangeable sweep starts from the measured top layer (the figures:
+    the accuracy page, docs/accuracy.md, "The token-resolved backward sweep")."""
     if token_resolved is False:
         return None
     if config.arch == "decoder":
@@ -316,54 +314,94 @@ def predict(model_or_config, *, plan: InitPlan | None = None, token_ids: torch.T
             attention_seed: int = 0, token_resolved: bool | None = None,
             progress: Callable[[int], None] | None = None, gradients: bool = True,
             images: torch.Tensor | None = None) -> Profile:
-    """The predicted :class:`~sigprop.core.profile.Profile` of a freshly initialised model: ``model_or_config`` is a
-    :class:`~sigprop.model.TransformerConfig` (its init scheme's plan), or a :class:`~sigprop.model.Transformer`
-    predicted as it is, its standard deviations read from its weights (:meth:`InitPlan.from_model`) unless ``plan``
-    is given. The profile's ``meta["plan"]`` records the plan the rules read (:meth:`InitPlan.summary`).
+    """The predicted profile of a freshly initialised model: every site's moments, from theory alone.
 
-    ``token_ids`` (the model's input ids) sets the input correlation, or for a patch model ``images`` (its input
-    images, :func:`~sigprop.theory.boundaries.input_moments_theory`); ``input_moments`` overrides the input boundary.
-    ``grad_top`` sets the gradient moments at the last layer's output; otherwise they follow from the loss
-    (:func:`~sigprop.theory.boundaries.head_gradient_moments`) with ``labels`` (−100 = unlabelled; default: the
-    config's masked-LM rate or every position for a decoder, over ``batch_size`` sequences; a patch model's: one
-    class per image). ``seq_len`` (default ``config.seq_len``) is the L of the attention rules.
+    The theory's model (weights on the meta device: nothing is drawn) is walked layer by layer with its components'
+    moment rules, forward from the input boundary and backward from the loss's gradient (ARCHITECTURE.md,
+    "Predicting a model"). Assumes the component rules' assumptions (Gaussian pre-activations,
+    initialisation-time independence of weights and inputs). A decoder's positions are not exchangeable: where the
+    sweeps are exchangeable (an encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer
+    are averages over positions, as the measurement's are (``meta["caveat"]``).
 
     Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (bidirectional,
     score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
-    attention) with ``attention_heads`` heads per layer, each layer drawing from a seed of its own derived from
-    ``attention_seed`` (:func:`~sigprop.components.draws.layer_seed`). ``progress(k)`` is called after every
-    k layers of each sweep (:func:`prediction_steps` in all): the sampled rule takes ~0.45 s per layer at d = 256,
-    L = 128.
+    attention), each layer drawing from a seed of its own derived from ``attention_seed``
+    (:func:`~sigprop.components.draws.layer_seed`). The sampled rule dominates a prediction's time (its cost per
+    layer against its number of heads: the results page bench-attention-sampled.txt).
 
-    Token-resolved moments (``token_resolved``; default: whenever ``token_ids`` are given and every token mixer has
-    a Gram rule, :func:`~sigprop.theory.resolved.resolved_supported`): the forward rows carry each sequence's token
-    Gram matrix instead of one correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions
-    kept apart), sampling ⌈``attention_heads``/B⌉ heads per sequence for each attention layer. For a decoder (labels:
-    ``labels``, else its next tokens), a patch model, and an encoder with ``labels`` and ``token_resolved=True``, the
-    gradient rows are token-resolved too, from the loss's gradient at the labelled positions
-    (:func:`~sigprop.theory.boundaries.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's scale
-    (the sweep is linear in it), and the exchangeable sweeps are not run. ``meta["forward_state"]`` and
-    ``meta["backward_state"]`` say which was used; ``token_resolved=True`` for a model not covered raises
-    ``ValueError``.
+    Token-resolved moments (``token_resolved``): the forward rows carry each sequence's token Gram matrix instead of
+    one correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling
+    ⌈``attention_heads``/B⌉ heads per sequence for each attention layer. For a decoder (labels: ``labels``, else its
+    next tokens), a patch model, and an encoder with ``labels`` and ``token_resolved=True``, the gradient rows are
+    token-resolved too, from the loss's gradient at the labelled positions
+    (:func:`~sigprop.theory.boundaries.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's
+    scale (the sweep is linear in it), and the exchangeable sweeps are not run. ``meta["forward_state"]`` and
+    ``meta["backward_state"]`` say which was used.
 
-    Encoder–decoders (``decoder_token_ids``: the decoder's input ids, default the theory's Zipf correlation): the
-    encoder's forward sweep gives the memory (after the encoder-output norm), which every decoder layer's
-    cross-attention reads (:mod:`~sigprop.components.cross_attention`, sampled); the decoder's backward sweep
-    collects the gradient each cross-attention sends to the memory, their sum goes back through the
-    encoder-output norm and down the encoder. ``grad_top`` and ``labels`` are the decoder's; the decoder input's
-    row is (``n_layers``, "dec_input"). ``meta["memory_gradient"]`` lists each decoder layer's share, bottom layer
-    first: ``{"layer", "var", "corr"}`` of the gradient its cross-attention sends to the memory (the shares add,
-    their value weights being independent).
+    Encoder–decoders: the encoder's forward sweep gives the memory (after the encoder-output norm), which every
+    decoder layer's cross-attention reads (:mod:`~sigprop.components.cross_attention`, sampled); the decoder's
+    backward sweep collects the gradient each cross-attention sends to the memory, their sum goes back through the
+    encoder-output norm and down the encoder. The decoder input's row is (``n_layers``, "dec_input").
+    ``meta["memory_gradient"]`` lists each decoder layer's share, bottom layer first: ``{"layer", "var", "corr"}``
+    of the gradient its cross-attention sends to the memory (the shares add, their value weights being
+    independent).
 
-    Assumes: the component rules' assumptions (Gaussian pre-activations, initialisation-time independence of
-    weights and inputs). A decoder's positions are not exchangeable: where the sweeps are exchangeable (an
-    encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer are averages over positions,
-    as the measurement's are (``meta["caveat"]``).
+    The keyword arguments come in four groups: the model (``plan``); the input boundary (``token_ids``, ``images``,
+    ``input_moments``, ``segment_ids``, ``pad_id``, ``decoder_token_ids``, ``seq_len``); the gradient boundary
+    (``grad_top``, ``labels``, ``batch_size``, ``gradients``); the sweep (``attention_heads``, ``attention_seed``,
+    ``token_resolved``, ``progress``). Every one has a default: ``predict(config)`` is a whole prediction.
 
-    ``gradients=False`` runs the forward sweeps only (every gradient column 0 / NaN). Bad input (token ids outside
-    the vocabulary or of a float type, labels of another shape, images for a token model, …) raises ``ValueError``
-    before any sweep; a rule's domain error names its layer.
+    Args:
+        model_or_config: a :class:`~sigprop.model.TransformerConfig` (its init scheme's plan,
+            :func:`sigprop.plan_for`), or a :class:`~sigprop.model.Transformer` predicted as it is, its standard
+            deviations read from its weights (:meth:`InitPlan.from_model`; a model on the meta device: its own
+            plan) unless ``plan`` is given.
+        plan: the :class:`~sigprop.model.init.InitPlan` the rules read instead.
+        token_ids: the model's input ids (batch, L): they set the input correlation (and the token-resolved
+            state's Gram matrices).
+        images: a patch model's input images (batch, channels, height, width), in place of ``token_ids``
+            (:func:`~sigprop.theory.boundaries.input_moments_theory`).
+        input_moments: the :class:`~sigprop.core.moments.Moments` at the first layer's input, overriding both.
+        segment_ids: the token ids' segments (BERT's token types), the shape of ``token_ids``.
+        pad_id: the padding id in ``token_ids`` (its positions are left out of the statistics).
+        decoder_token_ids: an encoder–decoder's decoder input ids (default: the theory's Zipf correlation).
+        seq_len: the L of the attention rules (default ``config.seq_len``; ``token_ids``' length when given).
+        grad_top: the :class:`~sigprop.core.moments.GradMoments` at the last layer's output (an encoder–decoder's:
+            the decoder's); otherwise they follow from the loss
+            (:func:`~sigprop.theory.boundaries.head_gradient_moments`).
+        labels: the loss's targets (−100 = unlabelled; default: the config's masked-LM rate, or every position for a
+            decoder; a patch model's: one class per image).
+        batch_size: sequences of the loss's batch when no ``labels`` say it.
+        gradients: False runs the forward sweeps only (every gradient column 0 / NaN).
+        attention_heads: heads per layer that the sampled attention rule draws.
+        attention_seed: the seed each layer's draws derive from.
+        token_resolved: use the token-resolved state (default: whenever ``token_ids`` are given and every token
+            mixer has a Gram rule, :func:`~sigprop.theory.resolved.resolved_supported`; for an encoder's backward
+            sweep only when True; where it is more accurate, and where not: :func:`resolved_labels`).
+        progress: ``progress(k)`` is called after every k layers of each sweep (:func:`prediction_steps` in all).
+
+    Returns:
+        The predicted :class:`~sigprop.core.profile.Profile`: a row per site (the embedding output as layer −1,
+        each layer's branches and output); its ``meta`` records the plan the rules read (``meta["plan"]``,
+        :meth:`InitPlan.summary`), the boundaries, the attention rule per layer and the states used.
+
+    Raises:
+        ValueError: bad input before any sweep (token ids outside the vocabulary or of a float type, labels of
+            another shape, images for a token model, ``token_resolved=True`` for a model it does not cover, …), or
+            a rule's domain error, naming its layer.
+
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> profile = sigprop.predict(config)
+        >>> profile.kind, [(r.layer, r.site) for r in profile.site("layer")]
+        ('predicted', [(0, 'layer'), (1, 'layer')])
+        >>> variance = profile.column("fwd_var")
+        >>> variance[1] > variance[0]  # Pre-LN: each layer adds its branches' variance (Kedia et al. App. E.1)
+        True
+        >>> profile.meta["plan"]["scheme"]
+        'xavier'
     """
     prediction = Prediction(model_or_config, plan=plan, token_ids=token_ids, images=images, labels=labels,
                             input_moments=input_moments, seq_len=seq_len, batch_size=batch_size, pad_id=pad_id,

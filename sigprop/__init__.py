@@ -12,7 +12,14 @@ collapse to rank one with depth; ``from_hf(hf_config_or_model) -> TransformerCon
 ``plan_for(config)``: the init plan a model of ``config`` gets (``init="auto"``: calibrated by the theory);
 ``Monitor(model, probe_batch, every=K)``: every layer's statistics watched in any training loop (``monitor.step(step)``
 after the optimiser step; ``sigprop.integrations`` for the Hugging Face and Lightning trainers). They are
-imported on first use, so ``import sigprop`` (and the command line's ``--help``) stays fast.
+imported on first use, so ``import sigprop`` (and the command line's ``--help``) stays fast. ``__version__`` is the
+package's version (what ``sigprop --version`` prints, and the version recorded with a run's environment).
+
+Example:
+    >>> import sigprop
+    >>> major, minor, *_ = sigprop.__version__.split(".")
+    >>> major.isdigit() and minor.isdigit()
+    True
 """
 
 from __future__ import annotations

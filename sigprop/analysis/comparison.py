@@ -93,8 +93,37 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The joined rows and per-quantity summaries of one site (default: the layer outputs), and for the layer
-    outputs each side's :class:`~sigprop.analysis.diagnosis.Diagnosis` (``diagnoses``: "predicted", "measured")."""
+    """Theory against measurement at one site: the joined rows, each quantity's agreement and both diagnoses.
+
+    What :func:`compare` returns (module docstring: the relative errors, R² over logs where a quantity spans
+    decades, and R² against its noise ceiling when the measurement carries standard errors). :meth:`records` and
+    :meth:`write_csv` give the joined rows, :meth:`to_json` / :meth:`write_json` the comparison JSON of
+    ``sigprop compare --json``, :meth:`diagnosis_lines` the measured findings with the theory's number beside each.
+
+    Attributes:
+        predicted: the predicted :class:`~sigprop.core.profile.Profile`.
+        measured: the measured :class:`~sigprop.core.profile.Profile`.
+        site: the compared site (``"layer"``: the layer outputs).
+        layers: the layers both profiles have at that site (or those asked for), ascending.
+        summaries: quantity (``fwd_mean``, ``fwd_var``, ``fwd_corr``, ``grad_var``, ``grad_corr``) →
+            :class:`QuantitySummary`: ``median_rel``, ``mean_rel``, ``p90_rel`` (relative error), ``max_abs``,
+            ``median_abs``, ``r2`` (``r2_log``: over logs), and with standard errors ``within_2se``,
+            ``median_z``, ``r2_noise_ceiling``, ``median_rel_se``.
+        meta: ``"heavy_tails"``: the quantities whose seed mean is heavy-tailed at some layer, if any.
+        diagnoses: for the layer outputs, ``"predicted"`` and ``"measured"`` →
+            :class:`~sigprop.analysis.diagnosis.Diagnosis` (in the JSON: ``meta["diagnosis"]``); else empty.
+
+    Example:
+        >>> import sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> predicted = sigprop.predict(config)
+        >>> exact = sigprop.Profile("measured", predicted.config, predicted.rows)  # a measurement equal to theory
+        >>> comparison = sigprop.compare(predicted, exact)
+        >>> comparison.layers, comparison.summaries["fwd_var"].median_rel, sorted(comparison.diagnoses)
+        ((0, 1), 0.0, ['measured', 'predicted'])
+        >>> comparison.records()[0]["pred_fwd_var"] == comparison.records()[0]["meas_fwd_var"]
+        True
+    """
 
     predicted: Profile
     measured: Profile
@@ -144,11 +173,43 @@ class Comparison:
 
 def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
             quantities=QUANTITIES) -> Comparison:
-    """Join ``predicted`` and ``measured`` on the rows of ``site`` (every layer both have, or ``layers``) and
-    summarise each quantity (:func:`summarise`). ``meta["heavy_tails"]`` lists the quantities whose seed mean is
-    heavy-tailed at some layer (:func:`sigprop.measurement.spread.heavy_tails`), if any; for the layer outputs,
-    ``diagnoses`` holds :func:`sigprop.analysis.diagnosis.diagnose` of each profile (in the JSON:
-    ``meta["diagnosis"]``)."""
+    """Join a predicted and a measured profile on (layer, site) and summarise their agreement per quantity.
+
+    For each quantity (:func:`summarise`; module docstring): median, mean and 90th-percentile relative error
+    |pred − meas|/|meas|, the largest absolute error and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the
+    layers, on log values where the measured quantity spans more than a decade (as Kedia et al.'s Figures 2–3 are
+    read); with the measurement's standard errors (a seed average: ``meta["stderr"]``), the share of rows within two
+    of them and R²'s noise ceiling. ``meta["heavy_tails"]`` lists the quantities whose seed mean is heavy-tailed at
+    some layer (:func:`sigprop.measurement.spread.heavy_tails`), if any; for the layer outputs, ``diagnoses`` holds
+    :func:`sigprop.analysis.diagnosis.diagnose` of each profile (in the JSON: ``meta["diagnosis"]``).
+
+    Args:
+        predicted: a profile of kind "predicted" (:func:`sigprop.predict`).
+        measured: a profile of kind "measured" (:func:`sigprop.measure`, or a seed average).
+        site: the site whose rows are joined (``"layer"``, ``"attn"``, ``"ffn"``, ``"cross"``, ``"input"``).
+        layers: only these layers (default: every layer both profiles have).
+        quantities: the statistics to summarise (default: all five).
+
+    Returns:
+        The :class:`Comparison`.
+
+    Raises:
+        ValueError: profiles of the wrong kinds (or in the wrong order), or profiles that share no row of ``site``.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> model = sigprop.Transformer(config, generator=torch.Generator().manual_seed(0))
+        >>> ids = torch.randint(5, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+        >>> batch = sigprop.make_batch(config, ids, torch.Generator().manual_seed(1))
+        >>> comparison = sigprop.compare(sigprop.predict(model, token_ids=ids), sigprop.measure(model, batch))
+        >>> comparison.site, comparison.layers, comparison.summaries["grad_var"].n
+        ('layer', (0, 1), 2)
+        >>> sigprop.compare(sigprop.measure(model, batch), sigprop.predict(model))
+        Traceback (most recent call last):
+        ...
+        ValueError: compare(predicted, measured): got kinds 'measured', 'predicted'
+    """
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
     pred, meas = predicted.lookup(), measured.lookup()

@@ -143,7 +143,32 @@ _NAMES = {"fwd_var": "forward variance", "grad_var": "gradient variance", "fwd_c
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The findings on one profile (``kind``: "predicted" or "measured") and, when something is flagged, a hint."""
+    """The findings on one profile and, when something is flagged, a hint.
+
+    What :func:`diagnose` returns. ``flagged`` says whether any finding is beyond the limits, :meth:`lines` says
+    each finding in words, :meth:`to_dict` is its plain JSON (each finding with its ``text``).
+
+    Attributes:
+        kind: the profile's kind, "predicted" or "measured".
+        findings: one :class:`Finding` per quantity and stack: ``stack`` ("" for a single stack, "encoder" /
+            "decoder"), ``quantity`` (``fwd_var``, ``grad_var``, ``fwd_corr``, or ``stream`` for an identity
+            stack), ``verdict`` ("bounded", "grows", "shrinks", "explodes", "vanishes", "varies", "identity",
+            "collapses", "stays below rank collapse", "not finite"), ``flagged``, ``change`` (last / first layer
+            forward, first / last for the gradient, the last layer's value for the correlation), ``spread`` and the
+            fitted ``law`` (:class:`GrowthLaw`).
+        hint: what to change when something is flagged in a sigprop configuration (e.g. DeepScaleLM's scaling,
+            Kedia et al. Sec. 3.5, App. E.3–E.4; dropout or shaped attention against rank collapse, App. F), or None.
+
+    Example:
+        >>> import sigprop
+        >>> from sigprop.core.profile import Row
+        >>> rows = tuple(Row(layer, "layer", fwd_var=1.0, fwd_corr=0.5) for layer in range(4))
+        >>> diagnosis = sigprop.diagnose(sigprop.Profile("measured", {}, rows))
+        >>> diagnosis.kind, diagnosis.flagged, [f.verdict for f in diagnosis.findings]
+        ('measured', False, ['bounded', 'stays below rank collapse'])
+        >>> diagnosis.lines()[0]
+        'forward variance bounded: ×1 from the first layer to the last'
+    """
 
     kind: str
     findings: tuple[Finding, ...]
@@ -287,9 +312,34 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
 
 
 def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnosis:
-    """Findings on forward variance, gradient variance and token correlation of each stack of ``profile`` (module
-    docstring), with a hint when something is flagged. Quantities the profile does not carry (all NaN) are
-    skipped."""
+    """Does a profile's signal explode, vanish or collapse to rank one with depth: its findings, stack by stack.
+
+    For each stack of ``profile`` (an encoder–decoder's encoder and decoder apart; module docstring): the forward
+    variance from the first layer to the last and the gradient variance from the last to the first are "bounded"
+    within a factor ``limits.growth``, else they grow / shrink, or explode / vanish where the change is exponential
+    in depth (Kedia et al. Sec. 3.1, Table 3: Pre-LN's linear growth, App. E.1; Post-LN's c^{±N} gradient, App.
+    E.2; DeepScaleLM's O(1), App. E.3–E.4), with the law fitted over the middle layers; the last layer's token
+    correlation collapses at ``limits.collapse`` (Noci et al. 2022's rank collapse, Kedia et al. App. F); a stack
+    whose every residual branch is scaled to ~0 is an identity (SkipInit, ReZero). Quantities the profile does not
+    carry (all NaN) are skipped.
+
+    Args:
+        profile: a predicted or measured :class:`~sigprop.core.profile.Profile` (its "layer" rows are read).
+        limits: the :class:`DiagnosisLimits` (default: a factor 10 for variances, 0.99 for the correlation).
+
+    Returns:
+        The :class:`Diagnosis`, with a hint when something is flagged in a sigprop configuration.
+
+    Example:
+        >>> import sigprop
+        >>> from sigprop.core.profile import Row
+        >>> rows = tuple(Row(layer, "layer", fwd_var=1.5 ** layer, fwd_corr=0.995) for layer in range(16))
+        >>> diagnosis = sigprop.diagnose(sigprop.Profile("predicted", {}, rows))
+        >>> [(f.quantity, f.verdict, f.flagged) for f in diagnosis.findings]
+        [('fwd_var', 'explodes', True), ('fwd_corr', 'collapses', True)]
+        >>> round(diagnosis.findings[0].law.rate, 6)  # the fitted factor per layer
+        1.5
+    """
     limits = limits or DiagnosisLimits()
     findings = []
     scales = _branch_scales(profile) if profile.config else None

@@ -35,10 +35,41 @@ __all__ = ["apply_init"]
 
 
 def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None = None) -> nn.Module:
-    """Re-initialise ``model`` in place under init scheme ``scheme`` (a name of :data:`sigprop.model.init.SCHEMES`;
-    module docstring; ``"auto"``: :func:`sigprop.model.transformer.plan_for` calibrates it for the model's
-    configuration) and return it. ``generator``: the weights' random stream (default: torch's global one).
-    ``ValueError`` for an unknown scheme or a model family sigprop cannot re-initialise, before any weight changes."""
+    """Re-initialise a sigprop or Hugging Face model in place under an init scheme, and return it.
+
+    A sigprop :class:`~sigprop.model.transformer.Transformer` is redrawn from the scheme's plan, its λ, β and head
+    scale included, and records the scheme in its ``config`` and ``plan``. A Hugging Face model of a family with a
+    weight layout (:data:`sigprop.hf.weights.LAYOUTS`) gets every matrix drawn with the scheme's standard deviation
+    for its role, zero biases, norms at weight 1, and the scheme's residual scales folded into the weights as
+    :mod:`sigprop.fix.fold` folds them (each branch's output projection × β_l/Π_{j≤l} λ_j, the final norm's weight ×
+    the head scale; Kedia et al. Sec. 3.5): at initialisation it then computes the function of sigprop's model of
+    the scheme (module docstring, also on what differs for training).
+
+    Args:
+        model: a sigprop ``Transformer`` or a Hugging Face model of a mapped family (GPT-2, OPT with LayerNorm
+            before each branch, Llama, Qwen2, Mistral, Phi-3, …).
+        scheme: a name of :data:`sigprop.model.init.SCHEMES` (``"auto"``: :func:`sigprop.plan_for` calibrates it
+            for the model's configuration).
+        generator: the weights' random stream (default: torch's global one).
+
+    Returns:
+        ``model``, re-initialised.
+
+    Raises:
+        ValueError: an unknown scheme, a model family sigprop cannot re-initialise, or a head scale the model's
+            final norm cannot carry, before any weight changes.
+
+    Example:
+        >>> import torch, sigprop
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+        >>> model = sigprop.apply_init(sigprop.Transformer(config), "dslm", torch.Generator().manual_seed(0))
+        >>> model.config.init, model.plan.scheme, float(model.head_scale)  # DSLM's head input × 1/√d (Sec. 4.1)
+        ('dslm', 'dslm', 0.25)
+        >>> sigprop.apply_init(model, "glorot")
+        Traceback (most recent call last):
+        ...
+        ValueError: scheme must be one of xavier, ... (got 'glorot')
+    """
     from ..hf.weights import hf_weights
     from ..measurement.adapters import is_hf_model
     from ..model.init import SCHEMES

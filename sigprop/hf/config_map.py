@@ -329,8 +329,40 @@ def not_mapped_reason(model_type: str) -> str:
 
 
 def from_hf(hf_config_or_model, **overrides) -> TransformerConfig:
-    """The sigprop configuration of a Hugging Face config, model or local folder (:func:`map_hf_config`); what the
-    mapping leaves out is issued as one ``UserWarning``."""
+    """The sigprop configuration of a Hugging Face config, model or local folder.
+
+    The :class:`~sigprop.model.config.TransformerConfig` that builds the same network at initialisation: the same
+    weight shapes, per-role initial standard deviations and placement of norms, residuals and positions (module
+    docstring; GPT-2's output projections at initializer_range/√(2·n_layer) become β = 1/√(2·n_layer) on every
+    residual). What the mapping leaves out (biases, an approximated activation, …) is issued as one
+    ``UserWarning``; :func:`map_hf_config` returns it as a list instead. Needs the extra ``hf`` (transformers);
+    nothing is downloaded: a folder is read with ``local_files_only``.
+
+    Args:
+        hf_config_or_model: a Hugging Face ``PretrainedConfig``, a model, or the path of a local folder holding
+            ``config.json``, of a mapped family (:data:`FAMILIES`).
+        **overrides: config fields set after the mapping (e.g. ``seq_len=256``).
+
+    Returns:
+        The mapped :class:`~sigprop.model.config.TransformerConfig`.
+
+    Raises:
+        ValueError: a model type sigprop has no mapping for (the component it cannot map named:
+            :data:`NOT_MAPPED`) or an activation it has no rules for.
+
+    Example:
+        >>> import warnings, sigprop
+        >>> from transformers import GPT2Config
+        >>> hf = GPT2Config(n_layer=2, n_embd=16, n_head=2, n_positions=8, vocab_size=64, bos_token_id=0,
+        ...                 eos_token_id=0)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     config = sigprop.from_hf(hf, seq_len=8)
+        >>> config.arch, config.n_layers, config.d_model, config.norm_position, config.init
+        ('decoder', 2, 16, 'pre', 'bert')
+        >>> round(config.beta ** 2 * 2 * config.n_layers, 6), "biases" in str(caught[0].message)
+        (1.0, True)
+    """
     mapping = map_hf_config(hf_config_or_model, **overrides)
     if mapping.notes:
         warnings.warn(f"from_hf({mapping.model_type}): " + "; ".join(mapping.notes), UserWarning, stacklevel=2)

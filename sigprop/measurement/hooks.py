@@ -681,12 +681,12 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
 
     Example:
         >>> import torch, sigprop
-        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64, seq_len=16)
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
         >>> model = sigprop.Transformer(config)
-        >>> ids = torch.randint(5, 64, (2, 16), generator=torch.Generator().manual_seed(0))
-        >>> profile = sigprop.measure(model, sigprop.make_batch(config, ids))
-        >>> [(r.layer, r.site) for r in profile.site("layer")]
-        [(0, 'layer'), (1, 'layer')]
+        >>> ids = torch.randint(5, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+        >>> profile = sigprop.measure(model, sigprop.make_batch(config, ids), n_repeats=2)
+        >>> [(r.layer, r.site) for r in profile.site("layer")], profile.meta["forward_passes"]
+        ([(0, 'layer'), (1, 'layer')], 2)
     """
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
         raise ValueError(f"n_repeats must be an integer >= 1 (got {n_repeats!r})")

@@ -62,7 +62,16 @@ def check_log_dir(log_dir) -> Path | None:
 
 
 class Monitor:
-    """Watches ``model`` on ``probe_batch`` every ``every`` steps (module docstring).
+    """Watches a model's signal propagation in any training loop: a fixed probe batch every ``every`` steps.
+
+    Call :meth:`step` after each optimiser step: at every multiple of ``every`` the probe batch is measured on the
+    model as it is (a forked random state, no parameter gradient, so the training is bit for bit what it would be
+    without it): every layer's forward variance, token correlation, gradient variance and gradient correlation, with
+    their diagnosis. The first point adds the theory's profile of that very model where sigprop has a theory of it.
+    Each point goes into :attr:`history` and to the reporters; a layer whose gradient variance falls 100× since
+    the first point, or whose tokens collapse, is warned about once (the ``sigprop.monitor`` logger). Under
+    DistributedDataParallel only the process of rank 0 probes (module docstring). Leaving the ``with`` block, or
+    :meth:`close`, closes the reporters.
 
     Args:
         model: any model with a stack of blocks (a sigprop model, a Hugging Face model, a user's own module),
@@ -78,20 +87,31 @@ class Monitor:
         history: earlier points of the same run (a resumed run's), the first of them the reference of the alerts.
         theory: whether to add the theory's profile at the first point.
 
+    Attributes:
+        model: the model probed (under its compile and DDP wrappers).
+        every: steps between points.
+        log_dir: the folder written into, or None.
+        history: the :class:`~sigprop.monitor.point.TrackPoint` of every point so far (``step``, ``columns``: every
+            layer's four statistics, ``attn_entropy``, ``diagnosis``).
+        alerts: the warnings raised so far (:class:`~sigprop.monitor.alerts.Alert`).
+        theory: the theory's result at the first point (:class:`~sigprop.monitor.theory.TheoryResult`), or None.
+        reporters: where points go.
+        active: whether this process probes (rank 0).
+
     Raises:
         ValueError: ``every`` not a positive integer, a ``log_dir`` that cannot be written, a probe batch the model
             cannot take (one forward pass is tried now), a model without a stack of blocks.
 
     Example:
         >>> import torch, sigprop
-        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=32, n_heads=2, vocab_size=64, seq_len=16)
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
         >>> model = sigprop.Transformer(config)
-        >>> ids = torch.randint(5, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+        >>> ids = torch.randint(5, 64, (2, 8), generator=torch.Generator().manual_seed(0))
         >>> batch = sigprop.make_batch(config, ids)
-        >>> with sigprop.Monitor(model, batch, every=10) as monitor:
-        ...     point = monitor.step(0)
-        >>> point.columns.layers, len(monitor.history)
-        ((0, 1), 1)
+        >>> with sigprop.Monitor(model, batch, every=10, reporters=[]) as monitor:
+        ...     first, skipped = monitor.step(0), monitor.step(5)
+        >>> first.columns.layers, skipped, len(monitor.history), monitor.theory_columns is not None
+        ((0, 1), None, 1, True)
     """
 
     def __init__(self, model: nn.Module, probe_batch, every: int = 100, loss_fn: Callable | None = None,

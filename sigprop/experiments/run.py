@@ -20,15 +20,15 @@ from .summary import best_learning_rates, summarise, write_summary
 __all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token"]
 
 #: Seconds per token of one single-thread CPU run with another beside it (two cores, two runs): a least-squares fit
-#: t = a·(parameters / 10⁶) + b·layers to 19 finished models of ``depth``, ``divergence`` and ``shaped`` at ``--scale
-#: cpu`` (within ±25% of each: 80 µs per token at 2 × 128, ~160 µs at 32 × 32, 165–240 µs at 16 × 64): the rough
-#: core-hours of ``--list``. Deep-thin models cost more than their parameters say (per-layer work that does not
-#: shrink with the width).
+#: t = a·(parameters / 10⁶) + b·layers to finished models of ``depth``, ``divergence`` and ``shaped`` at ``--scale
+#: cpu``, the rough core-hours of ``--list``. Deep-thin models cost more than their parameters say (per-layer work
+#: that does not shrink with the width). The runs it was fitted to and how close it comes to each: the experiments
+#: page (docs/experiments/README.md, "What `--list`'s costs rest on").
 _CPU_S_PER_TOKEN_PER_1M_PARAMETERS = 167e-6
 _CPU_S_PER_TOKEN_PER_LAYER = 2.4e-6
 #: Tokens per second of one NVIDIA H200 shared by ten runs of ~1.6 M non-embedding parameters (``depth`` and
-#: ``divergence`` at ``--scale gpu``; measured: 20 runs of 31.5 M tokens finished in 451 s, five more stopped part-way
-#: not counted): a rough rate for the GPU-minutes of ``--list``.
+#: ``divergence`` at ``--scale gpu``; the runs it comes from: the experiments page, the same section): a rough rate
+#: for the GPU-minutes of ``--list``.
 _H200_TOKENS_PER_S = 1.4e6
 
 

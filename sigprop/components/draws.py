@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 __all__ = ["layer_context", "layer_seed", "standard_normal", "uniform", "DEFAULT_HEADS", "DEFAULT_GRAM_HEADS"]
 
 #: Heads the exchangeable sampled rule draws per configuration (a layer of a sweep) by default: the relative standard
-#: error of a variance is then ~1% at d_k = 64, L = 128 (see the tests), and one configuration costs ~0.1 s on two CPU
-#: cores.
+#: error of a variance is then ~1% at d_k = 64, L = 128 (see the tests; its cost against the number of heads: the
+#: results page bench-attention-sampled.txt).
 DEFAULT_HEADS = 128
 #: Heads the token-resolved rule draws per sequence by default. With a batch of 4 sequences this is 128 heads in all,
 #: the exchangeable sampled rule's default, at about the same cost.
@@ -30,12 +30,10 @@ def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) ->
     """The seed of the sampled attention heads of layer ``layer_index`` in the forward (or ``backward``) sweep: a
     stream of its own per layer and sweep (module docstring).
 
-    Measured on the token-resolved sweeps: with one set of draws for every layer, 192-layer presets were 1.5–2.6%
-    off in forward variance (DSLM Pre-LN, the decoder, Q/K 2×) and `qk-2x-xavier`'s gradient correlation 3.7% off
-    (68% of layers within 2 SE); with a seed per layer 0.6–0.8% and 1.5% (99%). On the exchangeable sweeps of
-    `qk-2x-xavier` (32 heads per layer, six attention seeds; ``bench/exchangeable_layer_seeds.py``) the spread of
-    the prediction across seeds fell from 12.3% to 4.7% (first-to-last gradient ratio) and from 1.65% to 0.08%
-    (last layer's forward variance) (docs/accuracy.md, "Sampling errors must not compound")."""
+    One set of draws shared by every layer adds its sampling error up linearly over depth and shifts a whole curve;
+    independent draws per layer add like √depth. What that changed on the token-resolved and the exchangeable
+    sweeps (``bench/exchangeable_layer_seeds.py``): the accuracy page, docs/accuracy.md, "Sampling errors must not
+    compound"."""
     return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
 
 

@@ -187,9 +187,10 @@ def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam, beta, d, eps
     :func:`layernorm_forward` is exact for a Gaussian input, whose squared norm fluctuates like χ²: that
     fluctuation is what lowers E[cos θ] below r (Olkin–Pratt, −r(1 − r²)/(2n)). The skip part x̂ here has a
     fixed norm, so the sum's norm fluctuates much less and the correlation is barely lowered; applying the Gaussian
-    rule at every one of a Post-LN model's 2N norms accumulates the Gaussian bias (measured: r 0.68 predicted vs
-    0.79 after 192 DeepScaleLM Post-LN layers at d = 256). To first order in 1/n (n = d − 1), with
-    P = λ²σ²_x̂, Q = β²σ²_f, A = P + Q, R = (P r_x̂ + Q r_f)/A and cos θ = (R + c)(1 + a)^{−½}(1 + b)^{−½},
+    rule at every one of a Post-LN model's 2N norms accumulates the Gaussian bias (what it did to a 192-layer
+    DeepScaleLM Post-LN prediction: the README, "Post-LN needs its own LayerNorm rules"). To first order in 1/n
+    (n = d − 1), with P = λ²σ²_x̂, Q = β²σ²_f, A = P + Q, R = (P r_x̂ + Q r_f)/A and
+    cos θ = (R + c)(1 + a)^{−½}(1 + b)^{−½},
 
         E a² = (4PQ + 2Q²)/(nA²),   E ab = (4PQ r_f r_x̂ + 2Q² r_f²)/(nA²),   E ca = (2PQ(r_f + r_x̂) + 2Q² r_f)/(nA²),
         E[cos θ] − R = (3/8)R(E a² + E b²) + R·E ab/4 − (E ca + E cb)/2 = (3/4)R·E a² + R·E ab/4 − E ca,

@@ -26,9 +26,9 @@ move it by O(1) (App. E.3).
 Speed: self-attention is walked with the closed-form rule (bidirectional or causal) up to s² = 1 (``approx="forward"``,
 :data:`~sigprop.components.attention.FORWARD_MAX_S2`) where :func:`sigprop.predict` samples above 0.3 / 0.5 (DSLM's
 σ²_q = σ²_k = 1/d put the scores near s² ≈ 1 − r at every layer): the forward variance is all the calibration
-reads, and there the closed form stays within 0.5% (bidirectional) / 0.9% (causal) of the sampled rule
-(``bench/attention_causal.py``, docs/bench-attention-causal.txt), while the sampled rule takes ~1 s a layer (it
-still serves larger scores, e.g. ``qk_gain=2``). Rotary positions rotate queries and
+reads, and there the closed form stays close to the sampled rule at a fraction of its cost (both measured by
+``bench/attention_causal.py``: the results page bench-attention-causal.txt); the sampled rule still serves larger
+scores, e.g. ``qk_gain=2``. Rotary positions rotate queries and
 keys without changing the scores' variance; the walk leaves them out (the closed form assumes exchangeable keys),
 an approximation of the branch's output variance that the measured profile checks. Cross-attention has only the
 sampled rule (``CROSS_HEADS`` heads a layer here).

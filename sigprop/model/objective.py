@@ -91,7 +91,7 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
     next_labels = causal_lm_labels(inputs, pad_id=pad)
     if config.arch == "decoder":
         return {**batch, "inputs": inputs, "labels": next_labels}
-    masked, _ = mask_tokens(inputs, MASK_ID, prob=config.mask_prob, generator=generator, pad_id=pad,
+    masked, _ = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
                             vocab_size=config.vocab_size, random_low=N_SPECIAL)
     return {**batch, "inputs": masked, "decoder_inputs": inputs, "labels": next_labels,
             **({"decoder_padding_mask": padding_mask} if padding_mask is not None else {})}

@@ -103,6 +103,19 @@ def test_encoder_decoder_batch():
     assert torch.all(batch["inputs"][~mask] == PAD_ID)
 
 
+def test_encoder_decoder_batch_masks_with_the_given_mask_id():
+    """Another tokenizer's [MASK] id replaces the encoder side's masked tokens, as it does an encoder's."""
+    c = cfg(arch="encoder_decoder", mask_prob=0.5)
+    ids = token_ids(16, 12)
+    own_mask = 3
+    default = make_batch(c, ids, generator=torch.Generator().manual_seed(4))
+    given = make_batch(c, ids, generator=torch.Generator().manual_seed(4), mask_id=own_mask)
+    masked = default["inputs"] == MASK_ID
+    assert bool(masked.any())
+    assert torch.all(given["inputs"][masked] == own_mask) and torch.equal(given["inputs"][~masked],
+                                                                          default["inputs"][~masked])
+
+
 def test_patch_batch_needs_labels():
     c = cfg(**PATCH)
     images = torch.randn(5, 1, 4, 4)

@@ -16,7 +16,7 @@ def demo_command(
     out: Path = typer.Option(Path("sigprop-report"), help="Folder for the report (figures, JSON, demo.md)."),
     seeds: int = typer.Option(4, help="Independently initialised models per configuration (>= 1)."),
     train: bool = typer.Option(True, "--train/--no-train", help="Also train the unstable model and its DeepScaleLM "
-                               "twin side by side (about a minute)."),
+                               "twin side by side (a minute or so)."),
 ):
     """Theory against measurement on the built-in default, then training, with a report.
 
@@ -25,7 +25,7 @@ def demo_command(
     first use): per-layer forward variance, gradient variance and correlations, predicted and measured. Train: a
     16-layer decoder without normalisation, which the theory calls unstable (its forward variance explodes with
     depth), beside its DeepScaleLM twin, 200 steps each in two processes, with the losses and the tracked per-layer
-    statistics against the theory. About 2 minutes on 2 CPU cores.
+    statistics against the theory. Its time on 2 CPU cores: README.md, "Performance".
     """
     from ..report.demo import DEMO_CONFIGS, run_demo
 

@@ -37,18 +37,19 @@ M Σ_m dS_km δ_m, with dS_ik = A_ik w_i·(D̃_ik x_k − o_i)):
   weight K = E Σ_k A_ik²(1 − 2A_ik + Σ_m A_im²) (the gradient through a score is A_ik w·(x_k − o_i), whose i.i.d.
   part has variance ∝ 1 − 2A_ik + Σ_m A_im²) and Q = E(Σ_k A_ik²)² (:func:`~sigprop.components.attention_theory.
   softmax_score_weights`, exact quadrature): K → P2(1 − 1/L) at small scores, P2/2 for two keys, where P2 alone
-  overstated the gradient variance by ~2s²/L (19% at L = 2, s² = 0.2; 0.3% at L = 128).
+  overstated the gradient variance by ~2s²/L.
 
-Accuracy (verify sweep "attention", 1024 configurations over Table 22's ranges, p ≤ 0.9; percent / points):
-p50/p90/p99 of |error| var 0.01/0.12/1.4, corr 0.00/0.01/0.38, grad var 0.08/0.85/2.9, grad corr 0.02/0.35/1.3,
-each at the level of the Monte Carlo noise (noise p99: 1.2, 0.38, 2.8, 1.3), i.e. an upper bound on the rule's error;
-the mean signed error is ≤ 0.02% overall and ≈ +0.1% in the gradient variance at the largest scores (σ_q = σ_k ≈
-0.6/√d_in, O(s⁴) terms). The paper's closed form ("kedia") on the same draws: grad var p99 45% (query path missing).
+Accuracy: the verify sweep "attention" (1024 configurations over Table 22's ranges, p ≤ 0.9) finds every quantity's
+error at the level of the Monte Carlo noise, which makes the noise an upper bound on the rule's error (README.md,
+"Components"); their signs show no bias at the sweep's resolution, the O(s⁴) terms left out included
+(docs/accuracy.md, "Where the attention closed forms hold"). The paper's closed form ("kedia") on the same draws misses
+the query path and with it the gradient variance (docs/accuracy.md, "The paper's formulas on the same draws").
 
 Assumes: Gaussian input with zero hidden correlation (a non-zero ``corr_hidden`` is ignored: it enters only through
 fourth-order terms), token correlation r ∈ [0, 1], Gaussian weights independent of the input (initialisation),
 bidirectional attention (the causal rules: :mod:`sigprop.components.attention_causal`), small scores (Table 22's
-ranges give s² ≤ 0.13, where the rules are verified; larger scores are untested), L ≥ 2. A mean μ is absorbed
+ranges give s² ≤ 0.13, where the rules are verified by the sweep; how far beyond they hold: docs/accuracy.md, "Where
+the attention closed forms hold"), L ≥ 2. A mean μ is absorbed
 into the shared part, σ² → σ² + μ², r → (rσ² + μ²)/(σ² + μ²): the statistics depend on X only through its Gram
 matrix, whose distribution this preserves up to O(1/d_in) (not swept: Table 22 has μ = 0). No "kedia_table1" form
 is offered: Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at r = 0, which a :class:`Moments` cannot hold.
@@ -96,26 +97,24 @@ __all__ = [
 #: moments (``init="auto"``'s calibration, :mod:`sigprop.model.auto_init`).
 ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto", "forward")
 
-#: Largest s² at which "forward" uses the closed form. Its forward variance and covariance against the sampled rule
-#: (d_in 256, d_k 64, dropout 0.1, 256 heads; docs/bench-attention-causal.txt): causal, L = 32 and 128, r = 0.3 and
-#: 0.8, within 0.9% up to s² = 1; bidirectional within 0.5% there (the gradient drifts sooner: "auto"'s limits).
+#: Largest s² at which "forward" uses the closed form. Up to here its forward variance and covariance stay within
+#: about one percent of the sampled rule, causal and bidirectional (the gradient drifts sooner: "auto"'s limits); the
+#: gaps: the results pages bench-attention-causal.txt (``bench/attention_causal.py``) and
+#: bench-attention-closed-form-range.txt (``bench/attention_closed_form_range.py``).
 FORWARD_MAX_S2 = 1.0
 
-#: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Against the sampled rule
-#: the closed form's gradient variance is within ~2% up to here at every L ≥ 32 scanned (d_in 64/256, r 0/0.5).
-#: Since the key and query paths carry K (module docstring) instead of P2 the closed form holds much further
-#: (d_in 256, r = 0, dropout 0.1, 256 heads: L = 32 within 1.1% / 1.8% (independent / shared output gradient) at
-#: s² = 1.2, +3.3% / +5.3% at 2, +7% / +8% at 3, +47% at 6 without dropout; L = 128 within 0.8% up to 1.2, +1% /
-#: +2.7% at 2), where it used to
-#: drift from s² ≈ 0.5 (L = 32: +9 to 12% at 0.75); the threshold stays at 0.3, where the presets' stored results
-#: were verified. ``tests/components/test_attention_sampled.py`` checks both sides.
+#: Largest mean score variance s² = τσ²d²σ²_qσ²_k at which "auto" uses the closed form. Since the key and query paths
+#: carry K (module docstring) instead of P2 the closed form agrees with the sampled rule well beyond this, to s² ≈ 1
+#: and more, short sequences drifting first (the gaps across s² and L: the results page
+#: bench-attention-closed-form-range.txt, ``bench/attention_closed_form_range.py``); the threshold stays at 0.3,
+#: where the presets' stored results were verified. ``tests/components/test_attention_sampled.py`` checks both sides.
 CLOSED_FORM_MAX_S2 = 0.3
 
 #: Largest s² at which "auto" uses the causal closed form (:mod:`sigprop.components.attention_causal`). Against the
-#: sampled rule (d_in 256, d_k 64, dropout 0.1, ``bench/attention_causal.py``): at L = 128 every statistic within
-#: its noise up to s² = 0.5 (gradient variance ≤ 0.4% for an independent output gradient, +1.8 ± 1.6% for a fully
-#: shared one at r = 0.8), +4.5% (shared, r = 0.8) at 0.7 and +12% at 1; short sequences drift sooner (L = 32: +3%
-#: and +5% at s² = 0.5). ``tests/components/test_attention_causal.py`` checks both sides of the threshold.
+#: sampled rule, at L = 128 every statistic is within its noise up to here and the gradient variance for a shared
+#: output gradient drifts beyond; short sequences drift sooner (the gaps across s², r and L: the results page
+#: bench-attention-causal.txt, ``bench/attention_causal.py``). ``tests/components/test_attention_causal.py``
+#: checks both sides of the threshold.
 CAUSAL_MAX_S2 = 0.5
 
 

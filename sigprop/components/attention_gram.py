@@ -7,8 +7,8 @@ text does not: a repeated token (the 15% of positions a masked-LM objective repl
 few pairs far more correlated than the rest, and a causal mask makes positions differ. Attention is not linear in the
 pair correlations (a query's scores for two keys move together in proportion to the keys' correlation, so the
 softmax weights two similar keys alike), so the mean correlation alone does not fix its output. At layer 0 of
-DeepScaleLM's 192-layer Pre-LN model on real text the exchangeable rule puts the attention branch's token
-correlation at 0.485 and its variance at 4.84; measured: 0.425 and 5.32 (``docs/accuracy.md``, "The token-resolved
+DeepScaleLM's 192-layer Pre-LN model on real text the exchangeable rule misses both the attention branch's token
+correlation and its variance by far more than the seeds' spread (the figures: docs/accuracy.md, "The token-resolved
 forward state").
 
 Model. One sequence of L tokens with per-element covariance Cov(x_j^a, x_l^b) = G_jl δ_ab (no hidden correlation, zero
@@ -27,9 +27,9 @@ estimates, which the tests check.
 Fixed-length rows. Attention in a transformer reads a norm's output, whose rows have a fixed length
 (|x̂_j|² = d_in for LayerNorm and RMSNorm at their initial gain), not the χ²-spread length of a Gaussian row. The
 spread is not harmless: a longer key gets more extreme scores and carries a longer value, so Gaussian rows give a
-larger output variance (at d_in = 64 and Xavier-scale scores, 4–6% larger than fixed-length rows; an O(1/d_in)
-effect that grows with the score scale). With ``fixed_norm`` each sampled row is rescaled to |x_j|² = d_in G_jj,
-which keeps the pair correlations to O(1/d_in).
+larger output variance than fixed-length rows (an O(1/d_in) effect that grows with the score scale; how large
+at d_in = 64: docs/accuracy.md, "The token-resolved forward state"). With ``fixed_norm`` each sampled row is
+rescaled to |x_j|² = d_in G_jj, which keeps the pair correlations to O(1/d_in).
 
 Backward. The output gradient g ∈ R^{L×d_k} of a head has per-element Gram H (zero mean, independent of the forward
 pass, as every backward rule here assumes). The input gradient ∂X = ∂/∂X ⟨g, A X W_V⟩ = ∂/∂X ⟨w, A X⟩ depends on the
@@ -93,8 +93,9 @@ def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
     Why the symmetric root and not V Λ^{1/2}: both give X = C Z the covariance G, but V is not unique where
     eigenvalues repeat (every group of identical tokens makes one such eigenspace), and which basis the eigensolver
     returns there depends on rounding, the thread count and the hardware. With V Λ^{1/2} the same seed then gives a
-    different sample, and a sweep's result changes at the level of its sampling error (~0.5% of a layer's
-    correlation) from one machine to the next. The symmetric root is unique and continuous in G."""
+    different sample, and a sweep's result changes at the level of its sampling error from one machine to the next
+    (what the thread count alone did: docs/accuracy.md, "Sampling errors must not compound"). The symmetric root
+    is unique and continuous in G."""
     evals, evecs = torch.linalg.eigh(gram)
     return (evecs * evals.clamp_min(0.0).sqrt()[..., None, :]) @ evecs.transpose(-1, -2)
 
@@ -204,8 +205,8 @@ def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bo
     """O Oᵀ for the value-free output O = A X of a chunk of heads (B, n, L, L), computed without the rows
     X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,
     X W_Q = D G^{1/2} (Z W_Q), so every product is L × L or L × d_k and Z Zᵀ, Z W_Q, Z W_K are shared by the B
-    sequences. Equal to ``O @ O.T`` from :func:`value_free_output` on the same draws (to rounding); for L < d_in it
-    takes about a quarter fewer operations (tested against it)."""
+    sequences. Equal to ``O @ O.T`` from :func:`value_free_output` on the same draws (to rounding, tested); for
+    L < d_in its products are smaller than the rows' (the two paths timed: README.md, "Performance")."""
     root, length = maps
     xxt = (root @ (z @ z.transpose(-1, -2))) @ root  # G^{1/2} is symmetric
     q = root @ (z @ (math.sqrt(sq) * zq))
@@ -261,7 +262,8 @@ def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
     Only E[Z_w Z_wᵀ] = d_in I matters (∂X is linear in w), so for L ≤ d_in the rows are a uniformly random orthonormal
     frame scaled by √d_in: Z_w Z_wᵀ = d_in I holds for every draw, not only on average, and the value path's
     contribution carries no sampling noise. A sampling error of the per-layer gradient factor compounds over the
-    layers of a sweep (at rank collapse, 32 Gaussian draws were +2.4% per layer off when every layer shared them).
+    layers of a sweep (what Gaussian draws shared by every layer did at rank collapse: docs/accuracy.md, "The
+    token-resolved backward sweep").
     For L > d_in the rows are Gaussian."""
     gen = torch.Generator().manual_seed(seed + 0x9E3779B9)  # a stream apart from the forward draws
     sizes = [min(_CHUNK, heads - done) for done in range(0, heads, _CHUNK)]

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 __all__ = ["layer_context", "layer_seed", "standard_normal", "uniform", "DEFAULT_HEADS", "DEFAULT_GRAM_HEADS"]
 
 #: Heads the exchangeable sampled rule draws per configuration (a layer of a sweep) by default: the relative standard
-#: error of a variance is then ~1% at d_k = 64, L = 128 (see the tests; its cost against the number of heads: the
-#: results page bench-attention-sampled.txt).
+#: error of a variance is then about a percent at d_k = 64, L = 128 (its precision and cost against the number of
+#: heads: the results page bench-attention-sampled.txt).
 DEFAULT_HEADS = 128
 #: Heads the token-resolved rule draws per sequence by default. With a batch of 4 sequences this is 128 heads in all,
 #: the exchangeable sampled rule's default, at about the same cost.
@@ -52,8 +52,8 @@ def layer_context(ctx: dict, layer_index: int, backward: bool = False) -> dict:
 def standard_normal(shape: tuple, generator: torch.Generator) -> torch.Tensor:
     """Standard-normal draws generated in float32 and used in float64: every sum, product and softmax of the rules
     is computed in float64; only the draws themselves have float32 resolution (2⁻²⁴ relative, far below the
-    Monte-Carlo error of a few hundred heads), and they are generated 3.4× faster (8 × 128 × 256 draws: 1.9 ms
-    against 6.4 ms on 2 CPU cores)."""
+    Monte-Carlo error of a few hundred heads), and they are generated faster than float64 draws (timed: README.md,
+    "Performance")."""
     import torch
 
     return torch.randn(*shape, generator=generator, dtype=torch.float32).to(torch.float64)

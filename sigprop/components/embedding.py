@@ -154,7 +154,8 @@ def input_moments(x: torch.Tensor, mask: torch.Tensor | None = None) -> Moments:
 
 def _table(rows: int, d_model: int) -> nn.Embedding:
     """An embedding table left uninitialised (:meth:`Embedding.reset_parameters` fills it): torch's own default
-    fill on the meta device imports torch._dynamo, ~2.5 s of every theory-only model's start."""
+    fill on the meta device imports torch._dynamo, seconds of every theory-only model's start (README.md,
+    "Performance")."""
     return nn.Embedding(rows, d_model, _weight=torch.empty(rows, d_model))
 
 

@@ -27,15 +27,14 @@ whose two terms are uncorrelated (independent zero-mean matrices), so
     r_gx  = r_g d_ff G (σ²_gate ρ s_b E[φ'(a_t)φ'(a_s)] + σ²_up E[φ(a_t)φ(a_s)]) / σ²_gx.
 
 Assumes: Gaussian pre-activations of one variance for every token, i.e. inputs of a fixed length (a norm's output)
-or d_in large: for i.i.d. Gaussian inputs the spread of |x|² across tokens raises E h² by O(2/d_in) (measured: 8% at
-d_in = 32, within the Monte Carlo error at 512), because the gate's and the up projection's variances move together;
-weights independent of the input and of the output gradient (true at initialisation); one token correlation ρ for
-every pair. The last is where finite width shows: r_h is convex in ρ, so the spread of the pairs' own correlations
-(about (1 − ρ²)/√d_in) raises the mean output correlation above r_h(mean ρ). Measured at d_in = 64 with inputs of
-fixed length and mean pair correlation 0.30 (spread 0.11): 0.114 against 0.102 predicted, the variance exact
-(0.3560 against 0.3558); through a 6-layer SwiGLU Pre-RMSNorm encoder of width 64 the last layer's forward
-variance is then predicted 8% low (4.07 against 4.41 ± 0.11 measured over 24 seeds; 0.1% for the ReLU twin). Checked
-against Monte Carlo of the real module (d_in = 512) in ``tests/components/test_glu.py``.
+or d_in large: for i.i.d. Gaussian inputs the spread of |x|² across tokens raises E h² by O(2/d_in), because the
+gate's and the up projection's variances move together; weights independent of the input and of the output gradient
+(true at initialisation); one token correlation ρ for every pair. The last is where finite width shows: r_h is convex
+in ρ, so the spread of the pairs' own correlations (about (1 − ρ²)/√d_in) raises the mean output correlation above
+r_h(mean ρ), the variance staying exact; through a stack of SwiGLU layers of width 64 the forward variance then
+comes out low, further off than a ReLU FFN's (the figures, at these widths and through the stack: docs/accuracy.md,
+"The gated units at finite width"). Checked against Monte Carlo of the real module
+(d_in = 512) in ``tests/components/test_glu.py``.
 """
 
 from __future__ import annotations
@@ -83,10 +82,10 @@ def _pair_expectation(f, s, rho):
     Gauss–Hermite rule per pair, or for the many pairs of a token-resolved walk (or a sweep) a table of the same rule
     over 81 correlations × 17 variances (geometric between the smallest and largest s), holding the ratio
     E[f(a_t, a_s)]/E[f(a, a)], which is smooth in ρ and log s and 1 at ρ = 1; it is interpolated linearly and
-    multiplied by the diagonal E[f(a, a)] computed at each pair's own s (a one-dimensional rule). Measured against
-    the per-pair rule (``tests/components/test_glu.py``), as a fraction of E[f(a, a)]: ≤ 1e-4 when the pairs'
-    variances are within 3% of each other (a norm's output: a fixed length), ≤ 0.2% when they spread over a factor
-    256 (the verify sweep's range; 0.11% measured)."""
+    multiplied by the diagonal E[f(a, a)] computed at each pair's own s (a one-dimensional rule). Its error against
+    the per-pair rule, as a fraction of E[f(a, a)], is bounded by ``tests/components/test_glu.py``: 1e-4 when the
+    pairs' variances lie between 0.97 and 1.03 times one value (a norm's output: a fixed length), 2e-3 when they
+    spread over a factor 256 (the verify sweep's range)."""
     s, rho = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(rho, dtype=np.float64))
     if s.size <= _GRID_ABOVE:
         return expect_2d(f, 0.0, s, rho)

@@ -24,8 +24,9 @@ E[g_i² | z] ∝ (1 − 1/d − ŷ_i²/d)/σ̂², the gradient reaching u has pe
     (σ²_g/σ²) [E a (1 + (κ − 2)/d) − (2/d) Cov(a, w)] + O(1/d²),
 
 against the composition's (σ²_g/σ²) E a (d − 2)/(d − 3): the rule multiplies the composition's variance by
-1 + ((κ − 3) E a − 2 Cov(a, w))/(d E a) (:func:`finite_width_factor`; +1.8% at d = 64 for GELU at s² = 1, where the
-composition alone is 1.8% low against autograd and the factored rule within its 0.2% noise; tested). The map W_t
+1 + ((κ − 3) E a − 2 Cov(a, w))/(d E a) (:func:`finite_width_factor`; at d = 64 for GELU it closes the gap between
+the composition and autograd to within the noise, tested: docs/your-model.md, "Theory for the families people
+train"). The map W_t
 then needs nothing more: its component along the token's input direction (W_t n̂ = u/|n|) carries uᵀg_u, which the
 norm before the transform (a Post-LN layer's, or the final one) removes exactly, so the variance is stated as if the
 gradient were isotropic (exact after that norm, off by (T/E a − 1)/d at the transform's input itself, T =

@@ -242,8 +242,9 @@ def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, 
         r_gin  = r_g (1 − (φ w + 1 − φ)(1 − F)),
 
     which is the Gaussian rule's correlation at φ = 0 or w = 1. Checked on chains of Post-LN steps on real tensors
-    (tests/components/test_layernorm_postnorm.py): the Gaussian rule's per-step variance error of −0.3 to −0.45%
-    (d = 256, β = 1), which compounds over a deep stack, and its correlation drift vanish.
+    (tests/components/test_layernorm_postnorm.py): the Gaussian rule's per-step variance error (a fraction of a
+    percent at d = 256, β = 1), which compounds over a deep stack, and its correlation drift vanish (what they did
+    to a 192-layer prediction: README.md, "Post-LN needs its own LayerNorm rules").
 
     Assumes: as :func:`layernorm_forward_postnorm`; the skip-path gradient has passed the next norm.
     """

@@ -35,7 +35,8 @@ def expect_1d(f, mean, var, n: int = 96):
 
     ``mean`` and ``var`` broadcast; ``f`` must accept a float64 array and act elementwise.
     Converges geometrically for ``f`` analytic on the scale of the standard deviation. It degrades when ``f`` varies
-    on a scale much smaller than σ (a saturating tanh or erf at σ ≫ 1: 2% off for E[tanh²] at σ² = 40, measured) and
+    on a scale much smaller than σ (a saturating tanh or erf at σ ≫ 1: docs/accuracy.md, "Gaussian expectations
+    of saturating maps") and
     for kinked ``f`` (ReLU); rules in those regimes use closed forms or adaptive quadrature instead.
     """
     z, w = _hermite_nodes(n)

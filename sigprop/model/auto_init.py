@@ -52,7 +52,8 @@ from ..walk.walker import Flow, Walker
 __all__ = ["branch_factors", "beyond_dslm", "CROSS_HEADS"]
 
 #: Heads a layer the sampled cross-attention rule draws in the calibration walk (its forward variance's relative
-#: standard error is ~1/√(heads · d_head) per layer, ~1% at 32 heads of 64).
+#: standard error falls like 1/√(heads · d_head) per layer; the sampled self-attention rule's precision against the
+#: number of heads: the results page bench-attention-sampled.txt).
 CROSS_HEADS = 32
 
 

@@ -1,16 +1,16 @@
 """Named configurations that reproduce the paper's whole-model figures (Kedia et al. Figs. 1–4, 7, 8) and the
 rank-collapse and Q/K experiments of Secs. 3.3–3.4, the decoder form of Fig. 1 and App. H's DeepScaleLM ViT, at a
-width a 2-core CPU measures in about two minutes.
+width a 2-core CPU measures in minutes.
 
 Each preset is a :class:`TransformerConfig` override set plus how to measure it (seeds, batch). The paper's
 figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we keep the depth, the objective
 (masked LM on real tokens) and the dropout, and use width ``d = 256`` (4 heads of 64, d_ff = 1024), 4 sequences
 of 128 tokens, and average over 16 independently initialised models (``seeds``): the theory is an expectation
-over the weights, and one finite-width model deviates from it by a few percent per layer (at d = 256 the
-per-seed spread of a layer's variance is about 7%, mostly from the hidden-unit offsets W·E[ReLU] that every token
-shares), so averaging over seeds is the honest comparison. ``sigprop compare`` takes 2.0–2.9 minutes for each
-of the four figure presets on 2 CPU cores, over two quiet series (1.9–3.2 for all ten; README, "Performance"):
-about 100 s to measure, the rest the prediction's sampled attention heads. ``vit-preln`` and ``vit-dslm`` classify 8 of
+over the weights, and one finite-width model deviates from it by several percent per layer, mostly through the
+hidden-unit offsets W·E[ReLU] that every token shares (the per-seed spread at d = 256: README.md, "Whole models:
+theory against measurement"), so averaging over seeds is the honest comparison. What ``sigprop compare`` costs per
+preset on 2 CPU cores, most of it measuring and the rest the prediction's sampled attention heads: README.md,
+"Performance". ``vit-preln`` and ``vit-dslm`` classify 8 of
 scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
 """
 

@@ -1,14 +1,14 @@
 """The demo's training section: the deep model the theory calls unstable and its DeepScaleLM twin, trained side by
-side for a few hundred steps (two single-thread processes, about a minute on 2 CPU cores), their losses and tracked
-per-layer statistics beside the theory's prediction at step 0.
+side for a few hundred steps (two single-thread processes; their time: README.md, "Performance"), their losses
+and tracked per-layer statistics beside the theory's prediction at step 0.
 
 The pair: 16-layer decoders (d = 64, two heads) without normalisation layers, next-token prediction on the
 standard library's source. With Xavier initialisation and plain residuals (x + f(x)) the theory predicts a forward
 variance that grows by orders of magnitude with depth (every block adds its branch's variance to the stream's),
 logits of enormous variance and a loss far above ln V at step 0; DeepScaleLM's λ·x + β·f(x) with λ² + β² = 1
 (Kedia et al. Sec. 3.5) keeps it O(1). Without normalisation the contrast shows within seconds; with LayerNorm
-(Post-LN) the Xavier model's failure takes about a million tokens to show (the ``depth`` experiment,
-docs/experiments/).
+(Post-LN) the Xavier model's failure shows only over a far longer run (the ``depth`` experiment,
+docs/experiments/depth.md).
 
 What so short a run can show: whether a model starts to learn (leaves the unigram loss, ln V at best) and whether
 its statistics stay where the theory put them. What it cannot: which model ends better after the tokens a real

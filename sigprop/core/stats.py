@@ -83,8 +83,8 @@ def moment_sums(x: torch.Tensor, lead: int = 0, center: torch.Tensor | None = No
         center = x.mean(dim=red).double()
     center = center.to(torch.float64)
     xc = x - center.reshape(center.shape + (1, 1, 1)).to(x.dtype)
-    # Sums stay in the tensor's dtype (torch reduces pairwise: ~1e-7 relative in float32, measured) and are
-    # promoted afterwards; promoting the whole tensor first costs more than the reduction itself.
+    # Sums stay in the tensor's dtype (torch reduces pairwise: a relative error of the order of float32's
+    # ε·log n) and are promoted afterwards; promoting the whole tensor first costs more than the reduction itself.
     s1 = xc.sum(dim=red).double()
     s2 = (xc * xc).sum(dim=red).double()
     if t == 2:  # Σ_{t≠s} x_t x_s = 2 Σ x_0 x_1: one product instead of a column sum and its square

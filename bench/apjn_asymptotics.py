@@ -7,7 +7,8 @@
 * Derf / DyT: the effective scale (d log 𝒥^{b,0} / d√b)² between b = 2500 and 10⁴ blocks, beside λ⁻¹ (Eq. 19),
   and the ratio of the recurrence's growth log 𝒥^{b,0} over b ∈ [2500, 10⁴] to Eq. 18's (√(10⁴) − √2500)·√λ⁻¹.
 
-Run: ``python bench/apjn_asymptotics.py`` (~1.5 minutes, mostly DyT's quadrature). Results: docs/apjn-asymptotics.txt.
+Run: ``python bench/apjn_asymptotics.py`` (~1.5 minutes, mostly DyT's quadrature).
+Results: docs/results/apjn-asymptotics.txt.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Configuration: the presets' attention (d_in = 256, d_k = 64, dropout 0.1) at L =
 variance 1 and token correlation r. Each row: the closed form's relative gap to the sampled rule (in percent) with
 the sample's standard error in brackets, for the forward variance, the forward covariance and the gradient variance
 for an independent (r_g = 0) and a shared (r_g = 1) output gradient; then the seconds per configuration of each rule
-(forward and backward; the sampled one with its heads drawn afresh). Written to docs/bench-attention-causal.txt.
+(forward and backward; the sampled one with its heads drawn afresh). Written to docs/results/bench-attention-causal.txt.
 """
 
 from __future__ import annotations

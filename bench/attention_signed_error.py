@@ -8,7 +8,7 @@ closed form against Monte Carlo with its standard error (from the per-configurat
 configurations, and over the quarter with the largest scores (q_scale, σ_q = σ_k = q_scale/√d_in, at its top). Errors
 are normalised as ``sigprop verify`` normalises them: variances relative, correlations in absolute percentage
 points. ``sigprop verify`` reports |error| only, which cannot tell a bias from noise. Written to
-docs/attention-signed-error.txt.
+docs/results/attention-signed-error.txt.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ For each: the stream's forward variance at every layer (min and max over the inp
 output's (the last layer's, before the final norm), the gradient variance's change from the last layer to the
 first, and the time the calibration took. Writes the table (stdout), every measurement (--out/*.json) and a figure.
 
-    python bench/auto_init.py --seeds 4 --out docs/auto-init > docs/auto-init.md
+    python bench/auto_init.py --seeds 4 --out docs/results/auto-init > docs/results/auto-init.md
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def summary(profile: Profile) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=Path("docs/auto-init"))
+    ap.add_argument("--out", type=Path, default=Path("docs/results/auto-init"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -11,7 +11,7 @@ layer's stream that is the embedding's or the first layer's output carried by th
 (:func:`skip_shares`), trained and at initialisation. The figure draws each trained model's forward and gradient
 variance over relative depth.
 
-    python bench/depth_trained.py /work/experiments/depth-cpu --out docs/experiments/depth/trained
+    python bench/depth_trained.py /work/experiments/depth-cpu --out docs/results/experiments/depth/trained
 """
 
 from __future__ import annotations

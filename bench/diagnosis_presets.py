@@ -1,8 +1,8 @@
-"""The diagnosis (sigprop.diagnose) of every stored comparison in docs/: for each, the forward variance's change from
-the first layer to the last, the gradient variance's from the last to the first, the growth law fitted over the middle
-layers and the last layer's token correlation, measured and predicted side by side.
+"""The diagnosis (sigprop.diagnose) of every stored comparison in docs/results/: for each, the forward variance's
+change from the first layer to the last, the gradient variance's from the last to the first, the growth law fitted
+over the middle layers and the last layer's token correlation, measured and predicted side by side.
 
-    python bench/diagnosis_presets.py --docs docs > docs/diagnosis-presets.md
+    python bench/diagnosis_presets.py --docs docs/results > docs/results/diagnosis-presets.md
 """
 
 from __future__ import annotations
@@ -33,10 +33,17 @@ def cell(measured, predicted) -> str:
             f"{predicted.verdict} ×{predicted.change:.3g}{law(predicted)}")
 
 
+#: The page's title and the command that writes it, above the table.
+HEADER = ("# The diagnosis of every stored comparison\n\n"
+          "`python bench/diagnosis_presets.py --docs docs/results > docs/results/diagnosis-presets.md`: each stored "
+          "comparison's verdicts (`sigprop.diagnose`), measured against predicted.\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", default="docs")
+    ap.add_argument("--docs", default="docs/results")
     args = ap.parse_args()
+    print(HEADER)
     print("| comparison | stack | forward variance, first → last (measured / theory) | gradient variance, last → "
           "first (measured / theory) | last-layer token correlation (measured / theory) |")
     print("|---|---|---|---|---|")

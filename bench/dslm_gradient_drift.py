@@ -3,7 +3,7 @@ stack, with the gradient's and the stream's token correlation at each quarter's 
 ``fig1-preln`` encoder under ``init=dslm`` at several depths (Kedia et al. App. E.3: the change is
 Π(1 + k(C6,n − 1)/N), C6 = r_g/r_x).
 
-    python bench/dslm_gradient_drift.py --depths 12,48,192 > docs/dslm-gradient-drift.txt
+    python bench/dslm_gradient_drift.py --depths 12,48,192 > docs/results/dslm-gradient-drift.txt
 """
 
 from __future__ import annotations

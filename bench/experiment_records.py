@@ -1,6 +1,6 @@
 """Keep the light records of an experiment's finished runs, so that the experiment continues on another machine.
 
-    python bench/experiment_records.py experiments/prior-methods-cpu docs/experiments/prior-methods/runs
+    python bench/experiment_records.py experiments/prior-methods-cpu docs/results/experiments/prior-methods/runs
 
 copies, for every run folder of the experiment folder (first argument) that holds a fate (``fate.json``: the run
 finished, and how), its ``fate.json``, ``run.json`` (configs, device, precision, versions, command) and
@@ -9,7 +9,8 @@ each file written atomically; checkpoints and the per-step metrics stay behind (
 kept ``run.json`` names its files relative to the experiment folder (``--config specs/RUN_ID.json --out RUN_ID``), so
 that the records say nothing of the machine they were trained on. A later
 
-    sigprop experiment prior-methods --out experiments/prior-methods-cpu --runs-dir docs/experiments/prior-methods/runs
+    sigprop experiment prior-methods --out experiments/prior-methods-cpu \
+        --runs-dir docs/results/experiments/prior-methods/runs
 
 counts those runs as finished (a run id is a digest of both configs: the same id is the same run) and trains only the
 rest; its table holds them all. Evaluations that need the trained weights (``fp8``) need the full run folders.
@@ -79,7 +80,7 @@ def restore(results: Path, records: Path, entropy: Path | None = None) -> list[s
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, help="an experiment folder, or with --restore a stored results.json")
-    parser.add_argument("records", type=Path, help="the records folder, e.g. docs/experiments/NAME/runs")
+    parser.add_argument("records", type=Path, help="the records folder, e.g. docs/results/experiments/NAME/runs")
     parser.add_argument("--restore", action="store_true", help="rebuild fate records from a stored results.json")
     parser.add_argument("--entropy", type=Path, help="with --restore: shaped's entropy.json, for track points")
     args = parser.parse_args(argv)

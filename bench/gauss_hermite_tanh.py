@@ -5,7 +5,7 @@
 tanh has poles at ±iπ/2, so an n-point Gauss–Hermite rule in the standardised variable converges slowly once the
 pre-activation's standard deviation is large against π/2. For h ~ N(0, v) this prints E[tanh² h] and E[sech⁴ h] by
 the 96-point rule of ``sigprop.core.gaussian.expect_1d`` against adaptive quadrature (scipy.integrate.quad), and
-DyT's own localised rule (``sigprop.components.dyt``) beside them. Written to docs/gauss-hermite-tanh.txt.
+DyT's own localised rule (``sigprop.components.dyt``) beside them. Written to docs/results/gauss-hermite-tanh.txt.
 """
 
 from __future__ import annotations

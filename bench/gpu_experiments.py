@@ -13,8 +13,8 @@ shallow-wide baselines and the DSLM models of ``depth``, the Post-LN Xavier base
 then, with the time left, every other model of both. ``--plan rest`` runs the other experiments at ``--scale gpu``
 (``prior-methods`` and ``depth-mlm`` first, then ``ablations`` and ``shaped``); ``prior-methods`` and ``ablations``
 reuse the DSLM runs at 32 × 64 of ``depth`` and ``divergence`` (their folders under ``--work``, and ``depth``'s kept
-records in docs/experiments/depth/gpu/runs). ``--plan cpu-shapes --scale cpu`` runs those four at their CPU shapes,
-many runs sharing the GPU.
+records in docs/results/experiments/depth/gpu/runs). ``--plan cpu-shapes --scale cpu`` runs those four at their CPU
+shapes, many runs sharing the GPU.
 
 Every 15 s, and at the end, the light files (tables, figures, ``results.json``, each run's fate, metrics, configs and
 log; not the checkpoints) are copied into ``--out``, so a machine taken back mid-run still returns what finished.
@@ -106,7 +106,7 @@ def _command(name: str, patterns, workers: int, args, folder: Path, reuse: list[
 #: their Post-LN runs at the deepest shape; ``prior-methods`` and ``ablations`` take their DSLM runs there.
 _SHARES = {"depth": ("divergence",), "divergence": ("depth",), "prior-methods": ("depth", "divergence"),
            "ablations": ("depth", "divergence")}
-_KEPT_RECORDS = {("depth", "gpu"): Path(__file__).resolve().parents[1] / "docs/experiments/depth/gpu/runs"}
+_KEPT_RECORDS = {("depth", "gpu"): Path(__file__).resolve().parents[1] / "docs/results/experiments/depth/gpu/runs"}
 
 
 def _sharing(name: str, args) -> list[Path]:

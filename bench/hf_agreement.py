@@ -1,7 +1,7 @@
 """Hugging Face models through sigprop: GPT-2, Llama and BERT built from small configs (8 layers, d = 256), measured
 over 16 seeds with ``sigprop.measure`` and predicted from ``sigprop.from_hf`` of their config (token-resolved, from the
 batch's own ids and labels); prints each family's per-layer relative error of the residual stream's forward and
-gradient variance. Needs the extra ``hf``. Output: docs/hf-agreement.txt (``python bench/hf_agreement.py``).
+gradient variance. Needs the extra ``hf``. Output: docs/results/hf-agreement.txt (``python bench/hf_agreement.py``).
 """
 
 from __future__ import annotations

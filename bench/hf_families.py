@@ -7,7 +7,7 @@ its images). Prints and writes, per family, every layer's forward
 and gradient variance, measured (seed mean ± standard error) and predicted, their relative error and its median over
 the layers. Needs the extra ``hf``; nothing is downloaded.
 
-    python bench/hf_families.py --out docs/hf-families      # writes hf-families.json and hf-families.md
+    python bench/hf_families.py --out docs/results/hf-families      # writes hf-families.json and hf-families.md
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def markdown(results: list[dict]) -> str:
              f"padded positions, excluded; ViT: {B} images of 16 × 16 × 3 smoothed Gaussian pixels and their classes) "
              f"over {results[0]['seeds']} seeds, and predicted from `sigprop.from_hf` of "
              "its config (token-resolved, from the batch's ids, labels and padding, or images). Command: "
-             f"`python bench/hf_families.py --seeds {results[0]['seeds']} --out docs/hf-families`.", "",
+             f"`python bench/hf_families.py --seeds {results[0]['seeds']} --out docs/results/hf-families`.", "",
              "| family | class | forward variance: median relative error | its noise (median SE / mean) | "
              "gradient variance: median relative error | its noise | seconds |",
              "|---|---|---:|---:|---:|---:|---:|"]

@@ -1,8 +1,8 @@
 """The model-level laws from the comparison JSONs that `sigprop compare --preset NAME --json
-docs/compare-NAME.json` writes: growth laws (Kedia et al. App. E), the Post-LN per-layer factor, DeepScaleLM's
+docs/results/compare-NAME.json` writes: growth laws (Kedia et al. App. E), the Post-LN per-layer factor, DeepScaleLM's
 bounds, rank collapse (App. F) and the Q/K blow-up (Sec. 3.3), measured and predicted side by side.
 
-    python bench/model_laws.py --docs docs --markdown docs/model-laws.md
+    python bench/model_laws.py --docs docs/results --markdown docs/results/model-laws.md
 
 The first-to-last gradient ratio against depth reads ``compare-NAME-N.json`` for the depths N that exist beside the
 192-layer ``compare-NAME.json``, written by ``sigprop compare --preset NAME --set n_layers=N --json ...``.
@@ -53,7 +53,7 @@ def depth_series(folder: Path, name: str) -> list[tuple[int, float, float]]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", default="docs")
+    ap.add_argument("--docs", default="docs/results")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     folder = Path(args.docs)

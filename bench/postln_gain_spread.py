@@ -3,8 +3,8 @@
     python bench/postln_gain_spread.py [--width 128] [--layers 48] [--seeds 16] [--draws 64]
 
 In a Post-LN stack log σ²_g(l) of one weight draw is a sum of per-layer log gains, so its spread across seeds
-(docs/accuracy.md, "Post-LN gradients: the spread across seeds") is the sum of the per-layer gains' variances (plus
-their covariances). This script measures, for Post-LN Xavier on 4 × 128 real tokens with dropout 0.1:
+(docs/results/accuracy.md, "Post-LN gradients: the spread across seeds") is the sum of the per-layer gains' variances
+(plus their covariances). This script measures, for Post-LN Xavier on 4 × 128 real tokens with dropout 0.1:
 
 * *across seeds*: the variance over ``--seeds`` whole models of each layer's log gain log(σ²_g(l−1)/σ²_g(l)), averaged
   over the layers, and the variance of log σ²_g(0)/σ²_g(top) against the sum of the per-layer ones (1 if the layers'
@@ -17,7 +17,7 @@ their covariances). This script measures, for Post-LN Xavier on 4 × 128 real to
     backward from the masked-LM loss), normalised per token like a LayerNorm output;
   - Gaussian rows with one correlation for every token pair (the exchangeable state's r and r_g).
 
-What it shows (docs/postln-gain-spread.txt): a layer's fresh weights, given the X and G a real model feeds it,
+What it shows (docs/results/postln-gain-spread.txt): a layer's fresh weights, given the X and G a real model feeds it,
 reproduce the per-layer spread across seeds, and rotations that keep the Gram matrices keep it; Gaussian rows with
 the *expected* Gram matrices give about a third of it. The spread lives in how each seed's own Gram matrices (which
 tokens carry the gradient, how strongly) differ from their expectation: a state of expectations cannot predict the

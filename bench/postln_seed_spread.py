@@ -15,7 +15,7 @@ width. This script measures, per seed, log(σ²_g at layer l / σ²_g at the top
   implies, √((e^{sd²} − 1)/seeds).
 
 Run: ``python bench/postln_seed_spread.py [--widths 128 512] [--layers 48] [--seeds 16]`` (d = 128 and 512 at 48
-layers take ~2 and ~6 minutes on 2 CPU cores). Results: docs/postln-seed-spread.txt.
+layers take ~2 and ~6 minutes on 2 CPU cores). Results: docs/results/postln-seed-spread.txt.
 """
 
 from __future__ import annotations

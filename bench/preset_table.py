@@ -1,7 +1,7 @@
-"""The README's whole-model accuracy table from the comparison JSONs in docs/ (one row per preset; an
+"""The README's whole-model accuracy table from the comparison JSONs in docs/results/ (one row per preset; an
 encoder-decoder gets one row per stack, split at ``config.n_layers``).
 
-    python bench/preset_table.py --docs docs
+    python bench/preset_table.py --docs docs/results
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def r2(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--docs", default="docs")
+    ap.add_argument("--docs", default="docs/results")
     args = ap.parse_args()
     lines = ["| preset | fwd var: median / p90 rel. err, R² | grad var: median / p90 rel. err, R² | "
              "fwd corr: max abs err | grad corr: median rel. err | seeds |", "|---|---|---|---:|---:|---:|"]

@@ -7,7 +7,7 @@ spawned process per entry, each with its share of the threads; the seeds dealt r
 and prints both wall times, their ratio, and the largest relative difference of the two averaged profiles (zero
 where the devices are of one kind and the thread counts match; a few float32 roundings otherwise). On a GPU
 machine pass e.g. ``--devices cuda:0,cuda:1`` (the single-device run is then ``cuda:0``). Results on the 2-core CPU:
-docs/bench-seed-devices.txt.
+docs/results/bench-seed-devices.txt.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ split, for each d, beside the unfactorised bigram (counts with add-k smoothing, 
 between rank d and the unfactorised model is what a width-d head loses on bigram statistics alone; a longer context
 asks for more rank, not less, so it indicates the order of the width's cost, not a bound on it.
 
-    python bench/softmax_bottleneck.py --widths 16 32 64 128 256 --out docs/experiments/depth/softmax-bottleneck.json
+    python bench/softmax_bottleneck.py --widths 16 32 64 128 256 \
+        --out docs/results/experiments/depth/softmax-bottleneck.json
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Do the stored comparisons in docs/ still reproduce? Reruns ``sigprop compare --measured FILE`` for every stored
-comparison (its flags read back from the file's own meta: exchangeable or token-resolved sweeps, the gradient
+"""Do the stored comparisons in docs/results/ still reproduce? Reruns ``sigprop compare --measured FILE`` for every
+stored comparison (its flags read back from the file's own meta: exchangeable or token-resolved sweeps, the gradient
 boundary) and reports, per file, the largest relative difference of each predicted column from the stored one.
 
-    python bench/stored_predictions.py --out /tmp/now                  # against the files in docs/
+    python bench/stored_predictions.py --out /tmp/now                  # against the files in docs/results/
     python bench/stored_predictions.py --out /tmp/after --against /tmp/now   # against an earlier run of this script
 
 A prediction that nothing changed on purpose reproduces to the last bits (≤ 1e-12 relative); the sampled rules
@@ -25,7 +25,7 @@ COLUMNS = ("pred_fwd_mean", "pred_fwd_var", "pred_fwd_corr", "pred_grad_var", "p
 
 
 def stored_files() -> list[Path]:
-    docs = ROOT / "docs"
+    docs = ROOT / "docs" / "results"
     return sorted(docs.glob("compare-*.json")) + sorted(docs.glob("*/compare-*.json"))
 
 
@@ -65,7 +65,7 @@ def max_rel(a: list[dict], b: list[dict]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the fresh comparison JSONs")
-    parser.add_argument("--against", type=Path, help="compare with this earlier --out folder instead of docs/")
+    parser.add_argument("--against", type=Path, help="compare with this earlier --out folder instead of docs/results/")
     parser.add_argument("--only", action="append", default=[], help="only files whose name contains this")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def main() -> None:
     worst_all = 0.0
     for path in files:
         data = json.loads(path.read_text())
-        name = str(path.relative_to(ROOT / "docs")).replace("/", "__")
+        name = str(path.relative_to(ROOT / "docs" / "results")).replace("/", "__")
         out = args.out / name
         cmd = [sys.executable, "-m", "sigprop", "compare", "--measured", str(path), "--json", str(out),
                *flags_for(data)]

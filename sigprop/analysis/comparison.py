@@ -15,9 +15,9 @@ SE², whatever their correlation across layers; on logs SE/meas is used). An R²
 measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward variance) has a low ceiling, and
 only more seeds raise it. When the prediction takes a boundary from the same measurement (the gradient measured at the
 top layer), its errors share the measurement's and R² may exceed the ceiling. (For quantities whose seed-to-seed spread
-is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see docs/accuracy.md,
-"R² against its noise ceiling". The comparison's ``meta["heavy_tails"]`` names the layers where Cochran's rule says the
-seeds are too few: :mod:`sigprop.measurement.spread`.)
+is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see
+docs/results/accuracy.md, "R² against its noise ceiling". The comparison's ``meta["heavy_tails"]`` names the layers
+where Cochran's rule says the seeds are too few: :mod:`sigprop.measurement.spread`.)
 """
 
 from __future__ import annotations

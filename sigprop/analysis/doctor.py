@@ -11,7 +11,7 @@ pass the stream on unchanged. The recommendation, when something is flagged:
   App. E.3–E.4), the config's own λ / β overrides removed; ``init="auto"`` (DeepScaleLM calibrated by the rules,
   :mod:`sigprop.model.auto_init`) where the model has components its closed forms do not cover (SwiGLU / GeGLU,
   RMSNorm, DyT / Derf: on a 192-layer Llama-style decoder DSLM's output variance is 0.68, auto's 1.05,
-  docs/auto-init.md);
+  docs/results/auto-init.md);
 * with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
 * rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F);
 * with a new scheme, a learning-rate warning (DeepScaleLM's best rate sits higher: :data:`LEARNING_RATE_WARNING`);
@@ -49,7 +49,8 @@ __all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "doctor_mea
 LEARNING_RATE_WARNING = (
     "learning rate: retune it upwards with the new scheme. Its branches enter the stream scaled by β = {beta:.3g} "
     "(β² = 2/N, N = {n}) and its embeddings are ~25× Xavier's, so under Adam one rate moves the function less (in "
-    "sigprop's `depth` experiment, docs/experiments/depth.md, at 8 × 64 Post-LN, where both optima lie inside their "
+    "sigprop's `depth` experiment, docs/results/experiments/depth.md, at 8 × 64 Post-LN, where both optima lie "
+    "inside their "
     "grids, DeepScaleLM's best rate is 2× Xavier's; Kedia et al. Sec. 4.2: deeper-thinner models needed higher "
     "rates)")
 

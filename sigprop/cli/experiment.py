@@ -68,7 +68,8 @@ def experiment_command(
     runs_dir: Annotated[list[Path], typer.Option(help="For an experiment that evaluates another's trained models "
                                                  "(fp8): that experiment's folder (default experiments/SOURCE-SCALE)."
                                                  " For one that trains: other experiments' folders or kept records "
-                                                 "(docs/experiments/NAME/runs; repeatable), whose finished runs of "
+                                                 "(docs/results/experiments/NAME/runs; repeatable), whose finished "
+                                                 "runs of "
                                                  "identical configs are copied in instead of trained again.")] = None,
     models: Annotated[list[str], typer.Option("--model", help="Run only the models whose names match (shell-style "
                                               "pattern, e.g. '*dslm pre-LN'; repeatable): their runs are the "

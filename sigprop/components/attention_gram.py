@@ -8,7 +8,7 @@ few pairs far more correlated than the rest, and a causal mask makes positions d
 pair correlations (a query's scores for two keys move together in proportion to the keys' correlation, so the
 softmax weights two similar keys alike), so the mean correlation alone does not fix its output. At layer 0 of
 DeepScaleLM's 192-layer Pre-LN model on real text the exchangeable rule misses both the attention branch's token
-correlation and its variance by far more than the seeds' spread (the figures: docs/accuracy.md, "The token-resolved
+correlation and its variance by far more than the seeds' spread (the figures: docs/results/accuracy.md, "The token-resolved
 forward state").
 
 Model. One sequence of L tokens with per-element covariance Cov(x_j^a, x_l^b) = G_jl δ_ab (no hidden correlation, zero

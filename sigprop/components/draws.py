@@ -32,8 +32,8 @@ def layer_seed(attention_seed: int, layer_index: int, backward: bool = False) ->
 
     One set of draws shared by every layer adds its sampling error up linearly over depth and shifts a whole curve;
     independent draws per layer add like √depth. What that changed on the token-resolved and the exchangeable
-    sweeps (``bench/exchangeable_layer_seeds.py``): the accuracy page, docs/accuracy.md, "Sampling errors must not
-    compound"."""
+    sweeps (``bench/exchangeable_layer_seeds.py``): the accuracy page, docs/results/accuracy.md, "Sampling errors
+    must not compound"."""
     return int(attention_seed) + 7919 * (2 * int(layer_index) + (2 if backward else 1))
 
 

@@ -85,8 +85,8 @@ DEPTH = Experiment(
     evaluation="init-theory",
 )
 
-# The best rate of each model at ``depth``'s CPU scale (docs/experiments/depth.md; 32 × 32 Xavier Post-LN stalled at
-# every rate it tried and has none).
+# The best rate of each model at ``depth``'s CPU scale (docs/results/experiments/depth.md; 32 × 32 Xavier Post-LN
+# stalled at every rate it tried and has none).
 _DEPTH_CPU_BEST = {"2x128 xavier pre-LN": 4e-3, "8x64 xavier pre-LN": 8e-3, "32x32 xavier pre-LN": 1.6e-2,
                    "8x64 dslm pre-LN": 1.6e-2, "32x32 dslm pre-LN": 3.2e-2, "2x128 xavier post-LN": 4e-3,
                    "8x64 xavier post-LN": 1e-3, "8x64 dslm post-LN": 2e-3, "32x32 dslm post-LN": 2e-3}

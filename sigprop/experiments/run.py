@@ -23,7 +23,7 @@ __all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_to
 #: t = a·(parameters / 10⁶) + b·layers to finished models of ``depth``, ``divergence`` and ``shaped`` at ``--scale
 #: cpu``, the rough core-hours of ``--list``. Deep-thin models cost more than their parameters say (per-layer work
 #: that does not shrink with the width). The runs it was fitted to and how close it comes to each: the experiments
-#: page (docs/experiments/README.md, "What `--list`'s costs rest on").
+#: page (docs/results/experiments/README.md, "What `--list`'s costs rest on").
 _CPU_S_PER_TOKEN_PER_1M_PARAMETERS = 167e-6
 _CPU_S_PER_TOKEN_PER_LAYER = 2.4e-6
 #: Tokens per second of one NVIDIA H200 shared by ten runs of ~1.6 M non-embedding parameters (``depth`` and

@@ -11,7 +11,7 @@ seeds. A correlation is therefore pooled: r̂ = Σ_s r_s v_s / Σ_s v_s, the mea
 seeds. Means and variances are plain means over seeds.
 
 Measured on 192 seeds of the 192-layer DSLM Pre-LN preset at d = 128 (``bench/resolved_vs_exchangeable.py``,
-docs/accuracy.md, "Correlations are pooled over seeds"): the pooled layer-output correlation lies above the mean
+docs/results/accuracy.md, "Correlations are pooled over seeds"): the pooled layer-output correlation lies above the mean
 of the per-seed ones at every layer, by 0.0029 on average (0.0012 at d = 256: O(1/d)), about one standard error of
 the 192-seed mean, in the same direction at every layer.
 """

@@ -3,7 +3,7 @@
 Why. A deep model's gradient variance at layer l is the top layer's times a product of L − l random per-layer
 factors, one per weight draw, so across seeds its logarithm spreads like a sum: the variance itself is
 log-normal-like. In a Post-LN stack that spread is large (sd of the log ≈ 1 at the lowest layers of the 192-layer
-``fig3-postln`` preset, d = 256; docs/accuracy.md, "Post-LN gradients: the spread across seeds"). The mean of a
+``fig3-postln`` preset, d = 256; docs/results/accuracy.md, "Post-LN gradients: the spread across seeds"). The mean of a
 few such draws is then skewed: usually below the expectation the theory predicts, sometimes far above it, and its
 sample standard error is itself unreliable, so "within 2 SE" says little there.
 
@@ -104,7 +104,7 @@ class SpreadNote:
         if self.mean_skewness > STRONG_SKEWNESS:
             text += (" There the mean usually falls below the expectation the theory predicts and its reported "
                      "standard error is unreliable: read those layers on the log scale, or add seeds or width "
-                     "(docs/accuracy.md, \"Post-LN gradients: the spread across seeds\").")
+                     "(docs/results/accuracy.md, \"Post-LN gradients: the spread across seeds\").")
         return text
 
 

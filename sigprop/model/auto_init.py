@@ -60,7 +60,7 @@ CROSS_HEADS = 32
 def beyond_dslm(config) -> str:
     """The components of ``config`` whose moments DeepScaleLM's closed forms (App. M) do not model at all, named
     ("activation=swiglu, norm=rmsnorm"); "" if none. Causal, grouped-query and cross-attention also leave DSLM's
-    assumptions, by less (docs/auto-init.md measures both plans on a causal decoder)."""
+    assumptions, by less (docs/results/auto-init.md measures both plans on a causal decoder)."""
     parts = [f"activation={config.activation}" if config.activation in ("swiglu", "geglu") else "",
              f"norm={config.norm}" if config.norm in ("rmsnorm", "dyt", "derf") else ""]
     return ", ".join(p for p in parts if p)

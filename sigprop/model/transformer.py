@@ -29,7 +29,7 @@ def plan_for(config: TransformerConfig) -> InitPlan:
     branch's output projection (W_O, W_2; a cross-attention's β) calibrated by the theory so that each branch's
     output second moment equals its skip input's (:mod:`sigprop.model.auto_init`: one forward walk of the theory's
     model with the components' rules; its cost at 192 layers is the "calibration" column of the auto-init page,
-    docs/auto-init.md). Cached per config (configs are frozen and hashable).
+    docs/results/auto-init.md). Cached per config (configs are frozen and hashable).
 
     Args:
         config: a :class:`~sigprop.model.config.TransformerConfig`.

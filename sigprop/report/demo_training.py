@@ -8,7 +8,7 @@ variance that grows by orders of magnitude with depth (every block adds its bran
 logits of enormous variance and a loss far above ln V at step 0; DeepScaleLM's λ·x + β·f(x) with λ² + β² = 1
 (Kedia et al. Sec. 3.5) keeps it O(1). Without normalisation the contrast shows within seconds; with LayerNorm
 (Post-LN) the Xavier model's failure shows only over a far longer run (the ``depth`` experiment,
-docs/experiments/depth.md).
+docs/results/experiments/depth.md).
 
 What so short a run can show: whether a model starts to learn (leaves the unigram loss, ln V at best) and whether
 its statistics stay where the theory put them. What it cannot: which model ends better after the tokens a real
@@ -151,9 +151,11 @@ def _lines(folder: Path, results, unigram: float, figure: Path) -> list[str]:
     lines += ["", f"What {tokens / 1e6:.1f} M tokens can show: whether a model starts to learn at all (leaves the "
               "unigram loss, what token frequencies alone give) and whether its statistics stay where the theory "
               "put them. What they cannot: which model ends better after the tokens a real comparison needs "
-              "(`sigprop experiment depth`, 20 tokens per parameter, with LayerNorm, in docs/experiments/). Where "
+              "(`sigprop experiment depth`, 20 tokens per parameter, with LayerNorm, in docs/results/experiments/). "
+              "Where "
               "theory and measurement part at step 0 (dashed lines against dots in the figure), the model lies "
-              "outside the range in which the moment rules were checked (docs/accuracy.md): here, an unnormalised "
+              "outside the range in which the moment rules were checked (docs/results/accuracy.md): here, "
+              "an unnormalised "
               "model whose forward variance reaches 10⁴–10⁵.", ""]
     return lines
 

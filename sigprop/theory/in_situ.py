@@ -1,6 +1,6 @@
 """Each forward rule tested where the real model is: the seeds' mean output of a LayerNorm, an attention or an FFN
 inside a Pre-LN encoder against the rule applied to the seeds' mean input (``bench/map_consistency.py``,
-``docs/accuracy.md``, "Each rule at the model's own input").
+``docs/results/accuracy.md``, "Each rule at the model's own input").
 
 Why. A whole-model comparison cannot tell a small bias of one rule from the seed-to-seed spread of a deep stream
 (at depth 100 of ``fig4-dslm-pre`` the stream's token correlation differs by ~0.024 from one seed to the next). For

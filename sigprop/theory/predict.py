@@ -48,7 +48,7 @@ __all__ = ["predict", "Prediction", "theory_model", "prediction_steps", "resolve
 DECODER_CAVEAT = ("decoder with exchangeable sweeps: the moments passed from layer to layer are averages over "
                   "positions, which a causal mask makes unequal; Pre-LN variances are verified within measurement "
                   "noise, token correlations and Post-LN gradients are approximate (the token-resolved sweeps keep "
-                  "positions apart; see docs/accuracy.md, \"Decoders\")")
+                  "positions apart; see docs/results/accuracy.md, \"Decoders\")")
 NO_GRADIENTS = "not computed (gradients=False: the forward sweep only)"
 _EXCHANGEABLE_FORWARD = "exchangeable tokens (one correlation for every token pair)"
 
@@ -78,7 +78,7 @@ def resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, 
     Why encoders opt in: for decoders the token-resolved backward sweep is far closer to the measurement; for
     masked-LM encoders it is closer on some presets but not across depth and width, since it takes the top layer's
     gradient correlation from the loss where the exchangeable sweep starts from the measured top layer (the figures:
-    the accuracy page, docs/accuracy.md, "The token-resolved backward sweep")."""
+    the accuracy page, docs/results/accuracy.md, "The token-resolved backward sweep")."""
     if token_resolved is False:
         return None
     if config.arch == "decoder":

@@ -33,7 +33,7 @@ The site statistics are pooled as :mod:`sigprop.measurement` pools them: the var
 the real tokens, the token covariance the mean off-diagonal entry over the real token pairs within each sequence, the
 correlation their ratio (:func:`gram_moments`).
 
-What it adds (measured in docs/accuracy.md, "The token-resolved forward state" and "The token-resolved backward
+What it adds (measured in docs/results/accuracy.md, "The token-resolved forward state" and "The token-resolved backward
 sweep"): attention, the only component that is not token-wise, responds to the spread of the pair correlations and
 to position (a causal mask), not only to their mean; an encoder's masked-LM loss puts gradient on the labelled 15% of
 positions only, and a decoder's early positions are read by every later query.

@@ -62,7 +62,7 @@ def test_noci_s_paper_scale_is_their_appendix_d_bert():
 def test_depth_mlm_tunes_each_model_around_the_rate_depth_found_best_for_it():
     """At the CPU scale each `depth-mlm` model's grid is half, once and twice its best rate in `depth`'s stored
     results (causal LM), and otherwise the same model as an encoder; a model without a best rate keeps its grid."""
-    stored = Path(__file__).resolve().parents[2] / "docs" / "experiments" / "depth" / "results.json"
+    stored = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "depth" / "results.json"
     best = {row["model"]: row["best_lr"] for row in json.loads(stored.read_text(encoding="utf-8"))["rows"]}
     depth, mlm = catalog.get_experiment("depth").scale("cpu"), catalog.get_experiment("depth-mlm").scale("cpu")
     assert [m.name for m in mlm.models] == [m.name for m in depth.models]

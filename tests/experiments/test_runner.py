@@ -287,11 +287,11 @@ def test_the_table_holds_every_finished_run_in_the_folder_whichever_invocation_r
 
 def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_experiments():
     """``--list``'s core-hours come from a rate per token that, against the wall time per run stored in
-    ``docs/experiments/*/results.json`` (two runs at a time on the 2-core machine), is within a factor 1.5 either way
-    for each model and within 20% on average."""
+    ``docs/results/experiments/*/results.json`` (two runs at a time on the 2-core machine), is within a factor 1.5
+    either way for each model and within 20% on average."""
     from sigprop.experiments.run import _config, cpu_seconds_per_token
 
-    docs = Path(__file__).resolve().parents[2] / "docs" / "experiments"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments"
     ratios = []
     for name in ("depth", "divergence", "shaped"):
         scale = catalog.get_experiment(name).scale("cpu")
@@ -351,8 +351,8 @@ def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(corpu
 def test_ablations_and_prior_methods_share_dslm_runs_with_depth_s_kept_records():
     """The DSLM models at 32 × 32 are the same configs under other names: every DSLM tuning run of ``ablations`` and
     ``prior-methods`` (Post-LN at (1, 2, 4)·10⁻³, Pre-LN at (0.8, 1.6, 3.2)·10⁻²) is among ``depth``'s finished runs
-    (its grid extensions included) kept in docs/experiments/depth/runs, under the same digest."""
-    records = Path(__file__).resolve().parents[2] / "docs" / "experiments" / "depth" / "runs"
+    (its grid extensions included) kept in docs/results/experiments/depth/runs, under the same digest."""
+    records = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "depth" / "runs"
     kept = {p.name.rsplit("-lr", 1)[1] for p in records.iterdir()}
 
     def tails(name):

@@ -177,7 +177,7 @@ def test_hf_model_measures_like_the_mapped_sigprop_model(family):
 def test_hf_model_against_the_prediction_of_the_mapped_config(family):
     """sigprop's prediction for the mapped config (token-resolved, from the batch's own ids and labels) against the
     Hugging Face model measured over 8 seeds: every layer's forward and gradient variance within 5% plus Z standard
-    errors (the theory's finite-width error at d = 128 is ~1%, docs/accuracy.md)."""
+    errors (the theory's finite-width error at d = 128 is ~1%, docs/results/accuracy.md)."""
     from tests.helpers import Z
 
     hf_config = SMALL_LM_CONFIGS[family]()

@@ -81,7 +81,7 @@ def test_where_dslm_s_assumptions_hold_auto_is_dslm():
 def test_the_predicted_stream_keeps_the_embedding_s_second_moment(family):
     """The calibrated plan predicted by sigprop.predict (its own attention rule: sampled where the scores are large,
     which the calibration walk replaces by the closed form; the closed form is within 1% of it there,
-    docs/bench-attention-causal.txt): the stream's second moment stays the input's at every layer."""
+    docs/results/bench-attention-causal.txt): the stream's second moment stays the input's at every layer."""
     config = TransformerConfig(**{**SMALL, **FAMILIES[family]})
     profile = predict(config, gradients=False, attention_heads=256)
     inputs = {r.layer: r.fwd_var + r.fwd_mean**2 for site in ("input", "dec_input") for r in profile.site(site)}
@@ -94,7 +94,7 @@ def test_the_predicted_stream_keeps_the_embedding_s_second_moment(family):
 def test_the_measured_stream_keeps_unit_variance(family):
     """Real models (16 seeds) of the families DSLM's closed forms miss: every layer's measured forward variance
     within Z standard errors of the calibrated second moment, plus the calibration walk's own approximation
-    (the closed-form attention rule within 1% of the sampled, docs/bench-attention-causal.txt; rotary positions
+    (the closed-form attention rule within 1% of the sampled, docs/results/bench-attention-causal.txt; rotary positions
     ignored: MODEL_ERR). Without calibration (init="dslm") the same models leave that band."""
     config = TransformerConfig(**{**SMALL, **FAMILIES[family]})
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)

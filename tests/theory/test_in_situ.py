@@ -87,7 +87,8 @@ def test_attention_rule_variance_holds_at_the_models_own_input(setup):
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: the seeds' spread of the attention input beyond Gaussian rows "
-                   "lowers the output correlation by O(1/d) (docs/accuracy.md, 'Each rule at the model's own input'); "
+                   "lowers the output correlation by O(1/d) (docs/results/accuracy.md, "
+                   "'Each rule at the model's own input'); "
                    "the state carries expectations only")
 def test_attention_rule_correlation_at_the_models_own_input(setup):
     """At d = 64 the rule's output correlation reads ~0.002–0.006 high at these layers (z ≈ 6 each)."""

@@ -128,7 +128,7 @@ def test_resolved_decoder_correlations_within_measurement_noise():
     """A causal decoder: every site's token correlation within Z SE, which the exchangeable state misses (its
     attention correlations are off by up to ~13 SE here, the positions' correlations being unequal). Variances are
     covered by ``tests/theory/test_predict.py``; on this 43-id vocabulary the middle layers' attention variance reads
-    ~5% below both states' prediction (docs/accuracy.md, "Decoders")."""
+    ~5% below both states' prediction (docs/results/accuracy.md, "Decoders")."""
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "norm_position": "pre", "init": "xavier"})
     z, pred = _forward_z(config)
     assert pred.meta["backward_state"].startswith("token-resolved") and "caveat" not in pred.meta

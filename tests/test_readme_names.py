@@ -1,5 +1,5 @@
-"""Every Python name the README shows (``sigprop.a.b`` and ``from sigprop.a import b`` in its code blocks and inline
-code) is importable at the path shown."""
+"""Every Python name the README and the documentation site's pages show (``sigprop.a.b`` and ``from sigprop.a import
+b`` in their code blocks and inline code, and each API page's ``::: sigprop.a.b``) is importable at the path shown."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The README and every Markdown page of the site's sources (the generated tables of experiment folders included).
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 _INLINE = re.compile(r"(`+)(.+?)\1", re.S)
 _FROM = re.compile(r"\bfrom\s+(sigprop(?:\.\w+)*)\s+import\s+(\([^)]*\)|[^\n#;`]+)")
 _DOTTED = re.compile(r"(?<![\w./-])sigprop(?:\.[A-Za-z_]\w*)+")
+_DIRECTIVE = re.compile(r"^:::[ \t]+(\S+)", re.M)
 
 
 def code_of(markdown: str) -> list[str]:
@@ -25,7 +29,7 @@ def code_of(markdown: str) -> list[str]:
         markdown: the text of a Markdown file.
 
     Returns:
-        Each fenced block's body and each inline code span, in that order.
+        Each fenced block's body, each inline code span and each mkdocstrings ``::: identifier``, in that order.
 
     Example:
         >>> code_of("run `sigprop.predict`\\n```python\\nimport sigprop\\n```\\n")
@@ -33,7 +37,7 @@ def code_of(markdown: str) -> list[str]:
     """
     blocks = _FENCE.findall(markdown)
     prose = _FENCE.sub("", markdown)
-    return blocks + [m.group(2) for m in _INLINE.finditer(prose)]
+    return blocks + [m.group(2) for m in _INLINE.finditer(prose)] + _DIRECTIVE.findall(prose)
 
 
 def names_in(code: str) -> set[str]:
@@ -89,15 +93,24 @@ def resolve(dotted: str) -> object:
     return obj
 
 
-SHOWN = sorted(set().union(*(names_in(code) for code in code_of(README.read_text(encoding="utf-8")))))
+def shown_in(page: Path) -> set[str]:
+    """The dotted sigprop names a Markdown file shows."""
+    return set().union(*(names_in(code) for code in code_of(page.read_text(encoding="utf-8"))))
 
 
-def test_the_readme_shows_names_to_check():
-    assert {"sigprop.predict", "sigprop.measure", "sigprop.train.fit"} <= set(SHOWN)
+#: (the file, relative to the repository, a name it shows), every pair once
+SHOWN = sorted({(str(page.relative_to(ROOT)), dotted) for page in PAGES for dotted in shown_in(page)})
 
 
-@pytest.mark.parametrize("dotted", SHOWN)
-def test_a_name_the_readme_shows_is_importable_where_shown(dotted):
+def test_the_readme_and_the_site_show_names_to_check():
+    names = {dotted for _, dotted in SHOWN}
+    assert {"sigprop.predict", "sigprop.measure", "sigprop.Monitor", "sigprop.train.fit"} <= names
+    assert {"sigprop.theory.predict.predict", "sigprop.fix.export.export_hf"} <= names  # an API entry, a guide's
+    assert {page for page, _ in SHOWN} > {"README.md", "docs/how-to/use-the-library.md"}
+
+
+@pytest.mark.parametrize(("page", "dotted"), SHOWN, ids=[f"{page}:{dotted}" for page, dotted in SHOWN])
+def test_a_name_shown_is_importable_where_shown(page, dotted):
     try:
         resolve(dotted)
     except ModuleNotFoundError as err:
@@ -108,9 +121,11 @@ def test_a_name_the_readme_shows_is_importable_where_shown(dotted):
 
 def test_collection_reads_imports_inline_code_and_fenced_blocks():
     text = ("Use `sigprop.fix.export_hf(model)` or\n```python\nfrom sigprop.data import (load_batch,\n"
-            "    make_batch as mb)\nimport sigprop\n```\nnot `sigprop-report/` nor a.sigprop.x\n")
+            "    make_batch as mb)\nimport sigprop\n```\nnot `sigprop-report/` nor a.sigprop.x\n"
+            "::: sigprop.model.config.TransformerConfig\n    options:\n      heading: x\n")
     shown = set().union(*(names_in(code) for code in code_of(text)))
-    assert shown == {"sigprop.fix.export_hf", "sigprop.data", "sigprop.data.load_batch", "sigprop.data.make_batch"}
+    assert shown == {"sigprop.fix.export_hf", "sigprop.data", "sigprop.data.load_batch", "sigprop.data.make_batch",
+                     "sigprop.model.config.TransformerConfig"}
 
 
 @pytest.mark.parametrize("dotted", ["sigprop.no_such_name", "sigprop.fix.no_such_function", "sigprop.core.nothing.x"])

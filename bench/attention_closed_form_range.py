@@ -8,7 +8,8 @@ without dropout at s² = 6. Each row: the closed form's relative gap to the samp
 sample's standard error in brackets, for the forward variance, the forward covariance and the gradient variance for
 an independent (r_g = 0) and a shared (r_g = 1) output gradient ("out of domain" where the closed form's value is
 not a variance). "auto" takes the closed form up to
-``CLOSED_FORM_MAX_S2`` only (sigprop.components.attention). Written to docs/results/bench-attention-closed-form-range.txt.
+``CLOSED_FORM_MAX_S2`` only (sigprop.components.attention). Written to
+docs/results/bench-attention-closed-form-range.txt.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Times, as separate processes run in turn (start-up included, wall clock; the median of ``--runs``):
 ``python -c "import sigprop"``, ``sigprop --help``, ``sigprop compare --help``, and ``python -c "import torch,
 scipy.stats, matplotlib"`` (what every command would pay if the package imported them up front), and prints each
-median with its ratio to the last. Results on the 2-core CPU: the README's Performance table.
+median with its ratio to the last. Results on the 2-core CPU: docs/results/performance.md.
 """
 
 from __future__ import annotations

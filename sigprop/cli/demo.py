@@ -25,7 +25,7 @@ def demo_command(
     first use): per-layer forward variance, gradient variance and correlations, predicted and measured. Train: a
     16-layer decoder without normalisation, which the theory calls unstable (its forward variance explodes with
     depth), beside its DeepScaleLM twin, 200 steps each in two processes, with the losses and the tracked per-layer
-    statistics against the theory. Its time on 2 CPU cores: README.md, "Performance".
+    statistics against the theory. Its time on 2 CPU cores: docs/results/performance.md.
     """
     from ..report.demo import DEMO_CONFIGS, run_demo
 

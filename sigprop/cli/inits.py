@@ -52,7 +52,7 @@ def inits_command(
     images for a patch model; the loss's gradient at the top) and diagnosed as `sigprop predict` does. With
     --depths 12,48,192,768 the order of each change in N is fitted, reproducing Kedia et al. Table 3 from the full
     theory. The sampled attention rule draws 32 heads per layer here (its standard error against the number of
-    heads: README.md, "Performance"; --attention-heads for more).
+    heads: docs/results/performance.md; --attention-heads for more).
     """
     from ..report.runs import Request, run_inits
 

@@ -33,7 +33,8 @@ Device = Annotated[str, typer.Option(help="Torch device for the models, e.g. cud
                                      "parallel, one process each, with the same result.")]
 AttentionHeads = Annotated[int, typer.Option(
     help="Heads drawn per layer by the sampled attention rule, >= 2 (used for large attention scores and causal "
-         "masks; its standard error falls like 1/sqrt(heads) and its cost grows with them: README, Performance).")]
+         "masks; its standard error falls like 1/sqrt(heads) and its cost grows with them: "
+         "docs/results/performance.md).")]
 TokenResolved = Annotated[bool, typer.Option(
     "--token-resolved/--exchangeable",
     help="Moments from each sequence's token Gram matrix (repeated tokens, [MASK], the labelled positions and a "

@@ -40,16 +40,17 @@ M Σ_m dS_km δ_m, with dS_ik = A_ik w_i·(D̃_ik x_k − o_i)):
   overstated the gradient variance by ~2s²/L.
 
 Accuracy: the verify sweep "attention" (1024 configurations over Table 22's ranges, p ≤ 0.9) finds every quantity's
-error at the level of the Monte Carlo noise, which makes the noise an upper bound on the rule's error (README.md,
-"Components"); their signs show no bias at the sweep's resolution, the O(s⁴) terms left out included
-(docs/accuracy.md, "Where the attention closed forms hold"). The paper's closed form ("kedia") on the same draws misses
-the query path and with it the gradient variance (docs/accuracy.md, "The paper's formulas on the same draws").
+error at the level of the Monte Carlo noise, which makes the noise an upper bound on the rule's error
+(docs/results/components.md); their signs show no bias at the sweep's resolution, the O(s⁴) terms left out included
+(docs/results/accuracy.md, "Where the attention closed forms hold"). The paper's closed form ("kedia") on the same
+draws misses the query path and with it the gradient variance (docs/results/accuracy.md, "The paper's formulas on
+the same draws").
 
 Assumes: Gaussian input with zero hidden correlation (a non-zero ``corr_hidden`` is ignored: it enters only through
 fourth-order terms), token correlation r ∈ [0, 1], Gaussian weights independent of the input (initialisation),
 bidirectional attention (the causal rules: :mod:`sigprop.components.attention_causal`), small scores (Table 22's
-ranges give s² ≤ 0.13, where the rules are verified by the sweep; how far beyond they hold: docs/accuracy.md, "Where
-the attention closed forms hold"), L ≥ 2. A mean μ is absorbed
+ranges give s² ≤ 0.13, where the rules are verified by the sweep; how far beyond they hold:
+docs/results/accuracy.md, "Where the attention closed forms hold"), L ≥ 2. A mean μ is absorbed
 into the shared part, σ² → σ² + μ², r → (rσ² + μ²)/(σ² + μ²): the statistics depend on X only through its Gram
 matrix, whose distribution this preserves up to O(1/d_in) (not swept: Table 22 has μ = 0). No "kedia_table1" form
 is offered: Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at r = 0, which a :class:`Moments` cannot hold.

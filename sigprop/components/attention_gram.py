@@ -8,8 +8,8 @@ few pairs far more correlated than the rest, and a causal mask makes positions d
 pair correlations (a query's scores for two keys move together in proportion to the keys' correlation, so the
 softmax weights two similar keys alike), so the mean correlation alone does not fix its output. At layer 0 of
 DeepScaleLM's 192-layer Pre-LN model on real text the exchangeable rule misses both the attention branch's token
-correlation and its variance by far more than the seeds' spread (the figures: docs/results/accuracy.md, "The token-resolved
-forward state").
+correlation and its variance by far more than the seeds' spread (the figures: docs/results/accuracy.md,
+"The token-resolved forward state").
 
 Model. One sequence of L tokens with per-element covariance Cov(x_j^a, x_l^b) = G_jl δ_ab (no hidden correlation, zero
 mean): X = G^{1/2} Z with Z ∈ R^{L×d_in} i.i.d. N(0, 1) (G^{1/2} from the eigendecomposition, so a singular G, two
@@ -28,7 +28,7 @@ Fixed-length rows. Attention in a transformer reads a norm's output, whose rows 
 (|x̂_j|² = d_in for LayerNorm and RMSNorm at their initial gain), not the χ²-spread length of a Gaussian row. The
 spread is not harmless: a longer key gets more extreme scores and carries a longer value, so Gaussian rows give a
 larger output variance than fixed-length rows (an O(1/d_in) effect that grows with the score scale; how large
-at d_in = 64: docs/accuracy.md, "The token-resolved forward state"). With ``fixed_norm`` each sampled row is
+at d_in = 64: docs/results/accuracy.md, "The token-resolved forward state"). With ``fixed_norm`` each sampled row is
 rescaled to |x_j|² = d_in G_jj, which keeps the pair correlations to O(1/d_in).
 
 Backward. The output gradient g ∈ R^{L×d_k} of a head has per-element Gram H (zero mean, independent of the forward
@@ -94,7 +94,7 @@ def gram_sqrt(gram: torch.Tensor) -> torch.Tensor:
     eigenvalues repeat (every group of identical tokens makes one such eigenspace), and which basis the eigensolver
     returns there depends on rounding, the thread count and the hardware. With V Λ^{1/2} the same seed then gives a
     different sample, and a sweep's result changes at the level of its sampling error from one machine to the next
-    (what the thread count alone did: docs/accuracy.md, "Sampling errors must not compound"). The symmetric root
+    (what the thread count alone did: docs/results/accuracy.md, "Sampling errors must not compound"). The symmetric root
     is unique and continuous in G."""
     evals, evecs = torch.linalg.eigh(gram)
     return (evecs * evals.clamp_min(0.0).sqrt()[..., None, :]) @ evecs.transpose(-1, -2)
@@ -206,7 +206,7 @@ def _value_free_gram(maps, z, zq, zk, u, sq, sk, d_k, p, blocked, fixed_norm: bo
     X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,
     X W_Q = D G^{1/2} (Z W_Q), so every product is L × L or L × d_k and Z Zᵀ, Z W_Q, Z W_K are shared by the B
     sequences. Equal to ``O @ O.T`` from :func:`value_free_output` on the same draws (to rounding, tested); for
-    L < d_in its products are smaller than the rows' (the two paths timed: README.md, "Performance")."""
+    L < d_in its products are smaller than the rows' (the two paths timed: docs/results/performance.md)."""
     root, length = maps
     xxt = (root @ (z @ z.transpose(-1, -2))) @ root  # G^{1/2} is symmetric
     q = root @ (z @ (math.sqrt(sq) * zq))
@@ -262,7 +262,7 @@ def _gradient_draws(heads: int, L: int, d_in: int, seed: int) -> tuple:
     Only E[Z_w Z_wᵀ] = d_in I matters (∂X is linear in w), so for L ≤ d_in the rows are a uniformly random orthonormal
     frame scaled by √d_in: Z_w Z_wᵀ = d_in I holds for every draw, not only on average, and the value path's
     contribution carries no sampling noise. A sampling error of the per-layer gradient factor compounds over the
-    layers of a sweep (what Gaussian draws shared by every layer did at rank collapse: docs/accuracy.md, "The
+    layers of a sweep (what Gaussian draws shared by every layer did at rank collapse: docs/results/accuracy.md, "The
     token-resolved backward sweep").
     For L > d_in the rows are Gaussian."""
     gen = torch.Generator().manual_seed(seed + 0x9E3779B9)  # a stream apart from the forward draws

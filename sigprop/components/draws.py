@@ -52,8 +52,8 @@ def layer_context(ctx: dict, layer_index: int, backward: bool = False) -> dict:
 def standard_normal(shape: tuple, generator: torch.Generator) -> torch.Tensor:
     """Standard-normal draws generated in float32 and used in float64: every sum, product and softmax of the rules
     is computed in float64; only the draws themselves have float32 resolution (2⁻²⁴ relative, far below the
-    Monte-Carlo error of a few hundred heads), and they are generated faster than float64 draws (timed: README.md,
-    "Performance")."""
+    Monte-Carlo error of a few hundred heads), and they are generated faster than float64 draws (timed:
+    docs/results/performance.md)."""
     import torch
 
     return torch.randn(*shape, generator=generator, dtype=torch.float32).to(torch.float64)

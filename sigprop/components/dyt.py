@@ -9,7 +9,7 @@ switch √v = 0.5 below; tested against scipy.integrate):
 * **Why not plain Gauss–Hermite.** tanh has poles at ±iπ/2, so an n-point Gauss–Hermite rule in the standardised
   variable converges like exp(−c·(π/2)/√v · √n): for v = 40 (α = 2, σ² = 10) the 96-point rule of
   :func:`sigprop.core.gaussian.expect_1d` is visibly off for E[tanh²] and useless for E[sech⁴] (the figures:
-  docs/accuracy.md, "Gaussian expectations of saturating maps").
+  docs/results/accuracy.md, "Gaussian expectations of saturating maps").
 * **Localised integrands.** tanh is split as tanh(x) = erf(c x) + ρ(x) with c = √π/2 (matching slopes at 0), where
   the erf part has the closed forms of :mod:`sigprop.components.derf` and the remainder ρ(x) = sign(x)[erfc(c|x|) −
   2/(1+e^{2|x|})] is analytic in |Im x| < π/2 and below 1e-18 for |x| > 22; sech² is localised the same way.

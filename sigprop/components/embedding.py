@@ -154,8 +154,8 @@ def input_moments(x: torch.Tensor, mask: torch.Tensor | None = None) -> Moments:
 
 def _table(rows: int, d_model: int) -> nn.Embedding:
     """An embedding table left uninitialised (:meth:`Embedding.reset_parameters` fills it): torch's own default
-    fill on the meta device imports torch._dynamo, seconds of every theory-only model's start (README.md,
-    "Performance")."""
+    fill on the meta device imports torch._dynamo, seconds of every theory-only model's start
+    (docs/results/performance.md)."""
     return nn.Embedding(rows, d_model, _weight=torch.empty(rows, d_model))
 
 

@@ -32,8 +32,8 @@ gate's and the up projection's variances move together; weights independent of t
 (true at initialisation); one token correlation ρ for every pair. The last is where finite width shows: r_h is convex
 in ρ, so the spread of the pairs' own correlations (about (1 − ρ²)/√d_in) raises the mean output correlation above
 r_h(mean ρ), the variance staying exact; through a stack of SwiGLU layers of width 64 the forward variance then
-comes out low, further off than a ReLU FFN's (the figures, at these widths and through the stack: docs/accuracy.md,
-"The gated units at finite width"). Checked against Monte Carlo of the real module
+comes out low, further off than a ReLU FFN's (the figures, at these widths and through the stack:
+docs/results/accuracy.md, "The gated units at finite width"). Checked against Monte Carlo of the real module
 (d_in = 512) in ``tests/components/test_glu.py``.
 """
 

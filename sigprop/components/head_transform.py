@@ -25,7 +25,7 @@ E[g_i² | z] ∝ (1 − 1/d − ŷ_i²/d)/σ̂², the gradient reaching u has pe
 
 against the composition's (σ²_g/σ²) E a (d − 2)/(d − 3): the rule multiplies the composition's variance by
 1 + ((κ − 3) E a − 2 Cov(a, w))/(d E a) (:func:`finite_width_factor`; at d = 64 for GELU it closes the gap between
-the composition and autograd to within the noise, tested: docs/your-model.md, "Theory for the families people
+the composition and autograd to within the noise, tested: docs/how-to/your-model.md, "Theory for the families people
 train"). The map W_t
 then needs nothing more: its component along the token's input direction (W_t n̂ = u/|n|) carries uᵀg_u, which the
 norm before the transform (a Post-LN layer's, or the final one) removes exactly, so the variance is stated as if the

@@ -188,8 +188,8 @@ def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam, beta, d, eps
     fluctuation is what lowers E[cos θ] below r (Olkin–Pratt, −r(1 − r²)/(2n)). The skip part x̂ here has a
     fixed norm, so the sum's norm fluctuates much less and the correlation is barely lowered; applying the Gaussian
     rule at every one of a Post-LN model's 2N norms accumulates the Gaussian bias (what it did to a 192-layer
-    DeepScaleLM Post-LN prediction: the README, "Post-LN needs its own LayerNorm rules"). To first order in 1/n
-    (n = d − 1), with P = λ²σ²_x̂, Q = β²σ²_f, A = P + Q, R = (P r_x̂ + Q r_f)/A and
+    DeepScaleLM Post-LN prediction: docs/results/whole-models.md, "Post-LN needs its own LayerNorm rules"). To first
+    order in 1/n (n = d − 1), with P = λ²σ²_x̂, Q = β²σ²_f, A = P + Q, R = (P r_x̂ + Q r_f)/A and
     cos θ = (R + c)(1 + a)^{−½}(1 + b)^{−½},
 
         E a² = (4PQ + 2Q²)/(nA²),   E ab = (4PQ r_f r_x̂ + 2Q² r_f²)/(nA²),   E ca = (2PQ(r_f + r_x̂) + 2Q² r_f)/(nA²),
@@ -244,7 +244,7 @@ def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, 
     which is the Gaussian rule's correlation at φ = 0 or w = 1. Checked on chains of Post-LN steps on real tensors
     (tests/components/test_layernorm_postnorm.py): the Gaussian rule's per-step variance error (a fraction of a
     percent at d = 256, β = 1), which compounds over a deep stack, and its correlation drift vanish (what they did
-    to a 192-layer prediction: README.md, "Post-LN needs its own LayerNorm rules").
+    to a 192-layer prediction: docs/results/whole-models.md, "Post-LN needs its own LayerNorm rules").
 
     Assumes: as :func:`layernorm_forward_postnorm`; the skip-path gradient has passed the next norm.
     """

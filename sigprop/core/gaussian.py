@@ -35,7 +35,7 @@ def expect_1d(f, mean, var, n: int = 96):
 
     ``mean`` and ``var`` broadcast; ``f`` must accept a float64 array and act elementwise.
     Converges geometrically for ``f`` analytic on the scale of the standard deviation. It degrades when ``f`` varies
-    on a scale much smaller than σ (a saturating tanh or erf at σ ≫ 1: docs/accuracy.md, "Gaussian expectations
+    on a scale much smaller than σ (a saturating tanh or erf at σ ≫ 1: docs/results/accuracy.md, "Gaussian expectations
     of saturating maps") and
     for kinked ``f`` (ReLU); rules in those regimes use closed forms or adaptive quadrature instead.
     """

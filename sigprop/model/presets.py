@@ -7,10 +7,10 @@ figures use 192 layers of a BERT-style encoder with dropout 0.1 on real text; we
 (masked LM on real tokens) and the dropout, and use width ``d = 256`` (4 heads of 64, d_ff = 1024), 4 sequences
 of 128 tokens, and average over 16 independently initialised models (``seeds``): the theory is an expectation
 over the weights, and one finite-width model deviates from it by several percent per layer, mostly through the
-hidden-unit offsets W·E[ReLU] that every token shares (the per-seed spread at d = 256: README.md, "Whole models:
-theory against measurement"), so averaging over seeds is the honest comparison. What ``sigprop compare`` costs per
-preset on 2 CPU cores, most of it measuring and the rest the prediction's sampled attention heads: README.md,
-"Performance". ``vit-preln`` and ``vit-dslm`` classify 8 of
+hidden-unit offsets W·E[ReLU] that every token shares (the per-seed spread at d = 256:
+docs/results/whole-models.md), so averaging over seeds is the honest comparison. What ``sigprop compare`` costs per
+preset on 2 CPU cores, most of it measuring and the rest the prediction's sampled attention heads:
+docs/results/performance.md. ``vit-preln`` and ``vit-dslm`` classify 8 of
 scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
 """
 

@@ -1,5 +1,5 @@
 """The demo's training section: the deep model the theory calls unstable and its DeepScaleLM twin, trained side by
-side for a few hundred steps (two single-thread processes; their time: README.md, "Performance"), their losses
+side for a few hundred steps (two single-thread processes; their time: docs/results/performance.md), their losses
 and tracked per-layer statistics beside the theory's prediction at step 0.
 
 The pair: 16-layer decoders (d = 64, two heads) without normalisation layers, next-token prediction on the

@@ -17,7 +17,7 @@ the final norm).
   covariance (N the final norm's output Gram); for logits of large variance (a model without a final norm, a
   large head scale) E[p_j·p_l] = :func:`~sigprop.components.softmax.softmax_overlap` instead. The −2/V
   matters: summed over the many pairs of different targets it lowers the pooled correlation visibly at a small
-  vocabulary (docs/accuracy.md, "The token-resolved backward sweep").
+  vocabulary (docs/results/accuracy.md, "The token-resolved backward sweep").
   Then the backward rules of the masked-LM head's transform where the model has one (BERT, RoBERTa:
   :mod:`~sigprop.components.head_transform`; the logits then read its output) and of the final norm. A decoder's
   last position and every padded one carry no gradient (no label,
@@ -185,7 +185,7 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     r_g = (S − P(2 − e^{r Var z})/V)/(k(L − 1)M), with S the number of same-target pairs, P all pairs of labelled
     positions and r the token correlation of Norm(h). The −2/V is small per pair but summed over the many pairs of
     different targets it lowers r_g visibly at a small vocabulary (checked against autograd in
-    ``tests/theory/test_resolved_backward.py``; how much: docs/accuracy.md, "The token-resolved backward
+    ``tests/theory/test_resolved_backward.py``; how much: docs/results/accuracy.md, "The token-resolved backward
     sweep"). The final norm's backward rule maps this to the last layer's output.
     ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
     per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).

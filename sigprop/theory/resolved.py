@@ -130,7 +130,7 @@ def _postnorm_pairs(norm, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Mom
     """The skip and branch pairs of a Post-LN norm's post-norm rule. The skip input is a LayerNorm output, whose
     hidden units are correlated −1/(d − 1) exactly (the mean is subtracted; Kedia et al. Table 19): the Gram matrix
     does not carry it, and the rule's O(1/d) terms need it: without it a DSLM Post-LN gradient drifts at every
-    norm, compounding over 384 norms (docs/accuracy.md, "The token-resolved backward sweep")."""
+    norm, compounding over 384 norms (docs/results/accuracy.md, "The token-resolved backward sweep")."""
     return _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0)), _pair_moments(branch)
 
 

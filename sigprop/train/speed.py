@@ -28,7 +28,7 @@ def autocast_for(precision: str, device: torch.device):
 def compile_layers(model) -> int:
     """Compile every transformer layer with ``torch.compile`` (regional compilation): layers of one shape share the
     compiled code, because the compiler treats a module's parameters as inputs, so a 192-layer model compiles one
-    layer instead of unrolling 192 (far slower to compile: README.md, "Performance"). Returns the number of
+    layer instead of unrolling 192 (far slower to compile: docs/results/performance.md). Returns the number of
     layers."""
     n = 0
     for stack in model.stacks():

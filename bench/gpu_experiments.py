@@ -16,6 +16,15 @@ reuse the DSLM runs at 32 × 64 of ``depth`` and ``divergence`` (their folders u
 records in docs/results/experiments/depth/gpu/runs). ``--plan cpu-shapes --scale cpu`` runs those four at their CPU
 shapes, many runs sharing the GPU.
 
+``--plan ladder`` runs the rungs of ``shape-ladder`` (``--rungs``, default 192,256,384,512) one after another,
+smallest first (``--order largest``: largest first), as many as the budget holds by an estimate of each rung's
+remaining runs (:func:`ladder_waves`; the first unfinished rung always runs, so every sitting makes progress). The
+runs finished in earlier sittings are counted and reused from the kept records (``--records``, default
+docs/experiments/shape-ladder/runs: after a sitting, ``python bench/experiment_records.py OUT/shape-ladder-cpu
+RECORDS`` keeps what finished), so several short sittings add up to the whole ladder:
+
+    PYTHONPATH=. python3 bench/gpu_experiments.py --out OUT --budget 540 --plan ladder
+
 Every 15 s, and at the end, the light files (tables, figures, ``results.json``, each run's fate, metrics, configs and
 log; not the checkpoints) are copied into ``--out``, so a machine taken back mid-run still returns what finished.
 ``--out``/``environment.json`` records the device, torch and each experiment's command, exit status and wall time.
@@ -92,9 +101,83 @@ PLANS = {
 }
 
 
-def _command(name: str, patterns, workers: int, args, folder: Path, reuse: list[Path]) -> list[str]:
-    command = [sys.executable, "-m", "sigprop", "experiment", name, "--scale", args.scale, "--device", args.device,
+#: The ladder's runs: its one configuration (``--scale cpu``, whatever the device) and where finished runs are kept.
+_LADDER, _LADDER_SCALE = "shape-ladder", "cpu"
+_LADDER_RECORDS = Path(__file__).resolve().parents[1] / "docs/experiments/shape-ladder/runs"
+#: Floating-point operations per second of one NVIDIA H200 shared by several small training runs: ``depth`` at
+#: ``--scale gpu`` trained 1.4 M tokens/s over ten runs of ~2.6 M parameters (head included), 6 FLOPs per parameter
+#: and token. A rough, conservative rate for planning (larger batches and widths use the GPU better).
+_H200_FLOPS = 2.2e13
+#: Runs a model may still add by extending its grid past an edge (one more rate, two seeds), for the estimate.
+_EXTENSION_ALLOWANCE = 2
+
+
+def _finished_fates(folders) -> dict[str, dict]:
+    """Run id → fate record of every finished run in ``folders`` (experiment folders or kept records)."""
+    fates = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*/fate.json")):
+            try:
+                fates.setdefault(path.parent.name, json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                continue
+    return fates
+
+
+def rung_cost(rung: int, finished: dict[str, dict], flops: float = _H200_FLOPS) -> tuple[int, float]:
+    """(runs left, estimated seconds) of the ladder's rung ``rung``: its tuning runs not yet finished, a third seed
+    per model that has none, and :data:`_EXTENSION_ALLOWANCE` runs per model whose tuning is unfinished, each run
+    its tokens × 6 FLOPs per parameter (layers and head) at ``flops``."""
+    from sigprop.experiments.catalog import get_experiment
+    from sigprop.experiments.ladder import ladder_model
+    from sigprop.experiments.spec import non_embedding_parameters, plan_runs
+    from sigprop.model.config import config_from_dict
+
+    experiment = get_experiment(_LADDER)
+    scale = experiment.scale(_LADDER_SCALE)
+    names = {m.name for m in scale.models if (lm := ladder_model(m.name)) is not None and lm.rung == rung}
+    tuning = [r for r in plan_runs(experiment, _LADDER_SCALE) if r.model_name in names]
+    left, seconds = 0, 0.0
+    for name in sorted(names):
+        mine = [r for r in tuning if r.model_name == name]
+        run = mine[0]
+        config = config_from_dict(run.model_config)
+        per_run = (6.0 * (non_embedding_parameters(config) + config.vocab_size * config.d_model)
+                   * run.train_config["steps"] * run.train_config["batch_size"] * config.seq_len / flops)
+        todo = sum(r.run_id not in finished for r in mine)
+        seeded = any(f.get("model_name") == name and not f.get("tuning") for f in finished.values())
+        runs = todo + (0 if seeded else scale.seeds - scale.tuning_seeds) + (_EXTENSION_ALLOWANCE if todo else 0)
+        left += runs
+        seconds += runs * per_run
+    return left, seconds
+
+
+def ladder_waves(budget: float, rungs, finished: dict[str, dict], workers: int, order: str = "smallest",
+                 flops: float = _H200_FLOPS) -> list:
+    """The waves of ``--plan ladder``: one per rung with runs left, in ``order`` ("smallest" or "largest" first),
+    while the estimated seconds (:func:`rung_cost`, shared by ``workers`` runs at a time, which the estimate's
+    rate already assumes) fit ``budget``; the first rung with runs left is always planned. Each wave runs until its
+    rung is done or the budget ends."""
+    if order not in ("smallest", "largest"):
+        raise ValueError(f"--order must be smallest or largest (got {order!r})")
+    waves, spent = [], 0.0
+    for rung in sorted(rungs, reverse=order == "largest"):
+        left, seconds = rung_cost(rung, finished, flops)
+        if left == 0:
+            continue
+        if waves and spent + seconds > budget:
+            break
+        spent += seconds
+        waves.append((1.0, [(_LADDER, (), workers, rung)]))
+    return waves
+
+
+def _command(name: str, patterns, workers: int, args, folder: Path, reuse: list[Path], rung=None) -> list[str]:
+    scale = _LADDER_SCALE if name == _LADDER else args.scale
+    command = [sys.executable, "-m", "sigprop", "experiment", name, "--scale", scale, "--device", args.device,
                "--workers", str(workers), "--out", str(folder)]
+    if rung is not None:
+        command += ["--rungs", str(rung)]
     for pattern in patterns:
         command += ["--model", pattern]
     for other in reuse:
@@ -111,7 +194,9 @@ _KEPT_RECORDS = {("depth", "gpu"): Path(__file__).resolve().parents[1] / "docs/r
 
 def _sharing(name: str, args) -> list[Path]:
     """The folders whose finished runs ``name`` reuses (those that exist): the other experiments' folders under
-    ``--work`` and their kept records."""
+    ``--work`` and their kept records (for the ladder, its own kept records)."""
+    if name == _LADDER:
+        return [args.records] if args.records.is_dir() else []
     folders = []
     for other in _SHARES.get(name, ()):
         folders += [args.work / f"{other}-{args.scale}", _KEPT_RECORDS.get((other, args.scale))]
@@ -146,18 +231,36 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, required=True, help="seconds for everything, copying included")
     parser.add_argument("--work", type=Path, default=Path("/tmp/sigprop-gpu"))
-    parser.add_argument("--plan", default="gpu", choices=sorted(PLANS))
+    parser.add_argument("--plan", default="gpu", choices=sorted([*PLANS, "ladder"]))
     parser.add_argument("--scale", default="gpu")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rungs", default="192,256,384,512", help="--plan ladder: the rungs (widths d)")
+    parser.add_argument("--order", default="smallest", choices=("smallest", "largest"),
+                        help="--plan ladder: which rungs first")
+    parser.add_argument("--records", type=Path, default=_LADDER_RECORDS,
+                        help="--plan ladder: the kept records of finished runs, reused and counted")
+    parser.add_argument("--workers", type=int, default=8, help="--plan ladder: runs at a time")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (the waves) and stop")
     args = parser.parse_args(argv)
     if args.budget <= 60:
         parser.error("--budget must exceed 60 s")
+    if args.plan == "ladder":
+        finished = _finished_fates([args.work / f"{_LADDER}-{_LADDER_SCALE}", args.records])
+        rungs = [int(r) for r in args.rungs.split(",")]
+        plan = ladder_waves(args.budget - 20, rungs, finished, args.workers, args.order)
+    else:
+        plan = PLANS[args.plan]
+    if args.dry_run:
+        print(json.dumps([[fraction, [list(item) for item in wave]] for fraction, wave in plan]))
+        return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # many runs on one machine: no thread pools fighting for cores
     start = time.time()
     end = start + args.budget - 20  # the last copy's time
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     record = {"environment": _environment(args.device), "budget_s": args.budget, "plan": args.plan, "waves": []}
+    if args.plan == "ladder":
+        record["ladder_plan"] = [wave[0][3] for _, wave in plan]
     stop_copying = threading.Event()
 
     def copier():
@@ -168,17 +271,18 @@ def main(argv=None) -> int:
     thread.start()
     complete: dict[tuple, bool] = {}
     with open(args.out / "log.txt", "a", encoding="utf-8") as log:
-        for fraction, wave in PLANS[args.plan]:
+        for fraction, wave in plan:
             deadline = min(start + args.budget * fraction, end)
-            todo = [(name, patterns, workers) for name, patterns, workers in wave
-                    if not complete.get((name, patterns)) and not complete.get((name, ()))]
+            todo = [(name, patterns, workers, *rung) for name, patterns, workers, *rung in wave
+                    if not complete.get((name, patterns, *rung)) and not complete.get((name, ()))]
             if not todo or time.time() >= deadline - 30:
                 continue
-            commands = [_command(name, patterns, workers, args, args.work / f"{name}-{args.scale}",
-                                 _sharing(name, args)) for name, patterns, workers in todo]
+            commands = [_command(name, patterns, workers, args,
+                                 args.work / f"{name}-{_LADDER_SCALE if name == _LADDER else args.scale}",
+                                 _sharing(name, args), *rung) for name, patterns, workers, *rung in todo]
             results = _run_wave(commands, deadline, log)
-            for (name, patterns, _), result in zip(todo, results, strict=True):
-                complete[(name, patterns)] = result["complete"]
+            for (name, patterns, _, *rung), result in zip(todo, results, strict=True):
+                complete[(name, patterns, *rung)] = result["complete"]
             record["waves"].append(results)
             write_json_atomic(args.out / "environment.json", record)
     stop_copying.set()

@@ -51,10 +51,21 @@ def _list() -> None:
     console.print(table)
 
 
+def _parse_rungs(text: str | None) -> tuple[int, ...]:
+    """``--rungs 64,96,128`` as widths; ``ValueError`` naming the option otherwise."""
+    if text is None:
+        return ()
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(f"--rungs must be widths d separated by commas, such as 64,96,128 (got {text!r})")
+    return tuple(int(p) for p in parts)
+
+
 def experiment_command(
     name: Annotated[str, typer.Argument(help="The experiment (see --list).")] = None,
-    scale: Annotated[str, typer.Option(help="cpu (this machine), gpu (2× the widths, minutes on a GPU) or "
-                                       "paper (documented, not run).")] = "cpu",
+    scale: Annotated[str, typer.Option(help="cpu (this machine), gpu (2× the widths, minutes on a GPU), "
+                                       "paper (documented, not run) or smoke (a tiny check, where an experiment "
+                                       "has one).")] = "cpu",
     seeds: Annotated[int, typer.Option(help="Seeds per model at its best rate, >= 1 (default: the scale's).")] = None,
     out: Annotated[Path, typer.Option(help="The experiment's folder (default experiments/NAME-SCALE); an "
                                       "interrupted experiment continues where it stopped.")] = None,
@@ -77,6 +88,8 @@ def experiment_command(
     table_only: Annotated[bool, typer.Option("--table-only", help="Train nothing: write the table, figure and "
                                              "evaluation of the runs finished in --out so far (also while another "
                                              "invocation trains there).")] = False,
+    rungs: Annotated[str, typer.Option(help="shape-ladder: the rungs (widths d) to run, comma-separated, e.g. "
+                                       "64,96,128 (with --model: those of their models that match).")] = None,
     list_experiments: Annotated[bool, typer.Option("--list", help="List the experiments and their cost.")] = False,
 ) -> None:
     """Reproduce a training claim of the papers: every model at every learning rate of its grid, the best rate's
@@ -90,7 +103,7 @@ def experiment_command(
 
     result = run_experiment(name, scale, seeds, out, workers, device, overrides or (), train_overrides or (),
                             say=_say, command=shlex.join(["sigprop", *sys.argv[1:]]), runs_dir=runs_dir,
-                            models=tuple(models or ()), train=not table_only)
+                            models=tuple(models or ()), train=not table_only, rungs=_parse_rungs(rungs))
     for path in result.files:
         console.print(f"{path.suffix[1:]}: {path}", highlight=False)
     if result.stopped:

@@ -397,3 +397,51 @@ def get_experiment(name: str) -> Experiment:
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; experiments: {', '.join(EXPERIMENTS)}")
     return EXPERIMENTS[name]
+
+
+# The shape ladder: deep-thin against shallow-wide at equal N·d² over widths 64 … 512 (sigprop.experiments.ladder).
+_LADDER_BASE = dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.1)
+_LADDER_TRAIN = dict(data="pinned:python-v1", steps=2000, warmup_steps=100, schedule="cosine", final_lr_fraction=0.1,
+                     clip=1.0, weight_decay=0.01, eval_every=250, eval_batches=64, checkpoint_every=250,
+                     keep_checkpoints=1)
+_LADDER_QUESTION = (
+    "Over a ladder of sizes at equal N·d² (d = 64 … 512, one pinned corpus and tokenizer, 20 tokens per "
+    "non-embedding parameter), on which side of a crossover is deep-thin DeepScaleLM (8 × d/2) against shallow-wide "
+    "Xavier (2 × d), with 8 × d/2 Xavier as the control and 32 × d/4 DSLM from d = 256? Pre-registered: deep-thin "
+    "wins at a rung only if the paired 95% interval of Δ = loss(deep-thin) − loss(shallow-wide) lies below 0; the "
+    "paper's claim is 'reproduced at ≥ P' if deep-thin wins at P and every larger rung run, 'not reproduced up to "
+    "P' if it wins at no rung (P the largest run), otherwise 'mixed'; the weighted least-squares trend of Δ against "
+    "log₁₀ P 'points to a crossover near P*' (Fieller 95% interval) when its slope is negative and the interval "
+    "bounded.")
+
+
+def _ladder_scale(rungs, base: dict, train: dict, note: str, **ladder) -> Scale:
+    from .ladder import LR_STEP, ladder_models
+
+    models = tuple(m.spec for m in ladder_models(rungs, base, train["steps"], **ladder))
+    return Scale(models=models, base_model=base, train=train, tokens_per_parameter=None, seeds=3, tuning_seeds=2,
+                 grid_extensions=6, lr_step=LR_STEP, lr_anchor=1e-3, note=note)
+
+
+SHAPE_LADDER = Experiment(
+    name="shape-ladder",
+    question=_LADDER_QUESTION,
+    reference="Kedia et al. Sec. 4.2, Tables 4, 5 and 8 (deep-thin wins at 160–185 M parameters); `depth` at one size",
+    scales={
+        "cpu": _ladder_scale(
+            (64, 96, 128, 192, 256, 384, 512), _LADDER_BASE, _LADDER_TRAIN,
+            "every rung, whatever the device (`--rungs` picks them: 64, 96, 128 on CPU cores, the rest on a GPU); "
+            "causal LM on the pinned corpus `pinned:python-v1`, 2,000 steps of 128-token sequences at every rung, "
+            "the batch grown with the rung to 20 tokens per non-embedding parameter; dropout 0.1; rates on the √2 "
+            "lattice 10⁻³·√2^k, two seeds at each, a grid extended past an edge until the best (mean of the two) is "
+            "interior, then a third seed at it; 64 validation batches."),
+        "smoke": _ladder_scale(
+            (16,), dict(_LADDER_BASE, seq_len=16, max_len=16), dict(_LADDER_TRAIN, steps=6, warmup_steps=2,
+                                                                    eval_every=3, eval_batches=2, checkpoint_every=3),
+            "a check of the ladder's machinery: one rung of d = 16 with all four roles (heads of 8), 6 steps, one "
+            "rate per model, on the pinned corpus; seconds a run.",
+            tokens_per_parameter=0.5, grid_points=1, head_dim=8, smallest_head=8, deeper_from=16),
+    },
+    evaluation="shape-ladder",
+)
+EXPERIMENTS[SHAPE_LADDER.name] = SHAPE_LADDER

@@ -1,7 +1,9 @@
 """Evaluations of an experiment's trained models: FP8 direct casting (Kedia et al. Sec. 4.6, Table 12), for the
 experiments that train nothing of their own (:attr:`Experiment.runs_from`), and the APJN theory beside the trained
 Derf and Pre-LN ViTs (Alekseev Secs. 3–4), after an experiment's own runs; ``init-theory``
-(:mod:`sigprop.experiments.init_theory`) puts sigprop's prediction at initialisation beside each trained model.
+(:mod:`sigprop.experiments.init_theory`) puts sigprop's prediction at initialisation beside each trained model;
+``shape-ladder`` (:mod:`sigprop.experiments.ladder_report`) the paired gaps of a shape ladder, their trend and the
+verdict by its pre-registered rules.
 
 ``apjn``: for every model, the theory of Alekseev Results 3.1–3.5 at its configuration: the embedding covariance
 (q⁰, p⁰) of Eq. 21 measured on digits images through the model's patch embedding (seed 0, 256 images), the
@@ -34,6 +36,7 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
 from .init_theory import evaluate_init_theory, write_init_theory
+from .ladder_report import evaluate_ladder, write_ladder
 from .summary import mean_se_cell as _cell
 
 __all__ = ["EVALUATIONS", "evaluate_fp8", "evaluate_apjn", "evaluate_entropy"]
@@ -317,4 +320,5 @@ def write_entropy(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
 
 #: Evaluation name → (evaluate, write).
 EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8), "apjn": (evaluate_apjn, write_apjn),
-               "entropy": (evaluate_entropy, write_entropy), "init-theory": (evaluate_init_theory, write_init_theory)}
+               "entropy": (evaluate_entropy, write_entropy), "init-theory": (evaluate_init_theory, write_init_theory),
+               "shape-ladder": (evaluate_ladder, write_ladder)}

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core.jsonio import write_json_atomic
 from ..core.outputs import check_output_folder
 from .catalog import get_experiment
-from .runner import execute, unigram_loss
+from .runner import corpus_mismatch, execute, reference_data
 from .spec import ModelSpec, edge_rates, non_embedding_parameters, plan_runs
 from .summary import best_learning_rates, summarise, write_summary
 
@@ -75,6 +75,22 @@ def _only(experiment, scale_name: str, patterns):
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models)})
 
 
+def _rung_selection(experiment, scale_name: str, rungs, patterns) -> tuple[str, ...]:
+    """The names of the models at ``rungs`` of a shape ladder (those matching one of ``patterns`` where given)."""
+    from fnmatch import fnmatchcase
+
+    from .ladder import rung_model_names
+
+    if isinstance(rungs, str | int) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rungs):
+        raise ValueError(f"--rungs must be widths d such as 64,96,128 (got {rungs!r})")
+    names = rung_model_names(experiment.scale(scale_name).models, tuple(rungs))
+    if patterns:
+        names = tuple(n for n in names if any(fnmatchcase(n, p) for p in patterns))
+        if not names:
+            raise ValueError(f"--model {', '.join(patterns)} matches no model at rungs {', '.join(map(str, rungs))}")
+    return names
+
+
 @contextlib.contextmanager
 def _folder_lock(folder: Path):
     """Hold an exclusive lock on ``folder`` (``.lock`` in it) for the duration: two invocations on one folder would
@@ -104,7 +120,7 @@ def _folder_lock(folder: Path):
 
 def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=None, workers: int | None = None,
                    device: str = "cpu", overrides=(), train_overrides=(), say=print,
-                   command: str = "", runs_dir=None, models=(), train: bool = True) -> ExperimentResult:
+                   command: str = "", runs_dir=None, models=(), train: bool = True, rungs=()) -> ExperimentResult:
     """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
     (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
@@ -112,7 +128,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
     whose names match one are run, and the table holds every finished run of the experiment in ``out`` (several
     invocations, each of some models, fill one table). ``train=False`` trains nothing: the table, figure and
     evaluation of the runs finished in ``out`` so far (also while another invocation trains there; no lock).
-    ``ValueError`` on bad input, before any run.
+    ``rungs``: for a shape ladder, the widths d whose models run (with ``models``, those of them that match a
+    pattern). ``ValueError`` on bad input, before any run.
 
     An experiment with ``runs_from`` (e.g. ``fp8``) first completes that experiment in ``runs_dir`` (default
     ``experiments/SOURCE-SCALE``: its finished runs are reused), then evaluates its models into ``out``. For an
@@ -138,6 +155,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
     whole = _with_overrides(experiment, scale, overrides, train_overrides)
+    if rungs:
+        models = _rung_selection(whole, scale, rungs, models)
     experiment = _only(whole, scale, models)
     spec = experiment.scale(scale)
     if device not in ("cpu", "cuda"):
@@ -174,10 +193,12 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
                       dict(gpus=gpus, reuse=folders))
 
 
-def _finished_runs(experiment, scale: str, seeds, out: Path) -> list:
+def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refused=None) -> list:
     """Every run of ``experiment`` (all its models) that finished in ``out``, whichever invocation ran it (one with
     ``--model``, an earlier grid extension, a copy from ``--runs-dir``): a fate file whose run id is the id this
-    experiment gives that model, rate and seed (a run of other configs, e.g. under ``--set``, is left out)."""
+    experiment gives that model, rate and seed (a run of other configs, e.g. under ``--set``, is left out).
+    ``corpus``: model name → (its data's fingerprint, whether one is required); a run whose record says it trained
+    on other data is left out too, and why is appended to ``refused``."""
     from .runner import FATE_FILE, _result_from
 
     names = {m.name for m in experiment.scale(scale).models}
@@ -195,7 +216,17 @@ def _finished_runs(experiment, scale: str, seeds, out: Path) -> list:
     for lr in {fate["lr"] for fate in fates if not fate["tuning"]}:
         best = {fate["model_name"]: lr for fate in fates if not fate["tuning"] and fate["lr"] == lr}
         expected |= {r.run_id for r in plan_runs(experiment, scale, seeds, best_lr=best)}
-    return [_result_from(fate) for fate in fates if fate["run_id"] in expected]
+    pooled = []
+    for fate in fates:
+        if fate["run_id"] not in expected:
+            continue
+        why = corpus_mismatch(out / fate["run_id"], *corpus[fate["model_name"]]) if corpus else None
+        if why is not None:
+            if refused is not None:
+                refused.append(why)
+            continue
+        pooled.append(_result_from(fate))
+    return pooled
 
 
 def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
@@ -221,14 +252,18 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         say(f"{name}: the table of the runs finished in {out} (training nothing)")
         with contextlib.suppress(OSError, ValueError, KeyError):  # the table names the command that trained
             command = json.loads((out / "experiment.json").read_text(encoding="utf-8"))["command"] or command
-    unigram = {}
+    from ..data.pinned import is_pinned
+
+    unigram, corpus = {}, {}
     cache: dict = {}
     for run in planned:
         key = (run.model_config["vocab_size"], run.train_config["data"], run.train_config["val_fraction"],
                run.model_config["input"])
         if key not in cache:
-            cache[key] = unigram_loss(run.model_config, run.train_config)
-        unigram[run.model_name] = cache[key]
+            cache[key] = reference_data(run.model_config, run.train_config)
+        unigram[run.model_name] = cache[key][0]
+        corpus[run.model_name] = (cache[key][1], is_pinned(run.train_config["data"]))
+    placement = {**placement, "corpus": corpus}
     margin = experiment.stall_margin
     results, stopped = execute(tuning, out, workers, device, unigram, margin, say, **placement) if train else ([], True)
     while not stopped and (extra := edge_rates(spec, results)):
@@ -241,8 +276,13 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
         more, stopped = execute(rest, out, workers, device, unigram, margin, say, **placement)
         results = results + more
-    results = _finished_runs(whole, scale, seeds, out)
+    refused: list[str] = []
+    results = _finished_runs(whole, scale, seeds, out, corpus, refused)
+    for why in refused:
+        say(f"not pooled: {why}")
     summary = summarise(whole, scale, every, results, unigram, params, tokens, command)
+    if refused:
+        summary["not_pooled"] = refused
     files = write_summary(summary, out, results)
     if experiment.evaluation is not None:  # also of a stopped experiment: its finished runs, its table so far
         from .evaluations import EVALUATIONS
@@ -319,13 +359,13 @@ def estimate(name: str, scale: str) -> dict:
         return {"models": len(spec.models), "runs": 0, "tokens": 0.0, "cpu_core_hours": 0.0,
                 "evaluates": experiment.runs_from}
     runs = plan_runs(experiment, scale)
-    n_runs = len(runs) + len(spec.models) * (spec.seeds - 1)
+    n_runs = len(runs) + len(spec.models) * (spec.seeds - spec.tuning_seeds)
     total_tokens, cpu_seconds = 0.0, 0.0
     for m in spec.models:
         config = _config(spec, m)
         per_run = (spec.tokens_per_parameter * non_embedding_parameters(config) if spec.tokens_per_parameter is not None
                    else _fixed_tokens(spec, m, config))
-        count = len(m.lrs) + spec.seeds - 1
+        count = len(m.lrs) * spec.tuning_seeds + spec.seeds - spec.tuning_seeds
         total_tokens += per_run * count
         cpu_seconds += per_run * count * cpu_seconds_per_token(config)
     return {"models": len(spec.models), "runs": n_runs, "tokens": total_tokens,

@@ -10,6 +10,11 @@ Fates: "trained" (the final validation loss is at least the experiment's margin 
 validation text), "stalled" (it is not: the model learned nothing beyond token frequencies), "diverged" (the loss or
 gradient stopped being finite: the step and the trainer's message are kept), "failed" (anything else, with the last
 error line). An interrupted run gets no fate and is resumed.
+
+Every run records the SHA-256 of its training and validation data (``run.json``, :mod:`sigprop.data.fingerprint`).
+A finished run whose data differ from the experiment's (:func:`corpus_mismatch`: trained on another machine's
+``data=python``, or on an older build of the corpus) is not copied in from another folder, and is left out of the
+experiment's table with a line saying why.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 from ..core.jsonio import write_json_atomic
 from .spec import RunSpec
 
-__all__ = ["RunResult", "execute", "unigram_loss", "FATES", "FATE_FILE"]
+__all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mismatch", "FATES", "FATE_FILE"]
 
 FATES = ("trained", "stalled", "diverged", "failed")
 FATE_FILE = "fate.json"
@@ -58,19 +63,58 @@ class RunResult:
 def unigram_loss(model_config: dict, train_config: dict) -> float:
     """The cross-entropy of the validation text under the training text's token frequencies (add-one smoothed),
     in nats: what a model that learned only the frequencies scores (for images: ln of the number of classes)."""
-    import numpy as np
+    from ..model.config import config_from_dict
+    from ..train.config import train_config_from_dict
+    from ..train.data import make_data
 
+    mc, tc = config_from_dict(model_config), train_config_from_dict(train_config)
+    return _unigram_of(make_data(mc, tc, progress=True), mc)
+
+
+def reference_data(model_config: dict, train_config: dict) -> tuple[float, dict | None]:
+    """(the unigram loss of :func:`unigram_loss`, the data's fingerprint) of a run's configs: the corpus as this
+    machine builds it, which every pooled run must have trained on."""
+    from ..data.fingerprint import data_fingerprint
     from ..model.config import config_from_dict
     from ..train.config import train_config_from_dict
     from ..train.data import make_data
 
     mc, tc = config_from_dict(model_config), train_config_from_dict(train_config)
     data = make_data(mc, tc, progress=True)
+    return _unigram_of(data, mc), data_fingerprint(data.meta())
+
+
+def _unigram_of(data, mc) -> float:
+    import numpy as np
+
     if data.is_images:
         return math.log(mc.n_classes)
     counts = np.bincount(data.train_ids.astype(np.int64), minlength=mc.vocab_size).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
     return float(-logp[data.val_ids.astype(np.int64)].mean())
+
+
+def corpus_mismatch(run_dir, expected: dict | None, required: bool = False) -> str | None:
+    """Why the run in ``run_dir`` must not be pooled with an experiment whose data have fingerprint ``expected``
+    (None: it may): its ``run.json`` records other data, or (``required``: the experiment trains on a pinned corpus)
+    records none. A run recorded before fingerprints were, with ``required`` false, is pooled as before."""
+    from ..data.fingerprint import data_fingerprint
+
+    if expected is None:
+        return None
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, AttributeError):
+        record = None
+    found = data_fingerprint(record)
+    if found is None:
+        return (f"{Path(run_dir).name}: its run record holds no data fingerprint; this experiment's corpus is "
+                f"pinned (training data {expected['train_sha256'][:12]}…)") if required else None
+    if found != expected:
+        return (f"{Path(run_dir).name} trained on other data (training data {found['train_sha256'][:12]}…, "
+                f"validation {found['validation_sha256'][:12]}…; this experiment's: "
+                f"{expected['train_sha256'][:12]}…, {expected['validation_sha256'][:12]}…)")
+    return None
 
 
 def _fate_of(run_dir: Path) -> dict | None:
@@ -183,14 +227,22 @@ def _finished_twin(spec: RunSpec, folder: Path) -> Path | None:
     return None
 
 
-def _reuse(spec: RunSpec, out: Path, folders) -> dict | None:
+def _reuse(spec: RunSpec, out: Path, folders, corpus=None, say=print) -> dict | None:
     """The fate of ``spec``'s run finished in one of ``folders`` (other experiments', or kept records: a run id is a
     digest of the whole spec, so the same digest is the same run), copied into ``out`` whole (checkpoints too), its
     fate renamed to this experiment's model name where the other called it otherwise (``copied_from`` says which
-    run); None if there is none or ``out`` already holds a start of the run (resumed there instead)."""
+    run); None if there is none or ``out`` already holds a start of the run (resumed there instead). ``corpus``:
+    (the experiment's data fingerprint, whether one is required); a twin trained on other data is not copied (said)."""
     if not folders or (out / spec.run_id).exists():
         return None
-    twin = next((t for t in (_finished_twin(spec, Path(f)) for f in folders) if t is not None), None)
+    twins = [t for t in (_finished_twin(spec, Path(f)) for f in folders) if t is not None]
+    twin = None
+    for candidate in twins:
+        why = corpus_mismatch(candidate, *corpus) if corpus is not None else None
+        if why is None:
+            twin = candidate
+            break
+        say(f"not copied: {why}")
     if twin is None:
         return None
     out.mkdir(parents=True, exist_ok=True)
@@ -206,19 +258,21 @@ def _reuse(spec: RunSpec, out: Path, folders) -> dict | None:
 
 
 def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
-            say=print, watch=None, gpus: int = 1, reuse=None) -> tuple[list[RunResult], bool]:
+            say=print, watch=None, gpus: int = 1, reuse=None, corpus=None) -> tuple[list[RunResult], bool]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
     those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
     ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
     progress from their run directories). On CUDA, run ``k`` of those at once gets GPU ``k mod gpus``. ``reuse``:
     folders (other experiments', or kept records) whose finished runs of identical spec are copied in instead of
-    trained again."""
+    trained again; ``corpus``: model name → (its data's fingerprint, whether one is required), against which a run
+    to copy is checked (:func:`corpus_mismatch`)."""
     out = Path(out)
     folders = [] if reuse is None else [Path(reuse)] if isinstance(reuse, str | Path) else [Path(f) for f in reuse]
     results, todo, reused = {}, [], 0
     for spec in runs:
         known = _fate_of(out / spec.run_id)
-        if known is None and (known := _reuse(spec, out, folders)) is not None:
+        mine = None if corpus is None else corpus.get(spec.model_name)
+        if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
             reused += 1
         if known is not None:
             results[spec.run_id] = _result_from(known)

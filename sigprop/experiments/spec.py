@@ -2,8 +2,9 @@
 shares, the tokens each run sees (per non-embedding parameter), the seeds, and the runs that follow from them.
 
 The learning rate is tuned per model as Kedia et al. Sec. 4 did ("deeper-thinner models needed higher LR"): every
-rate of the grid trains with the first seed (the tuning runs); the rate whose run ends at the lowest validation loss
-(among the runs that trained) trains the other seeds. A model is reported at its best rate, the grid beside it.
+rate of the grid trains with the first seed (the tuning runs; the first ``tuning_seeds`` seeds where a scale says
+so); the rate whose runs end at the lowest validation loss (the mean over the tuning seeds, among the rates at which
+every tuning run trained) trains the other seeds. A model is reported at its best rate, the grid beside it.
 A best rate at an edge of the grid says only that the optimum lies at or beyond it: a scale with ``grid_extensions``
 then tries the next rate past that edge (:func:`edge_rates`), up to that many times per edge, before the seeds.
 """
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 
 __all__ = ["ModelSpec", "Scale", "Experiment", "RunSpec", "non_embedding_parameters", "SCALES"]
 
-#: The scales an experiment runs at: the CPU here, one GPU, the paper's configuration (documented, not run here).
-SCALES = ("cpu", "gpu", "paper")
+#: The scales an experiment runs at: the CPU here, one GPU, the paper's configuration (documented, not run here), and
+#: a check of an experiment's machinery at a tiny size (seconds a run).
+SCALES = ("cpu", "gpu", "paper", "smoke")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,12 @@ class Scale:
     :class:`TrainConfig` fields every run shares (``train``), the tokens each run sees per non-embedding parameter
     (``tokens_per_parameter``; None: every run takes the ``steps`` of ``train``, as an experiment that trains every
     model for the same number of epochs does), the default number of seeds, a note on what the scale is, and how
-    many times a model's grid may grow past an edge where its best rate sits (``grid_extensions``; 0: never)."""
+    many times a model's grid may grow past an edge where its best rate sits (``grid_extensions``; 0: never).
+
+    ``tuning_seeds``: how many seeds train at every rate of the grid (the best rate is chosen on their mean; the
+    remaining ``seeds - tuning_seeds`` train at it). ``lr_step``: where set, a grid extension steps to the next
+    point of the lattice ``lr_anchor · lr_step**k`` (each rate rounded to 3 significant figures) instead of
+    multiplying the edge rate by the grid's outer ratio, so that rounding never accumulates."""
 
     models: tuple[ModelSpec, ...]
     base_model: dict
@@ -48,6 +55,9 @@ class Scale:
     seeds: int = 2
     note: str = ""
     grid_extensions: int = 0
+    tuning_seeds: int = 1
+    lr_step: float | None = None
+    lr_anchor: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -128,17 +138,19 @@ class RunSpec:
 
 def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
               best_lr: dict | None = None, extra_lrs: dict | None = None) -> list[RunSpec]:
-    """The runs of ``experiment`` at ``scale_name``: without ``best_lr`` the tuning runs (seed 0 at every rate of
-    each model's grid, or with ``extra_lrs`` (model name → rates) at those rates only, for the models named); with
-    ``best_lr`` (model name → chosen rate) the other seeds 1 … ``seeds`` − 1 at that rate. Steps are set so that a
-    run sees ``tokens_per_parameter`` tokens per non-embedding parameter."""
+    """The runs of ``experiment`` at ``scale_name``: without ``best_lr`` the tuning runs (seed 0, or the scale's
+    ``tuning_seeds`` first seeds, at every rate of each model's grid, or with ``extra_lrs`` (model name → rates) at
+    those rates only, for the models named); with ``best_lr`` (model name → chosen rate) the other seeds
+    ``tuning_seeds`` … ``seeds`` − 1 at that rate. Steps are set so that a run sees ``tokens_per_parameter`` tokens
+    per non-embedding parameter."""
     from ..model.config import config_from_dict
     from ..train.config import train_config_from_dict
 
     scale = experiment.scale(scale_name)
     seeds = scale.seeds if seeds is None else seeds
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"--seeds must be an integer >= 1 (got {seeds!r})")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < scale.tuning_seeds:
+        raise ValueError(f"--seeds must be an integer >= {scale.tuning_seeds} (got {seeds!r})")
+    tuning_seeds = range(scale.tuning_seeds)
     runs = []
     for spec in scale.models:
         model = config_from_dict({**scale.base_model, **spec.model})
@@ -149,11 +161,11 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
         else:
             steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
         if extra_lrs is not None:
-            chosen = [(0, lr, True) for lr in extra_lrs.get(spec.name, ())]
+            chosen = [(s, lr, True) for lr in extra_lrs.get(spec.name, ()) for s in tuning_seeds]
         elif best_lr is None:
-            chosen = [(0, lr, True) for lr in spec.lrs]
+            chosen = [(s, lr, True) for lr in spec.lrs for s in tuning_seeds]
         elif spec.name in best_lr and best_lr[spec.name] is not None:
-            chosen = [(s, best_lr[spec.name], False) for s in range(1, seeds)]
+            chosen = [(s, best_lr[spec.name], False) for s in range(scale.tuning_seeds, seeds)]
         else:
             chosen = []
         for seed, lr, tuning in chosen:
@@ -175,8 +187,9 @@ def _distance_from_middle(lr: float, models, name: str) -> int:
 def edge_rates(scale: Scale, results) -> dict:
     """Model name → the one rate to try next because the model's best tuning rate so far sits at an edge of the rates
     tried: above the top by the grid's top step (its two highest rates' ratio), or below the bottom by its bottom
-    step; at most ``scale.grid_extensions`` rates past each edge of the original grid. Empty when every model's best
-    rate is inside its grid (or none trained, or the extensions are spent): the tuning is complete."""
+    step (with ``scale.lr_step``: the next point of its lattice); at most ``scale.grid_extensions`` rates past each
+    edge of the original grid. Empty when every model's best rate is inside its grid (or none trained, or the
+    extensions are spent): the tuning is complete."""
     from .summary import best_learning_rates
 
     best = best_learning_rates(results)
@@ -190,10 +203,26 @@ def edge_rates(scale: Scale, results) -> dict:
         up = grid[-1] / grid[-2] if len(grid) > 1 else 2.0
         down = grid[1] / grid[0] if len(grid) > 1 else 2.0
         if lr == tried[-1] and sum(t > grid[-1] for t in tried) < scale.grid_extensions:
-            proposals[spec.name] = (float(f"{lr * up:.3g}"),)
+            proposals[spec.name] = (_next_rate(scale, lr, +1) if scale.lr_step else float(f"{lr * up:.3g}"),)
         elif lr == tried[0] and sum(t < grid[0] for t in tried) < scale.grid_extensions:
-            proposals[spec.name] = (float(f"{lr / down:.3g}"),)
+            proposals[spec.name] = (_next_rate(scale, lr, -1) if scale.lr_step else float(f"{lr / down:.3g}"),)
     return proposals
 
 
-__all__ += ["plan_runs", "edge_rates"]
+def lattice_rate(k: int, step: float, anchor: float = 1e-3) -> float:
+    """The ``k``-th rate of the lattice ``anchor · step**k``, rounded to 3 significant figures.
+
+    Example:
+        >>> [lattice_rate(k, 2 ** 0.5) for k in range(4)]
+        [0.001, 0.00141, 0.002, 0.00283]
+    """
+    return float(f"{anchor * step ** k:.3g}")
+
+
+def _next_rate(scale: Scale, lr: float, direction: int) -> float:
+    """The lattice point next to ``lr`` (itself a lattice point, perhaps rounded) in ``direction`` (+1 up, −1 down)."""
+    k = round(math.log(lr / scale.lr_anchor) / math.log(scale.lr_step))
+    return lattice_rate(k + direction, scale.lr_step, scale.lr_anchor)
+
+
+__all__ += ["plan_runs", "edge_rates", "lattice_rate"]

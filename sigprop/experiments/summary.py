@@ -12,20 +12,31 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 
-__all__ = ["best_learning_rates", "summarise", "write_summary", "mean_se_cell"]
+__all__ = ["best_learning_rates", "tuning_scores", "summarise", "write_summary", "mean_se_cell"]
+
+
+def tuning_scores(results) -> dict:
+    """(model name, rate) → the mean final validation loss of its tuning runs (one per tuning seed), or the fate of
+    the first of them (by seed) that did not train: a rate is scored only where every tuning run at it trained."""
+    groups: dict = {}
+    for r in results:
+        if r.tuning:
+            groups.setdefault((r.model_name, r.lr), []).append(r)
+    scores = {}
+    for key, runs in groups.items():
+        failed = [r for r in sorted(runs, key=lambda r: r.seed) if r.fate != "trained" or r.final_val is None]
+        scores[key] = failed[0].fate if failed else float(np.mean([r.final_val for r in runs]))
+    return scores
 
 
 def best_learning_rates(results) -> dict:
-    """Model name → the rate whose tuning run trained to the lowest final validation loss (None if none trained)."""
+    """Model name → the rate whose tuning runs trained to the lowest mean final validation loss (None if none
+    trained); with one tuning seed, the rate of the lowest tuning run."""
     best: dict = {}
-    for r in results:
-        if not r.tuning:
-            continue
-        best.setdefault(r.model_name, None)
-        if r.fate == "trained" and r.final_val is not None:
-            current = best[r.model_name]
-            if current is None or r.final_val < current[1]:
-                best[r.model_name] = (r.lr, r.final_val)
+    for (name, lr), score in tuning_scores(results).items():
+        best.setdefault(name, None)
+        if isinstance(score, float) and (best[name] is None or score < best[name][1]):
+            best[name] = (lr, score)
     return {name: (None if v is None else v[0]) for name, v in best.items()}
 
 
@@ -40,6 +51,7 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
               command: str) -> dict:
     """The summary of ``results`` (every run so far): a row per model, in the scale's order."""
     best = best_learning_rates(results)
+    scores = tuning_scores(results)
     rows = []
     for spec in scale.models:
         mine = [r for r in results if r.model_name == spec.name]
@@ -50,8 +62,8 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
             "model": spec.name, "non_embedding_parameters": parameters[spec.name],
             "tokens_per_run": tokens[spec.name],
             "tokens_per_parameter": tokens[spec.name] / parameters[spec.name],
-            "lr_grid": {f"{r.lr:g}": (r.final_val if r.fate == "trained" else r.fate)
-                        for r in sorted(mine, key=lambda r: r.lr) if r.tuning},
+            "lr_grid": {f"{lr:g}": score for (name, lr), score in sorted(scores.items(), key=lambda kv: kv[0][1])
+                        if name == spec.name},
             "best_lr": lr, "best_lr_at_edge": lr is not None and len(tried := {r.lr for r in mine if r.tuning}) > 1
             and lr in (min(tried), max(tried)), "seeds": len(at_best), "final_val_mean": mean, "final_val_se": se,
             "unigram_loss": unigram[spec.name], "fates": {f: sum(r.fate == f for r in mine) for f in

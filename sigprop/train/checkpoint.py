@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..core.atomic import atomic_path
+from ..data.fingerprint import same_data
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
            "list_checkpoints", "FORMAT", "rng_state_tensors", "restore_rng"]
@@ -253,7 +254,7 @@ def restore_model(path, model, model_config, data_meta: dict, train_config=None)
             diff = _differences(stored if isinstance(stored, dict) else {}, current)
             raise CheckpointError(f"checkpoint {path} was written under another training config: "
                                   f"{'; '.join(diff[:3])}")
-    if ck.info.get("data") != data_meta:
+    if not same_data(ck.info.get("data"), data_meta):
         raise CheckpointError(f"checkpoint {path} was trained on other data (the corpus, its tokenizer or the images "
                               "changed since)")
     model.load_state_dict(model_state(ck))

@@ -16,7 +16,7 @@ Objectives (:func:`sigprop.model.objective.make_batch` builds the token ones):
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -89,7 +89,8 @@ def _by_hash(parts: list[np.ndarray], fraction: float) -> np.ndarray:
 @dataclass
 class TextData(TrainData):
     """Token data for a token model: the corpus's files split into train and validation by a hash of each file's
-    token ids (the same split whatever the order or the machine), each side one id stream."""
+    token ids (the same split whatever the order or the machine), each side one id stream. ``meta()`` records the
+    SHA-256 of both streams (:mod:`sigprop.data.fingerprint`), computed once."""
 
     model_config: object
     seed: int
@@ -98,17 +99,13 @@ class TextData(TrainData):
     split: str
     n_files: int
     n_val_files: int
+    _fingerprint: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_corpus(cls, model_config, train_config, progress: bool = False) -> TextData:
         """Tokenise the corpus (the tokenizer of ``model_config.vocab_size``, trained and cached locally) and split
         it. A corpus of one file is split by position instead (its last ``val_fraction`` of tokens)."""
-        from ..data.batches import TokenStream
-        from ..data.tokenizer import special_id
-
-        stream = TokenStream.from_corpus(train_config.data, model_config.vocab_size, progress=progress)
-        ids = stream.ids
-        sep = special_id(stream.tokenizer, "[SEP]")
+        ids, sep = _corpus_ids(model_config, train_config, progress)
         cuts = np.flatnonzero(ids == sep)
         docs = np.split(ids, cuts)  # every document after the first starts with its [SEP]
         window = cls.window_length(model_config)
@@ -169,8 +166,14 @@ class TextData(TrainData):
         return self.val_batches(1, n)[0]
 
     def meta(self) -> dict:
+        from ..data.fingerprint import ids_fingerprint
+
+        if not self._fingerprint:
+            self._fingerprint.update(train_sha256=ids_fingerprint(self.train_ids),
+                                     validation_sha256=ids_fingerprint(self.val_ids))
         return {"kind": "text", "split": self.split, "files": self.n_files, "validation_files": self.n_val_files,
                 "train_tokens": int(len(self.train_ids)), "validation_tokens": int(len(self.val_ids)),
+                **self._fingerprint,
                 "task": {"encoder": "masked language modelling", "decoder": "next-token prediction",
                          "encoder_decoder": "continuation: the next seq_len tokens of a file from the seq_len "
                                             "before them"}[self.model_config.arch]}
@@ -237,8 +240,31 @@ class ImageData(TrainData):
         return {"inputs": self.val_x[:n], "labels": self.val_y[:n]}
 
     def meta(self) -> dict:
+        from ..data.fingerprint import images_fingerprint
+
         return {"kind": "images", "source": self.source, "split": "by image", "train_images": int(len(self.train_y)),
-                "validation_images": int(len(self.val_y)), "task": "image classification"}
+                "validation_images": int(len(self.val_y)),
+                "train_sha256": images_fingerprint(self.train_x.numpy(), self.train_y.numpy()),
+                "validation_sha256": images_fingerprint(self.val_x.numpy(), self.val_y.numpy()),
+                "task": "image classification"}
+
+
+def _corpus_ids(model_config, train_config, progress: bool) -> tuple[np.ndarray, int]:
+    """The corpus's token ids and its ``[SEP]`` id: a pinned corpus's stored ids (its vocabulary must be the
+    model's), or the corpus tokenised with the tokenizer of ``model_config.vocab_size`` (trained and cached)."""
+    from ..data.pinned import is_pinned, pinned_corpus
+
+    if is_pinned(train_config.data):
+        corpus = pinned_corpus(train_config.data)
+        if corpus.vocab_size != model_config.vocab_size:
+            raise ValueError(f"data {train_config.data!r} holds token ids of a vocabulary of {corpus.vocab_size}; "
+                             f"the model's vocab_size is {model_config.vocab_size}: set vocab_size={corpus.vocab_size}")
+        return corpus.ids, corpus.sep_id
+    from ..data.batches import TokenStream
+    from ..data.tokenizer import special_id
+
+    stream = TokenStream.from_corpus(train_config.data, model_config.vocab_size, progress=progress)
+    return stream.ids, special_id(stream.tokenizer, "[SEP]")
 
 
 def make_data(model_config, train_config, progress: bool = False) -> TrainData:

@@ -1,0 +1,250 @@
+"""The shape ladder's own table: per rung the paired gaps Δ (deep-thin, the control and the 32-layer model, each
+against shallow-wide) with their t intervals, the trend of Δ against log P and its crossover, and the verdict
+by the rules fixed before the runs (:data:`RULES`); ``ladder.json``, ``ladder.md`` and ``ladder.png``.
+
+Each model's runs at its best rate are the seeds (every seed that trained); a gap pairs the seeds both models have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..core.figures import save_figure
+from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
+from .ladder import Role, ladder_model
+from .ladder_stats import IntervalKind, PairedGap, Trend, fit_trend, paired_gap
+
+__all__ = ["RULES", "evaluate_ladder", "write_ladder", "judge"]
+
+#: The rules by which the ladder is read, fixed before its runs.
+RULES = ("Deep-thin wins at a rung only if the paired 95% interval of Δ = loss(8 × d/2 DSLM) − loss(2 × d Xavier) "
+         "lies below 0; shallow-wide wins only if it lies above 0; otherwise the rung does not decide. The paper's "
+         "claim (deep-thin DSLM better at equal N·d²) is 'reproduced at ≥ P' when deep-thin wins at the rung of P and "
+         "at every larger rung run; 'not reproduced up to P' when it wins at no rung, P the largest rung run; "
+         "otherwise 'mixed'. Beside it, the weighted least-squares trend of Δ against log₁₀ P (weights 1/se², se "
+         "inflated by the scatter about the line when larger) 'points to a crossover near P* (Fieller 95% "
+         "interval)' when its slope is negative and the interval is bounded, and does not locate one otherwise.")
+
+#: The gaps of a rung: role compared with shallow-wide.
+_COMPARED = (Role.DEEP_THIN, Role.CONTROL, Role.DEEPER)
+
+
+def _losses_at_best(summary: dict, results) -> dict[str, dict[int, float]]:
+    best = {row["model"]: row["best_lr"] for row in summary["rows"]}
+    losses: dict[str, dict[int, float]] = {}
+    for r in results:
+        if r.fate == "trained" and r.final_val is not None and best.get(r.model_name) == r.lr:
+            losses.setdefault(r.model_name, {})[r.seed] = r.final_val
+    return losses
+
+
+def _training_tokens(runs_dir) -> int | None:
+    """The training tokens of the corpus, from the first run record in ``runs_dir`` that has them."""
+    for run in sorted(Path(runs_dir).glob("*/run.json")):
+        try:
+            tokens = json.loads(run.read_text(encoding="utf-8"))["data"]["train_tokens"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(tokens, int) and tokens > 0:
+            return tokens
+    return None
+
+
+def _gap_record(gap: PairedGap | None) -> dict | None:
+    if gap is None:
+        return None
+    return {"seeds": list(gap.seeds), "differences": list(gap.differences), "mean": gap.mean, "se": gap.se,
+            "dof": gap.dof, "low": gap.low, "high": gap.high, "level": gap.level,
+            "decides": "deep side wins" if gap.below_zero else "shallow-wide wins" if gap.above_zero else "undecided"}
+
+
+def _trend_record(trend: Trend | None) -> dict | None:
+    if trend is None:
+        return None
+    return {"rungs": trend.k, "intercept": trend.intercept, "slope_per_decade": trend.slope,
+            "cov": [list(row) for row in trend.cov], "chi2": trend.chi2, "inflation": trend.inflation,
+            "dof": trend.dof, "t": trend.t, "crossover_log10_p": trend.crossover,
+            "crossover_p": (10 ** trend.crossover if trend.crossover is not None and abs(trend.crossover) < 300
+                            else None),
+            "interval": trend.kind.value, "interval_log10_p": [trend.low, trend.high],
+            "method": "weighted least squares on log10 P; crossover interval by Fieller's method"}
+
+
+def _trend_of(rungs: list[dict], key: str) -> Trend | None:
+    points = [(math.log10(r["parameters"]), r[key]["mean"], r[key]["se"]) for r in rungs
+              if r.get(key) is not None and r[key]["se"] is not None and r[key]["se"] > 0]
+    if len(points) < 3:
+        return None
+    x, y, s = zip(*points, strict=True)
+    return fit_trend(x, y, s)
+
+
+def judge(rungs: list[dict], trend: Trend | None) -> str:
+    """The verdict on the paper's claim by :data:`RULES` from the rungs' deep-thin gaps and the trend.
+
+    Args:
+        rungs: the rung records of :func:`evaluate_ladder` (``d``, ``parameters``, ``deep-thin``).
+        trend: the deep-thin trend (None: fewer than three rungs with an interval).
+
+    Returns:
+        One paragraph.
+    """
+    decided = [r for r in rungs if r.get("deep-thin") is not None and r["deep-thin"]["se"] is not None]
+    if not decided:
+        return "No rung has a paired interval yet (a gap needs two seeds of both models)."
+    wins = [r for r in decided if r["deep-thin"]["decides"] == "deep side wins"]
+    if wins and all(r["deep-thin"]["decides"] == "deep side wins" for r in decided if r["d"] >= wins[0]["d"]):
+        first = wins[0]
+        text = f"Reproduced at ≥ {first['parameters']:,} non-embedding parameters (d = {first['d']})."
+    elif not wins:
+        top = decided[-1]
+        text = f"Not reproduced up to {top['parameters']:,} non-embedding parameters (d = {top['d']})."
+    else:
+        text = ("Mixed: deep-thin wins at d = " + ", ".join(str(r["d"]) for r in wins) + " but not at every larger "
+                "rung run.")
+    if trend is None:
+        return text + " Fewer than three rungs with an interval: no trend."
+    largest = math.log10(decided[-1]["parameters"])
+    if trend.kind is IntervalKind.BOUNDED and trend.slope < 0 and trend.crossover is not None:
+        where = " (beyond the largest rung run: an extrapolation)" if trend.crossover > largest else ""
+        return text + (f" The trend points to a crossover near P* = {10 ** trend.crossover:.3g} (Fieller 95% interval "
+                       f"{10 ** trend.low:.3g} – {10 ** trend.high:.3g}){where}; Δ changes by "
+                       f"{trend.slope:+.3f} nats per decade of P.")
+    if trend.kind is IntervalKind.BOUNDED:
+        return text + (f" The trend points away from a crossover: Δ grows by {trend.slope:+.3f} nats per decade of P "
+                       "(the zero it extrapolates to lies below the rungs).")
+    return text + (f" The trend does not locate a crossover: its slope, {trend.slope:+.3f} nats per decade of P, is "
+                   f"not distinguishable from zero at 95% (Fieller's interval is {trend.kind.value}).")
+
+
+def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
+    """The ladder's table of an experiment's ``summary`` and ``results`` (module docstring); ``runs_dir``: the
+    folder of its runs (the corpus's size is read from a run record there)."""
+    losses = _losses_at_best(summary, results)
+    rows = {row["model"]: row for row in summary["rows"]}
+    by_rung: dict[int, dict[Role, str]] = {}
+    for name in rows:
+        model = ladder_model(name)
+        if model is not None:
+            by_rung.setdefault(model.rung, {})[model.role] = name
+    corpus_tokens = _training_tokens(runs_dir)
+    rungs = []
+    for d in sorted(by_rung):
+        names = by_rung[d]
+        wide = names.get(Role.SHALLOW_WIDE)
+        if wide is None:
+            continue
+        row = rows[wide]
+        record = {"d": d, "parameters": row["non_embedding_parameters"], "tokens_per_run": row["tokens_per_run"],
+                  "tokens_per_parameter": row["tokens_per_parameter"],
+                  "passes": row["tokens_per_run"] / corpus_tokens if corpus_tokens else None,
+                  "models": {role.value: {"model": name, "best_lr": rows[name]["best_lr"],
+                                          "best_lr_at_edge": rows[name].get("best_lr_at_edge", False),
+                                          "losses": {str(s): v for s, v in sorted(losses.get(name, {}).items())}}
+                             for role, name in names.items()}}
+        for role in _COMPARED:
+            if role in names:
+                record[role.value] = _gap_record(paired_gap(losses.get(names[role], {}), losses.get(wide, {})))
+        rungs.append(record)
+    trend = _trend_of(rungs, Role.DEEP_THIN.value)
+    control = _trend_of(rungs, Role.CONTROL.value)
+    return finite_or_null({"rules": RULES, "rungs": rungs, "trend": _trend_record(trend),
+                           "control_trend": _trend_record(control), "corpus_training_tokens": corpus_tokens,
+                           "verdict": judge(rungs, trend), "not_pooled": summary.get("not_pooled", [])})
+
+
+def _cell(gap: dict | None) -> str:
+    if gap is None:
+        return "–"
+    if gap["se"] is None:
+        return f"{gap['mean']:+.3f} (1 seed)"
+    return f"{gap['mean']:+.3f} [{gap['low']:+.3f}, {gap['high']:+.3f}], {gap['dof']} dof: {gap['decides']}"
+
+
+def ladder_markdown(table: dict, title: str, intro: str) -> str:
+    """The ladder's table as markdown."""
+    lines = [f"# {title}: the ladder", "", intro, "", f"Rules (fixed before the runs): {table['rules']}", "",
+             f"**Verdict:** {table['verdict']}", "",
+             "| d | non-emb. params | tokens / param | corpus passes | best rates (wide / deep-thin / control / "
+             "32-layer) | Δ deep-thin − wide, mean [95% CI] | Δ control − wide | Δ 32-layer − wide |",
+             "|---:|---:|---:|---:|---|---|---|---|"]
+    for r in table["rungs"]:
+        rates = " / ".join("–" if (m := r["models"].get(role.value)) is None or m["best_lr"] is None else
+                           f"{m['best_lr']:g}" + (" (edge)" if m["best_lr_at_edge"] else "")
+                           for role in (Role.SHALLOW_WIDE, *_COMPARED))
+        passes = "–" if r["passes"] is None else f"{r['passes']:.2f}"
+        lines.append(f"| {r['d']} | {r['parameters']:,} | {r['tokens_per_parameter']:.1f} | {passes} | {rates} | "
+                     f"{_cell(r.get('deep-thin'))} | {_cell(r.get('control'))} | {_cell(r.get('deeper'))} |")
+    lines += ["", "Per-seed differences (deep-thin − wide): " + "; ".join(
+        f"d = {r['d']}: " + ", ".join(f"{x:+.3f}" for x in r["deep-thin"]["differences"])
+        for r in table["rungs"] if r.get("deep-thin") is not None)]
+    for key, label in (("trend", "deep-thin"), ("control_trend", "control")):
+        t = table.get(key)
+        if t is None:
+            lines += ["", f"Trend ({label}): fewer than three rungs with an interval."]
+            continue
+        ends = t["interval_log10_p"]
+        where = (f"P* = {t['crossover_p']:.3g}, Fieller interval ({t['interval']}) log₁₀ P ∈ "
+                 f"[{ends[0]:.2f}, {ends[1]:.2f}]" if ends[0] is not None else
+                 f"Fieller interval: {t['interval']}")
+        lines += ["", f"Trend ({label}): Δ = {t['intercept']:+.3f} {t['slope_per_decade']:+.3f}·log₁₀ P over "
+                      f"{t['rungs']} rungs ({t['dof']} dof, χ² {t['chi2']:.2f}, se × {math.sqrt(t['inflation']):.2f}); "
+                      f"zero at {where}."]
+    if table.get("not_pooled"):
+        lines += ["", "Runs left out (trained on other data):", *[f"- {why}" for why in table["not_pooled"]]]
+    return "\n".join(lines) + "\n"
+
+
+def ladder_figure(table: dict, path: Path, title: str) -> Path:
+    """Δ(P) per rung with its 95% interval, deep-thin, control and 32-layer, and the deep-thin trend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (role, label) in enumerate(((Role.DEEP_THIN, "deep-thin DSLM (8 × d/2)"),
+                                       (Role.CONTROL, "control Xavier (8 × d/2)"),
+                                       (Role.DEEPER, "deeper DSLM (32 × d/4)"))):
+        pts = [(r["parameters"], r[role.value]) for r in table["rungs"] if r.get(role.value) is not None]
+        if not pts:
+            continue
+        p = np.array([x for x, _ in pts], dtype=np.float64) * (1.0 + 0.03 * (i - 1))  # side by side
+        mean = np.array([g["mean"] for _, g in pts])
+        low = np.array([g["mean"] - g["low"] if g["low"] is not None else 0.0 for _, g in pts])
+        high = np.array([g["high"] - g["mean"] if g["high"] is not None else 0.0 for _, g in pts])
+        ax.errorbar(p, mean, yerr=[low, high], fmt="os^"[i], color=f"C{i}", capsize=3, label=label)
+    trend = table.get("trend")
+    if trend is not None:
+        p = np.array([r["parameters"] for r in table["rungs"]], dtype=np.float64)
+        xs = np.linspace(math.log10(p.min()) - 0.1, max(math.log10(p.max()) + 0.3, (trend["crossover_log10_p"] or 0)
+                                                      if trend["interval"] == "bounded" else 0), 100)
+        ax.plot(10 ** xs, trend["intercept"] + trend["slope_per_decade"] * xs, "--", color="C0", lw=1,
+                label="deep-thin trend (WLS)")
+        if trend["interval"] == "bounded" and trend["crossover_p"] is not None:
+            lo, hi = trend["interval_log10_p"]
+            ax.errorbar([trend["crossover_p"]], [0.0], xerr=[[trend["crossover_p"] - 10 ** lo],
+                                                              [10 ** hi - trend["crossover_p"]]],
+                        fmt="D", color="C0", mfc="white", capsize=3, label="crossover (Fieller 95%)")
+    ax.axhline(0.0, color="0.4", lw=1)
+    ax.set_xscale("log")
+    ax.set(xlabel="non-embedding parameters P", ylabel="Δ final validation loss vs 2 × d Xavier (nats)",
+           title=title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no rung finished yet", transform=ax.transAxes, ha="center")
+    return save_figure(fig, path, dpi=110, crop=True)
+
+
+def write_ladder(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
+    """``ladder.json``, ``ladder.md`` and ``ladder.png`` in ``out`` (beside the experiment's own table)."""
+    out = Path(out)
+    return (write_json_atomic(out / "ladder.json", table),
+            write_text_atomic(out / "ladder.md", ladder_markdown(table, title, intro)),
+            ladder_figure(table, out / "ladder.png", title))

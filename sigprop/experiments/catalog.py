@@ -415,12 +415,12 @@ _LADDER_QUESTION = (
     "bounded.")
 
 
-def _ladder_scale(rungs, base: dict, train: dict, note: str, **ladder) -> Scale:
+def _ladder_scale(rungs, base: dict, train: dict, note: str, grid_extensions: int = 6, **ladder) -> Scale:
     from .ladder import LR_STEP, ladder_models
 
     models = tuple(m.spec for m in ladder_models(rungs, base, train["steps"], **ladder))
     return Scale(models=models, base_model=base, train=train, tokens_per_parameter=None, seeds=3, tuning_seeds=2,
-                 grid_extensions=6, lr_step=LR_STEP, lr_anchor=1e-3, note=note)
+                 grid_extensions=grid_extensions, lr_step=LR_STEP, lr_anchor=1e-3, note=note)
 
 
 SHAPE_LADDER = Experiment(
@@ -436,11 +436,11 @@ SHAPE_LADDER = Experiment(
             "lattice 10⁻³·√2^k, two seeds at each, a grid extended past an edge until the best (mean of the two) is "
             "interior, then a third seed at it; 64 validation batches."),
         "smoke": _ladder_scale(
-            (16,), dict(_LADDER_BASE, seq_len=16, max_len=16), dict(_LADDER_TRAIN, steps=6, warmup_steps=2,
-                                                                    eval_every=3, eval_batches=2, checkpoint_every=3),
-            "a check of the ladder's machinery: one rung of d = 16 with all four roles (heads of 8), 6 steps, one "
+            (16,), dict(_LADDER_BASE, seq_len=16, max_len=16), dict(_LADDER_TRAIN, steps=40, warmup_steps=4,
+                                                                    eval_every=20, eval_batches=2, checkpoint_every=20),
+            "a check of the ladder's machinery: one rung of d = 16 with all four roles (heads of 8), 40 steps, one "
             "rate per model, on the pinned corpus; seconds a run.",
-            tokens_per_parameter=0.5, grid_points=1, head_dim=8, smallest_head=8, deeper_from=16),
+            grid_extensions=0, tokens_per_parameter=2.0, grid_points=1, head_dim=8, smallest_head=8, deeper_from=16),
     },
     evaluation="shape-ladder",
 )

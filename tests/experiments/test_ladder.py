@@ -272,3 +272,16 @@ def test_the_gpu_plan_runs_the_rungs_that_fit_and_counts_finished_runs():
     assert planned(1.0, done) == [256]
     with pytest.raises(ValueError, match="--order"):
         gpu.ladder_waves(10, rungs, {}, 4, "middle")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["experiment", "shape-ladder", "--rungs", "64,x"], "--rungs must be widths"),
+    (["experiment", "shape-ladder", "--rungs", "100"], "no rung 100"),
+    (["experiment", "depth", "--rungs", "64"], "shape ladder"),
+    (["experiment", "shape-ladder", "--rungs", "64", "--model", "*32x*"], "matches no model at rungs 64"),
+])
+def test_bad_rungs_are_refused_before_any_run(args, needle, tmp_path):
+    from tests.cli.test_front_door import refused
+
+    refused([*args, "--out", str(tmp_path / "e")], needle)
+    assert not (tmp_path / "e").exists()

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_the_first_grids_lie_on_the_sqrt2_lattice_and_two_seeds_tune():
     runs = plan_runs(LADDER, "cpu")
     for m in SCALE.models:
         ks = [math.log(lr / 1e-3) / math.log(math.sqrt(2)) for lr in m.lrs]
-        assert all(abs(k - round(k)) < 0.01 for k in ks) and [round(b - a) for a, b in zip(ks, ks[1:])] == [1, 1]
+        assert all(abs(k - round(k)) < 0.01 for k in ks) and [round(b - a) for a, b in pairwise(ks)] == [1, 1]
         assert sorted((r.lr, r.seed) for r in runs if r.model_name == m.name) == sorted(
             (lr, s) for lr in m.lrs for s in (0, 1))
     third = plan_runs(LADDER, "cpu", best_lr={SCALE.models[0].name: 4e-3})

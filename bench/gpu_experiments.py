@@ -20,7 +20,7 @@ shapes, many runs sharing the GPU.
 smallest first (``--order largest``: largest first), as many as the budget holds by an estimate of each rung's
 remaining runs (:func:`ladder_waves`; the first unfinished rung always runs, so every sitting makes progress). The
 runs finished in earlier sittings are counted and reused from the kept records (``--records``, default
-docs/experiments/shape-ladder/runs: after a sitting, ``python bench/experiment_records.py OUT/shape-ladder-cpu
+docs/results/experiments/shape-ladder/runs: after a sitting, ``python bench/experiment_records.py OUT/shape-ladder-cpu
 RECORDS`` keeps what finished), so several short sittings add up to the whole ladder:
 
     PYTHONPATH=. python3 bench/gpu_experiments.py --out OUT --budget 540 --plan ladder
@@ -103,7 +103,7 @@ PLANS = {
 
 #: The ladder's runs: its one configuration (``--scale cpu``, whatever the device) and where finished runs are kept.
 _LADDER, _LADDER_SCALE = "shape-ladder", "cpu"
-_LADDER_RECORDS = Path(__file__).resolve().parents[1] / "docs/experiments/shape-ladder/runs"
+_LADDER_RECORDS = Path(__file__).resolve().parents[1] / "docs/results/experiments/shape-ladder/runs"
 #: Floating-point operations per second of one NVIDIA H200 shared by several small training runs: ``depth`` at
 #: ``--scale gpu`` trained 1.4 M tokens/s over ten runs of ~2.6 M parameters (head included), 6 FLOPs per parameter
 #: and token. A rough, conservative rate for planning (larger batches and widths use the GPU better).

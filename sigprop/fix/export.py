@@ -52,7 +52,7 @@ import torch
 from ..core.atomic import atomic_path
 from .fold import branch_scales
 
-__all__ = ["export_hf", "fold_run", "EXPORT_TARGETS"]
+__all__ = ["export_hf", "fold_run", "run_tokenizer", "EXPORT_TARGETS"]
 
 EXPORT_TARGETS = ("gpt2", "opt", "bert", "llama")
 
@@ -311,14 +311,28 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
     config, train_config, _ = newest_checkpoint(Path(run_dir), "fold")
     _check(config, targets[to])  # before the weights are read
-    tokenizer, said = None, "no tokenizer (the model reads images)"
-    if config.input == "tokens":
-        from ..data.tokenizer import load_or_train_tokenizer
-
-        try:
-            tokenizer = load_or_train_tokenizer(train_config.data, config.vocab_size)
-            said = "tokenizer.json: the run's tokenizer (AutoTokenizer.from_pretrained gives its ids)"
-        except (ValueError, OSError) as err:
-            said = f"no tokenizer: the run's corpus cannot be read to rebuild it ({err})"
+    tokenizer, said = run_tokenizer(config, train_config.data)
     model, _, step = trained_model(Path(run_dir), "fold")
     return export_hf(model, out_dir, to=targets[to], tokenizer=tokenizer), step, said
+
+
+def run_tokenizer(config, data):
+    """The tokenizer a training run of ``config`` on ``data`` read its ids with, and what to say of it: a pinned
+    corpus's own (``corpora/NAME/tokenizer.json``, :mod:`sigprop.data.pinned`), else the byte-level BPE of the
+    corpus and vocabulary size (from the local cache or trained again); None for a patch model, or where the corpus
+    cannot be read."""
+    if config.input != "tokens":
+        return None, "no tokenizer (the model reads images)"
+    from ..data.pinned import is_pinned, pinned_corpus
+    from ..data.tokenizer import load_or_train_tokenizer
+
+    try:
+        if is_pinned(data):
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(pinned_corpus(data).tokenizer_path))
+        else:
+            tokenizer = load_or_train_tokenizer(data, config.vocab_size)
+    except (ValueError, OSError) as err:
+        return None, f"no tokenizer: the run's corpus cannot be read to rebuild it ({err})"
+    return tokenizer, "tokenizer.json: the run's tokenizer (AutoTokenizer.from_pretrained gives its ids)"

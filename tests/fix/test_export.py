@@ -193,3 +193,18 @@ def test_llama_export_refuses_what_it_cannot_hold(tmp_path):
     with pytest.raises(ValueError, match="cannot export to Llama: norm='layernorm'"):
         export_hf(Transformer(config), tmp_path / "x", to="llama")
 
+
+
+def test_a_run_on_a_pinned_corpus_exports_the_corpus_tokenizer():
+    """A pinned corpus is named, not a path: fold takes its own tokenizer.json, whose vocabulary made the ids."""
+    from sigprop.data.pinned import pinned_corpus
+    from sigprop.fix.export import run_tokenizer
+
+    corpus = pinned_corpus("pinned:python-v1")
+    config = TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=corpus.vocab_size)
+    tokenizer, said = run_tokenizer(config, "pinned:python-v1")
+    assert tokenizer is not None, said
+    assert tokenizer.get_vocab_size() == corpus.vocab_size
+    assert tokenizer.token_to_id("[SEP]") == corpus.sep_id
+    _, said = run_tokenizer(config, "pinned:no-such-corpus")
+    assert said.startswith("no tokenizer") and "no-such-corpus" in said

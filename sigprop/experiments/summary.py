@@ -12,7 +12,8 @@ import numpy as np
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 
-__all__ = ["best_learning_rates", "tuning_scores", "summarise", "write_summary", "mean_se_cell"]
+__all__ = ["best_learning_rates", "tuning_scores", "summarise", "write_summary", "mean_se_cell", "seed_losses",
+           "paired_gap_at_best"]
 
 
 def tuning_scores(results) -> dict:
@@ -38,6 +39,65 @@ def best_learning_rates(results) -> dict:
         if isinstance(score, float) and (best[name] is None or score < best[name][1]):
             best[name] = (lr, score)
     return {name: (None if v is None else v[0]) for name, v in best.items()}
+
+
+def seed_losses(results, model: str, lr: float | None = None) -> dict[int, float]:
+    """Seed → final validation loss of ``model``'s runs that trained at ``lr`` (default: its best rate, chosen by
+    :func:`best_learning_rates` on the tuning seeds alone); empty where the model has no such run.
+
+    Args:
+        results: finished runs (objects with ``model_name``, ``seed``, ``lr``, ``tuning``, ``fate``, ``final_val``).
+        model: the model's name in the experiment.
+        lr: the rate; None: the model's best rate.
+
+    Returns:
+        A dict from seed to final validation loss, in seed order.
+
+    Example:
+        >>> from types import SimpleNamespace as Run
+        >>> runs = [Run(model_name="m", seed=0, lr=1e-3, tuning=True, fate="trained", final_val=3.0),
+        ...         Run(model_name="m", seed=0, lr=2e-3, tuning=True, fate="trained", final_val=2.5),
+        ...         Run(model_name="m", seed=1, lr=2e-3, tuning=False, fate="trained", final_val=2.7)]
+        >>> seed_losses(runs, "m")
+        {0: 2.5, 1: 2.7}
+    """
+    if lr is None:
+        lr = best_learning_rates(results).get(model)
+    if lr is None:
+        return {}
+    return {r.seed: float(r.final_val) for r in sorted(results, key=lambda r: r.seed)
+            if r.model_name == model and r.lr == lr and r.fate == "trained" and r.final_val is not None}
+
+
+def paired_gap_at_best(results, first: str, second: str, level: float = 0.95):
+    """The gap loss(``first``) − loss(``second``), each model at its own best rate, paired by seed.
+
+    A seed fixes a run's data order (each step's batch is a function of (seed, step)), so two models of one batch size,
+    sequence length and corpus see the same batches at one seed, and the per-seed differences are paired: their mean,
+    standard error and Student's t interval with n − 1 degrees of freedom
+    (:func:`sigprop.experiments.ladder_stats.paired_gap`). With two seeds that is one degree of freedom, t = 12.7.
+
+    Args:
+        results: finished runs of one experiment.
+        first: the model whose loss is subtracted from.
+        second: the model subtracted.
+        level: the interval's coverage.
+
+    Returns:
+        The :class:`~sigprop.experiments.ladder_stats.PairedGap` over the seeds both models have at their best rates,
+        or None where they share none.
+
+    Example:
+        >>> from types import SimpleNamespace as Run
+        >>> runs = [Run(model_name=m, seed=s, lr=1e-3, tuning=s == 0, fate="trained", final_val=v)
+        ...         for m, s, v in (("a", 0, 3.0), ("a", 1, 3.2), ("b", 0, 2.9), ("b", 1, 3.0))]
+        >>> g = paired_gap_at_best(runs, "a", "b")
+        >>> [round(d, 3) for d in g.differences], g.dof, round(g.low, 2), round(g.high, 2)
+        ([0.1, 0.2], 1, -0.49, 0.79)
+    """
+    from .ladder_stats import paired_gap
+
+    return paired_gap(seed_losses(results, first), seed_losses(results, second), level)
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:

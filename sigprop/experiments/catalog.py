@@ -1,5 +1,5 @@
-"""The experiments: each reproduces a training claim of the papers at the largest scale this project can honestly
-reach (Kedia et al. arXiv section and table numbers)."""
+"""The experiments: each tests a training claim of the papers at the largest scale this project can honestly reach
+(Kedia et al. arXiv section and table numbers)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ def _depth_models(shapes, heads, lrs, dslm_lrs, base_name=""):
 
     DeepScaleLM's grid sits higher: its branches enter the residual stream scaled by β = √(2/N) and its embedding
     entries are ~25× Xavier's, so under Adam (updates of ~lr per entry whatever the entry's size) a DSLM model moves
-    its function more slowly at one rate. Kedia et al. tune the rate per model and report that deeper models needed
-    higher ones (Sec. 4.2). DSLM at N ≤ 2 layers is left out: β² = 2/N ≥ 1 there gives λ = 0, blocks without a skip
-    connection, a model the paper never trains (its shallowest DSLM has 12 layers)."""
+    its function more slowly at one rate. Kedia et al. tune the rate per model and report that their deeper-narrower
+    models needed higher ones (Sec. 4.1). DSLM at N ≤ 2 layers is left out: β² = 2/N ≥ 1 there gives λ = 0, blocks
+    without a skip connection, a model the paper never trains (its shallowest DSLM has 12 layers)."""
     models = []
     for norm in ("pre", "post"):
         for init, grid in (("xavier", lrs), ("dslm", dslm_lrs)):
@@ -63,7 +63,8 @@ DEPTH = Experiment(
     question="At a constant number of non-embedding parameters (N·d²), does a deep-thin DeepScaleLM model reach a "
              "lower validation loss than the shallow-wide baseline at the same tokens, and do the Xavier baselines "
              "train at depth?",
-    reference="Kedia et al. Sec. 4.2, Tables 4, 5 and 8 (causal LM here; masked LM in `depth-mlm`)",
+    reference="Kedia et al. Sec. 4.1–4.2, Tables 4 and 8: shapes at equal N·d² (causal LM here; masked LM in "
+              "`depth-mlm`); Table 5 compares DSLM with the baseline at each Pre-LN shape",
     scales={
         "cpu": Scale(
             models=_depth_models(((2, 128), (8, 64), (32, 32)), (4, 2, 2), (1e-3, 2e-3, 4e-3), (2e-3, 4e-3, 8e-3)),
@@ -106,7 +107,8 @@ def _masked(scale: Scale) -> Scale:
 DEPTH_MLM = Experiment(
     name="depth-mlm",
     question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
-    reference="Kedia et al. Sec. 4.1, Tables 4 and 5 (BERT, masked LM)",
+    reference="Kedia et al. Sec. 4.1 (BERT, masked LM): Table 4, shapes at equal N·d² (Post-LN); Table 5, DSLM "
+              "against the baseline at each Pre-LN shape",
     scales={
         "cpu": replace(
             _masked(DEPTH.scale("cpu")), models=_centred_on(DEPTH.scale("cpu").models, _DEPTH_CPU_BEST),
@@ -155,13 +157,25 @@ def _divergence_models(deep: dict, lrs: tuple[float, ...] = (1e-3, 4e-3)) -> tup
             ModelSpec(f"{shape} dslm post-LN, no warmup", dict(post, init="dslm"), lrs, dict(warmup_steps=0)))
 
 
+def _dropout_variants(deep: dict, lrs: tuple[float, ...] = (1e-3, 4e-3)) -> tuple[ModelSpec, ...]:
+    """Post-LN Xavier and DSLM at ``deep`` with dropout 0.1, the paper's (App. N, Table 25), over ``lrs``: the other
+    models train without dropout, and Kedia et al. (Sec. 3.4) show dropout keeping ρ < 1, the rank collapse that the
+    dropout-free Xavier model is predicted to reach."""
+    shape = f"{deep['n_layers']}x{deep['d_model']}"
+    post = dict(deep, norm_position="post", dropout=0.1)
+    return (ModelSpec(f"{shape} xavier post-LN, dropout 0.1", dict(post, init="xavier"), lrs),
+            ModelSpec(f"{shape} dslm post-LN, dropout 0.1", dict(post, init="dslm"), lrs))
+
+
 DIVERGENCE = Experiment(
     name="divergence",
-    question="At the deepest shape, which baselines fail (diverge, or stall at the unigram loss) where DeepScaleLM "
-             "trains: Post-LN with Xavier, with and without warmup, and with β² = 0.5?",
+    question="At the deepest shape, which Post-LN baselines fail (diverge, or stall at the unigram loss within the "
+             "run's steps) where DeepScaleLM trains: Xavier with and without warmup, with β² = 0.5, and with "
+             "dropout 0.1 (the paper's; the other models train without dropout)?",
     reference="Kedia et al. Sec. 4, Table 4 (Post-LN baselines diverging at 96 × 512 and 768 × 128) and Table 13",
-    scales={"cpu": Scale(models=_divergence_models(_DEEP), base_model=_CPU_BASE, train=_CPU_TRAIN,
-                         tokens_per_parameter=20.0, seeds=2, note=_CPU_NOTE),
+    scales={"cpu": Scale(models=_divergence_models(_DEEP) + _dropout_variants(_DEEP), base_model=_CPU_BASE,
+                         train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
+                         note=_CPU_NOTE + " Dropout 0, but 0.1 in the two 'dropout 0.1' models (the paper's)."),
             "gpu": Scale(models=_divergence_models(_DEEP_GPU), base_model=_CPU_BASE, train=_GPU_TRAIN,
                          tokens_per_parameter=20.0, seeds=2, note=_GPU_NOTE),
             "paper": Scale(models=_divergence_models(_PAPER_96, _PAPER_LRS), base_model=_PAPER_BASE,
@@ -426,7 +440,8 @@ def _ladder_scale(rungs, base: dict, train: dict, note: str, grid_extensions: in
 SHAPE_LADDER = Experiment(
     name="shape-ladder",
     question=_LADDER_QUESTION,
-    reference="Kedia et al. Sec. 4.2, Tables 4, 5 and 8 (deep-thin wins at 160–185 M parameters); `depth` at one size",
+    reference="Kedia et al. Sec. 4.1–4.2, Tables 4 and 8 (deep-thin wins at 160–185 M parameters); `depth` at one "
+              "size",
     scales={
         "cpu": _ladder_scale(
             (64, 96, 128, 192, 256, 384, 512), _LADDER_BASE, _LADDER_TRAIN,

@@ -72,3 +72,17 @@ def test_depth_mlm_tunes_each_model_around_the_rate_depth_found_best_for_it():
         assert masked.model == causal.model and masked.train == causal.train
     assert mlm.base_model == {**depth.base_model, "arch": "encoder"} and mlm.train == depth.train
     assert (mlm.tokens_per_parameter, mlm.seeds, mlm.grid_extensions) == (20.0, 2, 3)
+
+
+def test_divergence_s_dropout_variants_differ_from_their_models_in_dropout_alone_and_keep_the_kept_runs():
+    """The two dropout-0.1 models are the Post-LN Xavier and DSLM models with the paper's dropout, and adding them
+    leaves every kept run of `divergence` one the catalogue still plans (its id unchanged)."""
+    scale = catalog.get_experiment("divergence").scale("cpu")
+    models = {m.name: m for m in scale.models}
+    for init in ("xavier", "dslm"):
+        plain, dropped = models[f"32x32 {init} post-LN"], models[f"32x32 {init} post-LN, dropout 0.1"]
+        assert {**scale.base_model, **dropped.model} == {**scale.base_model, **plain.model, "dropout": 0.1}
+        assert scale.base_model["dropout"] == 0.0 and dropped.lrs == plain.lrs and dropped.train == plain.train
+    stored = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "divergence" / "results.json"
+    kept = {r["run_id"] for r in json.loads(stored.read_text(encoding="utf-8"))["runs"] if r["tuning"]}
+    assert kept and kept <= {r.run_id for r in plan_runs(catalog.get_experiment("divergence"), "cpu")}

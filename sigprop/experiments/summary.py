@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
+from .ladder_stats import PairedGap, paired_gap
 
 __all__ = ["best_learning_rates", "tuning_scores", "summarise", "write_summary", "mean_se_cell", "seed_losses",
            "paired_gap_at_best"]
@@ -69,7 +70,7 @@ def seed_losses(results, model: str, lr: float | None = None) -> dict[int, float
             if r.model_name == model and r.lr == lr and r.fate == "trained" and r.final_val is not None}
 
 
-def paired_gap_at_best(results, first: str, second: str, level: float = 0.95):
+def paired_gap_at_best(results, first: str, second: str, level: float = 0.95) -> PairedGap | None:
     """The gap loss(``first``) − loss(``second``), each model at its own best rate, paired by seed.
 
     A seed fixes a run's data order (each step's batch is a function of (seed, step)), so two models of one batch size,
@@ -95,8 +96,6 @@ def paired_gap_at_best(results, first: str, second: str, level: float = 0.95):
         >>> [round(d, 3) for d in g.differences], g.dof, round(g.low, 2), round(g.high, 2)
         ([0.1, 0.2], 1, -0.49, 0.79)
     """
-    from .ladder_stats import paired_gap
-
     return paired_gap(seed_losses(results, first), seed_losses(results, second), level)
 
 

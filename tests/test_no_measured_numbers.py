@@ -28,7 +28,8 @@ EXCLUDED = (ROOT / "verify" / "specs",)
 
 #: What a measured result looks like in prose, by kind.
 PATTERNS = {
-    "percent": re.compile(r"\d+(?:\.\d+)?\s?%"),
+    # A confidence level ("the 95% interval", "with 90% probability") is a setting of a statistic, not a result.
+    "percent": re.compile(r"\d+(?:\.\d+)?\s?%(?!\s?(?:interval|CI|confidence|coverage|probability|prediction))"),
     # A number, then a unit of time: "~2.5 s", "0.45 s per layer", "1.9 ms", "2 minutes". A bare "s" must stand apart
     # from the number and from what follows, so that s² = 0.3, 2s + 3 and 2 s₋ (mathematics) are not times.
     "time": re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?(?:ms|µs|sec|seconds?|min|minutes?|hours?)|\ss)\b"
@@ -173,6 +174,12 @@ def test_scanner_leaves_mathematics_alone():
 N = 6
 '''
     assert findings("x.py", source) == []
+
+
+def test_scanner_leaves_confidence_levels_alone():
+    """A confidence level is a setting of a statistic: "95% interval" passes where "4% off" beside it does not."""
+    source = '"""The paired 95% interval, the 95 % CI and a 90% probability; the rule is 4% off."""\n'
+    assert [f.match for f in findings("x.py", source)] == ["4%"]
 
 
 def test_allow_list_covers_only_its_own_text():

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.config import TransformerConfig
+from ..model.init_schemes import INIT_SCHEMES
 from .diagnosis import DiagnosisLimits
 
 __all__ = ["Check", "config_checks", "SATURATION", "POST_LN_SCHEMES"]
@@ -35,7 +36,7 @@ __all__ = ["Check", "config_checks", "SATURATION", "POST_LN_SCHEMES"]
 #: α√q at or above which a DyT/Derf unit counts as saturated (module docstring).
 SATURATION = 2.0
 #: Schemes designed for a norm after every residual add (their skip scale λ > 1 needs the norm to divide it out).
-POST_LN_SCHEMES = ("deepnorm",)
+POST_LN_SCHEMES = tuple(s.name for s in INIT_SCHEMES.values() if s.made_for == "post")
 _PHI = {"dyt": "tanh", "derf": "erf"}
 
 
@@ -54,7 +55,7 @@ class Check:
 
 
 def _scheme_check(config: TransformerConfig) -> Check | None:
-    if config.init not in POST_LN_SCHEMES or config.norm_position != "pre":
+    if config.scheme.made_for != "post" or config.norm_position != "pre":
         return None
     lam = (2.0 * config.total_layers) ** 0.25
     return Check("Post-LN scheme in a Pre-LN stack", True,

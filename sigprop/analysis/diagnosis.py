@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core.jsonio import finite_or_null
 from ..core.profile import Profile
+from ..model.init_schemes import INIT_SCHEMES
 
 __all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "record_diagnosis",
            "growth_law",
@@ -53,8 +54,6 @@ DEPTH_VERDICTS = ("grows", "shrinks", "explodes", "vanishes")
 #: The largest residual-branch scale |β| under which a stack passes its input on at initialisation (a branch then
 #: adds at most 1e-8 of its variance per layer).
 IDENTITY_BETA = 1e-4
-#: Inits under which DeepScaleLM's hint would be redundant.
-DSLM_INITS = ("dslm", "dslm_simple")
 
 
 @dataclass(frozen=True)
@@ -294,14 +293,15 @@ def _stacks(profile: Profile) -> list[tuple[str, list]]:
 def _hint(config: dict, findings: list[Finding]) -> str | None:
     if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
         return None
+    scheme = INIT_SCHEMES.get(config.get("init"))
     variance = any(f.verdict in DEPTH_VERDICTS for f in findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
     hints = []
-    if variance and config.get("init") == "deepnorm" and config.get("norm_position", "pre") != "post":
+    if variance and scheme is not None and scheme.made_for == "post" and config.get("norm_position", "pre") != "post":
         hints.append("DeepNet (deepnorm) is a Post-LN scheme (Wang et al. 2022; Kedia et al. Table 3 gives it no "
                      "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
                      "compounds here")
-    if variance and config.get("init") not in DSLM_INITS:
+    if variance and not (scheme is not None and scheme.bounds_depth):  # DSLM's hint would be redundant
         hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth: --set init=dslm "
                      "(Kedia et al. Sec. 3.5, App. E.3–E.4)")
     if collapse:

@@ -40,7 +40,7 @@ from ..core.jsonio import finite_or_null
 from ..model.auto_init import beyond_dslm
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
-from .diagnosis import DEPTH_VERDICTS, DSLM_INITS, Diagnosis, diagnose
+from .diagnosis import DEPTH_VERDICTS, Diagnosis, diagnose
 
 __all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "doctor_measured", "recommend", "no_fix_reason",
            "saved_plan", "measure_saved", "SOURCES"]
@@ -187,7 +187,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
     changes, reasons = {}, []
     depth = any(f.flagged and f.verdict in DEPTH_VERDICTS for f in diagnosis.findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
-    if depth and config.init not in (*DSLM_INITS, "auto") and config.norm_position in ("pre", "post"):
+    if depth and not config.scheme.bounds_depth and config.norm_position in ("pre", "post"):
         beyond = beyond_dslm(config)
         changes["init"] = "auto" if beyond else "dslm"
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
@@ -233,7 +233,7 @@ def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:
     """Why :func:`recommend` has no fix for the flagged findings of ``diagnosis`` of ``config``: a sentence."""
     flagged = [f for f in diagnosis.findings if f.flagged]
     depth = [f for f in flagged if f.verdict in DEPTH_VERDICTS]
-    if depth and config.init in (*DSLM_INITS, "auto"):
+    if depth and config.scheme.bounds_depth:
         return (f"the model already uses init={config.init!r}, the scheme that bounds the variances with depth; what "
                 f"remains ({depth[0].describe()}) is beyond what an initialisation changes: a deeper look at its "
                 "components (sigprop compare) shows which layer departs from the theory")

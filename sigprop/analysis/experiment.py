@@ -48,7 +48,7 @@ def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> Tran
     unset: a DSLM patch model's correlation schedule starts from its images' token correlation after the patch
     embedding (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H). Any other config
     comes back as it is."""
-    if config.input != "patches" or config.init not in ("dslm", "auto") or config.input_corr is not None:
+    if config.input != "patches" or not config.scheme.needs_input_corr or config.input_corr is not None:
         return config
     import dataclasses
 

@@ -72,11 +72,11 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     """
     from ..hf.weights import hf_weights
     from ..measurement.adapters import is_hf_model
-    from ..model.init import SCHEMES
+    from ..model.init_schemes import SCHEME_NAMES
     from ..model.transformer import Transformer, plan_for
 
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)} (got {scheme!r})")
+    if scheme not in SCHEME_NAMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEME_NAMES)} (got {scheme!r})")
     if isinstance(model, Transformer):
         plan = plan_for(model.config.replace(init=scheme))
         with torch.no_grad():

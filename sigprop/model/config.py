@@ -11,6 +11,7 @@ from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
 from ..core.overrides import apply_field_overrides
 from ..core.validate import check_choice, check_integer, check_number
+from .init_schemes import SCHEME_NAMES, InitScheme, scheme_info
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "POOLS", "NORM_POSITIONS", "POSITIONS", "V_INITS", "MAX_DROPOUT",
            "MAX_NUMBER",
@@ -228,8 +229,6 @@ class TransformerConfig:
     shaped_gamma: float = 8.0**-0.5
 
     def __post_init__(self):
-        from .init import SCHEMES
-
         def choice(name, allowed):
             check_choice(self, name, allowed)
 
@@ -254,7 +253,7 @@ class TransformerConfig:
         choice("norm_position", NORM_POSITIONS)
         choice("v_init", V_INITS)
         choice("position", POSITIONS)
-        choice("init", tuple(SCHEMES))
+        choice("init", SCHEME_NAMES)
         for name in ("vocab_size", "max_len", "n_layers", "d_model", "n_heads", "seq_len", "image_size",
                      "patch_size", "channels", "n_classes"):
             integer(name, 1)
@@ -320,7 +319,7 @@ class TransformerConfig:
                              f"({self.n_image_tokens} = ({self.image_size}/{self.patch_size})²"
                              f"{' + 1' if cls else ''}); got {self.seq_len}")
         beta2 = self.beta_k / self.total_layers**self.beta_alpha
-        if (self.init.startswith("dslm") or self.init == "auto") and beta2 > 1.0 and self.lam is None:
+        if self.scheme.bounds_depth and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
                              f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
 
@@ -436,6 +435,11 @@ class TransformerConfig:
     def n_embedding_types(self) -> int:
         """Number of embedding tables summed at the input (token/patch, position, segment)."""
         return 1 + (1 if self.position == "learned" or self.input == "patches" else 0) + (1 if self.n_segments else 0)
+
+    @property
+    def scheme(self) -> InitScheme:
+        """What ``init`` is (:mod:`sigprop.model.init_schemes`): its family, what it reads, what it was made for."""
+        return scheme_info(self.init)
 
     @property
     def total_layers(self) -> int:

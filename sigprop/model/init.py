@@ -81,6 +81,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .init_schemes import SCHEME_NAMES
 from .layer import SITES
 
 __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
@@ -467,7 +468,7 @@ def _scheme_shaped(c):
     return InitPlan("shaped", stds, lam, beta, False, 1.0 / math.sqrt(d) if tied else 1.0, {"gamma": gamma})
 
 
-SCHEMES = {
+_PLANS = {
     "xavier": _scheme_xavier,
     "bert": _scheme_bert,
     "dslm": _scheme_dslm,
@@ -483,6 +484,9 @@ SCHEMES = {
     "shaped": _scheme_shaped,
     "auto": _scheme_auto,
 }
+#: Each scheme's plan function, in the order of the registry of what the schemes are
+#: (:data:`sigprop.model.init_schemes.SCHEME_NAMES`), which names every scheme once.
+SCHEMES = {name: _PLANS[name] for name in SCHEME_NAMES}
 
 
 def make_plan(config) -> InitPlan:

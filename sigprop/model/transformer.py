@@ -52,7 +52,7 @@ def plan_for(config: TransformerConfig) -> InitPlan:
         True
     """
     plan = make_plan(config)
-    if config.init != "auto":
+    if not config.scheme.calibrated:
         return plan
     from .auto_init import branch_factors
 

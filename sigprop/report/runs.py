@@ -448,13 +448,13 @@ def run_inits(request: Request, inits: list[str] | None = None, depths: list[int
     two depths are checked before anything is predicted."""
     from ..analysis.init_sweep import DEFAULT_INITS, depth_orders, sweep_inits, sweep_json, sweep_steps
     from ..core.jsonio import write_json_atomic
-    from ..model.init import SCHEMES
+    from ..model.init_schemes import SCHEME_NAMES
     from .inits import plot_init_sweep
 
     names = list(inits) if inits else list(DEFAULT_INITS)
-    unknown = [n for n in names if n not in SCHEMES]
+    unknown = [n for n in names if n not in SCHEME_NAMES]
     if unknown:
-        raise ValueError(f"--inits: unknown scheme(s) {', '.join(unknown)}; schemes: {', '.join(SCHEMES)}")
+        raise ValueError(f"--inits: unknown scheme(s) {', '.join(unknown)}; schemes: {', '.join(SCHEME_NAMES)}")
     config, preset = request.model()
     layer_counts = [integer_value(n, "--depths (layer counts)", 1) for n in (depths or [config.n_layers])]
     if request.plot is not None and len(set(layer_counts)) < 2:

@@ -89,8 +89,9 @@ def patch_input_correlation(config: TransformerConfig, images: torch.Tensor) -> 
 
     if config.input != "patches":
         raise ValueError("patch_input_correlation: the config takes tokens, not image patches")
-    init = "dslm" if config.init == "auto" else config.init  # auto's embedding is DSLM's; skip its calibration
-    model = Transformer(dataclasses.replace(config, input_corr=config.input_corr or 0.5, init=init), sample=False)
+    # a calibrated scheme's embedding is its plan scheme's: skip the calibration
+    placeholder = dataclasses.replace(config, input_corr=config.input_corr or 0.5, init=config.scheme.plan_scheme)
+    model = Transformer(placeholder, sample=False)
     moments, _ = input_moments_theory(model, images=images)
     return float(moments.corr)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, fields
+from typing import Literal, get_args
 
 from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
@@ -17,20 +18,26 @@ __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "POOLS", "NORM_POSITIONS", "P
            "MAX_NUMBER",
            "config_from_dict", "apply_overrides"]
 
-ARCHS = ("encoder", "decoder", "encoder_decoder")
+Arch = Literal["encoder", "decoder", "encoder_decoder"]
+ARCHS: tuple[Arch, ...] = get_args(Arch)
 #: The largest dropout probability: the rules are verified up to 0.9 (Kedia et al. Table 22's range), and near 1 a
 #: sampled rule keeps no signal to estimate.
 MAX_DROPOUT = 0.9
 #: Every real-valued field is below this: larger values only overflow the rules' float64 arithmetic.
 MAX_NUMBER = 1e6
-INPUTS = ("tokens", "patches")
+Input = Literal["tokens", "patches"]
+INPUTS: tuple[Input, ...] = get_args(Input)
 #: How a patch model's classifier reads its tokens: their mean (Kedia et al. App. H) or a learned [CLS] token
 #: prepended to the patches (Dosovitskiy et al.; Hugging Face's ``ViTForImageClassification``).
-POOLS = ("mean", "cls")
-NORM_POSITIONS = ("pre", "post", "none")
-V_INITS = ("scheme", "noci")
+Pool = Literal["mean", "cls"]
+POOLS: tuple[Pool, ...] = get_args(Pool)
+NormPosition = Literal["pre", "post", "none"]
+NORM_POSITIONS: tuple[NormPosition, ...] = get_args(NormPosition)
+VInit = Literal["scheme", "noci"]
+V_INITS: tuple[VInit, ...] = get_args(VInit)
 #: Position information: a learned table added to the embedding, rotary embedding of queries and keys, or none.
-POSITIONS = ("learned", "rope", "none")
+Position = Literal["learned", "rope", "none"]
+POSITIONS: tuple[Position, ...] = get_args(Position)
 
 
 @dataclass(frozen=True)
@@ -166,8 +173,8 @@ class TransformerConfig:
         ValueError: dropout must be in [0.0, 0.9] (got 0.95)
     """
 
-    arch: str = "encoder"
-    input: str = "tokens"
+    arch: Arch = "encoder"
+    input: Input = "tokens"
     vocab_size: int = 8192
     max_len: int = 512
     n_segments: int = 0
@@ -181,14 +188,14 @@ class TransformerConfig:
     n_heads: int = 4
     n_kv_heads: int | None = None
     head_dim: int | None = None
-    position: str = "learned"
+    position: Position = "learned"
     rope_theta: float = 10000.0
     d_ff: int | None = None
     activation: str = "relu"
     dropout: float = 0.1
     attn_dropout: float | None = None
     norm: str = "layernorm"
-    norm_position: str = "pre"
+    norm_position: NormPosition = "pre"
     norm_eps: float = 1e-5
     norm_alpha: float = 0.5
     norm_alpha_attn: float | None = None
@@ -202,7 +209,7 @@ class TransformerConfig:
     rotary_fraction: float = 1.0
     parallel_block: bool = False
     head_transform: bool = False
-    pool: str = "mean"
+    pool: Pool = "mean"
     init: str = "xavier"
     initializer_range: float = 0.02
     beta_k: float = 2.0
@@ -213,7 +220,7 @@ class TransformerConfig:
     qk_gain: float = 1.0
     sigma_ov: float = 0.31
     sigma_21: float = 0.61
-    v_init: str = "scheme"
+    v_init: VInit = "scheme"
     input_corr: float | None = None
     seq_len: int = 128
     mask_prob: float = 0.15

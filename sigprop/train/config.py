@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, fields
+from typing import Literal, get_args
 
 from ..core.overrides import apply_field_overrides
 from ..core.validate import check_choice, check_integer, check_number
@@ -13,9 +14,11 @@ from ..core.validate import check_choice, check_integer, check_number
 __all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "train_config_from_dict", "apply_train_overrides"]
 
 #: Learning-rate schedules after the linear warmup (:mod:`sigprop.train.schedule`).
-SCHEDULES = ("cosine", "linear", "constant")
+Schedule = Literal["cosine", "linear", "constant"]
+SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 #: Arithmetic of the forward and backward passes: "auto" is bf16 autocast on a GPU and float32 on a CPU.
-PRECISIONS = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 #: Largest values the validation accepts where a bigger one is a typo, not a run (steps, batch).
 MAX_STEPS = 10**9
 MAX_BATCH = 10**6
@@ -47,7 +50,7 @@ class TrainConfig:
     batch_size: int = 16
     lr: float = 1e-3
     warmup_steps: int = 30
-    schedule: str = "cosine"
+    schedule: Schedule = "cosine"
     final_lr_fraction: float = 0.1
     clip: float | None = 1.0
     weight_decay: float = 0.01
@@ -63,7 +66,7 @@ class TrainConfig:
     track_batch: int = 4
     seed: int = 0
     data: str | None = None
-    precision: str = "auto"
+    precision: Precision = "auto"
     compile: bool = False
     tensorboard: bool = False
 

@@ -3,11 +3,46 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from .spec import Experiment, ModelSpec, Scale
 
-__all__ = ["EXPERIMENTS", "get_experiment"]
+__all__ = ["EXPERIMENTS", "get_experiment", "RESULTS_DIR", "stored_best_rates"]
+
+#: The stored results of the experiments: one folder per experiment, its CPU-scale summary in ``NAME/results.json``
+#: and another scale's in ``NAME/SCALE/results.json`` (:mod:`sigprop.experiments.summary`).
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments"
+
+
+def stored_best_rates(experiment: str, scale: str = "cpu") -> dict[str, float]:
+    """The best learning rate of each model of ``experiment`` at ``scale``, as its stored summary records it.
+
+    Args:
+        experiment: an experiment's name (a folder of :data:`RESULTS_DIR`).
+        scale: the scale it ran at.
+
+    Returns:
+        Model name → best rate, for every model that has one (a model that stalled or diverged at every rate it
+        tried has none and is left out).
+
+    Raises:
+        ValueError: the summary is missing (its path named) or is of another experiment or scale.
+
+    Example:
+        >>> stored_best_rates("depth")["8x64 xavier pre-LN"]  # doctest: +SKIP
+        0.008
+    """
+    path = RESULTS_DIR / experiment / ("results.json" if scale == "cpu" else f"{scale}/results.json")
+    if not path.is_file():
+        raise ValueError(f"the stored results of experiment {experiment!r} at {scale} scale are missing: {path} "
+                         f"(`sigprop experiment {experiment}` writes them; a source checkout has them)")
+    summary = json.loads(path.read_text())
+    if (summary.get("experiment"), summary.get("scale")) != (experiment, scale):
+        raise ValueError(f"{path} holds experiment {summary.get('experiment')!r} at {summary.get('scale')!r} scale, "
+                         f"not {experiment!r} at {scale!r}")
+    return {row["model"]: float(row["best_lr"]) for row in summary["rows"] if row["best_lr"] is not None}
 
 
 def _depth_models(shapes, heads, lrs, dslm_lrs, base_name=""):
@@ -86,13 +121,6 @@ DEPTH = Experiment(
     evaluation="init-theory",
 )
 
-# The best rate of each model at ``depth``'s CPU scale (docs/results/experiments/depth.md; 32 × 32 Xavier Post-LN
-# stalled at every rate it tried and has none).
-_DEPTH_CPU_BEST = {"2x128 xavier pre-LN": 4e-3, "8x64 xavier pre-LN": 8e-3, "32x32 xavier pre-LN": 1.6e-2,
-                   "8x64 dslm pre-LN": 1.6e-2, "32x32 dslm pre-LN": 3.2e-2, "2x128 xavier post-LN": 4e-3,
-                   "8x64 xavier post-LN": 1e-3, "8x64 dslm post-LN": 2e-3, "32x32 dslm post-LN": 2e-3}
-
-
 def _centred_on(models: tuple[ModelSpec, ...], best: dict[str, float]) -> tuple[ModelSpec, ...]:
     """``models`` with each named in ``best`` tuned over half, once and twice its rate there; the others unchanged."""
     return tuple(replace(m, lrs=(best[m.name] / 2, best[m.name], best[m.name] * 2)) if m.name in best else m
@@ -104,17 +132,23 @@ def _masked(scale: Scale) -> Scale:
     return replace(scale, base_model={**scale.base_model, "arch": "encoder"})
 
 
+def _depth_mlm_cpu() -> Scale:
+    """``depth``'s CPU scale as masked LMs, each model's grid centred on the best rate of its stored ``depth``
+    results (a model that stalled at every rate there keeps its grid)."""
+    return replace(
+        _masked(DEPTH.scale("cpu")), models=_centred_on(DEPTH.scale("cpu").models, stored_best_rates("depth")),
+        note=DEPTH.scale("cpu").note + " Each model's grid is centred on the rate at which `depth` (causal LM) "
+             "trained it best: half, once and twice that rate (32 × 32 Xavier Post-LN, which stalled at every "
+             "rate there, keeps depth's grid).")
+
+
 DEPTH_MLM = Experiment(
     name="depth-mlm",
     question=DEPTH.question.replace("validation loss", "masked-LM validation loss"),
     reference="Kedia et al. Sec. 4.1 (BERT, masked LM): Table 4, shapes at equal N·d² (Post-LN); Table 5, DSLM "
               "against the baseline at each Pre-LN shape",
     scales={
-        "cpu": replace(
-            _masked(DEPTH.scale("cpu")), models=_centred_on(DEPTH.scale("cpu").models, _DEPTH_CPU_BEST),
-            note=DEPTH.scale("cpu").note + " Each model's grid is centred on the rate at which `depth` (causal LM) "
-                 "trained it best: half, once and twice that rate (32 × 32 Xavier Post-LN, which stalled at every "
-                 "rate there, keeps depth's grid)."),
+        "cpu": _depth_mlm_cpu,
         "gpu": _masked(DEPTH.scale("gpu")),
         "paper": _masked(DEPTH.scale("paper")),
     },

@@ -73,6 +73,7 @@ class Experiment:
     name: str
     question: str
     reference: str
+    #: scale name → :class:`Scale`, or a function building it where it reads stored results (built when asked for)
     scales: dict = field(default_factory=dict)
     stall_margin: float = 0.1
     runs_from: str | None = None
@@ -83,7 +84,8 @@ class Experiment:
             raise ValueError(f"--scale must be one of {', '.join(SCALES)} (got {name!r})")
         if name not in self.scales:
             raise ValueError(f"experiment {self.name!r} has no {name} scale; it has: {', '.join(self.scales)}")
-        return self.scales[name]
+        scale = self.scales[name]
+        return scale() if callable(scale) else scale
 
 
 def non_embedding_parameters(config) -> int:

@@ -4,7 +4,6 @@ follows the papers' stated configurations, and every row of a table names one mo
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -28,8 +27,8 @@ def test_at_the_gpu_scale_the_dslm_runs_at_32x64_are_those_of_depth_and_divergen
 
 def test_every_model_of_a_scale_has_a_name_of_its_own():
     for name, experiment in catalog.EXPERIMENTS.items():
-        for scale_name, scale in experiment.scales.items():
-            names = [m.name for m in scale.models]
+        for scale_name in experiment.scales:
+            names = [m.name for m in experiment.scale(scale_name).models]
             assert len(set(names)) == len(names), (name, scale_name)
 
 
@@ -62,7 +61,7 @@ def test_noci_s_paper_scale_is_their_appendix_d_bert():
 def test_depth_mlm_tunes_each_model_around_the_rate_depth_found_best_for_it():
     """At the CPU scale each `depth-mlm` model's grid is half, once and twice its best rate in `depth`'s stored
     results (causal LM), and otherwise the same model as an encoder; a model without a best rate keeps its grid."""
-    stored = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "depth" / "results.json"
+    stored = catalog.RESULTS_DIR / "depth" / "results.json"
     best = {row["model"]: row["best_lr"] for row in json.loads(stored.read_text(encoding="utf-8"))["rows"]}
     depth, mlm = catalog.get_experiment("depth").scale("cpu"), catalog.get_experiment("depth-mlm").scale("cpu")
     assert [m.name for m in mlm.models] == [m.name for m in depth.models]
@@ -83,6 +82,21 @@ def test_divergence_s_dropout_variants_differ_from_their_models_in_dropout_alone
         plain, dropped = models[f"32x32 {init} post-LN"], models[f"32x32 {init} post-LN, dropout 0.1"]
         assert {**scale.base_model, **dropped.model} == {**scale.base_model, **plain.model, "dropout": 0.1}
         assert scale.base_model["dropout"] == 0.0 and dropped.lrs == plain.lrs and dropped.train == plain.train
-    stored = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "divergence" / "results.json"
+    stored = catalog.RESULTS_DIR / "divergence" / "results.json"
     kept = {r["run_id"] for r in json.loads(stored.read_text(encoding="utf-8"))["runs"] if r["tuning"]}
     assert kept and kept <= {r.run_id for r in plan_runs(catalog.get_experiment("divergence"), "cpu")}
+
+
+def test_the_stored_best_rates_are_read_with_a_clear_error_where_they_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalog, "RESULTS_DIR", tmp_path)
+    missing = "stored results of experiment 'depth' at cpu scale are missing: .*results.json"
+    with pytest.raises(ValueError, match=missing):
+        catalog.get_experiment("depth-mlm").scale("cpu")
+    (tmp_path / "depth").mkdir()
+    rows = [{"model": "a", "best_lr": 0.004}, {"model": "b", "best_lr": None}]
+    (tmp_path / "depth" / "results.json").write_text(json.dumps({"experiment": "depth", "scale": "cpu", "rows": rows}))
+    assert catalog.stored_best_rates("depth") == {"a": 0.004}
+    with pytest.raises(ValueError, match="holds experiment 'depth' at 'cpu' scale, not 'depth' at 'gpu'"):
+        (tmp_path / "depth" / "gpu").mkdir()
+        (tmp_path / "depth" / "gpu" / "results.json").write_text(json.dumps({"experiment": "depth", "scale": "cpu"}))
+        catalog.stored_best_rates("depth", "gpu")

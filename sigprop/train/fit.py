@@ -266,8 +266,9 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
             if world.main else None
         if log is not None and train_config.tensorboard:
             log = _Both(log, TensorBoardScalars(run_dir, start))
-        result = _loop(net, model, optimizer, data, train_config, world, precision, progress, log, tracker,
-                       start, tokens, wall0, run, run_dir, objective_sums)
+        result = _loop(_LoopSetup(net, model, optimizer, data, train_config, world, precision, run, run_dir,
+                                  objective_sums, progress, log, tracker),
+                       _LoopStart(start, tokens, wall0))
         if log is not None:
             log.close()
         figures = ()
@@ -300,9 +301,46 @@ class _Both:
             log.close()
 
 
-def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision, progress, log, tracker, start,
-          tokens, wall0, run, run_dir, objective_sums) -> FitResult:
+@dataclass(frozen=True)
+class _LoopSetup:
+    """What the training loop works with: the model (``net``: the model itself, or its DistributedDataParallel
+    wrapper), its optimiser and data, the run's settings, its description (``run``: what every checkpoint repeats)
+    and folder, the objective, and where it reports (the progress, the metrics log and the tracker, each optional
+    but the progress)."""
+
+    net: torch.nn.Module
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    data: object
+    train_config: TrainConfig
+    world: World
+    precision: str
+    run: dict
+    run_dir: Path
+    objective_sums: object
+    progress: TrainProgress
+    log: object | None
+    tracker: object | None
+
+
+@dataclass(frozen=True)
+class _LoopStart:
+    """Where the loop starts: the first step, the tokens already seen and the wall time already spent (0 for a new
+    run, a checkpoint's for a resumed one)."""
+
+    step: int
+    tokens: int
+    wall: float
+
+
+def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
     from ..model.shaped import anneal_shaped
+
+    net, model, optimizer, data, tc, world = (setup.net, setup.model, setup.optimizer, setup.data,
+                                              setup.train_config, setup.world)
+    precision, progress, log, tracker, run, run_dir = (setup.precision, setup.progress, setup.log, setup.tracker,
+                                                       setup.run, setup.run_dir)
+    start, tokens, wall0 = begin.step, begin.tokens, begin.wall
 
     params = [p for p in model.parameters() if p.requires_grad]
     last, validation, ckpt = {}, {}, latest_checkpoint(run_dir)
@@ -320,7 +358,7 @@ def _loop(net, model, optimizer, data, tc: TrainConfig, world: World, precision,
             labelled = int((global_batch["labels"] != IGNORE_INDEX).sum())
             batch = _to(rank_slice(global_batch, world.rank, world.size), world.device)
             with autocast_for(precision, world.device):
-                total, _, _ = objective_sums(net, batch)
+                total, _, _ = setup.objective_sums(net, batch)
             optimizer.zero_grad(set_to_none=True)
             (total * (world.size / labelled)).backward()
             if tc.clip is not None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from ..core.jsonio import finite_or_null
 from ..model.auto_init import beyond_dslm
+from ..model.batch import Batch
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, Diagnosis, diagnose
@@ -390,14 +391,15 @@ def saved_plan(saved: SavedModel, model, config: TransformerConfig, notes: list[
     return plan
 
 
-def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: dict):
+def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: Batch | dict):
     """``model`` (``saved``, loaded) measured once on ``batch`` in training mode (dropout on, as sigprop measures its
     models), with the meta a stored measurement carries (its one seed, the batch's and the config's fingerprints,
     what was measured)."""
     from ..measurement.hooks import measure
     from ..model.batches import batch_fingerprint, config_fingerprint
 
-    meta = {"seeds": [0], "tokens": int(batch["inputs"].numel()), "sequences": int(batch["inputs"].shape[0]),
+    batch = Batch.from_any(batch)
+    meta = {"seeds": [0], "tokens": int(batch.inputs.numel()), "sequences": batch.sequences,
             "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
             "weights": saved.describe}
     return measure(model.train(), batch, config=config.to_dict(), meta=meta)

@@ -13,6 +13,7 @@ from ..components.draws import DEFAULT_HEADS
 from ..core.moments import GradMoments
 from ..core.profile import Profile
 from ..measurement.seeds import measure_seeds
+from ..model.batch import Batch
 from ..model.batches import batch_fingerprint, image_batch, token_batch
 from ..model.config import TransformerConfig
 from ..model.objective import PAD_ID
@@ -43,7 +44,7 @@ def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed
     return with_batch_input_correlation(config, batch), batch
 
 
-def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> TransformerConfig:
+def with_batch_input_correlation(config: TransformerConfig, batch: Batch | dict) -> TransformerConfig:
     """``config`` with ``input_corr`` set from the batch's images when DSLM (or ``init="auto"``) needs it and it is
     unset: a DSLM patch model's correlation schedule starts from its images' token correlation after the patch
     embedding (:func:`sigprop.theory.boundaries.patch_input_correlation`, Kedia et al. App. H). Any other config
@@ -52,7 +53,7 @@ def with_batch_input_correlation(config: TransformerConfig, batch: dict) -> Tran
         return config
     import dataclasses
 
-    return dataclasses.replace(config, input_corr=patch_input_correlation(config, batch["inputs"]))
+    return dataclasses.replace(config, input_corr=patch_input_correlation(config, Batch.from_any(batch).inputs))
 
 
 def measured_boundary(measured: Profile) -> GradMoments:
@@ -62,7 +63,7 @@ def measured_boundary(measured: Profile) -> GradMoments:
     return GradMoments(var=top.grad_var, corr=float(np.clip(top.grad_corr, -1.0, 1.0)))
 
 
-def batch_prediction(model_or_config, batch: dict | None = None, batch_size: int = 1,
+def batch_prediction(model_or_config, batch: Batch | dict | None = None, batch_size: int = 1,
                      attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
                      attention_seed: int = 0, plan=None) -> Prediction:
     """The :class:`~sigprop.theory.predict.Prediction` of a model (or config) on ``batch``: the input boundary from
@@ -73,15 +74,16 @@ def batch_prediction(model_or_config, batch: dict | None = None, batch_size: int
     config = model_or_config if isinstance(model_or_config, TransformerConfig) else model_or_config.config
     if batch is None:
         return Prediction(model_or_config, batch_size=batch_size, **kw)
-    if batch.get("padding_mask") is not None:
+    batch = Batch.from_any(batch)
+    if batch.padding_mask is not None:
         kw["pad_id"] = PAD_ID
     if config.input == "patches":
-        return Prediction(model_or_config, images=batch["inputs"], labels=batch["labels"], **kw)
-    return Prediction(model_or_config, token_ids=batch["inputs"], labels=batch["labels"],
-                      segment_ids=batch.get("segment_ids"), decoder_token_ids=batch.get("decoder_inputs"), **kw)
+        return Prediction(model_or_config, images=batch.inputs, labels=batch.labels, **kw)
+    return Prediction(model_or_config, token_ids=batch.inputs, labels=batch.labels, segment_ids=batch.segment_ids,
+                      decoder_token_ids=batch.decoder_inputs, **kw)
 
 
-def predict_for_batch(config: TransformerConfig, batch: dict | None = None, grad_top: GradMoments | None = None,
+def predict_for_batch(config: TransformerConfig, batch: Batch | dict | None = None, grad_top: GradMoments | None = None,
                       batch_size: int = 1, progress: Callable[[int], None] | None = None,
                       attention_heads: int = DEFAULT_HEADS, token_resolved: bool | None = None,
                       attention_seed: int = 0, gradients: bool = True) -> Profile:
@@ -100,7 +102,7 @@ def compare_steps(config: TransformerConfig, token_resolved: bool | None = None)
     return prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
 
 
-def check_same_batch(measured: Profile, batch: dict) -> None:
+def check_same_batch(measured: Profile, batch: Batch | dict) -> None:
     """``ValueError`` unless ``batch`` is the batch ``measured`` was measured on (its ``meta["batch_sha256"]``;
     a measurement without one, written before it was recorded, is taken on trust) and ``measured`` is of one
     model's configuration at all (a ``config`` present)."""
@@ -112,7 +114,7 @@ def check_same_batch(measured: Profile, batch: dict) -> None:
                          "cache or batch size?): pass the --data / --synthetic / --batch-size of the measurement")
 
 
-def compare_config(config: TransformerConfig, batch: dict, seeds: int = 4, grad_boundary: str = "measured",
+def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 4, grad_boundary: str = "measured",
                    progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
                    token_resolved: bool | None = None, measured: Profile | None = None,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..core.devices import parse_devices
 from ..core.profile import Profile
 from ..core.validate import integer_value
+from ..model.batch import Batch
 from ..model.batches import batch_fingerprint, batch_to, config_fingerprint
 from ..model.config import TransformerConfig
 from .average import average_profiles
@@ -19,7 +20,7 @@ from .workers import measure_on_devices
 __all__ = ["measure_seeds"]
 
 
-def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0: int = 0,
+def measure_seeds(config: TransformerConfig, batch: Batch | dict, seeds: int = 4, seed0: int = 0,
                   progress: Callable[[int], None] | None = None, device=None, per_seed: bool = False) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` (seeds ``seed0`` … ``seed0 + seeds − 1``,
     :func:`measure_seed`) on ``batch`` and average their per-site statistics, correlations pooled as mean covariance
@@ -32,6 +33,7 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
     ``per_seed``: keep every seed's rows (``meta["per_seed"]``), so that measurements of disjoint seeds made apart
     merge exactly (:func:`sigprop.measurement.merge.merge_measurements`)."""
     seeds, seed0 = integer_value(seeds, "seeds", 1), integer_value(seed0, "the first seed", 0)
+    batch = Batch.from_any(batch)
     devices = parse_devices(device)
     seed_list = list(range(seed0, seed0 + seeds))
     if len(devices) > 1:
@@ -43,8 +45,8 @@ def measure_seeds(config: TransformerConfig, batch: dict, seeds: int = 4, seed0:
             profiles.append(measure_seed(config, on_device, s, devices[0]))
             if progress is not None:
                 progress(1)
-    n_tok = int(batch["inputs"].numel()) if config.input == "tokens" else int(batch["inputs"].shape[0])
-    meta = {"seeds": seed_list, "tokens": n_tok, "sequences": int(batch["inputs"].shape[0]),
+    n_tok = int(batch.inputs.numel()) if config.input == "tokens" else batch.sequences
+    meta = {"seeds": seed_list, "tokens": n_tok, "sequences": batch.sequences,
             "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
             "devices": [str(d) for d in devices]}
     if per_seed:

@@ -258,3 +258,37 @@ class Batch:
     def with_labels(self, labels: torch.Tensor) -> Batch:
         """This batch with ``labels`` (sigprop's convention)."""
         return replace(self, labels=labels)
+
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        """This batch with every tensor on ``device``.
+
+        Args:
+            device: a torch device (or its name).
+            non_blocking: passed to :meth:`torch.Tensor.to`.
+
+        Returns:
+            The moved batch (this one where every tensor is there already).
+
+        Example:
+            >>> import torch
+            >>> Batch(torch.tensor([[5, 6]])).to("cpu").inputs.device.type
+            'cpu'
+        """
+        return replace(self, **{name: t.to(device, non_blocking=non_blocking) for name, t in self.to_dict().items()})
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Examples ``start`` to ``stop`` (excluded) of this batch: the same rows of every tensor.
+
+        Args:
+            start: the first example.
+            stop: one past the last.
+
+        Returns:
+            The smaller batch.
+
+        Example:
+            >>> import torch
+            >>> Batch(torch.tensor([[5, 6], [7, 8]])).rows(1, 2).inputs.tolist()
+            [[7, 8]]
+        """
+        return replace(self, **{name: t[start:stop] for name, t in self.to_dict().items()})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .batch import Batch
 from .config import TransformerConfig
 from .objective import make_batch
 
@@ -12,7 +13,7 @@ __all__ = ["token_batch", "image_batch", "batch_fingerprint", "config_fingerprin
 
 
 def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
-                synthetic: bool = False) -> dict:
+                synthetic: bool = False) -> Batch:
     """A batch for ``config``'s objective: ``batch_size`` windows of ``config.seq_len`` real tokens from the corpus
     (default: the Python standard library's source; ``data``: a user's file or folder), tokenised with a BPE of
     ``config.vocab_size`` trained and cached locally, or i.i.d. Zipf(1) tokens with ``synthetic``; then masked-LM
@@ -32,7 +33,7 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
 
 
 def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, synthetic: bool = False,
-                data=None) -> dict:
+                data=None) -> Batch:
     """A batch for a patch model of ``config``: ``batch_size`` of scikit-learn's digits (bundled, nothing
     downloaded; drawn at random from ``seed``), upsampled to ``config.image_size``, pixels scaled to unit mean
     square over the data set and copied to every channel, with their digit as the class
@@ -66,21 +67,23 @@ def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, s
     return make_batch(config, images, labels=labels)
 
 
-def batch_fingerprint(batch: dict) -> str:
-    """SHA-256 of a batch's tensors (name, dtype, shape and values, in name order): a measurement records it so that
-    a later comparison against it (:func:`compare_config` with ``measured``) can check it predicts the same batch."""
+def batch_fingerprint(batch: Batch | dict) -> str:
+    """SHA-256 of a batch's tensors (field name, dtype, shape and values, in name order; a :class:`Batch` or sigprop's
+    dict): a measurement records it so that a later comparison against it (:func:`compare_config` with ``measured``)
+    can check it predicts the same batch."""
     import hashlib
 
     h = hashlib.sha256()
-    for key in sorted(k for k, v in batch.items() if isinstance(v, torch.Tensor)):
-        t = batch[key].detach().cpu().contiguous()
+    for key, tensor in sorted(Batch.from_any(batch).to_dict().items()):
+        t = tensor.detach().cpu().contiguous()
         h.update(f"{key}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.numpy().tobytes())
     return h.hexdigest()
 
 
-def batch_to(batch: dict, device) -> dict:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+def batch_to(batch: Batch | dict, device) -> Batch:
+    """``batch`` (a :class:`Batch` or sigprop's dict) as a :class:`Batch` on ``device``."""
+    return Batch.from_any(batch).to(device)
 
 
 #: Config fields added after measurements began to record their config's fingerprint, with their defaults: left out

@@ -1,5 +1,6 @@
 """Training objectives and the batches they need: masked-LM for encoders, next-token for decoders and
-encoder–decoders, classification for patch models. A batch is a dict of tensors."""
+encoder–decoders, classification for patch models. A batch is a :class:`~sigprop.model.batch.Batch` (the
+objectives also take sigprop's batch dict, read into one)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.mlm import IGNORE_INDEX
+from .batch import Batch
 
 __all__ = ["make_batch", "objective_loss", "objective_sums", "segment_halves", "check_model_inputs", "MASK_ID",
            "PAD_ID", "N_SPECIAL"]
@@ -29,8 +31,8 @@ def segment_halves(inputs: torch.Tensor, n_segments: int) -> torch.Tensor:
 
 def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None = None,
                padding_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-               mask_id: int = MASK_ID) -> dict:
-    """The batch dict for ``config``'s objective from raw ``inputs``.
+               mask_id: int = MASK_ID) -> Batch:
+    """The batch for ``config``'s objective from raw ``inputs``.
 
     * encoder, tokens: BERT masking of ``config.mask_prob`` of the real tokens (80% [MASK], 10% random, 10% kept;
       Kedia et al. Sec. 4.1), labels −100 elsewhere;
@@ -53,9 +55,9 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
             Face folder's).
 
     Returns:
-        A dict with ``inputs`` and ``labels`` (and ``padding_mask``, ``segment_ids``, ``decoder_inputs``,
-        ``decoder_padding_mask`` where they apply): what :meth:`Transformer.loss <sigprop.Transformer.loss>`,
-        :func:`sigprop.measure` and :class:`sigprop.Batch` read.
+        A :class:`sigprop.Batch` with ``inputs`` and ``labels`` (and ``padding_mask``, ``segment_ids``,
+        ``decoder_inputs``, ``decoder_padding_mask`` where they apply): what :meth:`Transformer.loss
+        <sigprop.Transformer.loss>` and :func:`sigprop.measure` read (``to_dict()`` gives sigprop's batch dict).
 
     Raises:
         ValueError: a patch model without ``labels``.
@@ -65,58 +67,63 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
         >>> config = sigprop.TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=64,
         ...                                    seq_len=8)
         >>> batch = sigprop.make_batch(config, torch.tensor([[5, 6, 7, 8]]))
-        >>> batch["labels"].tolist()  # the next token; nothing follows the last
+        >>> batch.labels.tolist()  # the next token; nothing follows the last
         [[6, 7, 8, -100]]
         >>> encoder = config.replace(arch="encoder", mask_prob=0.5)
         >>> ids = torch.randint(5, 64, (4, 8), generator=torch.Generator().manual_seed(0))
         >>> masked = sigprop.make_batch(encoder, ids, torch.Generator().manual_seed(1))
-        >>> labelled = masked["labels"] != -100
-        >>> bool((masked["labels"][labelled] == ids[labelled]).all())  # a masked position's label: its token
+        >>> labelled = masked.labels != -100
+        >>> bool((masked.labels[labelled] == ids[labelled]).all())  # a masked position's label: its token
         True
     """
     from ..data.mlm import causal_lm_labels, mask_tokens
 
-    batch = {"padding_mask": padding_mask} if padding_mask is not None else {}
-    if config.input == "tokens" and config.n_segments:
-        batch["segment_ids"] = segment_halves(inputs, config.n_segments)
+    segments = segment_halves(inputs, config.n_segments) if config.input == "tokens" and config.n_segments else None
     if config.input == "patches":
         if labels is None:
             raise ValueError("a patch model needs class labels")
-        return {"inputs": inputs, "labels": labels}
+        return Batch(inputs, labels)
     pad = PAD_ID if padding_mask is not None else None
     if config.arch == "encoder":
         masked, mlm_labels = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
                                          vocab_size=config.vocab_size, random_low=N_SPECIAL)
-        return {**batch, "inputs": masked, "labels": mlm_labels}
+        return Batch(masked, mlm_labels, padding_mask, segments)
     next_labels = causal_lm_labels(inputs, pad_id=pad)
     if config.arch == "decoder":
-        return {**batch, "inputs": inputs, "labels": next_labels}
+        return Batch(inputs, next_labels, padding_mask, segments)
     masked, _ = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
                             vocab_size=config.vocab_size, random_low=N_SPECIAL)
-    return {**batch, "inputs": masked, "decoder_inputs": inputs, "labels": next_labels,
-            **({"decoder_padding_mask": padding_mask} if padding_mask is not None else {})}
+    return Batch(masked, next_labels, padding_mask, segments, decoder_inputs=inputs, decoder_padding_mask=padding_mask)
 
 
-def _logits(model, batch: dict) -> torch.Tensor:
-    if not isinstance(batch, dict) or "inputs" not in batch or "labels" not in batch:
-        raise ValueError("a batch is a dict with 'inputs' and 'labels' (build it with sigprop.model.make_batch)")
-    logits = model(batch["inputs"], segment_ids=batch.get("segment_ids"), padding_mask=batch.get("padding_mask"),
-                   decoder_inputs=batch.get("decoder_inputs"),
-                   decoder_padding_mask=batch.get("decoder_padding_mask"))
+def _labelled(batch) -> Batch:
+    """``batch`` (a :class:`Batch` or sigprop's dict) as a :class:`Batch` with labels; ``ValueError`` otherwise."""
+    if isinstance(batch, Batch) or (isinstance(batch, dict) and "inputs" in batch):
+        out = Batch.from_any(batch)
+        if out.labels is not None:
+            return out
+    raise ValueError("a batch is a dict with 'inputs' and 'labels' (build it with sigprop.model.make_batch)")
+
+
+def _logits(model, batch: Batch) -> torch.Tensor:
+    logits = model(batch.inputs, segment_ids=batch.segment_ids, padding_mask=batch.padding_mask,
+                   decoder_inputs=batch.decoder_inputs, decoder_padding_mask=batch.decoder_padding_mask)
     return logits.reshape(-1, logits.shape[-1])
 
 
-def objective_loss(model, batch: dict) -> torch.Tensor:
+def objective_loss(model, batch: Batch | dict) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
-    return F.cross_entropy(_logits(model, batch), batch["labels"].reshape(-1), ignore_index=IGNORE_INDEX)
+    batch = _labelled(batch)
+    return F.cross_entropy(_logits(model, batch), batch.labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def objective_sums(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def objective_sums(model, batch: Batch | dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(summed cross-entropy, labelled positions, correct top-1 predictions) of ``model`` on ``batch``, the loss in
     float32 whatever the autocast: the parts a distributed run adds over its processes before dividing, so that its
     loss is the mean over the global batch whatever the split (masked-LM batches label different counts)."""
+    batch = _labelled(batch)
     logits = _logits(model, batch).float()
-    labels = batch["labels"].reshape(-1)
+    labels = batch.labels.reshape(-1)
     keep = labels != IGNORE_INDEX
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     with torch.no_grad():

@@ -259,8 +259,9 @@ class Transformer(nn.Module):
             h = h[..., 0, :] if self.config.pool == "cls" else h.mean(dim=-2)
         return self.head(h)
 
-    def loss(self, batch: dict) -> torch.Tensor:
-        """Cross-entropy of the model's objective on ``batch`` (see :func:`sigprop.model.objective.make_batch`)."""
+    def loss(self, batch) -> torch.Tensor:
+        """Cross-entropy of the model's objective on ``batch``, a :class:`~sigprop.model.batch.Batch` (or sigprop's
+        batch dict; see :func:`sigprop.model.objective.make_batch`)."""
         from .objective import objective_loss
 
         return objective_loss(self, batch)

@@ -88,19 +88,21 @@ def initial_theory(model, batch) -> TheoryResult:
 
     Args:
         model: the monitored model (unwrapped).
-        batch: its probe batch, on the CPU (sigprop's dict for a sigprop model; any batch
-            :meth:`Batch.from_any <sigprop.model.batch.Batch.from_any>` reads for a Hugging Face model).
+        batch: its probe batch, on the CPU (a :class:`~sigprop.model.batch.Batch` or sigprop's dict for a sigprop
+            model; any batch :meth:`Batch.from_any <sigprop.model.batch.Batch.from_any>` reads for a Hugging Face
+            model).
 
     Returns:
         The columns, or ``None`` with the reason in ``note``.
     """
     from ..analysis.experiment import batch_prediction
     from ..measurement.adapters import is_hf_model
+    from ..model.batch import Batch
     from ..model.config import TransformerConfig
 
     if isinstance(getattr(model, "config", None), TransformerConfig) and callable(getattr(model, "sites", None)):
-        if not isinstance(batch, dict):
-            return TheoryResult(None, "no theory: a sigprop model's theory reads its batch dict")
+        if not isinstance(batch, dict | Batch):
+            return TheoryResult(None, "no theory: a sigprop model's theory reads its batch (a Batch or its dict)")
         return _sweeps(lambda: batch_prediction(model, batch))
     if is_hf_model(model):
         prediction = _hf_prediction(model, batch)

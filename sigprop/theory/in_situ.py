@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..components import attention_gram as ag
+from ..model.batch import Batch
 from ..model.transformer import seeded_model
 from ..walk.exchangeable import forward_moments
 from .resolved import pairwise_forward
@@ -110,7 +111,7 @@ def _capture(got: dict, layer: int, name: str, last: bool):
     return hook
 
 
-def collect_seed_inputs(config, batch: dict, layers: list[int], seeds: int, heads: int = 64,
+def collect_seed_inputs(config, batch: Batch | dict, layers: list[int], seeds: int, heads: int = 64,
                         progress: Callable[[int], None] | None = None) -> dict:
     """Run ``seeds`` models of ``config`` (weights from seed s, dropout masks as
     :func:`sigprop.measurement.seeds.measure_seeds` draws them, train mode) on ``batch`` up to the last of ``layers``
@@ -122,7 +123,8 @@ def collect_seed_inputs(config, batch: dict, layers: list[int], seeds: int, head
     layers = sorted(set(layers))
     if seeds < 3 or not layers or any(not 0 <= layer < config.n_layers for layer in layers):
         raise ValueError(f"seeds >= 3 and layers in [0, {config.n_layers}) are needed")
-    keep = torch.ones(batch["inputs"].shape, dtype=torch.bool)
+    batch = Batch.from_any(batch)
+    keep = torch.ones(batch.inputs.shape, dtype=torch.bool)
     out = {(layer, s): [] for layer in layers for s in (*SITES, "attn_exact")}
     for seed in range(seeds):
         model = seeded_model(config, seed)

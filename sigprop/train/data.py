@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..model.batch import Batch
+
 __all__ = ["TrainData", "TextData", "ImageData", "make_data", "step_generator", "rank_slice"]
 
 #: Salt of the hash that decides which files (or images) are held out.
@@ -34,15 +36,12 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
-def rank_slice(batch: dict, rank: int, world: int) -> dict:
+def rank_slice(batch: Batch, rank: int, world: int) -> Batch:
     """Rank ``rank``'s share of a global batch: rows [rank·B/world, (rank+1)·B/world) of every tensor."""
     if world == 1:
         return batch
-    out = {}
-    for key, value in batch.items():
-        n = value.shape[0] // world
-        out[key] = value[rank * n:(rank + 1) * n]
-    return out
+    n = batch.sequences // world
+    return batch.rows(rank * n, (rank + 1) * n)
 
 
 class TrainData:
@@ -53,23 +52,22 @@ class TrainData:
 
     is_images = False
 
-    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
+    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> Batch:
         raise NotImplementedError
 
-    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[dict]:
+    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
         raise NotImplementedError
 
-    def probe_batch(self, n: int) -> dict:
+    def probe_batch(self, n: int) -> Batch:
         raise NotImplementedError
 
-    def tokens(self, batch: dict) -> int:
+    def tokens(self, batch: Batch) -> int:
         """The tokens a batch feeds the model: its token ids (an encoder–decoder's decoder side too), or for
         images their patches."""
-        n = int(batch["inputs"].numel()) if not self.is_images else \
-            int(batch["inputs"].shape[0]) * self.model_config.seq_len
-        return n + (int(batch["decoder_inputs"].numel()) if "decoder_inputs" in batch else 0)
+        n = int(batch.inputs.numel()) if not self.is_images else batch.sequences * self.model_config.seq_len
+        return n + (int(batch.decoder_inputs.numel()) if batch.decoder_inputs is not None else 0)
 
-    def meta(self) -> dict:
+    def meta(self) -> Batch:
         raise NotImplementedError
 
 
@@ -132,23 +130,23 @@ class TextData(TrainData):
         w = self.window_length(self.model_config)
         return torch.from_numpy(ids[offsets[:, None] + np.arange(w)[None, :]].astype(np.int64))
 
-    def _batch(self, windows: torch.Tensor, generator: torch.Generator) -> dict:
+    def _batch(self, windows: torch.Tensor, generator: torch.Generator) -> Batch:
         from ..model.objective import make_batch
 
         cfg = self.model_config
         if cfg.arch != "encoder_decoder":
             return make_batch(cfg, windows, generator=generator)
         L = cfg.seq_len
-        return {"inputs": windows[:, :L], "decoder_inputs": windows[:, L - 1:2 * L - 1].contiguous(),
-                "labels": windows[:, L:].contiguous()}
+        return Batch(windows[:, :L], labels=windows[:, L:].contiguous(),
+                     decoder_inputs=windows[:, L - 1:2 * L - 1].contiguous())
 
-    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
+    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> Batch:
         gen = step_generator(self.seed, step)
         high = len(self.train_ids) - self.window_length(self.model_config) + 1
         offsets = torch.randint(0, high, (batch_size,), generator=gen).numpy()
         return rank_slice(self._batch(self._windows(self.train_ids, offsets), gen), rank, world)
 
-    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[dict]:
+    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
         """``n_batches`` fixed batches of non-overlapping windows spread evenly over the held-out stream (wrapping
         round when it is short), the masking drawn from a fixed seed."""
         w = self.window_length(self.model_config)
@@ -162,7 +160,7 @@ class TextData(TrainData):
             out.append(rank_slice(batch, rank, world))
         return out
 
-    def probe_batch(self, n: int) -> dict:
+    def probe_batch(self, n: int) -> Batch:
         return self.val_batches(1, n)[0]
 
     def meta(self) -> dict:
@@ -220,12 +218,12 @@ class ImageData(TrainData):
         held = torch.from_numpy(_by_hash(parts, train_config.val_fraction))
         return cls(cfg, train_config.seed, x[~held], y[~held], x[held], y[held], source)
 
-    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> dict:
+    def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> Batch:
         gen = step_generator(self.seed, step)
         idx = torch.randint(0, len(self.train_y), (batch_size,), generator=gen)
-        return rank_slice({"inputs": self.train_x[idx], "labels": self.train_y[idx]}, rank, world)
+        return rank_slice(Batch(self.train_x[idx], self.train_y[idx]), rank, world)
 
-    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[dict]:
+    def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
         """The whole held-out set in batches of ``batch_size`` (``n_batches`` is ignored: it is small)."""
         out = []
         for start in range(0, len(self.val_y), batch_size):
@@ -233,11 +231,11 @@ class ImageData(TrainData):
             n = len(y) // world
             if n == 0:
                 continue
-            out.append({"inputs": x[rank * n:(rank + 1) * n], "labels": y[rank * n:(rank + 1) * n]})
+            out.append(Batch(x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]))
         return out
 
-    def probe_batch(self, n: int) -> dict:
-        return {"inputs": self.val_x[:n], "labels": self.val_y[:n]}
+    def probe_batch(self, n: int) -> Batch:
+        return Batch(self.val_x[:n], self.val_y[:n])
 
     def meta(self) -> dict:
         from ..data.fingerprint import images_fingerprint

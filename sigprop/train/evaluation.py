@@ -7,13 +7,14 @@ import math
 
 import torch
 
+from ..model.batch import Batch
 from .distributed import World, all_sum
 from .speed import autocast_for
 
 __all__ = ["evaluate"]
 
 
-def evaluate(model, batches: list[dict], device: torch.device, is_images: bool, precision: str = "fp32",
+def evaluate(model, batches: list[Batch], device: torch.device, is_images: bool, precision: str = "fp32",
              world: World | None = None) -> dict:
     """``{"val_loss", "val_ppl"}`` (or ``"val_acc"`` for images) of ``model`` on ``batches`` in eval mode (no
     dropout; the mode is restored): the loss is Σ cross-entropy / Σ labelled positions over all batches (and all
@@ -27,7 +28,7 @@ def evaluate(model, batches: list[dict], device: torch.device, is_images: bool, 
     try:
         with torch.no_grad(), autocast_for(precision, device):
             for batch in batches:
-                total, count, correct = objective_sums(model, {k: v.to(device) for k, v in batch.items()})
+                total, count, correct = objective_sums(model, Batch.from_any(batch).to(device))
                 totals += torch.stack([total.double(), count.double(), correct.double()])
     finally:
         model.train(was_training)

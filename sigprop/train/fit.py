@@ -146,10 +146,6 @@ def _dropout_seed(seed: int, step: int, rank: int) -> int:
     return int(step_generator(seed, step, stream=2 + rank).initial_seed())
 
 
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 class _Signals:
     """SIGINT and SIGTERM set a flag (the loop checkpoints and stops after the current step) instead of raising
     inside a step; the previous handlers come back on exit. Only the main thread can install handlers."""
@@ -355,8 +351,8 @@ def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
             anneal_shaped(model, step)  # shaped "recover" modules follow App. D's schedule (stateless: resumes)
             torch.manual_seed(_dropout_seed(tc.seed, step, world.rank))
             global_batch = data.train_batch(step, tc.batch_size)
-            labelled = int((global_batch["labels"] != IGNORE_INDEX).sum())
-            batch = _to(rank_slice(global_batch, world.rank, world.size), world.device)
+            labelled = int((global_batch.labels != IGNORE_INDEX).sum())
+            batch = rank_slice(global_batch, world.rank, world.size).to(world.device, non_blocking=True)
             with autocast_for(precision, world.device):
                 total, _, _ = setup.objective_sums(net, batch)
             optimizer.zero_grad(set_to_none=True)

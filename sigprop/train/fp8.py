@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..model.batch import Batch
+
 __all__ = ["FP8_FORMATS", "check_fp8_format", "fp8_round", "CastStats", "fp8_direct_cast", "evaluate_run"]
 
 #: The FP8 formats by name: E4M3 (the "fn" variant: no infinities, max 448) and E5M2 (max 57344).
@@ -169,7 +171,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _validation(model, batches: list[dict], device: torch.device, is_images: bool) -> dict:
+def _validation(model, batches: list[Batch], device: torch.device, is_images: bool) -> dict:
     """:func:`sigprop.train.evaluation.evaluate` in float32, a value that is not finite as None."""
     from .evaluation import evaluate
 

@@ -181,7 +181,7 @@ def test_strings_are_not_booleans():
 def test_predict_checks_its_token_ids_and_labels_as_measure_does():
     config = TransformerConfig(**SMALL_CONFIG)
     batch = token_batch(config, batch_size=2, synthetic=True)
-    ids, labels = batch["inputs"], batch["labels"]
+    ids, labels = batch.inputs, batch.labels
     for bad, match in ((ids.float(), "integer"), (-ids - 1, r"\[0, 300\)"), (ids + 300, r"\[0, 300\)")):
         with pytest.raises(ValueError, match=match):
             predict(config, token_ids=bad)

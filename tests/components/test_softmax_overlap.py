@@ -70,7 +70,7 @@ def test_a_model_without_normalisation_gets_the_right_order_of_magnitude():
         torch.manual_seed(100 + s)
         measured.append(measure(seeded_model(config, s), batch))
     top = average_profiles(measured, config.to_dict(), {}).lookup()[(config.n_layers - 1, "layer")]
-    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"]).lookup()[(config.n_layers - 1, "layer")]
+    pred = predict(config, token_ids=batch.inputs, labels=batch.labels).lookup()[(config.n_layers - 1, "layer")]
     logit_var = 9.0 * config.d_model * make_plan(config).std("head") ** 2 * top.fwd_var  # head scale 3
     assert logit_var > math.log(config.vocab_size)  # (e^C − 1)/V > 1: far beyond the closed form's regime
     assert 0.5 < pred.grad_var / top.grad_var < 2.0, (pred.grad_var, top.grad_var)

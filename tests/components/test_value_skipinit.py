@@ -57,7 +57,7 @@ def test_whole_models_are_predicted_within_the_seeds_error(arch, norm):
     ml, se = meas.lookup(), meas.meta["stderr"]
     bad = []
     for resolved in (False, True):
-        pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=resolved).lookup()
+        pred = predict(config, token_ids=batch.inputs, labels=batch.labels, token_resolved=resolved).lookup()
         for layer in range(config.n_layers):
             for q in ("fwd_var", "fwd_corr", "grad_var", "grad_corr"):
                 p, m = getattr(pred[(layer, "layer")], q), getattr(ml[(layer, "layer")], q)

@@ -191,7 +191,7 @@ def test_hf_model_against_the_prediction_of_the_mapped_config(family):
         return layer_stats(sigprop.measure(hf_class(hf_config), batch), config.n_layers)
 
     fwd, fwd_se, grad, grad_se = seed_mean(hf_one)
-    pred = sigprop.predict(config, token_ids=ids, labels=batch["labels"], batch_size=B)
+    pred = sigprop.predict(config, token_ids=ids, labels=batch.labels, batch_size=B)
     p_fwd, p_grad = layer_stats(pred, config.n_layers)
     assert bool(((p_fwd - fwd).abs() <= 0.05 * fwd + Z * fwd_se).all()), (family, p_fwd, fwd, fwd_se)
     assert bool(((p_grad - grad).abs() <= 0.05 * grad + Z * grad_se).all()), (family, p_grad, grad, grad_se)

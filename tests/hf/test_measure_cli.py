@@ -165,7 +165,7 @@ def test_a_folders_own_tokenizer_encodes_the_batch(tmp_path):
     batch, _ = hf_batch(read_hf_source(folder), config, 3, corpus)
     stream = np.concatenate([tok.encode(f.read_text(encoding="utf-8")).ids for f in sorted(corpus.iterdir())])
     text = "," + ",".join(map(str, stream.tolist())) + ","
-    for row in batch["inputs"].tolist():
+    for row in batch.inputs.tolist():
         assert "," + ",".join(map(str, row)) + "," in text
     res = run_cli(["compare", "--measured", str(out)])  # the corpus and the tokenizer from the file
     assert res.exit_code == 0, res.output

@@ -1,6 +1,7 @@
 """Seeds measured on several devices, one process each: the same profile as one process, errors reported by
 device. Run on the CPU with two processes (``cpu,cpu``); the CUDA path differs only in the device string."""
 
+import dataclasses
 import signal
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_two_processes_give_the_one_process_profile():
 
 def test_a_failing_process_stops_the_run_with_its_error():
     batch = token_batch(SMALL, batch_size=2, synthetic=True)
-    bad = {**batch, "inputs": batch["inputs"] + SMALL.vocab_size}  # token ids beyond the embedding
+    bad = dataclasses.replace(batch, inputs=batch.inputs + SMALL.vocab_size)  # token ids beyond the embedding
     with pytest.raises(RuntimeError, match=r"measuring on cpu failed: IndexError"):
         measure_seeds(SMALL, bad, seeds=2, device="cpu,cpu")
 

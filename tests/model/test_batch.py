@@ -16,12 +16,15 @@ def test_sigprop_dict_round_trips():
     ids = torch.randint(5, 50, (3, 8), generator=torch.Generator().manual_seed(0))
     pad = torch.ones(3, 8, dtype=torch.bool)
     pad[1, 5:] = False
-    d = make_batch(config, ids, generator=torch.Generator().manual_seed(1), padding_mask=pad)
+    made = make_batch(config, ids, generator=torch.Generator().manual_seed(1), padding_mask=pad)
+    d = made.to_dict()
+    assert set(d) == {"inputs", "labels", "padding_mask"}
     b = Batch.from_any(d)
-    out = b.to_dict()
-    assert set(out) == set(d)
-    assert all(torch.equal(out[k], d[k]) for k in d)
+    assert Batch.from_any(made) is made
+    assert all(torch.equal(t, d[k]) for k, t in b.to_dict().items()) and b.to_dict().keys() == d.keys()
     assert b.tokens == 3 * 8 - 3 and b.sequences == 3 and not b.is_images
+    assert all(torch.equal(t, d[k][1:3]) for k, t in b.rows(1, 3).to_dict().items())
+    assert b.to("cpu").to_dict().keys() == d.keys()
 
 
 def test_hf_dict_causal_labels_are_shifted_and_back():

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sigprop.model import Transformer, TransformerConfig, make_batch
+from sigprop.model.batches import batch_fingerprint
 from sigprop.model.objective import MASK_ID, PAD_ID, objective_loss
 from tests.helpers import Z
 
@@ -39,8 +40,8 @@ def test_encoder_batch_masks_and_labels_only_selected_positions():
     c = cfg(mask_prob=0.15)
     ids = token_ids(64, 32)
     batch = make_batch(c, ids, generator=torch.Generator().manual_seed(1))
-    assert set(batch) == {"inputs", "labels"}
-    inp, lab = batch["inputs"], batch["labels"]
+    assert set(batch.to_dict()) == {"inputs", "labels"}
+    inp, lab = batch.inputs, batch.labels
     sel = lab != -100
     assert torch.equal(lab[sel], ids[sel])  # a label is the original token ...
     assert torch.equal(inp[~sel], ids[~sel])  # ... and only labelled positions are corrupted
@@ -57,9 +58,9 @@ def test_encoder_batch_with_padding():
     c = cfg(mask_prob=0.5)
     ids, mask = padded()
     batch = make_batch(c, ids, generator=torch.Generator().manual_seed(2), padding_mask=mask)
-    assert torch.equal(batch["padding_mask"], mask)
-    assert torch.all(batch["labels"][~mask] == -100)  # padding is never a target
-    assert torch.all(batch["inputs"][~mask] == PAD_ID)
+    assert torch.equal(batch.padding_mask, mask)
+    assert torch.all(batch.labels[~mask] == -100)  # padding is never a target
+    assert torch.all(batch.inputs[~mask] == PAD_ID)
 
 
 def test_make_batch_is_reproducible_with_a_generator():
@@ -67,20 +68,20 @@ def test_make_batch_is_reproducible_with_a_generator():
     ids = token_ids(8, 16)
     a = make_batch(c, ids, generator=torch.Generator().manual_seed(3))
     b = make_batch(c, ids, generator=torch.Generator().manual_seed(3))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert batch_fingerprint(a) == batch_fingerprint(b)  # every tensor equal
 
 
 def test_decoder_batch_next_token_labels():
     c = cfg(arch="decoder")
     ids = token_ids(3, 9)
     batch = make_batch(c, ids)
-    assert set(batch) == {"inputs", "labels"}
-    assert torch.equal(batch["inputs"], ids)
-    assert torch.equal(batch["labels"][:, :-1], ids[:, 1:])
-    assert torch.all(batch["labels"][:, -1] == -100)
+    assert set(batch.to_dict()) == {"inputs", "labels"}
+    assert torch.equal(batch.inputs, ids)
+    assert torch.equal(batch.labels[:, :-1], ids[:, 1:])
+    assert torch.all(batch.labels[:, -1] == -100)
     ids, mask = padded()
     batch = make_batch(c, ids, padding_mask=mask)
-    lab = batch["labels"]
+    lab = batch.labels
     for b in range(ids.shape[0]):
         n_real = int(mask[b].sum())
         assert torch.equal(lab[b, : n_real - 1], ids[b, 1:n_real])  # real → next real token
@@ -91,16 +92,16 @@ def test_encoder_decoder_batch():
     c = cfg(arch="encoder_decoder", mask_prob=0.3)
     ids = token_ids(16, 12)
     batch = make_batch(c, ids, generator=torch.Generator().manual_seed(4))
-    assert set(batch) == {"inputs", "decoder_inputs", "labels"}
-    assert torch.equal(batch["decoder_inputs"], ids)  # the decoder reads the original ...
-    assert torch.equal(batch["labels"][:, :-1], ids[:, 1:])  # ... and predicts its next token
-    assert torch.all(batch["labels"][:, -1] == -100)
-    changed = batch["inputs"] != ids  # the encoder reads a corrupted copy
-    assert bool(changed.any()) and bool((batch["inputs"][changed] != MASK_ID).sum() < changed.sum())
+    assert set(batch.to_dict()) == {"inputs", "decoder_inputs", "labels"}
+    assert torch.equal(batch.decoder_inputs, ids)  # the decoder reads the original ...
+    assert torch.equal(batch.labels[:, :-1], ids[:, 1:])  # ... and predicts its next token
+    assert torch.all(batch.labels[:, -1] == -100)
+    changed = batch.inputs != ids  # the encoder reads a corrupted copy
+    assert bool(changed.any()) and bool((batch.inputs[changed] != MASK_ID).sum() < changed.sum())
     ids, mask = padded()
     batch = make_batch(c, ids, padding_mask=mask)
-    assert torch.equal(batch["padding_mask"], mask) and torch.equal(batch["decoder_padding_mask"], mask)
-    assert torch.all(batch["inputs"][~mask] == PAD_ID)
+    assert torch.equal(batch.padding_mask, mask) and torch.equal(batch.decoder_padding_mask, mask)
+    assert torch.all(batch.inputs[~mask] == PAD_ID)
 
 
 def test_encoder_decoder_batch_masks_with_the_given_mask_id():
@@ -123,8 +124,8 @@ def test_patch_batch_needs_labels():
         make_batch(c, images)
     labels = torch.tensor([0, 2, 1, 1, 0])
     batch = make_batch(c, images, labels=labels)
-    assert set(batch) == {"inputs", "labels"}
-    assert batch["inputs"] is images and batch["labels"] is labels
+    assert set(batch.to_dict()) == {"inputs", "labels"}
+    assert batch.inputs is images and batch.labels is labels
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -158,9 +159,9 @@ def test_loss_equals_hand_cross_entropy(arch):
     batch = make_batch(c, ids, generator=torch.Generator().manual_seed(6), padding_mask=mask)
     loss = objective_loss(m, batch)
     assert loss.dim() == 0 and torch.isfinite(loss)
-    logits = m(batch["inputs"], padding_mask=batch["padding_mask"], decoder_inputs=batch.get("decoder_inputs"),
-               decoder_padding_mask=batch.get("decoder_padding_mask"))
-    assert float(loss.detach()) == pytest.approx(hand_cross_entropy(logits, batch["labels"]), rel=1e-12)
+    logits = m(batch.inputs, padding_mask=batch.padding_mask, decoder_inputs=batch.decoder_inputs,
+               decoder_padding_mask=batch.decoder_padding_mask)
+    assert float(loss.detach()) == pytest.approx(hand_cross_entropy(logits, batch.labels), rel=1e-12)
     assert float(m.loss(batch).detach()) == float(loss.detach())
     loss.backward()
     assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in m.parameters())

@@ -4,6 +4,7 @@ the warning of a layer whose gradient vanishes, and bad input refused before tra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -166,7 +167,7 @@ def test_bad_input_is_refused_before_training(tmp_path):
     for every in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="every must be an integer number of steps >= 1"):
             sigprop.Monitor(model, probe, every=every)
-    too_big = {**probe, "inputs": probe["inputs"] + config.vocab_size}
+    too_big = dataclasses.replace(probe, inputs=probe.inputs + config.vocab_size)
     with pytest.raises(ValueError, match="the probe batch cannot be taken by Transformer"):
         sigprop.Monitor(model, too_big, every=1)
     with pytest.raises(ValueError, match="the probe batch cannot be taken by NanoGPT"):

@@ -34,7 +34,7 @@ HEADS = 16
 def setup():
     config = preset_config("fig4-dslm-pre").replace(d_model=64, n_heads=1, n_layers=24)
     batch = token_batch(config, batch_size=4)
-    keep = torch.ones(batch["inputs"].shape, dtype=torch.bool)
+    keep = torch.ones(batch.inputs.shape, dtype=torch.bool)
     seeds = collect_seed_inputs(config, batch, list(LAYERS), seeds=32, heads=HEADS)
     theory = Transformer(config, sample=False)
     attention = {layer: attention_delta(theory.layers[layer].attn.branch.attn, seeds[(layer, "attn_norm")],

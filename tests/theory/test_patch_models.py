@@ -23,11 +23,11 @@ VIT = dict(input="patches", image_size=16, patch_size=4, seq_len=16, n_layers=2,
 def test_image_batches():
     c = TransformerConfig(**VIT)
     b = image_batch(c, batch_size=5, seed=3)
-    assert b["inputs"].shape == (5, 1, 16, 16) and b["labels"].shape == (5,)
-    assert b["inputs"].min() >= 0 and int(b["labels"].min()) >= 0 and int(b["labels"].max()) <= 9
-    assert torch.equal(image_batch(c, 5, seed=3)["inputs"], b["inputs"])  # reproducible
+    assert b.inputs.shape == (5, 1, 16, 16) and b.labels.shape == (5,)
+    assert b.inputs.min() >= 0 and int(b.labels.min()) >= 0 and int(b.labels.max()) <= 9
+    assert torch.equal(image_batch(c, 5, seed=3).inputs, b.inputs)  # reproducible
     s = image_batch(TransformerConfig(**{**VIT, "channels": 3, "n_classes": 4}), 6, synthetic=True)
-    assert s["inputs"].shape == (6, 3, 16, 16) and int(s["labels"].max()) < 4
+    assert s.inputs.shape == (6, 3, 16, 16) and int(s.labels.max()) < 4
     with pytest.raises(ValueError, match="n_classes >= 10"):
         image_batch(TransformerConfig(**{**VIT, "n_classes": 4}), 2)
     with pytest.raises(ValueError, match="takes tokens"):
@@ -50,9 +50,9 @@ def test_your_own_images(tmp_path):
             Image.fromarray(pixels, mode="L").save(tmp_path / cls / f"{i}.png")
     c = TransformerConfig(**{**VIT, "init": "dslm"})
     filled, batch = config_batch(c, batch_size=4, data=tmp_path)
-    assert batch["inputs"].shape == (4, 1, 16, 16) and set(batch["labels"].tolist()) <= {0, 1}
-    assert filled.input_corr == patch_input_correlation(c, batch["inputs"])
-    profile = predict(filled, images=batch["inputs"], labels=batch["labels"])
+    assert batch.inputs.shape == (4, 1, 16, 16) and set(batch.labels.tolist()) <= {0, 1}
+    assert filled.input_corr == patch_input_correlation(c, batch.inputs)
+    profile = predict(filled, images=batch.inputs, labels=batch.labels)
     assert all(math.isfinite(r.fwd_var) and math.isfinite(r.grad_var) for r in profile.rows)
 
 
@@ -61,7 +61,7 @@ def test_dslm_patch_model_takes_its_input_correlation_from_the_images():
     with pytest.raises(ValueError, match="patch_input_correlation"):
         Transformer(c, sample=False)
     filled, batch = config_batch(c, batch_size=4)
-    r = patch_input_correlation(c, batch["inputs"])
+    r = patch_input_correlation(c, batch.inputs)
     assert filled.input_corr == r and 0.0 < r < 1.0
     assert filled.to_dict() == {**c.to_dict(), "input_corr": r}
     same, _ = config_batch(filled, batch_size=4)  # a given input_corr is kept
@@ -106,16 +106,16 @@ def test_patch_model_sweeps_and_what_the_theory_refuses():
     with pytest.raises(ValueError, match="pass images="):
         predict(c)
     batch = image_batch(c, 2)
-    resolved = predict(c, images=batch["inputs"], labels=batch["labels"])
+    resolved = predict(c, images=batch.inputs, labels=batch.labels)
     assert resolved.meta["backward_state"].startswith("token-resolved: each image's")
-    exchangeable = predict(c, images=batch["inputs"], labels=batch["labels"], token_resolved=False)
+    exchangeable = predict(c, images=batch.inputs, labels=batch.labels, token_resolved=False)
     assert exchangeable.meta["forward_state"].startswith("exchangeable")
     # the two states start from the same images: the same input variance, and the same token correlation pooled
     inp_r, inp_e = resolved.lookup()[(-1, "input")], exchangeable.lookup()[(-1, "input")]
     assert inp_r.fwd_var == pytest.approx(inp_e.fwd_var, rel=1e-12)
     assert inp_r.fwd_corr == pytest.approx(inp_e.fwd_corr, rel=1e-9)
     with pytest.raises(ValueError, match="one class per image"):
-        predict(c, images=batch["inputs"], labels=torch.zeros(2, 16, dtype=torch.long))
+        predict(c, images=batch.inputs, labels=torch.zeros(2, 16, dtype=torch.long))
 
 
 def test_pooled_head_gradient_gram_is_the_exchangeable_rule_token_by_token():

@@ -43,7 +43,7 @@ def reinitialised():
     for s in range(SEEDS):
         model = seeded_model(config, s)
         reinitialise(model, torch.Generator().manual_seed(1000 + s))
-        predicted.append(predict(model, token_ids=batch["inputs"], labels=batch["labels"]))
+        predicted.append(predict(model, token_ids=batch.inputs, labels=batch.labels))
         torch.manual_seed(10_000 + s)
         measured.append(measure(model, batch))
     return config, batch, predicted, average_profiles(measured, config.to_dict(), {})
@@ -69,7 +69,7 @@ def test_a_reinitialised_model_is_predicted_as_it_is(reinitialised):
 def test_the_schemes_plan_would_have_been_wrong(reinitialised):
     """The check above can fail: the config's own (Xavier) plan misses the re-initialised models' gradient by far."""
     config, batch, _, meas = reinitialised
-    xavier = predict(config, token_ids=batch["inputs"], labels=batch["labels"]).lookup()
+    xavier = predict(config, token_ids=batch.inputs, labels=batch.labels).lookup()
     ml, se = meas.lookup(), meas.meta["stderr"]
     assert abs(xavier[(0, "layer")].grad_var - ml[(0, "layer")].grad_var) > 10 * Z * se["0:layer"]["grad_var"]
 

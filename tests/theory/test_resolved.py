@@ -95,7 +95,7 @@ def site_z(config, quantities, seeds=24, token_resolved=None, attention_seeds=5)
     draws, and SE combines both, √(SE_meas² + SE_pred²)."""
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
     meas = measure_seeds(config, batch, seeds=seeds)
-    preds = [predict(config, token_ids=batch["inputs"], labels=batch["labels"], token_resolved=token_resolved,
+    preds = [predict(config, token_ids=batch.inputs, labels=batch.labels, token_resolved=token_resolved,
                      attention_seed=s) for s in range(attention_seeds)]
     looks, se = [p.lookup() for p in preds], meas.meta["stderr"]
     out = {}
@@ -147,7 +147,7 @@ def test_exchangeable_state_is_off_for_the_decoder():
 
 def test_token_resolved_switch_and_its_errors():
     config = TransformerConfig(**{**SMALL, "n_layers": 2})
-    ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
+    ids = token_batch(config, batch_size=2, synthetic=True).inputs
     assert predict(config).meta["forward_state"].startswith("exchangeable")
     with pytest.raises(ValueError, match="no token ids"):
         predict(config, token_resolved=True)

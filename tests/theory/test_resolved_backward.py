@@ -85,7 +85,7 @@ def test_head_gradient_gram_pools_to_the_exchangeable_boundary():
     config = TransformerConfig(**{**SMALL, "n_layers": 2, "norm_position": "post"})
     model = Transformer(config, sample=False)
     batch = token_batch(config, batch_size=3, synthetic=True, seed=2)
-    labels = batch["labels"]
+    labels = batch.labels
     top = torch.eye(config.seq_len, dtype=torch.float64).expand(3, -1, -1).clone()
     assert model.final_norm is None
     pooled = gram_moments(head_gradient_gram(model, top, labels))
@@ -112,7 +112,7 @@ def test_head_gradient_gram_matches_autograd_pair_by_pair(fields):
     config = TransformerConfig(**{**SMALL, "arch": "decoder", "n_layers": 1, "final_norm": False, "vocab_size": 300,
                                   **fields})
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
-    lab = batch["labels"]
+    lab = batch.labels
     labelled = lab != -100
     eye = torch.eye(config.seq_len, dtype=torch.bool)
     same = (lab[:, :, None] == lab[:, None, :]) & labelled[:, :, None] & labelled[:, None, :] & ~eye
@@ -131,7 +131,7 @@ def test_head_gradient_gram_matches_autograd_pair_by_pair(fields):
     v = torch.tensor(vals, dtype=torch.float64)
     mean, se = v.mean(0), v.std(0) / len(v) ** 0.5
     model = Transformer(config, sample=False)
-    pred = head_gradient_gram(model, gram_forward_sweep(model, batch["inputs"]).output, lab)
+    pred = head_gradient_gram(model, gram_forward_sweep(model, batch.inputs).output, lab)
     for i, (kind, sel) in enumerate(kinds.items()):
         assert abs(float(pred[sel].mean()) - mean[i]) <= Z * se[i], (kind, float(pred[sel].mean()), mean[i], se[i])
     if not fields:  # the other pairs' covariance is resolved, so leaving it out would fail
@@ -185,7 +185,7 @@ def test_first_layer_norm_fluctuation_gap():
     config = TransformerConfig(**{**DECODER, "n_layers": 1, "n_heads": 1, "vocab_size": 300})
     batch = token_batch(config, batch_size=4, synthetic=True, seed=1)
     meas = measure_seeds(config, batch, seeds=200)
-    pred = predict(config, token_ids=batch["inputs"], labels=batch["labels"]).lookup()[(0, "attn")]
+    pred = predict(config, token_ids=batch.inputs, labels=batch.labels).lookup()[(0, "attn")]
     m, se = meas.lookup()[(0, "attn")], meas.meta["stderr"]["0:attn"]
     assert abs(pred.grad_var - m.grad_var) <= Z * se["grad_var"], (pred.grad_var, m.grad_var, se["grad_var"])
 
@@ -197,18 +197,18 @@ def test_resolved_backward_switch_scaling_and_progress():
     config = TransformerConfig(**{**DECODER, "n_layers": 3})
     batch = token_batch(config, batch_size=2, synthetic=True)
     steps = []
-    pred = predict(config, token_ids=batch["inputs"], progress=steps.append)
+    pred = predict(config, token_ids=batch.inputs, progress=steps.append)
     assert pred.meta["backward_state"].startswith("token-resolved") and "caveat" not in pred.meta
     assert sum(steps) == prediction_steps(config, token_ids_given=True) == 2 * config.n_layers
     top = pred.lookup()[(2, "layer")]
-    given = predict(config, token_ids=batch["inputs"], grad_top=GradMoments(var=3.0 * top.grad_var, corr=0.9))
+    given = predict(config, token_ids=batch.inputs, grad_top=GradMoments(var=3.0 * top.grad_var, corr=0.9))
     assert given.meta["grad_source"].startswith("given")
     for a, b in zip(pred.rows, given.rows, strict=True):
         assert b.grad_var == pytest.approx(3.0 * a.grad_var, rel=1e-12)
         assert b.grad_corr == a.grad_corr
     encoder = TransformerConfig(**{**SMALL, "n_layers": 2})
     enc_batch = token_batch(encoder, batch_size=2, synthetic=True)
-    ids, labels = enc_batch["inputs"], enc_batch["labels"]
+    ids, labels = enc_batch.inputs, enc_batch.labels
     for kw, state, n_steps in [({}, "exchangeable", 3), ({"labels": labels}, "exchangeable", 3),
                                ({"labels": labels, "token_resolved": True}, "token-resolved", 2)]:
         steps = []
@@ -222,7 +222,7 @@ def test_resolved_backward_switch_scaling_and_progress():
 def test_resolved_backward_rejects_a_mismatched_boundary():
     config = TransformerConfig(**{**DECODER, "n_layers": 2})
     model = Transformer(config, sample=False)
-    ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
+    ids = token_batch(config, batch_size=2, synthetic=True).inputs
     sweep = gram_forward_sweep(model, ids)
     with pytest.raises(ValueError, match="must have shape"):
         backward_sweep(model, sweep, torch.eye(3, dtype=torch.float64)[None])
@@ -247,7 +247,7 @@ def test_each_layer_draws_its_own_heads(monkeypatch):
     monkeypatch.setattr(MultiHeadAttention, "gram_forward", spy_forward)
     monkeypatch.setattr(MultiHeadAttention, "gram_backward", spy_backward)
     config = TransformerConfig(**{**DECODER, "n_layers": 4})
-    ids = token_batch(config, batch_size=2, synthetic=True)["inputs"]
+    ids = token_batch(config, batch_size=2, synthetic=True).inputs
     predict(config, token_ids=ids, attention_seed=5)
     assert len(seeds["forward"]) == len(seeds["backward"]) == config.n_layers
     assert len(set(seeds["forward"] + seeds["backward"])) == 2 * config.n_layers
@@ -258,9 +258,9 @@ def test_forward_only_prediction_skips_the_backward_sweeps():
     progress."""
     config = TransformerConfig(**{**DECODER, "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
-    full = predict(config, token_ids=batch["inputs"])
+    full = predict(config, token_ids=batch.inputs)
     steps = []
-    fwd = predict(config, token_ids=batch["inputs"], gradients=False, progress=steps.append)
+    fwd = predict(config, token_ids=batch.inputs, gradients=False, progress=steps.append)
     assert sum(steps) == prediction_steps(config, True, gradients=False) == config.n_layers
     assert fwd.meta["grad_source"].startswith("not computed")
     for a, b in zip(full.rows, fwd.rows, strict=True):
@@ -273,7 +273,7 @@ def test_a_held_prediction_runs_each_sweep_once_frees_the_grams_and_stays_exact(
     serves both boundaries), and keeps no layer Gram matrices once the backward sweep has used them."""
     config = TransformerConfig(**{**SMALL, "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
-    kw = {"token_ids": batch["inputs"], "labels": batch["labels"], "token_resolved": True}
+    kw = {"token_ids": batch.inputs, "labels": batch.labels, "token_resolved": True}
     fresh = predict(config, **kw)
     held = Prediction(config, **kw)
     steps = []

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import torch
 
+from sigprop.model.batches import batch_fingerprint
 from sigprop.model.config import TransformerConfig
 from sigprop.train.config import TrainConfig
 from sigprop.train.data import ImageData, TextData, make_data, rank_slice
@@ -40,35 +41,35 @@ def test_a_one_file_corpus_is_split_by_position(corpus):
 def test_a_step_s_batch_depends_on_seed_and_step_only(corpus):
     data = _text(corpus, "encoder")
     a, b = data.train_batch(7, 8), data.train_batch(7, 8)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert not torch.equal(data.train_batch(8, 8)["inputs"], a["inputs"])
-    assert (a["labels"] != -100).any() and (a["labels"] == -100).any()  # masked-LM labels
+    assert batch_fingerprint(a) == batch_fingerprint(b)  # every tensor equal
+    assert not torch.equal(data.train_batch(8, 8).inputs, a.inputs)
+    assert (a.labels != -100).any() and (a.labels == -100).any()  # masked-LM labels
 
 
 def test_the_processes_shares_make_up_the_global_batch(corpus):
     data = _text(corpus, "encoder")
     whole = data.train_batch(3, 8)
     parts = [rank_slice(whole, r, 4) for r in range(4)]
-    for key in whole:
-        assert torch.equal(torch.cat([p[key] for p in parts]), whole[key])
+    for key, tensor in whole.to_dict().items():
+        assert torch.equal(torch.cat([p.to_dict()[key] for p in parts]), tensor)
 
 
 def test_the_continuation_task_predicts_the_next_window(corpus):
     data = _text(corpus, "encoder_decoder")
     batch = data.train_batch(0, 4)
     L = MODEL["seq_len"]
-    assert batch["inputs"].shape == batch["decoder_inputs"].shape == batch["labels"].shape == (4, L)
-    assert torch.equal(batch["decoder_inputs"][:, 0], batch["inputs"][:, -1])  # the source's last token first
-    assert torch.equal(batch["decoder_inputs"][:, 1:], batch["labels"][:, :-1])  # teacher forcing
+    assert batch.inputs.shape == batch.decoder_inputs.shape == batch.labels.shape == (4, L)
+    assert torch.equal(batch.decoder_inputs[:, 0], batch.inputs[:, -1])  # the source's last token first
+    assert torch.equal(batch.decoder_inputs[:, 1:], batch.labels[:, :-1])  # teacher forcing
     assert data.tokens(batch) == 2 * 4 * L
 
 
 def test_validation_batches_are_fixed_and_held_out(corpus):
     data = _text(corpus)
     first, again = data.val_batches(2, 4), data.val_batches(2, 4)
-    assert all(torch.equal(x["inputs"], y["inputs"]) for x, y in zip(first, again, strict=True))
+    assert all(torch.equal(x.inputs, y.inputs) for x, y in zip(first, again, strict=True))
     held = set(data.val_ids.tolist())
-    assert set(first[0]["inputs"].flatten().tolist()) <= held
+    assert set(first[0].inputs.flatten().tolist()) <= held
 
 
 def test_digits_are_split_by_image():
@@ -79,5 +80,5 @@ def test_digits_are_split_by_image():
     n_val, n_train = len(data.val_y), len(data.train_y)
     assert n_val + n_train == 1797 and 0.15 < n_val / 1797 < 0.25
     batch = data.train_batch(0, 16)
-    assert batch["inputs"].shape == (16, 1, 32, 32) and batch["labels"].shape == (16,)
+    assert batch.inputs.shape == (16, 1, 32, 32) and batch.labels.shape == (16,)
     assert data.tokens(batch) == 16 * 64  # the patches each image feeds the model

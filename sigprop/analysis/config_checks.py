@@ -42,13 +42,15 @@ _PHI = {"dyt": "tanh", "derf": "erf"}
 
 @dataclass(frozen=True)
 class Check:
-    """One check: its ``name``, whether it is ``flagged``, the ``message`` (why), and the config ``changes`` that
-    remove it (empty when it is not flagged)."""
+    """One check: its ``name``, whether it is ``flagged``, the ``message`` (why), the config ``changes`` that
+    remove it (empty when it is not flagged), and its ``subject``: what it looked at, the message's opening words
+    (e.g. "derf with α = 2"; not in the JSON, which has the message)."""
 
     name: str
     flagged: bool
     message: str
     changes: dict = field(default_factory=dict)
+    subject: str = ""
 
     def to_dict(self) -> dict:
         return {"name": self.name, "flagged": self.flagged, "message": self.message, "changes": dict(self.changes)}
@@ -81,13 +83,14 @@ def _subcritical_check(config: TransformerConfig, plan, limit: float) -> Check |
     n = config.total_layers
     growth_log = math.sqrt(n * li)
     flagged = growth_log > math.log(limit)
-    where = (f"{config.norm} with α = {alpha:g}: APJN ∼ e^√(N/λ), λ⁻¹ = {li:.3g} (Alekseev Result 3.5, Eq. 19), "
+    subject = f"{config.norm} with α = {alpha:g}"
+    where = (f"{subject}: APJN ∼ e^√(N/λ), λ⁻¹ = {li:.3g} (Alekseev Result 3.5, Eq. 19), "
              f"×{math.exp(growth_log):.3g} over N = {n} layers")
     if not flagged:
-        return Check("subcritical DyT/Derf", False, where + f" (within ×{limit:g})")
+        return Check("subcritical DyT/Derf", False, where + f" (within ×{limit:g})", subject=subject)
     fixed = alpha * math.log(limit) / growth_log
     return Check("subcritical DyT/Derf", True, where + f": subcritical at this depth; α = {fixed:.3g} keeps it "
-                 f"within ×{limit:g}", {"norm_alpha": round(fixed, 4)})
+                 f"within ×{limit:g}", {"norm_alpha": round(fixed, 4)}, subject)
 
 
 def _saturation_check(config: TransformerConfig, predicted) -> Check | None:
@@ -98,13 +101,14 @@ def _saturation_check(config: TransformerConfig, predicted) -> Check | None:
     alpha = min(config.alpha_at("attn"), config.alpha_at("ffn"))
     reach = alpha * np.sqrt(q)
     saturated = np.flatnonzero(reach >= SATURATION)
-    message = (f"{config.norm} α√q: {reach.min():.3g} – {reach.max():.3g} over the layers (saturated from "
-               f"{SATURATION:g})")
+    subject = f"{config.norm} α√q"
+    message = f"{subject}: {reach.min():.3g} – {reach.max():.3g} over the layers (saturated from {SATURATION:g})"
     if not saturated.size:
-        return Check("saturated DyT/Derf", False, message)
+        return Check("saturated DyT/Derf", False, message, subject=subject)
     fixed = 1.0 / math.sqrt(float(q.max()))
     return Check("saturated DyT/Derf", True, message + f": saturated at {saturated.size} of {q.size} layers (from "
-                 f"layer {saturated[0]}); α ≤ 1/√q_max = {fixed:.3g} keeps α√q ≤ 1", {"norm_alpha": round(fixed, 4)})
+                 f"layer {saturated[0]}); α ≤ 1/√q_max = {fixed:.3g} keeps α√q ≤ 1", {"norm_alpha": round(fixed, 4)},
+                 subject)
 
 
 def config_checks(config: TransformerConfig, predicted=None, limits: DiagnosisLimits | None = None) -> list[Check]:

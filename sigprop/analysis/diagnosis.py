@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -38,9 +39,22 @@ from ..core.jsonio import finite_or_null
 from ..core.profile import Profile
 from ..model.init_schemes import INIT_SCHEMES
 
-__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "diagnose", "record_diagnosis",
-           "growth_law",
+__all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "Verdict", "Quantity", "diagnose",
+           "record_diagnosis", "growth_law",
            "exponential_and_power_fits", "side_by_side"]
+
+#: What a finding says of its quantity (the words its JSON and its sentence carry): a variance is "bounded",
+#: "grows" / "shrinks" (by a power or less), "explodes" / "vanishes" (exponentially) or "varies" (between layers, not
+#: end to end); the stream is the "identity"; the token correlation "collapses" or "stays below rank collapse"; any
+#: of them may be "not finite".
+Verdict = Literal["bounded", "grows", "shrinks", "explodes", "vanishes", "varies", "identity", "collapses",
+                  "stays below rank collapse", "not finite"]
+#: The quantity a finding is about: forward variance, gradient variance, token correlation, or the stream itself.
+Quantity = Literal["fwd_var", "grad_var", "fwd_corr", "stream"]
+#: A growth law's form (:class:`GrowthLaw`).
+LawKind = Literal["flat", "power", "exponential"]
+#: Which profile a diagnosis is of.
+ProfileKind = Literal["predicted", "measured"]
 
 #: Fewest layers in the fitting window for a growth law to be named.
 MIN_LAW_LAYERS = 6
@@ -50,7 +64,7 @@ FLAT_FACTOR = 1.2
 EXPONENT_TOLERANCE = 0.25
 #: Verdicts of a variance that changes with depth end to end (what DeepScaleLM's scaling addresses; a "varies" is
 #: often one boundary layer's jump, which it does not).
-DEPTH_VERDICTS = ("grows", "shrinks", "explodes", "vanishes")
+DEPTH_VERDICTS: tuple[Verdict, ...] = ("grows", "shrinks", "explodes", "vanishes")
 #: The largest residual-branch scale |β| under which a stack passes its input on at initialisation (a branch then
 #: adds at most 1e-8 of its variance per layer).
 IDENTITY_BETA = 1e-4
@@ -77,7 +91,7 @@ class GrowthLaw:
     """How a positive quantity changes with the layer index l: ``kind`` "flat", "power" (∝ (l + 1)^rate) or
     "exponential" (× rate per layer, upward in l)."""
 
-    kind: str
+    kind: LawKind
     rate: float = math.nan
 
     def describe(self, towards_input: bool = False) -> str:
@@ -106,8 +120,8 @@ class Finding:
     correlation, the last layer's value. ``flagged``: beyond the limits."""
 
     stack: str
-    quantity: str
-    verdict: str
+    quantity: Quantity
+    verdict: Verdict
     flagged: bool
     change: float
     spread: float = math.nan
@@ -169,7 +183,7 @@ class Diagnosis:
         'forward variance bounded: ×1 from the first layer to the last'
     """
 
-    kind: str
+    kind: ProfileKind
     findings: tuple[Finding, ...]
     hint: str | None = None
 
@@ -220,7 +234,7 @@ def growth_law(values) -> GrowthLaw | None:
     return GrowthLaw(kind, fits[kind][1])
 
 
-def _variance_finding(stack: str, quantity: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
+def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
     if not np.all(np.isfinite(values)) or np.any(values <= 0.0):
         return Finding(stack, quantity, "not finite", True, math.nan)
     change = values[-1] / values[0] if quantity == "fwd_var" else values[0] / values[-1]
@@ -231,6 +245,7 @@ def _variance_finding(stack: str, quantity: str, values: np.ndarray, limits: Dia
     if 1.0 / limits.growth <= change <= limits.growth:
         return Finding(stack, quantity, "varies", True, float(change), spread, law)
     upward = change > 1.0  # forward: larger at the top; gradient: larger at the input
+    verdict: Verdict
     if law is not None and law.kind == "exponential":
         verdict = "explodes" if upward else "vanishes"
     else:

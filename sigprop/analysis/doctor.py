@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from ..core.jsonio import finite_or_null
 from ..model.auto_init import beyond_dslm
@@ -56,7 +57,8 @@ LEARNING_RATE_WARNING = (
     "rates)")
 
 #: Where a doctored model came from: a sigprop configuration, a Hugging Face configuration or model, a training run.
-SOURCES = ("sigprop", "hf", "run")
+Source = Literal["sigprop", "hf", "run"]
+SOURCES: tuple[Source, ...] = get_args(Source)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class DoctorReport:
     """The current model's profiles and diagnosis and, when a fix is recommended, the fixed model's."""
 
     config: TransformerConfig | None  # None: a model sigprop has no theory for (``theory`` says why)
-    source: str
+    source: Source
     seeds: int
     predicted: object | None
     measured: object | None
@@ -179,7 +181,7 @@ class DoctorReport:
                              "fixed_measured": profile(self.fixed_measured)}}
 
 
-def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "sigprop",
+def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = "sigprop",
               checks: list[Check] = ()) -> Recommendation | None:
     """The fix for ``diagnosis`` of ``config`` and its flagged ``checks`` (module docstring), or None when nothing
     flagged has one."""
@@ -206,7 +208,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: str = "si
         if not check.flagged:
             continue
         if "init" in changes and "norm_alpha" in check.changes:  # a new scheme moves the stream α acts on: the
-            reasons.append(check.message.split(":")[0] + ": checked again on the fixed model")  # fixed model's
+            reasons.append(check.subject + ": checked again on the fixed model")  # fixed model's
             continue  # own checks say whether α must move too
         for key, value in check.changes.items():  # two α fixes: the smaller α satisfies both
             changes[key] = min(value, changes[key]) if key == "norm_alpha" and key in changes else value
@@ -266,7 +268,7 @@ def _median_errors(comparison) -> tuple[dict, dict]:
             {q: float(s.median_rel_se) for q, s in summaries.items()})
 
 
-def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, batch_size: int = 4,
+def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2, batch_size: int = 4,
            progress=None, saved: SavedModel | None = None) -> DoctorReport:
     """Diagnose the model of ``config`` at initialisation, recommend a fix and show the fixed model's profile.
 
@@ -344,7 +346,7 @@ def doctor(config: TransformerConfig, source: str = "sigprop", seeds: int = 2, b
     return report
 
 
-def doctor_measured(build: Callable, batch, seeds: list[int], describe: str, theory: str, source: str = "hf",
+def doctor_measured(build: Callable, batch, seeds: list[int], describe: str, theory: str, source: Source = "hf",
                     progress=None) -> DoctorReport:
     """Diagnose a model sigprop has no theory for from its measurement alone.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -26,7 +27,8 @@ __all__ = ["measured_boundary", "batch_prediction", "predict_for_batch", "compar
            "with_batch_input_correlation", "check_same_batch", "GRAD_BOUNDARIES"]
 
 
-GRAD_BOUNDARIES = ("measured", "theory")
+GradBoundary = Literal["measured", "theory"]
+GRAD_BOUNDARIES: tuple[GradBoundary, ...] = get_args(GradBoundary)
 
 
 def config_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
@@ -114,8 +116,8 @@ def check_same_batch(measured: Profile, batch: Batch | dict) -> None:
                          "cache or batch size?): pass the --data / --synthetic / --batch-size of the measurement")
 
 
-def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 4, grad_boundary: str = "measured",
-                   progress: Callable[[int], None] | None = None, device=None,
+def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 4,
+                   grad_boundary: GradBoundary = "measured", progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
                    token_resolved: bool | None = None, measured: Profile | None = None,
                    prediction: Prediction | None = None) -> tuple[Profile, Profile, Comparison]:

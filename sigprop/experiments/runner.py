@@ -30,13 +30,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Literal, get_args
 
 from ..core.jsonio import write_json_atomic
 from .spec import RunSpec
 
-__all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mismatch", "FATES", "FATE_FILE"]
+__all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mismatch", "Fate", "FATES", "FATE_FILE"]
 
-FATES = ("trained", "stalled", "diverged", "failed")
+#: How a run ended (module docstring).
+Fate = Literal["trained", "stalled", "diverged", "failed"]
+FATES: tuple[Fate, ...] = get_args(Fate)
 FATE_FILE = "fate.json"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -51,7 +54,7 @@ class RunResult:
     seed: int
     lr: float
     tuning: bool
-    fate: str
+    fate: Fate
     detail: str
     final_val: float | None
     steps: int
@@ -144,6 +147,7 @@ def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, m
     curve = [(m["tokens"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None and "tokens" in m]
     last = metrics[-1] if metrics else {}
     final = curve[-1][1] if curve else None
+    fate: Fate
     if code == 0:
         if final is None or not math.isfinite(final):
             fate, detail = "failed", "no final validation loss"

@@ -15,12 +15,14 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 __all__ = ["ModelSpec", "Scale", "Experiment", "RunSpec", "non_embedding_parameters", "SCALES"]
 
 #: The scales an experiment runs at: the CPU here, one GPU, the paper's configuration (documented, not run here), and
 #: a check of an experiment's machinery at a tiny size (seconds a run).
-SCALES = ("cpu", "gpu", "paper", "smoke")
+ScaleName = Literal["cpu", "gpu", "paper", "smoke"]
+SCALES: tuple[ScaleName, ...] = get_args(ScaleName)
 
 
 @dataclass(frozen=True)

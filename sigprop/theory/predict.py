@@ -248,8 +248,8 @@ class Prediction:
             meta["grad_source"] = NO_GRADIENTS
         else:
             grad_rows = self._exchangeable_backward(walk, grad_top, progress, meta)
-        meta["attention_rule"] = _attention_rules(self.model)
-        if "sampled" in meta["attention_rule"]:
+        meta["attention_rule"], sampled = _attention_rules(self.model)
+        if sampled:
             meta["attention_rule"] += f" ({self.heads} heads per layer, seed {self.seed}, one stream per layer)"
         if self.resolved:
             fwd_rows.update(self._gram_rows)
@@ -423,10 +423,11 @@ def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: d
     return Profile("predicted", config.to_dict(), tuple(rows), meta)
 
 
-def _attention_rules(model: Transformer) -> str:
+def _attention_rules(model: Transformer) -> tuple[str, bool]:
     """Which rule each layer's sampled-or-closed-form attention used (its ``rule_used``; one that reads an encoder's
-    memory is named cross-attention), as one line."""
+    memory is named cross-attention), as one line, and whether any layer's rule was the sampled one."""
     rules: dict[str, list[int]] = {}
+    sampled = False
     names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
     for layer in model.all_layers():
         for module in layer.modules():
@@ -434,7 +435,8 @@ def _attention_rules(model: Transformer) -> str:
             if declared is not None and declared.sampled and module.rule_used is not None:
                 kind = "cross-attention " if declared.memory else ""
                 rules.setdefault(kind + names.get(module.rule_used, module.rule_used), []).append(layer.index)
-    return "; ".join(f"{k}: {_ranges(v)}" for k, v in rules.items()) or "none"
+                sampled = sampled or module.rule_used == "sampled"
+    return "; ".join(f"{k}: {_ranges(v)}" for k, v in rules.items()) or "none", sampled
 
 
 def _ranges(idx: list[int]) -> str:

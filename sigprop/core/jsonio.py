@@ -9,7 +9,8 @@ from pathlib import Path
 
 from .atomic import atomic_path
 
-__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl"]
+__all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl",
+           "read_json"]
 
 
 def json_number(value) -> float | None:
@@ -88,3 +89,29 @@ def read_jsonl(path) -> list[dict]:
         if isinstance(record, dict):
             out.append(record)
     return out
+
+
+def read_json(path: Path, error: type[Exception], missing: str, unreadable: str):
+    """The JSON value in the file ``path``, or ``error`` with one line: ``missing`` where there is no such file,
+    ``unreadable`` (followed by the kind of failure) where it cannot be read or parsed.
+
+    Args:
+        path: the file.
+        error: the exception class raised.
+        missing: the message for a missing file.
+        unreadable: the message for an unreadable one.
+
+    Returns:
+        The parsed value (any JSON type: the caller checks its shape).
+
+    Example:
+        >>> read_json(Path("/nonexistent.json"), ValueError, "no file", "bad file")
+        Traceback (most recent call last):
+        ValueError: no file
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(missing) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{unreadable} ({type(err).__name__})") from None

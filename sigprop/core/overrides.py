@@ -5,11 +5,12 @@ by its field's type as :func:`typing.get_type_hints` resolves it: ``bool``, ``in
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-__all__ = ["parse_field_value", "apply_field_overrides", "describe_type"]
+__all__ = ["parse_field_value", "apply_field_overrides", "describe_type", "dataclass_from_dict", "DictConfig"]
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 _NONE = ("none", "null")
@@ -151,3 +152,51 @@ def apply_field_overrides(obj, overrides, option: str = "--set", what: str = "co
             raise ValueError(f"{option}: unknown {what} {key!r}; known fields: {', '.join(sorted(types_))}")
         changes[key] = parse_field_value(types_[key], key, value, option)
     return dataclasses.replace(obj, **changes)
+
+
+def dataclass_from_dict(cls, data, what: str = "config"):
+    """An instance of the dataclass ``cls`` from a plain dict (a JSON file), rejecting unknown keys by name; the
+    dataclass validates the values.
+
+    Args:
+        cls: the dataclass.
+        data: field name → value.
+        what: what it is called in the messages ("config", "training config").
+
+    Returns:
+        ``cls(**data)``.
+
+    Raises:
+        ValueError: ``data`` is not a dict, or holds keys that are not fields (named, with the known ones).
+
+    Example:
+        >>> from sigprop.train.config import TrainConfig
+        >>> dataclass_from_dict(TrainConfig, {"steps": 10}, "training config").steps
+        10
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"a {what} must be a JSON object of field: value pairs (got {type(data).__name__})")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
+    return cls(**data)
+
+
+_Config = TypeVar("_Config", bound="DictConfig")
+
+
+class DictConfig:
+    """What a frozen configuration dataclass offers besides its fields: a changed copy, a plain dict and JSON."""
+
+    def replace(self: _Config, **changes) -> _Config:
+        """A copy with ``changes`` (field name → value), validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Field name → value."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON."""
+        return json.dumps(self.to_dict(), indent=1)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
 from .init_theory import evaluate_init_theory, write_init_theory
 from .ladder_report import evaluate_ladder, write_ladder
@@ -110,10 +110,7 @@ def fp8_table(table: dict, title: str, intro: str) -> str:
 
 def fp8_figure(table: dict, path: Path, title: str) -> Path:
     """Bars: the loss increase from FP8 direct casting per model, E4M3 and E5M2, with the seeds' standard error."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [r for r in table["rows"] if r["seeds"]]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
@@ -223,10 +220,7 @@ def apjn_table(table: dict, title: str, intro: str) -> str:
 
 def apjn_figure(table: dict, path: Path, title: str) -> Path:
     """Final accuracy against depth, one curve per (norm, α, σ), each Derf α's depth scale λ = 1/λ⁻¹ dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     groups: dict = {}
@@ -288,10 +282,7 @@ def entropy_table(table: dict, title: str, intro: str) -> str:
 
 
 def entropy_figure(table: dict, path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lrs = sorted({r["lr"] for r in table["rows"]})
     models = list(dict.fromkeys(r["model"] for r in table["rows"]))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 from .summary import mean_se_cell
 
@@ -104,10 +104,7 @@ def init_theory_table(table: dict, title: str, intro: str) -> str:
 
 def init_theory_figure(table: dict, path: Path, title: str) -> Path:
     """σ²_x and σ²_g per layer as predicted at initialisation, one curve per model labelled with its final loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.8))
     for i, r in enumerate(table["rows"]):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 from .ladder_stats import PairedGap, paired_gap
 
@@ -179,10 +179,7 @@ def curve_label(model: str, lr: float | None, trained_seeds: int) -> str:
 
 
 def _figure(summary: dict, path: Path, results) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, row in enumerate(summary["rows"]):

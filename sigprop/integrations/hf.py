@@ -15,14 +15,11 @@ Needs ``transformers`` (the extra ``hf``), imported with this module.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..monitor.monitor import Monitor
-from ..monitor.pending import PendingMonitor
-from ..monitor.point import TrackPoint
+from ..monitor.pending import HoldsPendingMonitor
 from ..monitor.reporters import Reporter, installed
 
 __all__ = ["SigpropCallback", "trainer_reporters"]
@@ -47,7 +44,7 @@ def trainer_reporters(args, log_dir: Path | None) -> list[Reporter]:
     return out
 
 
-class SigpropCallback(TrainerCallback):
+class SigpropCallback(HoldsPendingMonitor, TrainerCallback):
     """Monitors the Trainer's model on ``probe_batch`` every ``every`` optimiser steps (module docstring).
 
     Args:
@@ -68,20 +65,6 @@ class SigpropCallback(TrainerCallback):
         >>> Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
         >>> callback.history[-1].diagnosis.findings
     """
-
-    def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
-                 seed: int = 0, theory: bool = True):
-        self.pending = PendingMonitor(probe_batch, every, loss_fn, log_dir, seed=seed, theory=theory)
-
-    @property
-    def monitor(self) -> Monitor | None:
-        """The monitor (None before training begins)."""
-        return self.pending.monitor
-
-    @property
-    def history(self) -> list[TrackPoint]:
-        """The points so far (empty before training begins)."""
-        return self.pending.history
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.pending.monitor is None:

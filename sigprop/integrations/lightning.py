@@ -15,12 +15,10 @@ when ``forward`` takes something else. Needs ``lightning`` (``lightning.pytorch`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from lightning.pytorch import Callback
 
-from ..monitor.monitor import Monitor
-from ..monitor.pending import PendingMonitor
+from ..monitor.pending import HoldsPendingMonitor
 from ..monitor.point import Columns, TrackPoint
 
 __all__ = ["SigpropCallback", "LoggersReporter"]
@@ -48,7 +46,7 @@ class LoggersReporter:
             logger.save()
 
 
-class SigpropCallback(Callback):
+class SigpropCallback(HoldsPendingMonitor, Callback):
     """Monitors the fitted module on ``probe_batch`` every ``every`` optimiser steps (module docstring).
 
     Args:
@@ -69,20 +67,6 @@ class SigpropCallback(Callback):
         >>> lightning.Trainer(callbacks=[callback], logger=TensorBoardLogger("tb")).fit(module, loader)
         >>> callback.history[-1].diagnosis.flagged
     """
-
-    def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
-                 seed: int = 0, theory: bool = True):
-        self.pending = PendingMonitor(probe_batch, every, loss_fn, log_dir, seed=seed, theory=theory)
-
-    @property
-    def monitor(self) -> Monitor | None:
-        """The monitor (None before fitting starts)."""
-        return self.pending.monitor
-
-    @property
-    def history(self) -> list[TrackPoint]:
-        """The points so far (empty before fitting starts)."""
-        return self.pending.history
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.pending.monitor is None:

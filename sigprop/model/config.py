@@ -3,14 +3,12 @@ place (:meth:`TransformerConfig.__post_init__`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
-from ..core.overrides import apply_field_overrides
+from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
 from ..core.validate import check_choice, check_integer, check_number
 from .init_schemes import SCHEME_NAMES, InitScheme, scheme_info
 
@@ -41,7 +39,7 @@ POSITIONS: tuple[Position, ...] = get_args(Position)
 
 
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(DictConfig):
     """A transformer (Kedia et al. Sec. 2, App. B; Vaswani et al.) as sigprop builds it from its components.
 
     Frozen, and validated in one place when it is made (``__post_init__``): every real number below
@@ -453,25 +451,10 @@ class TransformerConfig:
         """N in the residual scalings: all layers of the model (encoder + decoder)."""
         return self.n_layers + (self.n_decoder_layers or self.n_layers if self.arch == "encoder_decoder" else 0)
 
-    def replace(self, **changes) -> TransformerConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
-
 
 def config_from_dict(data: dict) -> TransformerConfig:
     """Build a config from a plain dict (e.g. a JSON file), rejecting unknown keys by name."""
-    if not isinstance(data, dict):
-        raise ValueError(f"a config must be a JSON object of field: value pairs (got {type(data).__name__})")
-    known = {f.name for f in fields(TransformerConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown config field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
-    return TransformerConfig(**data)
+    return dataclass_from_dict(TransformerConfig, data, "config")
 
 
 def apply_overrides(config: TransformerConfig, overrides: list[str] | tuple[str, ...]) -> TransformerConfig:

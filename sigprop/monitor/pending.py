@@ -13,7 +13,7 @@ from .monitor import Monitor, check_every, check_log_dir
 from .point import TrackPoint
 from .reporters import Reporter
 
-__all__ = ["PendingMonitor"]
+__all__ = ["PendingMonitor", "HoldsPendingMonitor"]
 
 
 class PendingMonitor:
@@ -67,3 +67,30 @@ class PendingMonitor:
         """Close the monitor's reporters, if it was started."""
         if self.monitor is not None:
             self.monitor.close()
+
+
+class HoldsPendingMonitor:
+    """What a framework's callback holds: a :class:`PendingMonitor` made from the callback's arguments (checked at
+    once), and the monitor and its points once the framework has started it.
+
+    Args: as :class:`PendingMonitor`'s.
+
+    Example:
+        >>> holder = HoldsPendingMonitor({"inputs": None}, every=10)
+        >>> holder.monitor, holder.history
+        (None, [])
+    """
+
+    def __init__(self, probe_batch, every: int = 100, loss_fn: Callable | None = None, log_dir=None, *,
+                 seed: int = 0, theory: bool = True):
+        self.pending = PendingMonitor(probe_batch, every, loss_fn, log_dir, seed=seed, theory=theory)
+
+    @property
+    def monitor(self) -> Monitor | None:
+        """The monitor (None before the framework starts it)."""
+        return self.pending.monitor
+
+    @property
+    def history(self) -> list[TrackPoint]:
+        """The points so far (empty before the framework starts the monitor)."""
+        return self.pending.history

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from .point import QUANTITIES
 from .track_file import TRACK_FILE, read_prediction, read_track
 
@@ -39,10 +39,7 @@ def plot_track(log_dir, out=None) -> Path | None:
         >>> plot_track("runs/gpt2-monitored")  # doctest: +SKIP
         PosixPath('runs/gpt2-monitored/track.png')
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     log_dir = Path(log_dir)
     track = read_track(log_dir)

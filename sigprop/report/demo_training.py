@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from ..core.progress import Progress, tasks
 from ..model.config import TransformerConfig
 
@@ -161,10 +161,7 @@ def _lines(folder: Path, results, unigram: float, figure: Path) -> list[str]:
 
 
 def _figure(path: Path, folder: Path, results, unigram: float) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from ..train.plots import smooth
     from ..train.run_dir import read_metrics

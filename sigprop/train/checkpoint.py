@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..core.atomic import atomic_path
+from ..core.jsonio import read_json
 from ..data.fingerprint import same_data
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
@@ -167,12 +168,8 @@ def load_checkpoint(path, model_config: dict | None = None, expected_shapes: dic
     from safetensors.torch import load
 
     path = Path(path)
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({type(err).__name__})") from None
+    info = read_json(path, CheckpointError, f"checkpoint {path} does not exist",
+                     f"checkpoint {path} is unreadable or truncated")
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a sigprop checkpoint (format {FORMAT} expected)")
     for key, kind in (("step", int), ("tensors_file", str), ("sha256", str), ("model_config", dict), ("rng", dict)):

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ..core.overrides import apply_field_overrides
+from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
 from ..core.validate import check_choice, check_integer, check_number
 
 __all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "train_config_from_dict", "apply_train_overrides"]
@@ -25,7 +23,7 @@ MAX_BATCH = 10**6
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(DictConfig):
     """One training run's settings (the model's are its ``TransformerConfig``).
 
     Optimiser: AdamW (Loshchilov & Hutter 2019) with decoupled ``weight_decay`` on the weight matrices and
@@ -97,26 +95,10 @@ class TrainConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false (got {getattr(self, name)!r})")
 
-    def replace(self, **changes) -> TrainConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
-
 
 def train_config_from_dict(data: dict) -> TrainConfig:
     """A :class:`TrainConfig` from a plain dict (a JSON file), rejecting unknown keys by name."""
-    if not isinstance(data, dict):
-        raise ValueError(f"a training config must be a JSON object of field: value pairs (got {type(data).__name__})")
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown training config field(s): {', '.join(unknown)}; known fields: "
-                         f"{', '.join(sorted(known))}")
-    return TrainConfig(**data)
+    return dataclass_from_dict(TrainConfig, data, "training config")
 
 
 def apply_train_overrides(config: TrainConfig, overrides) -> TrainConfig:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.figures import save_figure
+from ..core.figures import pyplot, save_figure
 from ..monitor.plot import plot_track
 from .run_dir import read_metrics
 
@@ -51,10 +51,7 @@ def _series(run_dir: Path):
 def plot_runs(run_dirs, out, labels=None) -> Path:
     """Training loss (smoothed) and validation loss of every run in ``run_dirs`` against the step, on one figure
     written to ``out`` (a .png)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
     for i, run_dir in enumerate(map(Path, run_dirs)):
@@ -75,10 +72,7 @@ def plot_runs(run_dirs, out, labels=None) -> Path:
 
 
 def _curves(run_dir: Path) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     metrics, steps, loss, val = _series(run_dir)
     if not metrics:

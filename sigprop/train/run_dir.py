@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from ..core.jsonio import read_jsonl, write_json_atomic, write_text_atomic
+from ..core.jsonio import read_json, read_jsonl, write_json_atomic, write_text_atomic
 from ..core.outputs import check_output_folder
 
 __all__ = ["RUN_FILE", "METRICS_FILE", "prepare_new_run", "write_run_files", "read_run", "newest_checkpoint",
@@ -48,12 +48,7 @@ def read_run(run_dir) -> dict:
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir} is not a run directory (no such folder)")
     path = run_dir / RUN_FILE
-    try:
-        run = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{run_dir} is not a run directory (no {RUN_FILE})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is unreadable ({type(err).__name__})") from None
+    run = read_json(path, ValueError, f"{run_dir} is not a run directory (no {RUN_FILE})", f"{path} is unreadable")
     if not isinstance(run, dict) or not isinstance(run.get("model_config"), dict) \
             or not isinstance(run.get("train_config"), dict):
         raise ValueError(f"{path} lacks the run's configs")

@@ -42,10 +42,10 @@ def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bo
     return float((entropy[keep] / torch.log(m[keep].double())).mean())
 
 
-def attention_entropies(model, batch: dict) -> list[float]:
-    """Normalised attention entropy of each layer's self-attention (module docstring) on ``batch`` (the inputs of
-    :func:`sigprop.model.objective.make_batch`), in eval mode without gradients; NaN for a layer whose
-    self-attention is not a softmax attention sigprop knows."""
+def attention_entropies(model, batch) -> list[float]:
+    """Normalised attention entropy of each layer's self-attention (module docstring) on ``batch`` (a
+    :class:`~sigprop.model.batch.Batch` or sigprop's dict: :func:`sigprop.model.objective.make_batch`), in eval
+    mode without gradients; NaN for a layer whose self-attention is not a softmax attention sigprop knows."""
     from ..components.attention import MultiHeadAttention
     from ..components.shaped_attention import ShapedAttention
     from ..model.objective import objective_sums

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..model.batch import Batch
 from .alerts import Alert, alerts_between
 from .point import Columns, DiagnosisSummary, TrackPoint, columns_of
 from .probe import Probe
@@ -190,7 +191,7 @@ class Monitor:
             self.predict(step)
         profile = self.probe.measure()
         entropy = None
-        if callable(getattr(self.model, "all_layers", None)) and isinstance(self.probe.cpu_batch, dict):
+        if callable(getattr(self.model, "all_layers", None)) and isinstance(self.probe.cpu_batch, dict | Batch):
             from ..measurement.attention_entropy import attention_entropies
 
             entropy = tuple(attention_entropies(self.model, self.probe.batch()))

@@ -37,6 +37,7 @@ from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
 from .init_theory import evaluate_init_theory, write_init_theory
 from .ladder_report import evaluate_ladder, write_ladder
+from .summary import SUMMARY_FILES, THEORY_FILES, fates_cell, table_row, write_evaluation
 from .summary import mean_se_cell as _cell
 
 __all__ = ["EVALUATIONS", "evaluate_fp8", "evaluate_apjn", "evaluate_entropy"]
@@ -99,12 +100,12 @@ def fp8_table(table: dict, title: str, intro: str) -> str:
         if not r["seeds"]:
             lines.append(f"| {r['model']} | – | 0 | no run trained | | | | | | |")
             continue
-        lines.append(
-            f"| {r['model']} | {r['best_lr']:g} | {r['seeds']} | {_cell(r['fp32_mean'], r['fp32_se'])} | "
-            f"{_cell(r['e4m3_mean'], r['e4m3_se'])} | {_cell(r['e4m3_delta_mean'], r['e4m3_delta_se'], signed=True)} | "
-            f"{_cell(r['e5m2_mean'], r['e5m2_se'])} | {_cell(r['e5m2_delta_mean'], r['e5m2_delta_se'], signed=True)} | "
-            f"{_cell(r['e4m3_overflow'], None, '.2e')} | {_cell(r['e4m3_underflow'], None, '.2e')} / "
-            f"{_cell(r['e5m2_underflow'], None, '.2e')} |")
+        lines.append(table_row(
+            r["model"], format(r["best_lr"], "g"), r["seeds"], _cell(r["fp32_mean"], r["fp32_se"]),
+            _cell(r["e4m3_mean"], r["e4m3_se"]), _cell(r["e4m3_delta_mean"], r["e4m3_delta_se"], signed=True),
+            _cell(r["e5m2_mean"], r["e5m2_se"]), _cell(r["e5m2_delta_mean"], r["e5m2_delta_se"], signed=True),
+            _cell(r["e4m3_overflow"], None, ".2e"),
+            f"{_cell(r['e4m3_underflow'], None, '.2e')} / {_cell(r['e5m2_underflow'], None, '.2e')}"))
     return "\n".join(lines) + "\n"
 
 
@@ -132,10 +133,8 @@ def fp8_figure(table: dict, path: Path, title: str) -> Path:
 
 def write_fp8(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
     """``results.json``, ``table.md`` and ``figure.png`` of an FP8 evaluation in ``out``, each written atomically."""
-    out = Path(out)
-    return (write_json_atomic(out / "results.json", table),
-            write_text_atomic(out / "table.md", fp8_table(table, title, intro)),
-            fp8_figure(table, out / "figure.png", title))
+    return write_evaluation(out, SUMMARY_FILES, table, fp8_table(table, title, intro),
+                            lambda path: fp8_figure(table, path, title))
 
 
 def _embedding_covariance(config) -> tuple[float, float]:
@@ -209,12 +208,11 @@ def apjn_table(table: dict, title: str, intro: str) -> str:
              "| model | depth N | α | σ_21, σ_OV | best LR | final accuracy (mean ± se) | fates | "
              "theory: log 𝒥^{out,0} | λ⁻¹ | N/λ |", "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
     for r in table["rows"]:
-        fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
-        lines.append(
-            f"| {r['model']} | {r['depth']} | {'–' if r['alpha'] is None else format(r['alpha'], 'g')} | "
-            f"{r['sigma_21']:g}, {r['sigma_ov']:g} | {'–' if r['best_lr'] is None else format(r['best_lr'], 'g')} | "
-            f"{_cell(r['accuracy_mean'], r['accuracy_se'], '.3f')} | {fates} | {_cell(r['log_apjn'], None, '.2f')} | "
-            f"{_cell(r['lambda_inv'], None, '.3g')} | {_cell(r['depth_over_lambda'], None, '.2f')} |")
+        lines.append(table_row(
+            r["model"], r["depth"], _cell(r["alpha"], None, "g"), f"{r['sigma_21']:g}, {r['sigma_ov']:g}",
+            _cell(r["best_lr"], None, "g"), _cell(r["accuracy_mean"], r["accuracy_se"], ".3f"), fates_cell(r["fates"]),
+            _cell(r["log_apjn"], None, ".2f"), _cell(r["lambda_inv"], None, ".3g"),
+            _cell(r["depth_over_lambda"], None, ".2f")))
     return "\n".join(lines) + "\n"
 
 
@@ -247,10 +245,8 @@ def apjn_figure(table: dict, path: Path, title: str) -> Path:
 
 def write_apjn(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
     """``theory.json``, ``theory.md`` and ``theory.png`` in ``out`` (beside the experiment's own table)."""
-    out = Path(out)
-    return (write_json_atomic(out / "theory.json", table),
-            write_text_atomic(out / "theory.md", apjn_table(table, title, intro)),
-            apjn_figure(table, out / "theory.png", title))
+    return write_evaluation(out, THEORY_FILES, table, apjn_table(table, title, intro),
+                            lambda path: apjn_figure(table, path, title))
 
 
 def evaluate_entropy(summary: dict, results, runs_dir, out, say=print) -> dict:

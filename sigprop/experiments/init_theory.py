@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.figures import pyplot, save_figure
-from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
-from .summary import mean_se_cell
+from ..core.jsonio import finite_or_null, write_json_atomic
+from .summary import THEORY_FILES, fates_cell, mean_se_cell, table_row, write_evaluation
 
 __all__ = ["evaluate_init_theory", "write_init_theory"]
 
@@ -94,11 +94,11 @@ def init_theory_table(table: dict, title: str, intro: str) -> str:
              "| model | best LR | final val (mean ± se) | fates | σ²_x last layer | σ²_x last ÷ first | "
              "σ²_g first ÷ last | ρ last layer |", "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in table["rows"]:
-        fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items()) or "not run yet"
-        lines.append(f"| {r['model']} | {mean_se_cell(r['best_lr'], None, 'g')} | "
-                     f"{mean_se_cell(r['final_val_mean'], r['final_val_se'])} | {fates} | "
-                     f"{mean_se_cell(r['fwd_var_last'], None, '.3g')} | {mean_se_cell(r['fwd_growth'], None, '.3g')} | "
-                     f"{mean_se_cell(r['grad_ratio'], None, '.3g')} | {mean_se_cell(r['corr_last'], None, '.3f')} |")
+        lines.append(table_row(
+            r["model"], mean_se_cell(r["best_lr"], None, "g"), mean_se_cell(r["final_val_mean"], r["final_val_se"]),
+            fates_cell(r["fates"]) or "not run yet", mean_se_cell(r["fwd_var_last"], None, ".3g"),
+            mean_se_cell(r["fwd_growth"], None, ".3g"), mean_se_cell(r["grad_ratio"], None, ".3g"),
+            mean_se_cell(r["corr_last"], None, ".3f")))
     return "\n".join(lines) + "\n"
 
 
@@ -127,7 +127,5 @@ def init_theory_figure(table: dict, path: Path, title: str) -> Path:
 
 def write_init_theory(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
     """``theory.json``, ``theory.md`` and ``theory.png`` in ``out`` (beside the experiment's own table)."""
-    out = Path(out)
-    return (write_json_atomic(out / "theory.json", table),
-            write_text_atomic(out / "theory.md", init_theory_table(table, title, intro)),
-            init_theory_figure(table, out / "theory.png", title))
+    return write_evaluation(out, THEORY_FILES, table, init_theory_table(table, title, intro),
+                            lambda path: init_theory_figure(table, path, title))

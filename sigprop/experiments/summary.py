@@ -143,6 +143,31 @@ def mean_se_cell(mean, se, spec=".4f", signed=False) -> str:
     return text + (f" ± {format(se, spec)}" if se is not None else "")
 
 
+def table_row(*cells) -> str:
+    """A markdown table row of ``cells`` (each turned into text)."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+#: An experiment's own files: its summary, table and figure (and an evaluation's that has its own folder).
+SUMMARY_FILES = ("results.json", "table.md", "figure.png")
+#: The files of an evaluation written beside an experiment's own table (:func:`write_evaluation`).
+THEORY_FILES = ("theory.json", "theory.md", "theory.png")
+
+
+def write_evaluation(out, names: tuple[str, str, str], table: dict, markdown: str, draw) -> tuple[Path, ...]:
+    """An evaluation's three files in ``out``, each written atomically: ``table`` as JSON, ``markdown``, and the
+    figure ``draw(path)`` saves; ``names``: their file names (JSON, markdown, figure)."""
+    out = Path(out)
+    json_name, markdown_name, figure_name = names
+    return (write_json_atomic(out / json_name, table), write_text_atomic(out / markdown_name, markdown),
+            draw(out / figure_name))
+
+
+def fates_cell(fates: dict) -> str:
+    """The fates of a model's runs as a table cell: "trained 5, stalled 2" ("" for none)."""
+    return ", ".join(f"{k} {v}" for k, v in fates.items())
+
+
 def _table(summary: dict) -> str:
     lines = [f"# {summary['experiment']} ({summary['scale']} scale)", "", summary["question"], "",
              f"Reproduces: {summary['reference']}. {summary['note']}", "", f"Command: `{summary['command']}`", "",
@@ -207,6 +232,5 @@ def _figure(summary: dict, path: Path, results) -> Path:
 
 def write_summary(summary: dict, out, results) -> tuple[Path, ...]:
     """``results.json``, ``table.md`` and ``figure.png`` in ``out``, each written atomically."""
-    out = Path(out)
-    return (write_json_atomic(out / "results.json", summary), write_text_atomic(out / "table.md", _table(summary)),
-            _figure(summary, out / "figure.png", results))
+    return write_evaluation(out, SUMMARY_FILES, summary, _table(summary),
+                            lambda path: _figure(summary, path, results))

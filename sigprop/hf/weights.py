@@ -89,6 +89,14 @@ def _gpt2(model) -> HFWeights:
     return _layout(model, slots, biases, norms, base.ln_f)
 
 
+def _add_projections(slots: list, biases: list, layer: int, prefix: str, named) -> None:
+    """Append the slot of each linear map of layer ``layer`` in ``named`` ((name under ``prefix``, module, role),
+    …) to ``slots`` and its bias entry (``prefix.name``) to ``biases``."""
+    for name, proj, role in named:
+        slots.append(Slot(role, layer, proj.weight))
+        biases.append((f"{prefix}.{name}", proj))
+
+
 def _llama(model) -> HFWeights:
     """Llama / Qwen2 / Mistral (nn.Linear weights stored (out, in)): q/k/v/o_proj, gate_proj = W_1, up_proj = W_3,
     down_proj = W_2."""
@@ -97,12 +105,10 @@ def _llama(model) -> HFWeights:
     biases, norms = [], []
     for i, block in enumerate(base.layers):
         attn, mlp = block.self_attn, block.mlp
-        for name, proj, role in (("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"),
-                                 ("v_proj", attn.v_proj, "v"), ("o_proj", attn.o_proj, "o"),
-                                 ("gate_proj", mlp.gate_proj, "w1"), ("up_proj", mlp.up_proj, "w3"),
-                                 ("down_proj", mlp.down_proj, "w2")):
-            slots.append(Slot(role, i, proj.weight))
-            biases.append((f"layers.{i}.{name}", proj))
+        _add_projections(slots, biases, i, f"layers.{i}", (
+            ("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"), ("v_proj", attn.v_proj, "v"),
+            ("o_proj", attn.o_proj, "o"), ("gate_proj", mlp.gate_proj, "w1"), ("up_proj", mlp.up_proj, "w3"),
+            ("down_proj", mlp.down_proj, "w2")))
         norms += _llama_norms(i, block)
     return _layout(model, slots, biases, norms, base.norm)
 
@@ -148,11 +154,10 @@ def _phi(model) -> HFWeights:
     biases, norms = [], []
     for i, block in enumerate(base.layers):
         attn, mlp = block.self_attn, block.mlp
-        for name, proj, role in (("self_attn.q_proj", attn.q_proj, "q"), ("self_attn.k_proj", attn.k_proj, "k"),
-                                 ("self_attn.v_proj", attn.v_proj, "v"), ("self_attn.dense", attn.dense, "o"),
-                                 ("mlp.fc1", mlp.fc1, "w1"), ("mlp.fc2", mlp.fc2, "w2")):
-            slots.append(Slot(role, i, proj.weight))
-            biases.append((f"layers.{i}.{name}", proj))
+        _add_projections(slots, biases, i, f"layers.{i}", (
+            ("self_attn.q_proj", attn.q_proj, "q"), ("self_attn.k_proj", attn.k_proj, "k"),
+            ("self_attn.v_proj", attn.v_proj, "v"), ("self_attn.dense", attn.dense, "o"), ("mlp.fc1", mlp.fc1, "w1"),
+            ("mlp.fc2", mlp.fc2, "w2")))
         norms.append((f"layers.{i}.input_layernorm", block.input_layernorm))
     head = _head(model)
     if head is not None and getattr(head, "bias", None) is not None:
@@ -171,11 +176,10 @@ def _vit(model) -> HFWeights:
     norms = []
     for i, block in enumerate(base.layers):
         attn, mlp = block.attention, block.mlp
-        for name, proj, role in (("attention.q_proj", attn.q_proj, "q"), ("attention.k_proj", attn.k_proj, "k"),
-                                 ("attention.v_proj", attn.v_proj, "v"), ("attention.o_proj", attn.o_proj, "o"),
-                                 ("mlp.fc1", mlp.fc1, "w1"), ("mlp.fc2", mlp.fc2, "w2")):
-            slots.append(Slot(role, i, proj.weight))
-            biases.append((f"layers.{i}.{name}", proj))
+        _add_projections(slots, biases, i, f"layers.{i}", (
+            ("attention.q_proj", attn.q_proj, "q"), ("attention.k_proj", attn.k_proj, "k"),
+            ("attention.v_proj", attn.v_proj, "v"), ("attention.o_proj", attn.o_proj, "o"), ("mlp.fc1", mlp.fc1, "w1"),
+            ("mlp.fc2", mlp.fc2, "w2")))
         norms += [(f"layers.{i}.layernorm_before", block.layernorm_before),
                   (f"layers.{i}.layernorm_after", block.layernorm_after)]
     head = getattr(model, "classifier", None)
@@ -205,14 +209,10 @@ def _post_ln_encoder(model, base, head: str, transform: nn.Module, transform_nor
     biases, norms = [], [("embeddings.LayerNorm", emb.LayerNorm)]
     for i, block in enumerate(base.encoder.layer):
         attn = block.attention
-        for name, proj, role in (("attention.self.query", attn.self.query, "q"),
-                                 ("attention.self.key", attn.self.key, "k"),
-                                 ("attention.self.value", attn.self.value, "v"),
-                                 ("attention.output.dense", attn.output.dense, "o"),
-                                 ("intermediate.dense", block.intermediate.dense, "w1"),
-                                 ("output.dense", block.output.dense, "w2")):
-            slots.append(Slot(role, i, proj.weight))
-            biases.append((f"encoder.layer.{i}.{name}", proj))
+        _add_projections(slots, biases, i, f"encoder.layer.{i}", (
+            ("attention.self.query", attn.self.query, "q"), ("attention.self.key", attn.self.key, "k"),
+            ("attention.self.value", attn.self.value, "v"), ("attention.output.dense", attn.output.dense, "o"),
+            ("intermediate.dense", block.intermediate.dense, "w1"), ("output.dense", block.output.dense, "w2")))
         norms += [(f"encoder.layer.{i}.attention.output.LayerNorm", attn.output.LayerNorm),
                   (f"encoder.layer.{i}.output.LayerNorm", block.output.LayerNorm)]
     slots.append(Slot("transform", None, transform.weight))
@@ -269,11 +269,9 @@ def _opt(model) -> HFWeights:
     biases, norms = [], []
     for i, block in enumerate(base.layers):
         attn = block.self_attn
-        for name, proj, role in (("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"),
-                                 ("v_proj", attn.v_proj, "v"), ("out_proj", attn.out_proj, "o"),
-                                 ("fc1", block.fc1, "w1"), ("fc2", block.fc2, "w2")):
-            slots.append(Slot(role, i, proj.weight))
-            biases.append((f"layers.{i}.{name}", proj))
+        _add_projections(slots, biases, i, f"layers.{i}", (
+            ("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"), ("v_proj", attn.v_proj, "v"),
+            ("out_proj", attn.out_proj, "o"), ("fc1", block.fc1, "w1"), ("fc2", block.fc2, "w2")))
         norms += [(f"layers.{i}.self_attn_layer_norm", block.self_attn_layer_norm),
                   (f"layers.{i}.final_layer_norm", block.final_layer_norm)]
     return _layout(model, slots, biases, norms, getattr(base, "final_layer_norm", None))

@@ -159,17 +159,15 @@ class ModelAdapter:
         return _head_objective(_logits(model(batch.inputs)), batch, self.head, name)
 
     def masks(self, batch):
-        """The padding masks of the sites: the batch's (a :class:`~sigprop.model.batch.Batch`'s fields, or those of
-        a dict :meth:`~sigprop.model.batch.Batch.from_any` reads), and for an encoder–decoder the decoder's
-        (``decoder_padding_mask``) at its sites; ``None`` for a batch of another form."""
-        if isinstance(batch, Mapping):
-            try:
-                batch = Batch.from_any(batch)
-            except ValueError:  # a batch of the model's own keys: no masks known
-                return None
-        if not isinstance(batch, Batch):
+        """The padding masks of the sites: the batch's (a :class:`~sigprop.model.batch.Batch`'s fields, or a
+        mapping's ``padding_mask``), and for an encoder–decoder the decoder's (``decoder_padding_mask``) at its
+        sites; ``None`` for a batch of another form."""
+        if isinstance(batch, Batch):
+            enc, dec = batch.padding_mask, batch.decoder_padding_mask
+        elif isinstance(batch, Mapping):  # a protocol model's own batch: the documented keys, if it has them
+            enc, dec = batch.get("padding_mask"), batch.get("decoder_padding_mask")
+        else:
             return None
-        enc, dec = batch.padding_mask, batch.decoder_padding_mask
         if self.decoder_from is None:
             return enc
         return {(layer, site): (dec if layer >= self.decoder_from else enc) for layer, site, _ in self.sites}

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from ..model.init_schemes import scheme_info
 from .spec import Experiment, ModelSpec, Scale
 
 __all__ = ["EXPERIMENTS", "get_experiment", "RESULTS_DIR", "stored_best_rates"]
@@ -57,7 +58,7 @@ def _depth_models(shapes, heads, lrs, dslm_lrs, base_name=""):
     for norm in ("pre", "post"):
         for init, grid in (("xavier", lrs), ("dslm", dslm_lrs)):
             for (n, d), h in zip(shapes, heads, strict=True):
-                if init == "dslm" and n <= 2:
+                if scheme_info(init).bounds_depth and n <= 2:  # β² = 2/N ≥ 1: λ = 0, no skip
                     continue
                 models.append(ModelSpec(f"{n}x{d} {init} {norm}-LN{base_name}",
                                         dict(n_layers=n, d_model=d, n_heads=h, norm_position=norm, init=init), grid))

@@ -111,10 +111,10 @@ def test_encoder_decoder_batch_masks_with_the_given_mask_id():
     own_mask = 3
     default = make_batch(c, ids, generator=torch.Generator().manual_seed(4))
     given = make_batch(c, ids, generator=torch.Generator().manual_seed(4), mask_id=own_mask)
-    masked = default["inputs"] == MASK_ID
+    masked = default.inputs == MASK_ID
     assert bool(masked.any())
-    assert torch.all(given["inputs"][masked] == own_mask) and torch.equal(given["inputs"][~masked],
-                                                                          default["inputs"][~masked])
+    assert torch.all(given.inputs[masked] == own_mask) and torch.equal(given.inputs[~masked],
+                                                                          default.inputs[~masked])
 
 
 def test_patch_batch_needs_labels():

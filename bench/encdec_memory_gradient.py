@@ -31,16 +31,16 @@ def measured_shares(config: TransformerConfig, batch: dict, seed: int):
     model = Transformer(config, generator=torch.Generator().manual_seed(seed))
     model.train()
     torch.manual_seed(10_000 + seed)
-    x = model.embed_drop(model.embed(batch["inputs"]))
+    x = model.embed_drop(model.embed(batch.inputs))
     for layer in model.layers:
         x = layer(x)
     memory = model.enc_norm(x)
     copies = [memory.detach().clone().requires_grad_(True) for _ in model.dec_layers]
-    y = model.dec_embed_drop(model.embed(batch["decoder_inputs"]))
+    y = model.dec_embed_drop(model.embed(batch.decoder_inputs))
     for layer, mem in zip(model.dec_layers, copies, strict=True):
         y = layer(y, memory=mem)
     logits = model.head(model.final_norm(y) * model.head_scale)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.labels.reshape(-1), ignore_index=-100)
     grads = torch.autograd.grad(loss, copies)
     return [masked_sums(g) for g in grads], masked_sums(sum(grads))
 

@@ -54,8 +54,8 @@ def main() -> None:
             runs.append(layer_variances(sigprop.measure(cls(hf_config), batch), config.n_layers))
         fwd = torch.stack([r[0] for r in runs]).mean(0)
         grad = torch.stack([r[1] for r in runs]).mean(0)
-        pred = sigprop.predict(config, token_ids=batch["inputs"], labels=batch["labels"], batch_size=B,
-                               segment_ids=batch.get("segment_ids"))
+        pred = sigprop.predict(config, token_ids=batch.inputs, labels=batch.labels, batch_size=B,
+                               segment_ids=batch.segment_ids)
         p_fwd, p_grad = layer_variances(pred, config.n_layers)
         ef, eg = 100 * (p_fwd - fwd).abs() / fwd, 100 * (p_grad - grad).abs() / grad
         print(f"{name}: forward variance median {ef.median():.2f}% max {ef.max():.2f}%; "

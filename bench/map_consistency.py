@@ -69,16 +69,16 @@ def main():
         ap.error(f"--seeds >= 3 and layers in [0, {cfg.n_layers}) are needed")
     layers = sorted(set(args.layers))
     batch = token_batch(cfg, preset.batch_size)
-    keep = torch.ones(batch["inputs"].shape, dtype=torch.bool)
+    keep = torch.ones(batch.inputs.shape, dtype=torch.bool)
     theory = Transformer(cfg, sample=False)
     with Display() as display:
         task = display.task("forward sweep (theory)", cfg.n_layers)
-        sweep = gram_forward_sweep(theory, batch["inputs"], batch.get("segment_ids"),
+        sweep = gram_forward_sweep(theory, batch.inputs, batch.segment_ids,
                               progress=task)
         task = display.task(f"{args.seeds} models of {args.preset}", args.seeds)
         seeds = collect_seed_inputs(cfg, batch, layers, args.seeds, args.heads, task)
     print(f"{args.preset}{''.join(f' {kv}' for kv in args.set)}: d = {cfg.d_model}, {args.seeds} seeds, "
-          f"batch {batch['inputs'].shape[0]} x {cfg.seq_len}; Δ = seeds' mean − rule on the seeds' mean input "
+          f"batch {batch.inputs.shape[0]} x {cfg.seq_len}; Δ = seeds' mean − rule on the seeds' mean input "
           "(jackknife SE)")
     print("layer | stream corr: sweep / seeds ± SE | norm² spread | attn LN corr Δ ± SE (z) xK | "
           "FFN LN corr Δ ± SE (z) xK | attention var Δ% ± SE (z) | attention corr Δ ± SE (z) | FFN var Δ% / cov Δ%")

@@ -148,15 +148,15 @@ def main():
         print(line(f"seed {seed}'s X and G, each rotated (Gram matrices kept)",
                    redrawn_gains(model, k, turned(x, g, kw), args.draws)))
     theory = Transformer(config, sample=False)
-    sweep = gram_forward_sweep(theory, batch["inputs"], attention_heads=16, pooled=False)
+    sweep = gram_forward_sweep(theory, batch.inputs, attention_heads=16, pooled=False)
     gram_in = sweep.stacks[0].saved[k].value.clone()
-    grads = backward_sweep(theory, sweep, head_gradient_gram(theory, sweep.output, batch["labels"])).rows
+    grads = backward_sweep(theory, sweep, head_gradient_gram(theory, sweep.output, batch.labels)).rows
     gram_g = grads[(k, "layer")]
     print(line("Gaussian rows, the expected token-resolved Gram matrices",
                redrawn_gains(model, k, lambda gen: (layer_norm_rows(gaussian_rows(gram_in, d, gen)),
                                                     gaussian_rows(gram_g, d, gen), {}), args.draws)))
     r, r_g = gram_moments(gram_in).corr, gram_moments(gram_g).corr
-    B, L = batch["inputs"].shape
+    B, L = batch.inputs.shape
     uniform = lambda c: (1 - c) * torch.eye(L, dtype=torch.float64) + c * torch.ones(L, L, dtype=torch.float64)  # noqa: E731
     print(line(f"Gaussian rows, one correlation per state (r = {r:.3f}, r_g = {r_g:.3f})",
                redrawn_gains(model, k, lambda gen: (layer_norm_rows(gaussian_rows(uniform(r).expand(B, L, L), d, gen)),

@@ -58,7 +58,7 @@ def measure_forward(config, batch, seeds: int, seed0: int, advance) -> tuple[np.
                 mod.register_forward_hook(
                     lambda m, a, out, key=(layer.index, j), store=got: store.__setitem__(key, masked_sums(out)))
         with torch.no_grad():
-            model.hidden_states(batch["inputs"], batch.get("segment_ids"))
+            model.hidden_states(batch.inputs, batch.segment_ids)
         for (layer, j), sums in got.items():
             var[i, layer, j], corr[i, layer, j] = sums.var(), sums.corr()
         advance()

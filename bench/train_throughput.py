@@ -211,7 +211,7 @@ def token_batch(s: Shape, device, config=None):
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(5, s.vocab, (s.batch, s.seq), generator=gen)
     cfg = config or TransformerConfig(arch="decoder", vocab_size=s.vocab, max_len=s.seq, seq_len=s.seq)
-    return {k: v.to(device) for k, v in make_batch(cfg, ids).items()}
+    return {k: v.to(device) for k, v in make_batch(cfg, ids).to_dict().items()}
 
 
 # timing -------------------------------------------------------------------------------------------------------------

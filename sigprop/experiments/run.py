@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core.jsonio import write_json_atomic
 from ..core.outputs import check_output_folder
 from .catalog import get_experiment
-from .runner import corpus_mismatch, execute, reference_data
+from .runner import Placement, corpus_mismatch, execute, reference_data
 from .spec import ModelSpec, edge_rates, non_embedding_parameters, plan_runs
 from .summary import best_learning_rates, summarise, write_summary
 
@@ -187,10 +187,10 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
         if not out.is_dir():
             raise ValueError(f"--table-only: {out} holds no runs of {name!r} (no such folder)")
         return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
-                      dict(gpus=gpus, reuse=folders), train=False)
+                      Placement(gpus=gpus, reuse=folders), train=False)
     with _folder_lock(out):
         return _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
-                      dict(gpus=gpus, reuse=folders))
+                      Placement(gpus=gpus, reuse=folders))
 
 
 def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refused=None) -> list:
@@ -230,7 +230,7 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
 
 
 def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, say, command, tuning,
-           placement: dict, train: bool = True) -> ExperimentResult:
+           placement: Placement, train: bool = True) -> ExperimentResult:
     """Train ``experiment``'s runs (perhaps some models of ``whole``, by ``--model``; none if not ``train``), then
     tabulate every finished run of ``whole`` in ``out``: a folder filled by several invocations gets one table of all
     it holds."""
@@ -263,18 +263,19 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
             cache[key] = reference_data(run.model_config, run.train_config)
         unigram[run.model_name] = cache[key][0]
         corpus[run.model_name] = (cache[key][1], is_pinned(run.train_config["data"]))
-    placement = {**placement, "corpus": corpus}
+    placement = replace(placement, corpus=corpus)
     margin = experiment.stall_margin
-    results, stopped = execute(tuning, out, workers, device, unigram, margin, say, **placement) if train else ([], True)
+    results, stopped = (execute(tuning, out, workers, device, unigram, margin, say, placement=placement) if train
+                        else ([], True))
     while not stopped and (extra := edge_rates(spec, results)):
         say("best rate at the edge of the grid tried: " + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in
                                                                     extra.items()))
         more, stopped = execute(plan_runs(experiment, scale, seeds, extra_lrs=extra), out, workers, device, unigram,
-                                margin, say, **placement)
+                                margin, say, placement=placement)
         results = results + more
     if not stopped:  # (a table without training counts as stopped: nothing more runs)
         rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
-        more, stopped = execute(rest, out, workers, device, unigram, margin, say, **placement)
+        more, stopped = execute(rest, out, workers, device, unigram, margin, say, placement=placement)
         results = results + more
     refused: list[str] = []
     results = _finished_runs(whole, scale, seeds, out, corpus, refused)

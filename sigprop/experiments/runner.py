@@ -35,7 +35,8 @@ from typing import Literal, get_args
 from ..core.jsonio import write_json_atomic
 from .spec import RunSpec
 
-__all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mismatch", "Fate", "FATES", "FATE_FILE"]
+__all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mismatch", "Placement", "Fate", "FATES",
+           "FATE_FILE"]
 
 #: How a run ended (module docstring).
 Fate = Literal["trained", "stalled", "diverged", "failed"]
@@ -261,15 +262,31 @@ def _reuse(spec: RunSpec, out: Path, folders, corpus=None, say=print) -> dict | 
     return _fate_of(out / spec.run_id)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an experiment's runs train and what they may reuse.
+
+    Attributes:
+        gpus: on CUDA, run ``k`` of those in progress gets GPU ``k mod gpus``.
+        reuse: folders (other experiments', or kept records) whose finished runs of identical spec are copied in
+            instead of trained again: one folder, several, or None.
+        corpus: model name → (its data's fingerprint, whether one is required), against which a run to copy is
+            checked (:func:`corpus_mismatch`); None checks nothing.
+    """
+
+    gpus: int = 1
+    reuse: str | Path | list | tuple | None = None
+    corpus: dict | None = None
+
+
 def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
-            say=print, watch=None, gpus: int = 1, reuse=None, corpus=None) -> tuple[list[RunResult], bool]:
+            say=print, watch=None, placement: Placement = Placement()) -> tuple[list[RunResult], bool]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
     those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
     ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
-    progress from their run directories). On CUDA, run ``k`` of those at once gets GPU ``k mod gpus``. ``reuse``:
-    folders (other experiments', or kept records) whose finished runs of identical spec are copied in instead of
-    trained again; ``corpus``: model name → (its data's fingerprint, whether one is required), against which a run
-    to copy is checked (:func:`corpus_mismatch`)."""
+    progress from their run directories). ``placement``: the GPUs, the folders to reuse finished runs from and the
+    corpus they must match (:class:`Placement`)."""
+    gpus, reuse, corpus = placement.gpus, placement.reuse, placement.corpus
     out = Path(out)
     folders = [] if reuse is None else [Path(reuse)] if isinstance(reuse, str | Path) else [Path(f) for f in reuse]
     results, todo, reused = {}, [], 0

@@ -127,12 +127,13 @@ def test_both_shapes_of_a_rung_see_the_same_batches_at_a_seed_and_the_evaluation
     wide = _text_data(corpus, dict(n_layers=2, d_model=32, n_heads=1, init="xavier"), 1, 8)
     thin = _text_data(corpus, dict(n_layers=8, d_model=16, n_heads=1, init="dslm"), 1, 8)
     for step in (0, 7, 1999):
-        a, b = wide.train_batch(step, 8), thin.train_batch(step, 8)
-        assert all(torch.equal(a[k], b[k]) for k in a)
+        a, b = wide.train_batch(step, 8).to_dict(), thin.train_batch(step, 8).to_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     other_seed = _text_data(corpus, dict(n_layers=2, d_model=32, n_heads=1, init="xavier"), 2, 8)
-    assert not torch.equal(other_seed.train_batch(0, 8)["inputs"], wide.train_batch(0, 8)["inputs"])
+    assert not torch.equal(other_seed.train_batch(0, 8).inputs, wide.train_batch(0, 8).inputs)
     for x, y in zip(wide.val_batches(64, 8), other_seed.val_batches(64, 8), strict=True):
-        assert all(torch.equal(x[k], y[k]) for k in x)
+        x, y = x.to_dict(), y.to_dict()
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
     assert wide.meta()["train_sha256"] == thin.meta()["train_sha256"]
 
 

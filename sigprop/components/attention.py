@@ -318,7 +318,7 @@ class SingleHeadAttention(nn.Module):
     rules = Rules(context=frozenset({"L"}), mixes_tokens=True)
 
     def __init__(self, d_in: int, d_k: int, sigma_q=None, sigma_k=None, sigma_v=None, dropout_p=0.0,
-                 causal: bool = False, batch_shape=(), approx: str = "auto"):
+                 causal: bool = False, batch_shape=(), approx: str = "auto") -> None:
         super().__init__()
         check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
         check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
@@ -436,7 +436,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
                  dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto",
                  n_kv_heads: int | None = None, rope: float | None = None, rotary_fraction: float = 1.0,
-                 qk_norm_eps: float | None = None):
+                 qk_norm_eps: float | None = None) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head"), (n_kv_heads, "n_kv_heads")):

@@ -45,7 +45,7 @@ class AttentionBlock(Sequential):
                  norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
                  norm_kwargs: dict | None = None, causal: bool = False, attention: str = "standard",
                  attention_kwargs: dict | None = None, n_kv_heads: int | None = None, rope: float | None = None,
-                 rotary_fraction: float = 1.0, qk_norm_eps: float | None = None):
+                 rotary_fraction: float = 1.0, qk_norm_eps: float | None = None) -> None:
         check_range(d, "d", lo=1.0, allowed="integers >= 1")
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
         if attention not in ATTENTIONS:
@@ -100,7 +100,7 @@ class CrossAttentionBlock(Sequential):
     """
 
     def __init__(self, d: int, n_heads: int, p: float = 0.0, attn_dropout: float = 0.0, norm: str = "layernorm",
-                 norm_kw: dict | None = None):
+                 norm_kw: dict | None = None) -> None:
         check_range(d, "d", lo=1.0, allowed="integers >= 1")
         check_range(n_heads, "n_heads", lo=1.0, allowed="integers >= 1")
         if d % n_heads:

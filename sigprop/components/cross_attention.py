@@ -156,7 +156,7 @@ class CrossAttention(MultiHeadAttention):
     rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed", "memory_moments", "L_memory"}),
                   inputs=frozenset({"memory", "memory_padding_mask"}), mixes_tokens=True, memory=True, sampled=True)
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, **kwargs):
+    def __init__(self, d_in: int, n_heads: int, d_head: int, **kwargs) -> None:
         if kwargs.get("causal"):
             raise ValueError("cross-attention is not causal: every query sees the whole memory")
         super().__init__(d_in, n_heads, d_head, **kwargs)

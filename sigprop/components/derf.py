@@ -346,7 +346,7 @@ class Derf(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha=0.5, shift=0.0, gamma=None, beta=None, dtype=None):
+    def __init__(self, hidden: int | None = None, alpha=0.5, shift=0.0, gamma=None, beta=None, dtype=None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         self.alpha = nn.Parameter(_param(alpha, (), 0.5).to(dtype or torch.get_default_dtype()))

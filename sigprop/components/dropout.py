@@ -44,7 +44,7 @@ class Dropout(nn.Dropout):
 
     rules = TOKEN_WISE
 
-    def __init__(self, p: float = 0.0):
+    def __init__(self, p: float = 0.0) -> None:
         _check_p(p)
         super().__init__(p=p)
 

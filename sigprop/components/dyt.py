@@ -321,7 +321,7 @@ class DyT(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha=0.5, gamma=None, beta=None, dtype=None):
+    def __init__(self, hidden: int | None = None, alpha=0.5, gamma=None, beta=None, dtype=None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         dtype = dtype or torch.get_default_dtype()

@@ -169,7 +169,7 @@ class Embedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int = 0, n_segments: int = 0,
                  token_std: float = 1.0, position_std: float | None = None, segment_std: float | None = None,
-                 token_scale: float = 1.0):
+                 token_scale: float = 1.0) -> None:
         super().__init__()
         check_range(vocab_size, "vocab_size", lo=1.0, allowed="integers >= 1")
         check_range(d_model, "d_model", lo=1.0, allowed="integers >= 1")

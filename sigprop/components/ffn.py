@@ -33,7 +33,7 @@ class FFNBlock(Sequential):
 
     def __init__(self, d: int, d_ff: int | None = None, activation: str = "relu", p: float = 0.0,
                  norm: str = "layernorm", w1_std: float | None = None, w2_std: float | None = None,
-                 norm_kwargs: dict | None = None, activation_kwargs: dict | None = None):
+                 norm_kwargs: dict | None = None, activation_kwargs: dict | None = None) -> None:
         check_range(d, "d", lo=1.0, allowed="integers >= 1")
         d_ff = 4 * d if d_ff is None else check_range(d_ff, "d_ff", lo=1.0, allowed="integers >= 1")
         d, d_ff = int(d), int(d_ff)

@@ -279,7 +279,7 @@ class GELU(nn.GELU):
 
     rules = TOKEN_WISE
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(approximate="none")
 
     def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:

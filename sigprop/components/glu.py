@@ -136,7 +136,7 @@ class GLU(nn.Module):
     rules = TOKEN_WISE
 
     def __init__(self, d_in: int, d_ff: int, gate: str = "swiglu", gate_std: float | None = None,
-                 up_std: float | None = None):
+                 up_std: float | None = None) -> None:
         super().__init__()
         self.d_in = int(check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1"))
         self.d_ff = int(check_range(d_ff, "d_ff", lo=1.0, allowed="integers >= 1"))

@@ -115,7 +115,7 @@ class HeadTransform(Sequential):
         1.0
     """
 
-    def __init__(self, d: int, activation: str = "gelu", eps: float = 1e-12, weight_std: float | None = None):
+    def __init__(self, d: int, activation: str = "gelu", eps: float = 1e-12, weight_std: float | None = None) -> None:
         if activation not in ("gelu", "relu"):
             raise ValueError(f"the head transform's activation must be gelu or relu (got {activation!r})")
         super().__init__(OrderedDict(dense=Linear(d, d, bias=True, weight_std=weight_std),

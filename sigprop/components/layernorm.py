@@ -307,7 +307,7 @@ class LayerNorm(nn.LayerNorm):
     rules = Rules(fixes_length=True, postnorm=True)
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device=None, dtype=None, approx: str = "exact"):
+                 device=None, dtype=None, approx: str = "exact") -> None:
         _check_eps(eps)
         _check_approx(approx)
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,

@@ -60,7 +60,7 @@ class Linear(nn.Linear):
     rules = TOKEN_WISE
 
     def __init__(self, d_in: int, d_out: int, bias: bool = False, weight_std: float | None = None,
-                 bias_std: float = 0.0):
+                 bias_std: float = 0.0) -> None:
         _check_dims(d_in, "d_in")
         _check_dims(d_out, "d_out")
         self.weight_std = math.sqrt(2.0 / (d_in + d_out)) if weight_std is None else float(weight_std)

@@ -15,13 +15,16 @@ Assumes: every branch ends in a zero-mean random linear layer independent of the
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 
 from ..core.moments import GradMoments, Moments
 from ..walk.exchangeable import backward_moments, forward_moments
 from ..walk.protocol import SUM, forward_inputs
-from ..walk.walker import Flow, GradFlow
+from ..walk.state import Forward, Gradient
+from ..walk.walker import Flow, GradFlow, Tape, Walker
 
 __all__ = ["Parallel"]
 
@@ -31,7 +34,7 @@ class Parallel(nn.Module):
 
     rules = SUM
 
-    def __init__(self, **branches: nn.Module):
+    def __init__(self, **branches: nn.Module) -> None:
         super().__init__()
         if not branches:
             raise ValueError("Parallel needs at least one branch")
@@ -40,20 +43,22 @@ class Parallel(nn.Module):
                 raise ValueError(f"branch {name!r} must be a torch.nn.Module (got {type(branch).__name__})")
             self.add_module(name, branch)
 
-    def forward(self, x: torch.Tensor, **context) -> torch.Tensor:
-        return sum(branch(x, **forward_inputs(branch, context)) for branch in self.children())
+    def forward(self, x: torch.Tensor, **context: Any) -> torch.Tensor:
+        return cast(torch.Tensor, sum(branch(x, **forward_inputs(branch, context)) for branch in self.children()))
 
-    def walk_forward(self, walker, flow):
+    def walk_forward(self, walker: Walker[Forward, Gradient],
+                     flow: Flow[Forward]) -> tuple[Flow[Forward], list[Tape[Forward]]]:
         walks = [walker.forward(branch, Flow(flow.value, flow.source)) for branch in self.children()]
         return Flow(walker.state.add([(1.0, out.value) for out, _ in walks]), self.rules), [t for _, t in walks]
 
-    def walk_backward(self, walker, gflow, tapes):
+    def walk_backward(self, walker: Walker[Forward, Gradient], gflow: GradFlow[Gradient],
+                      tapes: list[Tape[Forward]]) -> GradFlow[Gradient]:
         grads = [walker.backward(branch, GradFlow(gflow.value, gflow.scale), tape)
                  for branch, tape in zip(self.children(), tapes, strict=True)]
         return GradFlow(walker.state.add_grad([(1.0, g.value) for g in grads]), gflow.scale)
 
-    def forward_moments(self, m: Moments, **context) -> Moments:
+    def forward_moments(self, m: Moments, **context: Any) -> Moments:
         return forward_moments(self, m, **context)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, **context: Any) -> GradMoments:
         return backward_moments(self, g, m_in, **context)

@@ -39,7 +39,7 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, image_size: int, patch_size: int, channels: int, d_model: int,
                  patch_std: float = 0.02, position_std: float = 0.02, cls_token: bool = False,
-                 cls_std: float = 0.02):
+                 cls_std: float = 0.02) -> None:
         super().__init__()
         for v, name in ((image_size, "image_size"), (patch_size, "patch_size"), (channels, "channels"),
                         (d_model, "d_model")):

@@ -59,7 +59,7 @@ class QueryKeyMap:
     rotary_fraction: float = 1.0
     norm_eps: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.theta is not None:
             check_range(self.theta, "rope theta", lo=1.0, lo_open=True, allowed="(1, inf)")
         check_range(self.rotary_fraction, "rotary_fraction", lo=0.0, hi=1.0, lo_open=True, allowed="(0, 1]")

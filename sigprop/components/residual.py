@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-from ..core.moments import GradMoments, Moments, independent_grad_sum, independent_sum
+from ..core.moments import GradMoments, Moments, Stat, independent_grad_sum, independent_sum
 from ..core.validate import check_range
 from ..walk.exchangeable import backward_moments, forward_moments
 from ..walk.protocol import SUM, forward_inputs
-from ..walk.walker import Flow, GradFlow
+from ..walk.state import Forward, Gradient
+from ..walk.walker import Flow, GradFlow, Tape, Walker
 
 __all__ = ["Residual", "residual_forward", "residual_backward"]
 
 
-def _scale(v, name):
+def _scale(v: Stat, name: str) -> Stat:
     return check_range(v, name, lo=0.0, allowed="[0, inf)")
 
 
-def residual_forward(skip: Moments, branch: Moments, lam=1.0, beta=1.0) -> Moments:
+def residual_forward(skip: Moments, branch: Moments, lam: Stat = 1.0, beta: Stat = 1.0) -> Moments:
     """Moments of y = λ x + β f where x has moments ``skip`` and f = branch(x) has moments ``branch``.
 
     μ_y = λμ_x + βμ_f, σ²_y = λ²σ²_x + β²σ²_f, Cov^l_y = λ² r_x σ²_x + β² r_f σ²_f (and likewise along hidden units),
@@ -29,7 +32,7 @@ def residual_forward(skip: Moments, branch: Moments, lam=1.0, beta=1.0) -> Momen
     return independent_sum([(_scale(lam, "lambda"), skip), (_scale(beta, "beta"), branch)])
 
 
-def residual_backward(g: GradMoments, branch_grad: GradMoments, lam=1.0, beta=1.0) -> GradMoments:
+def residual_backward(g: GradMoments, branch_grad: GradMoments, lam: Stat = 1.0, beta: Stat = 1.0) -> GradMoments:
     """Gradient moments at x of y = λx + βf(x): g_x = λ g + β J_fᵀ g.
 
     ``branch_grad`` are the moments of J_fᵀ g (the branch's backward rule applied to ``g`` itself; backward rules are
@@ -53,7 +56,10 @@ class Residual(nn.Module):
 
     rules = SUM
 
-    def __init__(self, branch: nn.Module, lam=1.0, beta=1.0, learnable_beta: bool = False):
+    lam: torch.Tensor
+    beta: torch.Tensor
+
+    def __init__(self, branch: nn.Module, lam: Stat = 1.0, beta: Stat = 1.0, learnable_beta: bool = False) -> None:
         super().__init__()
         _scale(lam, "lambda")
         _scale(beta, "beta")
@@ -65,17 +71,18 @@ class Residual(nn.Module):
         else:
             self.register_buffer("beta", beta_t)
 
-    def forward(self, x: torch.Tensor, **context) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, **context: Any) -> torch.Tensor:
         """λ·x + β·branch(x); ``context`` keywords (padding mask, cross-attention memory) go to the branch
         where its ``forward`` declares them."""
         return self.lam * x + self.beta * self.branch(x, **forward_inputs(self.branch, context))
 
-    def scales(self) -> tuple:
+    def scales(self) -> tuple[Stat, Stat]:
         """(λ, β) as the rules take them: floats, or float64 arrays over configurations."""
         lam, beta = (v.detach().double().cpu().numpy() for v in (self.lam, self.beta))
         return _scale(lam, "lambda"), _scale(beta, "beta")
 
-    def walk_forward(self, walker, flow):
+    def walk_forward(self, walker: Walker[Forward, Gradient],
+                     flow: Flow[Forward]) -> tuple[Flow[Forward], tuple[Tape[Forward], Stat, Stat]]:
         lam, beta = self.scales()
         branch, tape = walker.forward(self.branch, Flow(flow.value, flow.source))
         value = walker.branch_output(self, flow.value, branch.value)
@@ -83,14 +90,15 @@ class Residual(nn.Module):
         postnorm = flow.source is not None and flow.source.postnorm
         return Flow(out, self.rules, (flow.value, value, lam, beta) if postnorm else None), (tape, lam, beta)
 
-    def walk_backward(self, walker, gflow, inner):
+    def walk_backward(self, walker: Walker[Forward, Gradient], gflow: GradFlow[Gradient],
+                      inner: tuple[Tape[Forward], Stat, Stat]) -> GradFlow[Gradient]:
         tape, lam, beta = inner
         branch = walker.backward(self.branch, GradFlow(gflow.value, gflow.scale * beta**2), tape)
         g_in = walker.state.add_grad([(lam, gflow.value), (beta, branch.value)])
         return GradFlow(g_in, gflow.scale, walker.state.skip_fraction(lam, gflow.value, g_in))
 
-    def forward_moments(self, m: Moments, **context) -> Moments:
+    def forward_moments(self, m: Moments, **context: Any) -> Moments:
         return forward_moments(self, m, **context)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, **context: Any) -> GradMoments:
         return backward_moments(self, g, m_in, **context)

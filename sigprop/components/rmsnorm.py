@@ -323,7 +323,7 @@ class RMSNorm(nn.Module):
     rules = Rules(fixes_length=True)
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, approx: str = "exact"):
+                 dtype=None, approx: str = "exact") -> None:
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)

@@ -346,7 +346,7 @@ class ShapedAttention(nn.Module):
     def __init__(self, d_in: int, n_heads: int, d_head: int, tau0: float = 1.0, tau: float | None = None,
                  sigma_q: float | None = None, sigma_k: float | None = None, sigma_v: float | None = None,
                  gamma1: float = 1.0, gamma2: float = 1.0, gamma_mode: str = "fixed",
-                 anneal_steps: int | None = None, causal: bool = False, width: int | None = None):
+                 anneal_steps: int | None = None, causal: bool = False, width: int | None = None) -> None:
         super().__init__()
         for v, name in ((d_in, "d_in"), (n_heads, "n_heads"), (d_head, "d_head")):
             check_range(v, name, lo=1.0, allowed="integers >= 1")

@@ -118,7 +118,7 @@ def shaped_relu_nu(rho, c_plus, c_minus):
     return dc**2 / (2.0 * np.pi) * (np.sqrt(np.clip(1.0 - rho**2, 0.0, None)) - rho * np.arccos(rho))
 
 
-def _check_domain(a, s_plus, s_minus):
+def _check_domain(a, s_plus, s_minus) -> None:
     """Where one slope is zero the rule is a scaled ReLU, with ReLU's float64 limit on the standardised mean."""
     a = np.asarray(a, dtype=np.float64)
     sp, sm = np.broadcast_arrays(np.asarray(s_plus), np.asarray(s_minus))
@@ -200,7 +200,7 @@ class ShapedReLU(nn.Module):
     rules = TOKEN_WISE
 
     def __init__(self, n: int, c_plus: float = 0.0, c_minus: float = -1.0, normalize: bool = False,
-                 mode: str = "fixed", anneal_steps: int | None = None):
+                 mode: str = "fixed", anneal_steps: int | None = None) -> None:
         super().__init__()
         check_range(n, "width n", lo=1.0, allowed="integers >= 1")
         check_range(c_plus, "c_plus")

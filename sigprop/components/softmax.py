@@ -316,7 +316,7 @@ class Softmax(nn.Softmax):
 
     rules = Rules(context=frozenset({"length"}))
 
-    def __init__(self, dim: int = -1, length: int | None = None, approx: str = "exact"):
+    def __init__(self, dim: int = -1, length: int | None = None, approx: str = "exact") -> None:
         _check_approx(approx)
         if length is not None:
             _check_length(length)

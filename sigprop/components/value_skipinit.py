@@ -33,7 +33,7 @@ class ValueSkipInitAttention(MultiHeadAttention):
     rules = Rules(inputs=frozenset({"key_padding_mask"}))  # token-wise while β = 0 (the rules check it)
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto"):
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto") -> None:
         if batch_shape:
             raise ValueError("ValueSkipInitAttention takes one weight copy (batch_shape=())")
         super().__init__(d_in, n_heads, d_head, sigma_q, sigma_k, sigma_v, dropout_p, causal, (), approx)

@@ -29,13 +29,18 @@ of configurations is transformed in one call. Everything is stored as float64.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import TypeAlias
 
 import numpy as np
 
 from .validate import as_float64, check_range, clip_corr
 
-__all__ = ["Moments", "GradMoments", "independent_sum", "independent_grad_sum"]
+__all__ = ["Moments", "GradMoments", "independent_sum", "independent_grad_sum", "Stat"]
+
+#: A statistic as the rules take and give it: a float, or a float64 array with one entry per configuration of a sweep.
+Stat: TypeAlias = float | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class Moments:
     corr: float | np.ndarray = 0.0
     corr_hidden: float | np.ndarray = field(default=0.0)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "mean", as_float64(self.mean, "Moments.mean"))
         object.__setattr__(self, "var", check_range(self.var, "Moments.var", lo=0.0, lo_open=True,
                                                      allowed="(0, inf)"))
@@ -119,7 +124,7 @@ class GradMoments:
     var: float | np.ndarray = 1.0
     corr: float | np.ndarray = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "var", check_range(self.var, "GradMoments.var", lo=0.0, lo_open=True,
                                                      allowed="(0, inf)"))
         object.__setattr__(self, "corr", check_range(self.corr, "GradMoments.corr", lo=-1.0, hi=1.0))

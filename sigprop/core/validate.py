@@ -76,7 +76,7 @@ def _allowed(lo, hi, lo_open: bool, hi_open: bool, allowed: str | None) -> str:
     return f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
 
 
-def check_range(value, name: str, *, lo=None, hi=None, lo_open=False, hi_open=False, allowed: str | None = None):
+def check_range(value, name: str, *, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False, allowed: str | None = None):
     """Validate that ``value`` (scalar or array) is finite and inside [lo, hi]; raise ``ValueError`` naming ``name``.
 
     ``lo_open``/``hi_open`` make the bound strict. ``allowed`` overrides the text describing the allowed range.

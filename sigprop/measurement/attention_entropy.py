@@ -56,7 +56,7 @@ def attention_entropies(model, batch) -> list[float]:
     for layer in layers:
         attn = _self_attention(layer)
         if isinstance(attn, MultiHeadAttention | ShapedAttention):
-            def hook(module, args, kwargs, index=layer.index):
+            def hook(module, args, kwargs, index=layer.index) -> None:
                 captured[index] = (args[0].detach(), kwargs.get("key_padding_mask"))
             hooks.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
     was_training = model.training

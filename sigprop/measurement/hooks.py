@@ -171,7 +171,7 @@ class _Mask:
     never a host sync.
     """
 
-    def __init__(self, mask: torch.Tensor):
+    def __init__(self, mask: torch.Tensor) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
             got = f"{mask.dtype} tensor of shape {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask)
             raise ValueError(f"mask must be a bool tensor of shape (batch, tokens), True = real token (got {got})")
@@ -444,7 +444,7 @@ class Recorder:
         ('measured', 2, True)
     """
 
-    def __init__(self, model_or_sites, mask=None, grads: bool = True):
+    def __init__(self, model_or_sites, mask=None, grads: bool = True) -> None:
         self._sites, self._model = _resolve_sites(model_or_sites)
         self._grads = bool(grads)
         self._fwd: dict[tuple[int, str], list[torch.Tensor]] = {(l, s): [] for l, s, _ in self._sites}
@@ -499,7 +499,7 @@ class Recorder:
     def _hook(self, key):
         store_fwd, store_grad = self._fwd[key], self._grad[key]
 
-        def record(module, args, out):
+        def record(module, args, out) -> None:
             self._record(key, out, store_fwd, store_grad)
 
         return record
@@ -507,7 +507,7 @@ class Recorder:
     def _input_hook(self, key):
         store_fwd, store_grad = self._fwd[key], self._grad[key]
 
-        def record(module, args, kwargs):
+        def record(module, args, kwargs) -> None:
             x = next((a for a in args if isinstance(a, torch.Tensor)), kwargs.get("hidden_states"))
             self._record(key, x, store_fwd, store_grad)
 
@@ -528,7 +528,7 @@ class Recorder:
             self._defer(store_fwd, _raw_sums(out, mask, scratch))
         if self._grads and out.requires_grad:
 
-            def grad_hook(g):
+            def grad_hook(g) -> None:
                 with torch.no_grad():
                     self._defer(store_grad, _raw_sums(g, mask, scratch))
 

@@ -234,16 +234,16 @@ class TransformerConfig(DictConfig):
     shaped_gamma: float = 8.0**-0.5
 
     def __post_init__(self):
-        def choice(name, allowed):
+        def choice(name, allowed) -> None:
             check_choice(self, name, allowed)
 
-        def integer(name, lo, optional=False):
+        def integer(name, lo, optional: bool = False) -> None:
             check_integer(self, name, lo, optional)
 
-        def number(name, lo=None, hi=MAX_NUMBER, lo_open=False, hi_open=False, optional=False):
+        def number(name, lo=None, hi=MAX_NUMBER, lo_open: bool = False, hi_open: bool = False, optional: bool = False) -> None:
             check_number(self, name, lo, hi, lo_open, hi_open, optional)
 
-        def boolean(name, optional=False):
+        def boolean(name, optional: bool = False):
             v = getattr(self, name)
             if not (isinstance(v, bool) or (optional and v is None)):
                 raise ValueError(f"{name} must be true or false{' (or None)' if optional else ''} (got {v!r})")

@@ -71,13 +71,13 @@ class TransformerLayer(Sequential):
     """
 
     def __init__(self, config, index: int, causal: bool = False, cross: bool = False,
-                 learnable_beta: bool = False):
+                 learnable_beta: bool = False) -> None:
         self.index = int(index)
         c = config
         inner = c.norm if c.norm_position == "pre" else "none"
         layers = OrderedDict()
 
-        def add(name, branch):
+        def add(name, branch) -> None:
             layers[name] = Residual(branch, learnable_beta=learnable_beta)
             if c.norm_position == "post":
                 layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))

@@ -35,16 +35,16 @@ LINEAR_ROLES = {"proj": "o", "fc1": "w1", "fc2": "w2"}
 
 
 class _Sampler:
-    def __init__(self, generator, sample: bool = True):
+    def __init__(self, generator, sample: bool = True) -> None:
         self.generator, self.sample = generator, sample
         self.done: set[int] = set()
 
-    def normal(self, p: torch.Tensor, std: float):
+    def normal(self, p: torch.Tensor, std: float) -> None:
         if self.sample:
             p.normal_(0.0, std, generator=self.generator)
         self.done.add(id(p))
 
-    def fill(self, p: torch.Tensor, value: float):
+    def fill(self, p: torch.Tensor, value: float) -> None:
         p.fill_(value)
         self.done.add(id(p))
 

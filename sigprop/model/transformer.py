@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -72,6 +74,8 @@ def _calibration_config(config: TransformerConfig) -> TransformerConfig:
     return config.replace(position="none") if config.position == "rope" else config
 
 
+_Layers = Sequence[TransformerLayer]
+
 #: The global RNG (which dropout draws from) is seeded with this plus the model's seed by :func:`seeded_model`.
 DROPOUT_SEED_OFFSET = 10_000
 
@@ -85,7 +89,7 @@ class Stack:
     "encoder" / "decoder" in an encoder–decoder."""
 
     name: str
-    layers: nn.ModuleList
+    layers: Sequence[TransformerLayer]  # an nn.ModuleList of them
     dropout: nn.Module
     input_site: tuple[int, str]
     memory: bool = False
@@ -141,7 +145,7 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, config: TransformerConfig, plan: InitPlan | None = None,
-                 generator: torch.Generator | None = None, device=None, sample: bool = True):
+                 generator: torch.Generator | None = None, device=None, sample: bool = True) -> None:
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig (got {type(config).__name__})")
@@ -190,9 +194,11 @@ class Transformer(nn.Module):
         """The model's top level, once for the forward pass, the sites and the theory: one stack, or an
         encoder–decoder's encoder (its output, after ``enc_norm``, is the memory) and decoder."""
         if self.config.arch != "encoder_decoder":
-            return [Stack("", self.layers, self.embed_drop, (-1, "input"))]
-        return [Stack("encoder", self.layers, self.embed_drop, (-1, "input"), memory=True, memory_norm=self.enc_norm),
-                Stack("decoder", self.dec_layers, self.dec_embed_drop, (self.config.n_layers, "dec_input"))]
+            return [Stack("", cast(_Layers, self.layers), self.embed_drop, (-1, "input"))]
+        return [Stack("encoder", cast(_Layers, self.layers), self.embed_drop, (-1, "input"), memory=True,
+                      memory_norm=self.enc_norm),
+                Stack("decoder", cast(_Layers, self.dec_layers), self.dec_embed_drop,
+                      (self.config.n_layers, "dec_input"))]
 
     def all_layers(self) -> list[TransformerLayer]:
         return [layer for stack in self.stacks() for layer in stack.layers]

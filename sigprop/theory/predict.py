@@ -122,7 +122,7 @@ class Prediction:
                  input_moments: Moments | None = None, seq_len: int | None = None, batch_size: int = 1,
                  pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
                  decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
-                 attention_seed: int = 0, token_resolved: bool | None = None):
+                 attention_seed: int = 0, token_resolved: bool | None = None) -> None:
         self.model = model = theory_model(model_or_config, plan)
         config = self.config = model.config
         self.heads = integer_value(attention_heads, "attention_heads (heads the sampled attention rule draws per "

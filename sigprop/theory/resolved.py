@@ -45,14 +45,19 @@ shaped attention have none yet (:func:`resolved_supported`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..components.attention_gram import pooled_gram_means
-from ..core.moments import GradMoments, Moments
-from ..walk.protocol import mixes_tokens, rules_of
+from ..core.moments import GradMoments, Moments, Stat
+from ..walk.protocol import GramLeaf, Leaf, PostNormLeaf, Rules, mixes_tokens, rules_of
+
+if TYPE_CHECKING:
+    from ..walk.state import WalkState
 
 __all__ = ["GramState", "pairwise_forward", "pairwise_backward", "pairwise_postnorm_forward",
            "pairwise_postnorm_backward", "gram_moments", "grad_gram_moments", "resolved_supported"]
@@ -88,7 +93,7 @@ def _grad_pairs(grad_gram: torch.Tensor) -> tuple[GradMoments, np.ndarray]:
     return GradMoments(var=v, corr=corr), live
 
 
-def _gram_from_pairs(var, corr, shape, live: np.ndarray | None = None) -> torch.Tensor:
+def _gram_from_pairs(var: Stat, corr: Stat, shape: tuple[int, ...], live: np.ndarray | None = None) -> torch.Tensor:
     """Assemble G from a pair rule's output variance and correlation: each token's variance from the diagonal pairs
     (zero where ``live`` is False), the off-diagonal entries from the pairs' correlations."""
     var = np.broadcast_to(np.asarray(var), shape)
@@ -109,14 +114,15 @@ def _zero_mean(out: Moments) -> Moments:
     return out
 
 
-def pairwise_forward(rule: Callable, gram: torch.Tensor, **context) -> torch.Tensor:
+def pairwise_forward(rule: Callable[..., Moments], gram: torch.Tensor, **context: Any) -> torch.Tensor:
     """Apply a token-wise component's exchangeable forward ``rule`` (e.g. ``module.forward_moments``) to every token
     pair of ``gram`` (B, L, L) at once and return the output Gram matrix (module docstring)."""
     out = _zero_mean(rule(_pair_moments(gram), **context))
     return _gram_from_pairs(out.var, out.corr, gram.shape)
 
 
-def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tensor, **context) -> torch.Tensor:
+def pairwise_backward(rule: Callable[..., GradMoments], grad_gram: torch.Tensor, gram: torch.Tensor,
+                      **context: Any) -> torch.Tensor:
     """Apply a token-wise component's exchangeable backward ``rule`` (e.g. ``module.backward_moments``) to every token
     pair at once: the output-gradient Gram ``grad_gram`` and the forward input Gram ``gram`` (both (B, L, L)) give
     the input-gradient Gram. Token j's gradient is J(x_j)ᵀ g_j, so the pair (j, l) depends only on the forward pair
@@ -126,27 +132,28 @@ def pairwise_backward(rule: Callable, grad_gram: torch.Tensor, gram: torch.Tenso
     return _gram_from_pairs(out.var, out.corr, gram.shape, live)
 
 
-def _postnorm_pairs(norm, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Moments, Moments]:
+def _postnorm_pairs(norm: nn.Module, skip: torch.Tensor, branch: torch.Tensor) -> tuple[Moments, Moments]:
     """The skip and branch pairs of a Post-LN norm's post-norm rule. The skip input is a LayerNorm output, whose
     hidden units are correlated −1/(d − 1) exactly (the mean is subtracted; Kedia et al. Table 19): the Gram matrix
     does not carry it, and the rule's O(1/d) terms need it: without it a DSLM Post-LN gradient drifts at every
     norm, compounding over 384 norms (docs/results/accuracy.md, "The token-resolved backward sweep")."""
-    return _pair_moments(skip, corr_hidden=-1.0 / (norm.d - 1.0)), _pair_moments(branch)
+    return _pair_moments(skip, corr_hidden=-1.0 / (cast(PostNormLeaf, norm).d - 1.0)), _pair_moments(branch)
 
 
-def pairwise_postnorm_forward(norm, skip: torch.Tensor, branch: torch.Tensor, lam, beta) -> torch.Tensor:
+def pairwise_postnorm_forward(norm: nn.Module, skip: torch.Tensor, branch: torch.Tensor, lam: Stat,
+                              beta: Stat) -> torch.Tensor:
     """A Post-LN norm's post-norm rule (:meth:`LayerNorm.forward_moments_postnorm`) for every token pair."""
-    out = norm.forward_moments_postnorm(*_postnorm_pairs(norm, skip, branch), lam, beta)
+    out = cast(PostNormLeaf, norm).forward_moments_postnorm(*_postnorm_pairs(norm, skip, branch), lam, beta)
     return _gram_from_pairs(out.var, out.corr, skip.shape)
 
 
-def pairwise_postnorm_backward(norm, grad_gram: torch.Tensor, skip: torch.Tensor, branch: torch.Tensor, lam, beta,
-                               skip_fraction) -> torch.Tensor:
+def pairwise_postnorm_backward(norm: nn.Module, grad_gram: torch.Tensor, skip: torch.Tensor, branch: torch.Tensor,
+                               lam: Stat, beta: Stat, skip_fraction: Stat) -> torch.Tensor:
     """A Post-LN norm's post-norm backward rule (:meth:`LayerNorm.backward_moments_postnorm`) for every token pair;
     ``skip_fraction`` (B, L, L) per pair."""
     g, live = _grad_pairs(grad_gram)
-    out = norm.backward_moments_postnorm(g, *_postnorm_pairs(norm, skip, branch), lam, beta,
-                                         skip_fraction=skip_fraction)
+    out = cast(PostNormLeaf, norm).backward_moments_postnorm(g, *_postnorm_pairs(norm, skip, branch), lam, beta,
+                                                             skip_fraction=skip_fraction)
     return _gram_from_pairs(out.var, out.corr, skip.shape, live)
 
 
@@ -175,7 +182,7 @@ def _skip_fraction(skip_part: torch.Tensor, total: torch.Tensor) -> np.ndarray:
     return np.clip(np.sqrt(ratio[:, :, None] * ratio[:, None, :]), 0.0, 1.0)
 
 
-def resolved_supported(model) -> str | None:
+def resolved_supported(model: nn.Module) -> str | None:
     """None if every token-mixing component of ``model`` has a token-resolved rule (declared ``gram``), else which
     one has not: the reason the token-resolved sweeps do not cover it."""
     for name, module in model.named_modules():
@@ -201,20 +208,20 @@ class GramState:
     #: Tapes are not kept between the forward and backward walks: each layer is re-walked (class docstring).
     keeps_tapes = False
 
-    def __init__(self, key_mask: torch.Tensor | None = None, pooled: bool = True):
+    def __init__(self, key_mask: torch.Tensor | None = None, pooled: bool = True) -> None:
         self.key_mask = key_mask
         self.pooled = pooled
-        self.attention_out: dict = {}
+        self.attention_out: dict[int, torch.Tensor] = {}
 
     @staticmethod
-    def whole(module) -> bool:
+    def whole(module: nn.Module) -> bool:
         """A chain that mixes no tokens is applied whole, its composed exchangeable rule pair by pair (a sum of
         independent terms is walked: Gram matrices add exactly)."""
         rules = rules_of(module)
         return rules.composite and not rules.adds and not mixes_tokens(module)
 
     @staticmethod
-    def _token_mixer(module) -> bool:
+    def _token_mixer(module: nn.Module) -> bool:
         rules = rules_of(module)
         if rules.composite or not rules.mixes_tokens:
             return False
@@ -222,53 +229,58 @@ class GramState:
             raise NotImplementedError(f"token-resolved theory: {type(module).__name__} has no token-resolved rule")
         return True
 
-    def forward(self, module, gram: torch.Tensor, context: dict, source) -> torch.Tensor:
+    def forward(self, module: nn.Module, gram: torch.Tensor, context: dict[str, Any],
+                source: Rules | None) -> torch.Tensor:
         if not self._token_mixer(module):
-            return pairwise_forward(module.forward_moments, gram, **context)
+            return pairwise_forward(cast(Leaf, module).forward_moments, gram, **context)
         if id(module) not in self.attention_out:
             fixed = source is not None and source.fixes_length
-            self.attention_out[id(module)] = module.gram_forward(gram, self.key_mask, context["attention_heads"],
-                                                                 context["attention_seed"], fixed)
+            self.attention_out[id(module)] = cast(GramLeaf, module).gram_forward(
+                gram, self.key_mask, context["attention_heads"], context["attention_seed"], fixed)
         return self.attention_out[id(module)]
 
-    def backward(self, module, grad: torch.Tensor, gram: torch.Tensor, context: dict, source) -> torch.Tensor:
+    def backward(self, module: nn.Module, grad: torch.Tensor, gram: torch.Tensor, context: dict[str, Any],
+                 source: Rules | None) -> torch.Tensor:
         if not self._token_mixer(module):
-            return pairwise_backward(module.backward_moments, grad, gram, **context)
+            return pairwise_backward(cast(Leaf, module).backward_moments, grad, gram, **context)
         fixed = source is not None and source.fixes_length
-        return module.gram_backward(grad, gram, self.key_mask, context["attention_heads"], context["attention_seed"],
-                                    fixed)
+        return cast(GramLeaf, module).gram_backward(grad, gram, self.key_mask, context["attention_heads"],
+                                                    context["attention_seed"], fixed)
 
     @staticmethod
-    def memory_backward(module, grad, gram, context):
+    def memory_backward(module: nn.Module, grad: torch.Tensor, gram: torch.Tensor,
+                        context: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError(f"token-resolved theory: {type(module).__name__} has no token-resolved rule")
 
     @staticmethod
-    def add(terms) -> torch.Tensor:
-        return sum(c**2 * t for c, t in terms)
+    def add(terms: Iterable[tuple[Stat, torch.Tensor]]) -> torch.Tensor:
+        return cast(torch.Tensor, sum(c**2 * t for c, t in terms))
 
     add_grad = add
 
     @staticmethod
-    def postnorm_forward(norm, skip, branch, lam, beta) -> torch.Tensor:
+    def postnorm_forward(norm: nn.Module, skip: torch.Tensor, branch: torch.Tensor, lam: Stat,
+                         beta: Stat) -> torch.Tensor:
         return pairwise_postnorm_forward(norm, skip, branch, lam, beta)
 
     @staticmethod
-    def postnorm_backward(norm, grad, skip, branch, lam, beta, skip_fraction) -> torch.Tensor:
+    def postnorm_backward(norm: nn.Module, grad: torch.Tensor, skip: torch.Tensor, branch: torch.Tensor, lam: Stat,
+                          beta: Stat, skip_fraction: Stat | None) -> torch.Tensor:
         return pairwise_postnorm_backward(norm, grad, skip, branch, lam, beta,
                                           0.0 if skip_fraction is None else skip_fraction)
 
     @staticmethod
-    def skip_fraction(lam, g_out: torch.Tensor, g_in: torch.Tensor) -> np.ndarray:
-        return _skip_fraction(lam**2 * g_out, g_in)
+    def skip_fraction(lam: Stat, g_out: torch.Tensor, g_in: torch.Tensor) -> np.ndarray:
+        return _skip_fraction(cast(torch.Tensor, lam**2 * g_out), g_in)
 
     @staticmethod
-    def scale_grad(grad: torch.Tensor, factor):
+    def scale_grad(grad: torch.Tensor, factor: Stat) -> torch.Tensor | None:
         if isinstance(factor, float) and factor == 1.0:
             return grad
-        return factor * grad if factor > 0 else None
+        return cast(torch.Tensor, factor * grad) if factor > 0 else None
 
     @staticmethod
-    def check_boundary(grad, output: torch.Tensor) -> None:
+    def check_boundary(grad: object, output: torch.Tensor) -> None:
         if not isinstance(grad, torch.Tensor) or grad.shape != output.shape:
             raise ValueError(f"the gradient Gram matrix at the last layer's output must have shape "
                              f"{tuple(output.shape)} (got {tuple(getattr(grad, 'shape', ()))})")
@@ -278,3 +290,7 @@ class GramState:
 
     def pool_grad(self, grad: torch.Tensor) -> GradMoments | torch.Tensor:
         return grad_gram_moments(grad, self.key_mask) if self.pooled else grad
+
+
+if TYPE_CHECKING:  # mypy checks here that the token-resolved state is one the walker can walk
+    _CHECKED: WalkState[torch.Tensor, torch.Tensor] = GramState()

@@ -21,11 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, cast
 
 import torch
+from torch import nn
 
 from ..components.draws import DEFAULT_GRAM_HEADS, layer_context
-from ..walk.walker import Flow, GradFlow, Walker
+from ..core.moments import GradMoments, Moments
+from ..model.layer import TransformerLayer
+from ..model.transformer import Stack, Transformer
+from ..walk.state import Forward, Gradient, WalkState
+from ..walk.walker import Flow, GradFlow, Site, Tape, Walker
 from .boundaries import input_gram
 from .resolved import GramState, resolved_supported
 
@@ -33,62 +39,67 @@ __all__ = ["StackWalk", "ForwardWalk", "BackwardWalk", "forward_sweep", "backwar
            "model_sites"]
 
 
-def model_sites(model) -> dict:
+def model_sites(model: Transformer) -> dict[int, Site]:
     """{id(module): (layer, site)} of the model's measured sites."""
     return {id(module): (layer, site) for layer, site, module in model.sites()}
 
 
 @dataclass
-class StackWalk:
+class StackWalk(Generic[Forward]):
     """One stack's forward walk: the stack, the context its layers were walked under, per layer what the backward
     walk needs (a tape, or the layer's input flow for a state that re-walks), its output flow, and for an encoder
     the memory norm's tape (None without a norm)."""
 
-    stack: object
-    context: dict
-    saved: list
-    output: Flow
-    memory_tape: object = None
+    stack: Stack
+    context: dict[str, Any]
+    saved: list[Tape[Forward] | Flow[Forward]]
+    output: Flow[Forward]
+    memory_tape: Tape[Forward] | None = None
 
 
 @dataclass
-class ForwardWalk:
+class ForwardWalk(Generic[Forward, Gradient]):
     """The forward sweep of a model: ``rows`` {(layer, site): pooled state}, one :class:`StackWalk` per stack."""
 
-    state: object
-    rows: dict
-    stacks: list
+    state: WalkState[Forward, Gradient]
+    rows: dict[Site, Moments | Forward]
+    stacks: list[StackWalk[Forward]]
 
     @property
-    def output(self):
+    def output(self) -> Forward:
         """The last layer's output state."""
         return self.stacks[-1].output.value
 
 
 @dataclass
-class BackwardWalk:
+class BackwardWalk(Generic[Gradient]):
     """The backward sweep of a model: ``rows`` {(layer, site): pooled gradient, None where it is exactly zero},
     ``memory`` [(decoder layer, gradient it sends to the memory)] bottom layer first, and ``encoder_reached``:
     False when no gradient reached the encoder (every cross-attention branch scaled by β = 0)."""
 
-    rows: dict = field(default_factory=dict)
-    memory: list = field(default_factory=list)
+    rows: dict[Site, GradMoments | Gradient | None] = field(default_factory=dict)
+    memory: list[tuple[int, Gradient]] = field(default_factory=list)
     encoder_reached: bool = True
 
 
-def _walk_layer(walker: Walker, layer, flow: Flow):
+def _walk_layer(walker: Walker[Forward, Gradient], layer: TransformerLayer,
+                flow: Flow[Forward]) -> tuple[Flow[Forward], Tape[Forward]]:
     try:
         return walker.forward(layer, flow)
     except ValueError as err:
         raise ValueError(f"layer {layer.index}: {err}") from None
 
 
-def forward_sweep(model, state, inputs: list, context: dict, progress: Callable[[int], None] | None = None,
-                  contexts: list | None = None) -> ForwardWalk:
+def forward_sweep(model: Transformer, state: WalkState[Forward, Gradient], inputs: list[Forward],
+                  context: dict[str, Any], progress: Callable[[int], None] | None = None,
+                  contexts: list[dict[str, Any]] | None = None) -> ForwardWalk[Forward, Gradient]:
     """Walk ``model`` forward in ``state`` from ``inputs`` (one input state per stack) under ``context`` (the
     sweep's: ``L``, ``attention_heads``, ``attention_seed``; ``contexts`` gives one per stack instead, e.g. a
     decoder's own ``L``). Module docstring."""
     tick = progress or (lambda k: None)
+    rows: dict[Site, Moments | Forward]
+    walks: list[StackWalk[Forward]]
+    memory: Forward | None
     sites, rows, walks, memory = model_sites(model), {}, [], None
     stacks = model.stacks()
     contexts = contexts or [context] * len(stacks)
@@ -96,6 +107,7 @@ def forward_sweep(model, state, inputs: list, context: dict, progress: Callable[
         if memory is not None:
             ctx = {**ctx, "memory_moments": memory, "L_memory": walks[-1].context["L"]}
         rows[stack.input_site] = state.pool(x0)
+        saved: list[Tape[Forward] | Flow[Forward]]
         flow, saved = Flow(x0), []
         for layer in stack.layers:
             walker = Walker(state, layer_context(ctx, layer.index), sites, rows)
@@ -113,14 +125,16 @@ def forward_sweep(model, state, inputs: list, context: dict, progress: Callable[
     return ForwardWalk(state, rows, walks)
 
 
-def backward_sweep(model, forward: ForwardWalk, grad_top, progress: Callable[[int], None] | None = None
-                   ) -> BackwardWalk:
+def backward_sweep(model: Transformer, forward: ForwardWalk[Forward, Gradient], grad_top: Gradient,
+                   progress: Callable[[int], None] | None = None) -> BackwardWalk[Gradient]:
     """Walk ``model`` backward from the gradient ``grad_top`` at the last layer's output, after its ``forward``
     sweep (module docstring)."""
     tick = progress or (lambda k: None)
-    state, sites, out = forward.state, model_sites(model), BackwardWalk()
+    out: BackwardWalk[Gradient] = BackwardWalk()
+    state, sites = forward.state, model_sites(model)
     state.check_boundary(grad_top, forward.output)
-    gflow, sent = GradFlow(grad_top), []
+    gflow: GradFlow[Gradient] = GradFlow(grad_top)
+    sent: list[tuple[int, Gradient]] = []
     for walk in reversed(forward.stacks):
         if walk.stack.memory:  # an encoder: its gradient is what the stack above sent to its output
             if not sent:
@@ -129,14 +143,14 @@ def backward_sweep(model, forward: ForwardWalk, grad_top, progress: Callable[[in
                 continue
             gflow = GradFlow(state.add_grad([(1.0, g) for _, g in sent]))
             if walk.memory_tape is not None:
-                gflow = GradFlow(Walker(state, walk.context).backward(walk.stack.memory_norm, gflow,
-                                                                      walk.memory_tape).value)
+                memory_norm = cast(nn.Module, walk.stack.memory_norm)  # it has a tape
+                gflow = GradFlow(Walker(state, walk.context).backward(memory_norm, gflow, walk.memory_tape).value)
         sent = []
         for layer, keep in zip(reversed(walk.stack.layers), reversed(walk.saved), strict=True):
             if state.keeps_tapes:
-                tape = keep
+                tape = cast("Tape[Forward]", keep)
             else:  # re-walk the layer's forward from its input; the attention outputs are the state's
-                _, tape = _walk_layer(Walker(state, walk.context), layer, keep)
+                _, tape = _walk_layer(Walker(state, walk.context), layer, cast("Flow[Forward]", keep))
             walker = Walker(state, layer_context(walk.context, layer.index, backward=state.fresh_backward_draws),
                             sites, grad_rows=out.rows)
             try:
@@ -151,10 +165,10 @@ def backward_sweep(model, forward: ForwardWalk, grad_top, progress: Callable[[in
     return out
 
 
-def gram_forward_sweep(model, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None,
+def gram_forward_sweep(model: Transformer, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None,
                        padding_mask: torch.Tensor | None = None, attention_heads: int = DEFAULT_GRAM_HEADS,
                        attention_seed: int = 0, progress: Callable[[int], None] | None = None,
-                       pooled: bool = True) -> ForwardWalk:
+                       pooled: bool = True) -> ForwardWalk[torch.Tensor, torch.Tensor]:
     """The token-resolved forward sweep of ``model`` (a :class:`~sigprop.model.Transformer` whose token mixers all
     have a Gram rule) on a batch's token ids (B, L) or a patch model's images (B, C, H, W): each layer's input flow
     in ``stacks[0].saved``, the last layer's output Gram in ``output``, the rows pooled as the measurement pools

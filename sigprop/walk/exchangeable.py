@@ -5,16 +5,25 @@ the component rules themselves: a composite's ``forward_moments`` / ``backward_m
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
-from ..core.moments import GradMoments, Moments, independent_grad_sum, independent_sum
+import numpy as np
+from torch import nn
+
+from ..core.moments import GradMoments, Moments, Stat, independent_grad_sum, independent_sum
+from .protocol import Leaf, MemoryLeaf, PostNormLeaf, Rules
 from .walker import Flow, GradFlow, Walker
+
+if TYPE_CHECKING:
+    from .state import WalkState
 
 __all__ = ["ExchangeableState", "EXCHANGEABLE", "forward_moments", "backward_moments"]
 
 
 class ExchangeableState:
-    """How the walker's steps act on :class:`Moments` (see :mod:`sigprop.walk.walker` for the interface)."""
+    """How the walker's steps act on :class:`Moments` (the contract of each step: :class:`~sigprop.walk.state.
+    WalkState`)."""
 
     name = "exchangeable"
     #: The backward sweep reuses each layer's forward draws of a sampled rule (it needs the forward's attention).
@@ -23,42 +32,43 @@ class ExchangeableState:
     keeps_tapes = True
 
     @staticmethod
-    def whole(module) -> bool:
+    def whole(module: nn.Module) -> bool:
         """Composites are walked child by child."""
         return False
 
     @staticmethod
-    def forward(module, x: Moments, context: dict, source) -> Moments:
-        return module.forward_moments(x, **context)
+    def forward(module: nn.Module, x: Moments, context: dict[str, Any], source: Rules | None) -> Moments:
+        return cast(Leaf, module).forward_moments(x, **context)
 
     @staticmethod
-    def backward(module, g: GradMoments, x: Moments, context: dict, source) -> GradMoments:
-        return module.backward_moments(g, x, **context)
+    def backward(module: nn.Module, g: GradMoments, x: Moments, context: dict[str, Any],
+                 source: Rules | None) -> GradMoments:
+        return cast(Leaf, module).backward_moments(g, x, **context)
 
     @staticmethod
-    def memory_backward(module, g: GradMoments, x: Moments, context: dict) -> GradMoments:
-        return module.memory_backward_moments(g, x, **context)
+    def memory_backward(module: nn.Module, g: GradMoments, x: Moments, context: dict[str, Any]) -> GradMoments:
+        return cast(MemoryLeaf, module).memory_backward_moments(g, x, **context)
 
     @staticmethod
-    def add(terms) -> Moments:
+    def add(terms: Iterable[tuple[Stat, Moments]]) -> Moments:
         return independent_sum(terms)
 
     @staticmethod
-    def add_grad(terms) -> GradMoments:
+    def add_grad(terms: Iterable[tuple[Stat, GradMoments]]) -> GradMoments:
         return independent_grad_sum(terms)
 
     @staticmethod
-    def postnorm_forward(norm, skip: Moments, branch: Moments, lam, beta) -> Moments:
-        return norm.forward_moments_postnorm(skip, branch, lam, beta)
+    def postnorm_forward(norm: nn.Module, skip: Moments, branch: Moments, lam: Stat, beta: Stat) -> Moments:
+        return cast(PostNormLeaf, norm).forward_moments_postnorm(skip, branch, lam, beta)
 
     @staticmethod
-    def postnorm_backward(norm, g: GradMoments, skip: Moments, branch: Moments, lam, beta,
-                          skip_fraction) -> GradMoments:
-        return norm.backward_moments_postnorm(g, skip, branch, lam, beta,
-                                              skip_fraction=0.0 if skip_fraction is None else skip_fraction)
+    def postnorm_backward(norm: nn.Module, g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat,
+                          skip_fraction: Stat | None) -> GradMoments:
+        return cast(PostNormLeaf, norm).backward_moments_postnorm(
+            g, skip, branch, lam, beta, skip_fraction=0.0 if skip_fraction is None else skip_fraction)
 
     @staticmethod
-    def skip_fraction(lam, g_out: GradMoments, g_in: GradMoments):
+    def skip_fraction(lam: Stat, g_out: GradMoments, g_in: GradMoments) -> Stat:
         """The share λ²σ²_out/σ²_in of the input gradient's variance that came down the skip path (elementwise when
         the moments are arrays: a layer that mixes no tokens is walked whole, pair by pair, in the token-resolved
         state)."""
@@ -66,7 +76,7 @@ class ExchangeableState:
         return float(fraction) if np.ndim(fraction) == 0 else fraction
 
     @staticmethod
-    def scale_grad(g: GradMoments, factor) -> GradMoments | None:
+    def scale_grad(g: GradMoments, factor: Stat) -> GradMoments | None:
         """The gradient ``factor`` times ``g`` in variance; None where that is zero."""
         if isinstance(factor, float) and factor == 1.0:
             return g
@@ -75,7 +85,7 @@ class ExchangeableState:
         return GradMoments(var=factor * g.var, corr=g.corr)
 
     @staticmethod
-    def check_boundary(g, output: Moments) -> None:
+    def check_boundary(g: object, output: Moments) -> None:
         if not isinstance(g, GradMoments):
             raise ValueError(f"the gradient at the last layer's output must be a GradMoments (got {type(g).__name__})")
 
@@ -90,13 +100,16 @@ class ExchangeableState:
 
 EXCHANGEABLE = ExchangeableState()
 
+if TYPE_CHECKING:  # mypy checks here that the exchangeable state is one the walker can walk
+    _CHECKED: WalkState[Moments, GradMoments] = EXCHANGEABLE
 
-def forward_moments(module, m: Moments, **context) -> Moments:
+
+def forward_moments(module: nn.Module, m: Moments, **context: Any) -> Moments:
     """Output moments of ``module`` (a component) for input moments ``m``, by the walker (a composite's rule)."""
     return Walker(EXCHANGEABLE, context).forward(module, Flow(m))[0].value
 
 
-def backward_moments(module, g: GradMoments, m_in: Moments, **context) -> GradMoments:
+def backward_moments(module: nn.Module, g: GradMoments, m_in: Moments, **context: Any) -> GradMoments:
     """Input-gradient moments of ``module`` for gradient moments ``g`` at its output and input moments ``m_in``, by
     the walker (a composite's rule): the forward walk gives every child's input, the backward walk reverses it."""
     walker = Walker(EXCHANGEABLE, context)

@@ -34,9 +34,18 @@ What else a leaf declares:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["Rules", "rules_of", "forward_inputs", "mixes_tokens", "TOKEN_WISE", "COMPOSITE", "SUM"]
+from torch import nn
+
+from ..core.moments import GradMoments, Moments
+
+__all__ = ["Rules", "rules_of", "forward_inputs", "mixes_tokens", "TOKEN_WISE", "COMPOSITE", "SUM", "Leaf",
+           "PostNormLeaf", "MemoryLeaf", "GramLeaf"]
+
+_Value = TypeVar("_Value")
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,8 @@ class Rules:
 
     composite: bool = False
     adds: bool = False
-    context: frozenset = frozenset()
-    inputs: frozenset = frozenset()
+    context: frozenset[str] = frozenset()
+    inputs: frozenset[str] = frozenset()
     mixes_tokens: bool = False
     gram: bool = False
     fixes_length: bool = False
@@ -63,7 +72,37 @@ COMPOSITE = Rules(composite=True)
 SUM = Rules(composite=True, adds=True)
 
 
-def rules_of(module) -> Rules:
+class Leaf(Protocol):
+    """A leaf's moment rules as the exchangeable state calls them (module docstring): each takes the keywords of its
+    declared ``context`` and no others, so the signatures differ from leaf to leaf."""
+
+    forward_moments: Callable[..., Moments]
+    backward_moments: Callable[..., GradMoments]
+
+
+class PostNormLeaf(Leaf, Protocol):
+    """A norm that declares ``postnorm``: its rules for Norm(λx + βf(x)) with x itself this norm's output."""
+
+    #: Its width: the rules' hidden units.
+    d: int
+    forward_moments_postnorm: Callable[..., Moments]
+    backward_moments_postnorm: Callable[..., GradMoments]
+
+
+class MemoryLeaf(Leaf, Protocol):
+    """A leaf that declares ``memory``: the gradient it sends back to the encoder's output it reads."""
+
+    memory_backward_moments: Callable[..., GradMoments]
+
+
+class GramLeaf(Leaf, Protocol):
+    """A token mixer that declares ``gram``: its token-resolved rules on Gram matrices."""
+
+    gram_forward: Callable[..., Any]
+    gram_backward: Callable[..., Any]
+
+
+def rules_of(module: nn.Module) -> Rules:
     """``module``'s declaration; ``TypeError`` naming its class if it has none (a module sigprop has no rules for)."""
     rules = getattr(type(module), "rules", None)
     if not isinstance(rules, Rules):
@@ -72,7 +111,7 @@ def rules_of(module) -> Rules:
     return rules
 
 
-def forward_inputs(module, context: dict) -> dict:
+def forward_inputs(module: nn.Module, context: dict[str, _Value]) -> dict[str, _Value]:
     """The keywords of ``context`` that ``module.forward`` takes: all of them for a composite (it passes them on,
     child by child), the declared ``inputs`` for a leaf, none for a module without a declaration."""
     rules = getattr(type(module), "rules", None)
@@ -83,7 +122,7 @@ def forward_inputs(module, context: dict) -> dict:
     return {k: v for k, v in context.items() if k in rules.inputs}
 
 
-def mixes_tokens(module) -> bool:
+def mixes_tokens(module: nn.Module) -> bool:
     """Whether any leaf under ``module`` (itself included) mixes tokens."""
     rules = rules_of(module)
     if not rules.composite:

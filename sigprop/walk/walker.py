@@ -24,77 +24,98 @@ A leaf that reads an encoder's output (``memory``) adds the gradient it sends th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, cast
 
+from torch import nn
+
+from ..core.moments import GradMoments, Moments, Stat
 from .protocol import Rules, rules_of
+from .state import Forward, Gradient, WalkState
 
-__all__ = ["Flow", "GradFlow", "Tape", "Walker"]
+__all__ = ["Flow", "GradFlow", "Tape", "Walker", "Composite", "Site"]
+
+#: A measured site: (layer, site name), as a :class:`~sigprop.core.profile.Row` names it.
+Site = tuple[int, str]
 
 
 @dataclass(frozen=True)
-class Flow:
+class Flow(Generic[Forward]):
     """A forward state on its way (module docstring): ``value``, the ``source`` module's declaration (None at the
     embedding), and the ``offer`` (skip, branch, λ, β) of the residual add that produced it, for a following norm's
     post-norm rule."""
 
-    value: object
+    value: Forward
     source: Rules | None = None
-    offer: tuple | None = None
+    offer: tuple[Forward, Forward, Stat, Stat] | None = None
 
 
 @dataclass(frozen=True)
-class GradFlow:
+class GradFlow(Generic[Gradient]):
     """A gradient state on its way back (module docstring): ``value``, the variance ``scale`` of the true gradient
     relative to it, and the ``skip_fraction`` of the residual add just walked (None elsewhere)."""
 
-    value: object
-    scale: float = 1.0
-    skip_fraction: object = None
+    value: Gradient
+    scale: Stat = 1.0
+    skip_fraction: Stat | None = None
 
 
 @dataclass
-class Tape:
+class Tape(Generic[Forward]):
     """What :meth:`Walker.backward` needs of one module's forward walk: its input flow, how it was walked ("leaf",
     "postnorm" or "composite") and, for a composite, what its ``walk_forward`` returned."""
 
-    module: object
-    flow: Flow
-    kind: str
-    inner: object = None
+    module: nn.Module
+    flow: Flow[Forward]
+    kind: Literal["leaf", "postnorm", "composite"]
+    inner: Any = None
+
+
+class Composite(Protocol):
+    """A module that declares ``composite``: it walks its children itself, from the walker's primitives
+    (:mod:`sigprop.walk.protocol`). ``walk_forward`` returns the output flow and what ``walk_backward`` will need of
+    it (``inner``)."""
+
+    def walk_forward(self, walker: Walker[Forward, Gradient], flow: Flow[Forward]) -> tuple[Flow[Forward], Any]:
+        ...
+
+    def walk_backward(self, walker: Walker[Forward, Gradient], gflow: GradFlow[Gradient],
+                      inner: Any) -> GradFlow[Gradient]:
+        ...
 
 
 @dataclass
-class Walker:
+class Walker(Generic[Forward, Gradient]):
     """Walks module trees with ``state`` under the sweep's ``context`` (see :mod:`sigprop.walk.protocol` for the
     keywords), recording the states at ``sites`` into :attr:`rows` (forward) and :attr:`grad_rows` (backward)."""
 
-    state: object
-    context: dict = field(default_factory=dict)
-    sites: dict = field(default_factory=dict)
-    rows: dict = field(default_factory=dict)
-    grad_rows: dict = field(default_factory=dict)
-    memory: list = field(default_factory=list)
+    state: WalkState[Forward, Gradient]
+    context: dict[str, Any] = field(default_factory=dict)
+    sites: dict[int, Site] = field(default_factory=dict)
+    rows: dict[Site, Moments | Forward] = field(default_factory=dict)
+    grad_rows: dict[Site, GradMoments | Gradient | None] = field(default_factory=dict)
+    memory: list[Gradient] = field(default_factory=list)
 
-    def rule_context(self, module) -> dict:
+    def rule_context(self, module: nn.Module) -> dict[str, Any]:
         """The sweep context a leaf's rules take (its declared ``context``); all of it for a composite."""
         rules = rules_of(module)
         if rules.composite:
             return self.context
         return {k: v for k, v in self.context.items() if k in rules.context}
 
-    def branch_output(self, residual, skip, value):
+    def branch_output(self, residual: nn.Module, skip: Forward, value: Forward) -> Forward:
         """The branch output a residual add y = λ·x + β·f adds, given its branch's output state ``value`` (``skip``:
         the skip input's state x): ``value`` itself. A walker that recalibrates branches forward overrides it
         (``init="auto"``, :mod:`sigprop.model.auto_init`); the backward walk does not see the change."""
         return value
 
-    def forward(self, module, flow: Flow) -> tuple[Flow, Tape]:
+    def forward(self, module: nn.Module, flow: Flow[Forward]) -> tuple[Flow[Forward], Tape[Forward]]:
         """``module``'s output flow for the input ``flow``, and its tape (module docstring)."""
         rules = rules_of(module)
         if flow.offer is not None and rules.postnorm:
             out = Flow(self.state.postnorm_forward(module, *flow.offer), rules)
             tape = Tape(module, flow, "postnorm")
         elif rules.composite and not self.state.whole(module):
-            out, inner = module.walk_forward(self, Flow(flow.value, flow.source))
+            out, inner = cast(Composite, module).walk_forward(self, Flow(flow.value, flow.source))
             tape = Tape(module, flow, "composite", inner)
         else:
             value = self.state.forward(module, flow.value, self.rule_context(module), flow.source)
@@ -104,14 +125,15 @@ class Walker:
             self.rows[key] = self.state.pool(out.value)
         return out, tape
 
-    def backward(self, module, gflow: GradFlow, tape: Tape) -> GradFlow:
+    def backward(self, module: nn.Module, gflow: GradFlow[Gradient], tape: Tape[Forward]) -> GradFlow[Gradient]:
         """The gradient flow at ``module``'s input for ``gflow`` at its output, from its forward ``tape``."""
         self.record(module, gflow)
         if tape.kind == "postnorm":
-            value = self.state.postnorm_backward(module, gflow.value, *tape.flow.offer, gflow.skip_fraction)
+            offer = cast("tuple[Forward, Forward, Stat, Stat]", tape.flow.offer)  # a post-norm tape has its offer
+            value = self.state.postnorm_backward(module, gflow.value, *offer, gflow.skip_fraction)
             return GradFlow(value, gflow.scale)
         if tape.kind == "composite":
-            return module.walk_backward(self, gflow, tape.inner)
+            return cast(Composite, module).walk_backward(self, gflow, tape.inner)
         context = self.rule_context(module)
         x = tape.flow.value
         if rules_of(module).memory:
@@ -120,7 +142,7 @@ class Walker:
                 self.memory.append(sent)
         return GradFlow(self.state.backward(module, gflow.value, x, context, tape.flow.source), gflow.scale)
 
-    def record(self, module, gflow: GradFlow) -> None:
+    def record(self, module: nn.Module, gflow: GradFlow[Gradient]) -> None:
         """The true gradient at ``module``'s output into :attr:`grad_rows` when it is a site (None where it is
         exactly zero: a branch scaled by β = 0)."""
         key = self.sites.get(id(module))

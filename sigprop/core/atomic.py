@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .outputs import plain_mode
+from .outputs import StrPath, plain_mode
 
 __all__ = ["atomic_path", "fsync_folder"]
 
@@ -44,7 +44,7 @@ def _fsync_file(path: Path) -> None:
 
 
 @contextmanager
-def atomic_path(path, *, folder: bool = False, durable: bool = False, suffix: str = ".tmp") -> Iterator[Path]:
+def atomic_path(path: StrPath, *, folder: bool = False, durable: bool = False, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path to fill; on leaving the block without an error it replaces ``path`` (module docstring).
 
     Args:

@@ -6,9 +6,11 @@ configurations at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 __all__ = [
@@ -30,7 +32,8 @@ def _hermite_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
     return z, w / np.sqrt(2.0 * np.pi)
 
 
-def expect_1d(f, mean, var, n: int = 96):
+def expect_1d(f: Callable[[np.ndarray], np.ndarray], mean: npt.ArrayLike, var: npt.ArrayLike,
+              n: int = 96) -> np.ndarray:
     """E[f(X)] for X ~ N(mean, var) by ``n``-point Gauss–Hermite quadrature (exact for polynomials of degree < 2n).
 
     ``mean`` and ``var`` broadcast; ``f`` must accept a float64 array and act elementwise.
@@ -45,7 +48,8 @@ def expect_1d(f, mean, var, n: int = 96):
     return np.sum(w * f(mean + std * z), axis=-1)
 
 
-def expect_2d(f, mean, var, corr, n: int = 96):
+def expect_2d(f: Callable[[np.ndarray, np.ndarray], np.ndarray], mean: npt.ArrayLike, var: npt.ArrayLike,
+              corr: npt.ArrayLike, n: int = 96) -> np.ndarray:
     """E[f(X1, X2)] for (X1, X2) bivariate normal with common ``mean`` and ``var`` and correlation ``corr``.
 
     Uses the Cholesky factorisation X1 = μ + σ Z1, X2 = μ + σ (ρ Z1 + √(1-ρ²) Z2) and an n×n tensor Gauss–Hermite
@@ -62,17 +66,17 @@ def expect_2d(f, mean, var, corr, n: int = 96):
     return np.sum(w[:, None] * w[None, :] * f(x1, x2), axis=(-2, -1))
 
 
-def norm_pdf(x):
+def norm_pdf(x: npt.ArrayLike) -> np.ndarray:
     """Standard normal density φ(x)."""
     return np.exp(-0.5 * np.asarray(x, dtype=np.float64) ** 2) / SQRT2PI
 
 
-def norm_cdf(x):
+def norm_cdf(x: npt.ArrayLike) -> np.ndarray:
     """Standard normal distribution function Φ(x)."""
     return special.ndtr(np.asarray(x, dtype=np.float64))
 
 
-def bvn_cdf(h, k, rho):
+def bvn_cdf(h: npt.ArrayLike, k: npt.ArrayLike, rho: npt.ArrayLike) -> float | np.ndarray:
     """P(U ≤ h, V ≤ k) for standard bivariate normal (U, V) with correlation ``rho`` (vectorised).
 
     Owen (1956): Φ₂(h, k; ρ) = ½Φ(h) + ½Φ(k) − T(h, a_h) − T(k, a_k) − β, with
@@ -105,7 +109,7 @@ def bvn_cdf(h, k, rho):
     return out if out.ndim else float(out)
 
 
-def _owens_t(h, a):
+def _owens_t(h: np.ndarray, a: npt.ArrayLike) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
     inf = np.isinf(a)
     res = np.empty(np.broadcast(h, a).shape, dtype=np.float64)

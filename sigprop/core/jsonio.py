@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from .atomic import atomic_path
+from .outputs import StrPath
 
 __all__ = ["write_text_atomic", "write_json_atomic", "finite_or_null", "json_number", "read_config_json", "read_jsonl",
            "read_json"]
 
 
-def json_number(value) -> float | None:
+def json_number(value: Any) -> float | None:
     """A number for JSON: a float, or None for a missing or non-finite one (JSON has neither NaN nor infinity)."""
     if value is None:
         return None
@@ -21,7 +23,7 @@ def json_number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def finite_or_null(value):
+def finite_or_null(value: Any) -> Any:
     """``value`` with every float that is not finite (NaN, ±inf) replaced by None, through dicts, lists and tuples:
     JSON has no NaN, and a missing number is null."""
     if isinstance(value, dict):
@@ -31,7 +33,7 @@ def finite_or_null(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def write_text_atomic(path, text: str) -> Path:
+def write_text_atomic(path: StrPath, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder (created if missing) and an atomic
     rename; the file gets the permissions a plain ``open`` would give it (0o666 minus the umask)."""
     path = Path(path)
@@ -40,12 +42,12 @@ def write_text_atomic(path, text: str) -> Path:
     return path
 
 
-def write_json_atomic(path, data, indent: int = 1) -> Path:
+def write_json_atomic(path: StrPath, data: Any, indent: int = 1) -> Path:
     """Dump ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`). NaN is refused (not JSON)."""
     return write_text_atomic(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
 
 
-def write_csv_atomic(path, records: list[dict]) -> Path:
+def write_csv_atomic(path: StrPath, records: list[dict[str, Any]]) -> Path:
     """Write ``records`` (dicts with the same keys, in order) as CSV with a header row to ``path`` atomically
     (:func:`write_text_atomic`); NaN is written as an empty cell."""
     import csv
@@ -60,7 +62,7 @@ def write_csv_atomic(path, records: list[dict]) -> Path:
     return write_text_atomic(path, out.getvalue())
 
 
-def read_config_json(path):
+def read_config_json(path: StrPath) -> Any:
     """The parsed JSON of the ``--config`` file ``path``; ``ValueError`` naming the file when it is missing, a folder
     or not JSON."""
     path = Path(path)
@@ -74,7 +76,7 @@ def read_config_json(path):
         raise ValueError(f"{path} is not valid JSON: {err}") from None
 
 
-def read_jsonl(path) -> list[dict]:
+def read_jsonl(path: StrPath) -> list[dict[str, Any]]:
     """The JSON objects of the JSON Lines file ``path``, one per line ([] when it does not exist); a line that is
     not a JSON object (the last line cut short by a killed process) is skipped."""
     path = Path(path)

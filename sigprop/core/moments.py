@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -86,16 +86,16 @@ class Moments:
                            check_range(self.corr_hidden, "Moments.corr_hidden", lo=-1.0, hi=1.0))
 
     @property
-    def second_moment(self):
+    def second_moment(self) -> Stat:
         """E[x²] = σ² + μ² (Alekseev's q)."""
         return self.var + self.mean**2
 
     @property
-    def token_second_moment(self):
+    def token_second_moment(self) -> Stat:
         """E[x_t x_s] for t ≠ s: r σ² + μ² (Alekseev's p)."""
         return self.corr * self.var + self.mean**2
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float | list[Any]]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
@@ -133,11 +133,11 @@ class GradMoments:
         return {f.name: _jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
-def _jsonable(v):
+def _jsonable(v: Stat) -> float | list[Any]:
     return v.tolist() if isinstance(v, np.ndarray) else float(v)
 
 
-def independent_sum(terms) -> Moments:
+def independent_sum(terms: Iterable[tuple[Stat, Moments]]) -> Moments:
     """Moments of y = Σ_i c_i x_i for terms (c_i, Moments of x_i) that are uncorrelated with each other, element by
     element, across tokens and across hidden units: μ_y = Σ c_i μ_i, σ²_y = Σ c_i² σ²_i, and the token (hidden)
     covariance Σ c_i² r_i σ²_i, divided by σ²_y for the correlations. The residual add y = λx + βf(x)
@@ -151,7 +151,7 @@ def independent_sum(terms) -> Moments:
     return Moments(mean=mean, var=var, corr=clip_corr(cov / var), corr_hidden=clip_corr(cov_h / var))
 
 
-def independent_grad_sum(terms) -> GradMoments:
+def independent_grad_sum(terms: Iterable[tuple[Stat, GradMoments]]) -> GradMoments:
     """Gradient moments of Σ_i c_i g_i for terms (c_i, GradMoments of g_i) with zero cross-covariance (each path
     through its own zero-mean random matrix): variances and token covariances add with weights c_i²."""
     terms = list(terms)

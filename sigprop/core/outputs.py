@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TypeAlias
 
-__all__ = ["check_output_path", "check_output_folder", "plain_mode"]
+__all__ = ["check_output_path", "check_output_folder", "plain_mode", "StrPath"]
+
+#: A path as callers give it: a string or an ``os.PathLike`` (a :class:`~pathlib.Path`).
+StrPath: TypeAlias = str | os.PathLike[str]
 
 
 def _writable_folder(folder: Path, what: str) -> None:
@@ -28,7 +32,7 @@ def _writable_folder(folder: Path, what: str) -> None:
     os.remove(tmp)
 
 
-def check_output_path(path, what: str, suffix: str | None = None) -> Path:
+def check_output_path(path: StrPath | None, what: str, suffix: str | None = None) -> Path:
     """``path`` as a :class:`~pathlib.Path` a file can be written to, checked now: not empty, not an existing folder,
     ending in ``suffix`` (e.g. ".png") when given, and its folder writable (created on writing if missing).
     ``ValueError`` naming the option ``what`` (e.g. "--json") otherwise."""
@@ -43,7 +47,7 @@ def check_output_path(path, what: str, suffix: str | None = None) -> Path:
     return path
 
 
-def check_output_folder(path, what: str) -> Path:
+def check_output_folder(path: StrPath | None, what: str) -> Path:
     """``path`` as a folder files can be written into (created if missing), checked now; ``ValueError`` naming the
     option ``what`` if it is a file or not writable."""
     if path is None or not str(path).strip():
@@ -55,7 +59,7 @@ def check_output_folder(path, what: str) -> Path:
     return path
 
 
-def plain_mode(path, folder: bool = False) -> None:
+def plain_mode(path: StrPath, folder: bool = False) -> None:
     """Give ``path`` the permissions a plain ``open`` (or ``mkdir``, with ``folder``) would have: 0o666 (0o777)
     minus the umask. A temporary file or folder written and renamed into place (``mkstemp``, ``mkdtemp``) is
     created 0o600 (0o700), which would leave an output unreadable to the user's group."""

@@ -15,7 +15,13 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from .jsonio import json_number, write_csv_atomic, write_json_atomic
+from .outputs import StrPath
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
 
@@ -84,7 +90,7 @@ class Profile:
     rows: tuple[Row, ...]
     meta: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in ("predicted", "measured"):
             raise ValueError(f"Profile.kind must be 'predicted' or 'measured' (got {self.kind!r})")
         keys = [(r.layer, r.site) for r in self.rows]
@@ -121,7 +127,7 @@ class Profile:
         return cls(data["kind"], dict(data.get("config", {})), tuple(Row.from_dict(r) for r in rows),
                    dict(data.get("meta", {})))
 
-    def write_json(self, path) -> None:
+    def write_json(self, path: StrPath) -> None:
         """Write atomically (temporary file, then rename)."""
         write_json_atomic(path, self.to_json())
 
@@ -132,7 +138,7 @@ class Profile:
         rows = sorted(self.rows, key=lambda r: (r.layer, order.get(r.site, len(order)), r.site))
         return [{"layer": r.layer, "site": r.site, **{q: getattr(r, q) for q in QUANTITIES}} for r in rows]
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """The profile as a pandas ``DataFrame``: a row per site, a column per statistic (:meth:`records`), as mup's
         coordinate check tabulates its activations.
 
@@ -154,11 +160,11 @@ class Profile:
             raise ImportError("Profile.to_frame needs pandas: pip install pandas") from None
         return pd.DataFrame.from_records(self.records(), columns=["layer", "site", *QUANTITIES])
 
-    def write_csv(self, path) -> None:
+    def write_csv(self, path: StrPath) -> None:
         """Write :meth:`records` as CSV (a header row, a row per site; NaN as an empty cell), atomically."""
         write_csv_atomic(path, self.records())
 
     @classmethod
-    def read_json(cls, path) -> Profile:
+    def read_json(cls, path: StrPath) -> Profile:
         with open(path, encoding="utf-8") as f:
             return cls.from_json(json.load(f))

@@ -4,21 +4,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["check_choice", "check_integer", "check_number", "integer_value", "check_range", "check_approx",
            "check_corr_hidden", "as_float64", "clip_corr"]
 
+_Checked = TypeVar("_Checked")
 
-def check_choice(obj, name: str, allowed) -> None:
+
+def check_choice(obj: object, name: str, allowed: Collection[Any]) -> None:
     """``obj.name`` must be one of ``allowed``."""
     v = getattr(obj, name)
     if v not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))} (got {v!r})")
 
 
-def integer_value(v, name: str, lo: int) -> int:
+def integer_value(v: object, name: str, lo: int) -> int:
     """``v`` as an ``int`` if it is an integer (Python or NumPy) >= ``lo``; booleans are refused. For function
     arguments; :func:`check_integer` is its form for a dataclass field."""
     import numbers
@@ -28,7 +33,7 @@ def integer_value(v, name: str, lo: int) -> int:
     return int(v)
 
 
-def check_integer(obj, name: str, lo: int, optional: bool = False) -> None:
+def check_integer(obj: object, name: str, lo: int, optional: bool = False) -> None:
     """``obj.name`` must be an integer >= ``lo`` (or None when ``optional``); booleans are refused."""
     v = getattr(obj, name)
     if v is None and optional:
@@ -37,7 +42,7 @@ def check_integer(obj, name: str, lo: int, optional: bool = False) -> None:
         raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
 
 
-def check_number(obj, name: str, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False,
+def check_number(obj: object, name: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
                  optional: bool = False) -> None:
     """``obj.name`` must be a finite number in the interval [lo, hi] (ends open with ``lo_open`` / ``hi_open``,
     unbounded where None), or None when ``optional``; booleans are refused."""
@@ -55,7 +60,7 @@ def check_number(obj, name: str, lo=None, hi=None, lo_open: bool = False, hi_ope
                          f"{hi if hi is not None else 'inf'}{hb} (got {v!r})")
 
 
-def as_float64(value, name: str):
+def as_float64(value: npt.ArrayLike, name: str) -> float | np.ndarray:
     """``value`` (a number or an array of numbers) as float64: a float for a scalar, else an array; ``ValueError``
     naming ``name`` for a boolean, a string or anything else that is not a real number, and for a non-finite value."""
     raw = np.asarray(value)
@@ -67,7 +72,7 @@ def as_float64(value, name: str):
     return float(arr) if arr.ndim == 0 else arr
 
 
-def _allowed(lo, hi, lo_open: bool, hi_open: bool, allowed: str | None) -> str:
+def _allowed(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool, allowed: str | None) -> str:
     """The text describing an allowed range: ``allowed`` if given, else the interval, e.g. "(0, inf)"."""
     if allowed is not None:
         return allowed
@@ -76,14 +81,16 @@ def _allowed(lo, hi, lo_open: bool, hi_open: bool, allowed: str | None) -> str:
     return f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
 
 
-def check_range(value, name: str, *, lo=None, hi=None, lo_open: bool = False, hi_open: bool = False, allowed: str | None = None):
+def check_range(value: npt.ArrayLike, name: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, hi_open: bool = False, allowed: str | None = None) -> float | np.ndarray:
     """Validate that ``value`` (scalar or array) is finite and inside [lo, hi]; raise ``ValueError`` naming ``name``.
 
     ``lo_open``/``hi_open`` make the bound strict. ``allowed`` overrides the text describing the allowed range.
     Returns the value as float64 (a float for scalars, an array otherwise).
     """
+    v: float | np.ndarray
     if type(value) in (float, int):  # the common case, without numpy's per-call overhead (same checks, same errors)
-        v = float(value)
+        v = float(cast(float, value))
         if not math.isfinite(v):
             raise ValueError(f"{name} must be finite (got {value!r})")
         below = lo is not None and (v <= lo if lo_open else v < lo)
@@ -110,7 +117,7 @@ def check_approx(approx: str, allowed: tuple[str, ...], what: str) -> str:
     return approx
 
 
-def check_corr_hidden(c, d, what: str):
+def check_corr_hidden(c: _Checked, d: npt.ArrayLike, what: str) -> _Checked:
     """A normaliser's input must have a valid hidden covariance (corr_hidden ≥ −1/(d−1)) and variance left to
     normalise (corr_hidden < 1); raise ``ValueError`` naming ``Moments.corr_hidden`` otherwise."""
     c_arr, d_arr = np.broadcast_arrays(np.asarray(c, dtype=np.float64), np.asarray(d, dtype=np.float64))
@@ -121,11 +128,11 @@ def check_corr_hidden(c, d, what: str):
     return c
 
 
-def clip_corr(c, tol: float = 1e-6):
+def clip_corr(c: npt.ArrayLike, tol: float = 1e-6) -> float | np.ndarray:
     """Clip a computed correlation into [-1, 1], tolerating excursions up to ``tol`` (round-off, and the O(1e-9)
     truncation error of an approximate rule near corr = 1); larger excursions are bugs and raise."""
-    c = np.asarray(c, dtype=np.float64)
-    if np.any(np.abs(c) > 1.0 + tol):
-        raise ValueError(f"computed correlation outside [-1, 1] beyond round-off: {c[np.abs(c) > 1 + tol].flat[0]}")
-    c = np.clip(c, -1.0, 1.0)
-    return float(c) if c.ndim == 0 else c
+    arr = np.asarray(c, dtype=np.float64)
+    if np.any(np.abs(arr) > 1.0 + tol):
+        raise ValueError(f"computed correlation outside [-1, 1] beyond round-off: {arr[np.abs(arr) > 1 + tol].flat[0]}")
+    arr = np.clip(arr, -1.0, 1.0)
+    return float(arr) if arr.ndim == 0 else arr

@@ -59,13 +59,14 @@ is offered: Table 1's SHA row (σ²_y = d_in σ²_v r σ², r_y = 1) vanishes at
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
 from .attention_causal import causal_backward, causal_forward
@@ -119,7 +120,7 @@ CLOSED_FORM_MAX_S2 = 0.3
 CAUSAL_MAX_S2 = 0.5
 
 
-def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bool,
+def resolve_approx(approx: str, m: Moments, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, causal: bool,
                    rope: float | QueryKeyMap | None = None) -> str:
     """The rule "auto" stands for at input ``m``: "sampled" if queries and keys are mapped (``rope``: rotary
     embedding, QK-norm, :mod:`~sigprop.components.query_key`) or if any s² exceeds
@@ -135,7 +136,7 @@ def resolve_approx(approx: str, m: Moments, d_in, sigma_q2, sigma_k2, causal: bo
     return "sampled" if np.any(s2 > limit) else "exact"
 
 
-def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope=None):
+def _check_common(d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat, causal: bool, approx: str, rope: float | QueryKeyMap | None=None) -> tuple[Stat, Stat, Stat, Stat, Stat, Stat]:
     if approx not in ATTENTION_APPROX:
         raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
     if query_key_map(rope) is not None and approx in ("exact", "kedia"):
@@ -154,7 +155,7 @@ def _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx,
     return d_in, d_k, L, sq * sk, sv, p
 
 
-def _effective_input(m: Moments):
+def _effective_input(m: Moments) -> tuple[Stat, Stat]:
     """(σ², r) after absorbing the mean into the shared part: σ² + μ², (rσ² + μ²)/(σ² + μ²)."""
     check_range(m.corr, "Moments.corr (token correlation)", lo=0.0, hi=1.0,
                 allowed="[0, 1] (the rules decompose the input into a shared and an independent part)")
@@ -162,7 +163,7 @@ def _effective_input(m: Moments):
     return var, (m.corr * m.var + m.mean**2) / var
 
 
-def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+def attention_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0, causal: bool = False,
                       approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
                       rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
@@ -185,6 +186,8 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
     if approx == "sampled":
         return sampled_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed, rope)
     var, r = _effective_input(m)
+    v_o: Stat
+    c_o: Stat
     if approx == "kedia":
         a = (1.0 - r)
         v_o = (((a**2) * (L - 1.0) * d_in * var**3 * sqk2
@@ -202,7 +205,7 @@ def attention_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=
     return Moments(mean=zero, var=scale * v_o, corr=clip_corr(c_o / v_o), corr_hidden=zero)
 
 
-def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+def attention_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0,
                        causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
                        seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
@@ -245,7 +248,7 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, si
     return GradMoments(var=gv, corr=clip_corr(gc / gv))
 
 
-def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+def mha_forward(m: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0, causal: bool = False,
                 approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
                 rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
@@ -256,7 +259,7 @@ def mha_forward(m: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_
     return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed, rope)
 
 
-def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+def mha_backward(g: GradMoments, m_in: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0,
                  causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
                  seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
@@ -270,7 +273,7 @@ def mha_backward(g: GradMoments, m_in: Moments, n_heads, d_in, d_head, L, sigma_
     return GradMoments(var=h * one.var, corr=one.corr)
 
 
-def _sample_qkv(module: nn.Module, generator: torch.Generator | None) -> None:
+def _sample_qkv(module: SingleHeadAttention | MultiHeadAttention, generator: torch.Generator | None) -> None:
     """Draw W_Q, W_K, W_V of ``module`` from N(0, σ²) with its declared (possibly per-configuration) σs; nothing on
     the meta device, where the owner initialises after materialising."""
     if module.w_q.is_meta:
@@ -281,12 +284,12 @@ def _sample_qkv(module: nn.Module, generator: torch.Generator | None) -> None:
             w.mul_(s.reshape(s.shape + (1, 1)) if s.dim() else s)
 
 
-def _host(v) -> np.ndarray:
+def _host(v: float | np.ndarray | torch.Tensor) -> np.ndarray:
     """A hyper-parameter as a host array (also when modules are being built under ``torch.device("meta")``)."""
     return v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v, dtype=np.float64)
 
 
-def _as_tensor(v, batch_shape):
+def _as_tensor(v: float | np.ndarray | torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
     """A hyper-parameter as a tensor over ``batch_shape``; lower-rank values align with the *leading* dimensions
     (a per-configuration vector of shape (C,) serves a batch (C, K))."""
     t = torch.as_tensor(v, dtype=torch.float32)
@@ -296,7 +299,7 @@ def _as_tensor(v, batch_shape):
     return torch.broadcast_to(t, tuple(batch_shape)).clone()
 
 
-def _xavier(d_in, d_out):
+def _xavier(d_in: Stat, d_out: Stat) -> float:
     return math.sqrt(2.0 / (d_in + d_out))
 
 
@@ -316,9 +319,13 @@ class SingleHeadAttention(nn.Module):
     """
 
     rules = Rules(context=frozenset({"L"}), mixes_tokens=True)
+    sigma_q: torch.Tensor
+    sigma_k: torch.Tensor
+    sigma_v: torch.Tensor
+    dropout_p: torch.Tensor
 
-    def __init__(self, d_in: int, d_k: int, sigma_q=None, sigma_k=None, sigma_v=None, dropout_p=0.0,
-                 causal: bool = False, batch_shape=(), approx: str = "auto") -> None:
+    def __init__(self, d_in: int, d_k: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None, dropout_p: float | torch.Tensor=0.0,
+                 causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto") -> None:
         super().__init__()
         check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
         check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
@@ -342,11 +349,11 @@ class SingleHeadAttention(nn.Module):
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         _sample_qkv(self, generator)
 
-    def _p(self, extra: int):
+    def _p(self, extra: int) -> torch.Tensor:
         p = self.dropout_p
         return p.reshape(p.shape + (1,) * (extra + 2)) if p.dim() else p
 
-    def _project(self, x: torch.Tensor, x_kv):
+    def _project(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """(q, k, v); one fused matmul for the projections that share an input. ``x_kv`` may be a sequence of
         blocks along the token axis, projected block by block (autograd then only visits the blocks that need a
         gradient)."""
@@ -365,7 +372,7 @@ class SingleHeadAttention(nn.Module):
             k, v = kv.split(self.d_k, dim=-1)
         return q, k, v, extra
 
-    def _probs(self, q, k, self_attention: bool) -> torch.Tensor:
+    def _probs(self, q: torch.Tensor, k: torch.Tensor, self_attention: bool) -> torch.Tensor:
         s = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)
         if self.causal:
             if not self_attention:
@@ -380,7 +387,7 @@ class SingleHeadAttention(nn.Module):
         q, k, _, _ = self._project(x, x_kv)
         return self._probs(q, k, x_kv is None)
 
-    def forward(self, x: torch.Tensor, x_kv=None, dropout_mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, dropout_mask: torch.Tensor | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
         q, k, v, extra = self._project(x, x_kv)
         a = self._probs(q, k, x_kv is None)
@@ -393,15 +400,15 @@ class SingleHeadAttention(nn.Module):
             a = a * keep.to(a.dtype) / (1.0 - p)
         return a @ v
 
-    def _declared(self):
+    def _declared(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
         return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2, f(self.dropout_p)
 
-    def forward_moments(self, m: Moments, L) -> Moments:
+    def forward_moments(self, m: Moments, L: Stat) -> Moments:
         sq, sk, sv, p = self._declared()
         return attention_forward(m, self.d_in, self.d_k, L, sq, sk, sv, p, self.causal, self.approx)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, L) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, L: Stat) -> GradMoments:
         sq, sk, sv, p = self._declared()
         return attention_backward(g, m_in, self.d_in, self.d_k, L, sq, sk, sv, p, self.causal, self.approx)
 
@@ -432,9 +439,14 @@ class MultiHeadAttention(nn.Module):
 
     rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed"}), inputs=frozenset({"key_padding_mask"}),
                   mixes_tokens=True, gram=True, sampled=True)
+    sigma_q: torch.Tensor
+    sigma_k: torch.Tensor
+    sigma_v: torch.Tensor
+    q_gain: nn.Parameter | None
+    k_gain: nn.Parameter | None
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto",
+    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None,
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto",
                  n_kv_heads: int | None = None, rope: float | None = None, rotary_fraction: float = 1.0,
                  qk_norm_eps: float | None = None) -> None:
         super().__init__()
@@ -507,7 +519,7 @@ class MultiHeadAttention(nn.Module):
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         return k, v
 
-    def forward(self, x: torch.Tensor, x_kv=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention of ``x`` (…, L, d_in) → (…, L, H·d_head); with ``x_kv`` (a tensor or a sequence of blocks
         along the token axis) the keys/values come from it (pass a superset of the query rows to compute a subset of
         a self-attention's rows exactly). ``key_padding_mask`` (…, L_kv), True at real tokens, keeps padded keys out
@@ -548,7 +560,7 @@ class MultiHeadAttention(nn.Module):
         k, _ = self._shared_kv(self._heads(x @ self.w_k), self._heads(x @ self.w_k), rotate=True)
         return q, k
 
-    def _declared(self):
+    def _declared(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
         return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2
 
@@ -557,7 +569,7 @@ class MultiHeadAttention(nn.Module):
         self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.qk_map)
         return self.rule_used
 
-    def forward_moments(self, m: Moments, L, attention_heads: int = DEFAULT_HEADS,
+    def forward_moments(self, m: Moments, L: Stat, attention_heads: int = DEFAULT_HEADS,
                         attention_seed: int = 0) -> Moments:
         """:func:`mha_forward` with the module's declared sigmas; ``approx="auto"`` is resolved at ``m`` and the
         rule used is kept in ``self.rule_used``. ``attention_heads`` / ``attention_seed``: the sampled rule's draw."""
@@ -593,7 +605,7 @@ class MultiHeadAttention(nn.Module):
                                                       float(self.dropout_p), self.causal, key_mask, attention_heads,
                                                       attention_seed, fixed_norm, self.qk_map)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, L, attention_heads: int = DEFAULT_HEADS,
+    def backward_moments(self, g: GradMoments, m_in: Moments, L: Stat, attention_heads: int = DEFAULT_HEADS,
                          attention_seed: int = 0) -> GradMoments:
         """:func:`mha_backward` with the module's declared sigmas (see :meth:`forward_moments`)."""
         sq, sk, sv = self._declared()

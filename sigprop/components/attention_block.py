@@ -42,7 +42,8 @@ class AttentionBlock(Sequential):
     """
 
     def __init__(self, d: int, n_heads: int, d_head: int | None = None, p: float = 0.0, attn_dropout: float = 0.0,
-                 norm: str = "layernorm", sigma_q=None, sigma_k=None, sigma_v=None, sigma_o: float | None = None,
+                 norm: str = "layernorm", sigma_q: float | None = None, sigma_k: float | None = None,
+                 sigma_v: float | None = None, sigma_o: float | None = None,
                  norm_kwargs: dict | None = None, causal: bool = False, attention: str = "standard",
                  attention_kwargs: dict | None = None, n_kv_heads: int | None = None, rope: float | None = None,
                  rotary_fraction: float = 1.0, qk_norm_eps: float | None = None) -> None:

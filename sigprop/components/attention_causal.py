@@ -35,15 +35,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 
-from .attention_theory import attention_terms, query_gradient, query_variance
+from ..core.moments import Stat
+from .attention_theory import AttentionTerms, attention_terms, query_gradient, query_variance
 
 __all__ = ["causal_forward", "causal_backward"]
 
+#: The per-query terms over key counts, which key count is 1, the weights 1/L where n ≤ L, and L.
+_Positions = tuple[AttentionTerms, np.ndarray, np.ndarray, np.ndarray]
 
-def _positions(var, r, d_in, d_k, L, sqk2, p):
+
+def _positions(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Stat, p: Stat) -> _Positions:
     """The per-query terms over key counts n = 1 … max L (last axis) and the weights 1/L where n ≤ L; one
     configuration's are cached, so the backward rule reuses the forward's."""
     args = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (var, r, d_in, d_k, L, sqk2, p)))
@@ -53,21 +58,27 @@ def _positions(var, r, d_in, d_k, L, sqk2, p):
 
 
 @lru_cache(maxsize=4096)  # a backward sweep revisits every layer's input in reverse order
-def _one_configuration(var, r, d_in, d_k, L, sqk2, p):
+def _one_configuration(var: float, r: float, d_in: float, d_k: float, L: float, sqk2: float, p: float) -> _Positions:
     return _configurations(*(np.asarray(v) for v in (var, r, d_in, d_k, L, sqk2, p)))
 
 
-def _configurations(var, r, d_in, d_k, L, sqk2, p):
+def _configurations(var: np.ndarray, r: np.ndarray, d_in: np.ndarray, d_k: np.ndarray, L: np.ndarray,
+                    sqk2: np.ndarray, p: np.ndarray) -> _Positions:
     n = np.arange(1.0, float(np.max(L)) + 1.0)
-    ex = [v[..., None] for v in (var, r, d_in, d_k)]
-    t = attention_terms(*ex, n, sqk2[..., None], p[..., None])
+    t = attention_terms(var[..., None], r[..., None], d_in[..., None], d_k[..., None], n, sqk2[..., None],
+                        p[..., None])
     first = n == 1.0
     t = replace(t, P2=np.where(first, 1.0, t.P2))  # one key: the softmax is 1
     weight = np.where(n <= L[..., None], 1.0 / L[..., None], 0.0)
     return t, first, weight, L
 
 
-def _pair_weight(s2, kappa, ek, a, b):
+def _first(v: Stat) -> np.ndarray:
+    """A term at the first key count (the last axis of :func:`_configurations`' terms, which are arrays there)."""
+    return cast(np.ndarray, v)[..., 0]
+
+
+def _pair_weight(s2: Stat, kappa: Stat, ek: Stat, a: Stat, b: Stat) -> Stat:
     """E[A_ik A_jk] for queries with a ≤ b keys at a key k both see (module docstring): exponential tilting by
     s_ik + s_jk, then the second-order delta method in the two denominators, which share a keys."""
     tilt = np.exp(s2 + kappa)
@@ -77,7 +88,7 @@ def _pair_weight(s2, kappa, ek, a, b):
                              + np.expm1(kappa) * (a - 1.0 + tilt**2) / (na * nb))
 
 
-def _pair_sums(s2, kappa, ek, L):
+def _pair_sums(s2: Stat, kappa: Stat, ek: Stat, L: Stat) -> tuple[Stat, Stat]:
     """(Σ_{i≠j} n_min w_ij, Σ_{i≠j} (n_min − 1) w_ij) over ordered pairs of positions, w_ij = E[A_ik A_jk]: the
     shared keys' weight (the column sums' cross part, the forward covariance) and the key path's (whose factor
     1 − A_ik − A_jk + Σ_m A_im A_jm is 1 − 1/n_min at small scores). Elementwise over configurations."""
@@ -92,27 +103,27 @@ def _pair_sums(s2, kappa, ek, L):
     return shared, keys
 
 
-def _pair_mean(u, weight, L):
+def _pair_mean(u: Stat, weight: np.ndarray, L: Stat) -> Stat:
     """Mean of u_i u_j over ordered pairs i ≠ j of positions (u over the last axis, ``weight`` = 1/L inside)."""
     total = np.sum(weight * u, -1) * L
     squares = np.sum(weight * u * u, -1) * L
     return (total**2 - squares) / (L * (L - 1.0))
 
 
-def causal_forward(var, r, d_in, d_k, L, sqk2, p):
+def causal_forward(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Stat, p: Stat) -> tuple[Stat, Stat]:
     """(σ²_y, Cov_y)/(d_in σ²_v) of causal single-head attention, averaged over positions and ordered pairs
     (module docstring); ``var``, ``r``: the input's variance and token correlation after absorbing the mean."""
     t, first, weight, L = _positions(var, r, d_in, d_k, L, sqk2, p)
     own = np.where(first, t.sig2 / (1.0 - t.p), query_variance(t))
     v_o = np.sum(weight * own, -1)
-    rho, tau, ek = t.rho[..., 0], t.tau[..., 0], t.ekappa[..., 0]
-    shared, _ = _pair_sums(t.s2[..., 0], t.kappa[..., 0], ek, L)
-    shift = tau**2 * t.d[..., 0] * t.sqk2[..., 0] * rho * _pair_mean(1.0 - t.P2, weight, L)
+    rho, tau, ek = _first(t.rho), _first(t.tau), _first(t.ekappa)
+    shared, _ = _pair_sums(_first(t.s2), _first(t.kappa), ek, L)
+    shift = tau**2 * _first(t.d) * _first(t.sqk2) * rho * _pair_mean(1.0 - t.P2, weight, L)
     c_o = rho + tau * shared / (L * (L - 1.0)) + shift
     return v_o, c_o
 
 
-def causal_backward(var, r, d_in, d_k, L, sqk2, p, om, rg):
+def causal_backward(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Stat, p: Stat, om: Stat, rg: Stat) -> tuple[Stat, Stat]:
     """(σ²_gx, Cov_gx) of causal single-head attention at Ω = σ²_v d_k σ²_g = ``om`` and output-gradient token
     correlation ``rg``, averaged over positions and ordered pairs (module docstring)."""
     t, first, weight, L = _positions(var, r, d_in, d_k, L, sqk2, p)
@@ -123,10 +134,10 @@ def causal_backward(var, r, d_in, d_k, L, sqk2, p, om, rg):
     queries = np.sum(weight * np.where(first, zero, own.queries), -1)
     values_keys = np.sum(weight * np.where(first, zero, own.values_keys), -1)
 
-    p0, d = t.p[..., 0], t.d[..., 0]
+    p0, d = _first(t.p), _first(t.d)
     q = p0 / (1.0 - p0)
-    ek, kappa, vkappa = t.ekappa[..., 0], t.kappa[..., 0], t.vkappa[..., 0]
-    shared, key_pairs = _pair_sums(t.s2[..., 0], kappa, ek, L)
+    ek, kappa, vkappa = _first(t.ekappa), _first(t.kappa), _first(t.vkappa)
+    shared, key_pairs = _pair_sums(_first(t.s2), kappa, ek, L)
     p2_mean = np.sum(weight * t.P2, -1)
     ec2 = p2_mean / (1.0 - p0) + shared / L
     wc, wg = om * rg, om * (1.0 - rg)
@@ -135,7 +146,7 @@ def causal_backward(var, r, d_in, d_k, L, sqk2, p, om, rg):
           + queries
           + values_keys + 2.0 * wc * kappa * shared / (L * d))
     ecc = (L * L + q * p2_mean * L - L * ec2) / (L * (L - 1.0))
-    tau = t.tau[..., 0]
+    tau = _first(t.tau)
     gc = (wc * ecc + wg * (1.0 - p2_mean) / (L - 1.0)
-          + wc * t.sqk2[..., 0] * tau**2 * d * _pair_mean(1.0 - t.P2, weight, L))
+          + wc * _first(t.sqk2) * tau**2 * d * _pair_mean(1.0 - t.P2, weight, L))
     return gv, gc

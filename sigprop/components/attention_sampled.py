@@ -35,13 +35,15 @@ independent of the forward pass. Valid at every score variance (the closed form:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from .draws import DEFAULT_HEADS, standard_normal, uniform
 from .query_key import QueryKeyMap, query_key_map
@@ -78,7 +80,7 @@ class SampledAttention:
     heads: int
 
 
-def _head_stats(c: torch.Tensor):
+def _head_stats(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per head (leading axis): mean square and mean token covariance (over ordered pairs) of ``c`` (S, L, D)."""
     L = c.shape[1]
     sq = (c * c).mean(dim=(1, 2))
@@ -92,7 +94,11 @@ def _head_stats(c: torch.Tensor):
 _CACHE_NUMBERS = 40_000_000
 
 
-def _draw_base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
+#: One chunk of heads' draws by name (standard normals, and the uniforms "u" of dropout or None).
+_Draws = dict[str, Any]
+
+
+def _draw_base(heads: int, L: int, d_in: int, d_k: int, p_used: bool, seed: int, L_kv: int = 0) -> list[_Draws]:
     """Standard-normal (and uniform, for dropout) draws for ``heads`` heads, in chunks; scaled per configuration.
     ``L_kv`` > 0 adds a separate key/value input of ``L_kv`` tokens (cross-attention)."""
     gen = torch.Generator().manual_seed(seed)
@@ -114,19 +120,20 @@ def _draw_base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
 _draw_base_cached = lru_cache(maxsize=1)(_draw_base)
 
 
-def _base(heads, L, d_in, d_k, p_used, seed, L_kv=0):
+def _base(heads: int, L: int, d_in: int, d_k: int, p_used: bool, seed: int, L_kv: int = 0) -> list[_Draws]:
     numbers = heads * (L * (2 * d_in + ((L_kv or L) if p_used else 0)) + 2 * d_in * d_k + L_kv * d_in)
     fn = _draw_base_cached if numbers <= _CACHE_NUMBERS else _draw_base
     return fn(heads, L, d_in, d_k, p_used, seed, L_kv)
 
 
-def _gaussian_input(c, delta, mean, var, corr):
+def _gaussian_input(c: torch.Tensor, delta: torch.Tensor, mean: float, var: float, corr: float) -> torch.Tensor:
     """x_k = μ + √(rσ²) c + √((1 − r)σ²) δ_k (module docstring), requiring grad."""
     x = mean + math.sqrt(corr * var) * c + math.sqrt((1.0 - corr) * var) * delta
     return x.requires_grad_(True)
 
 
-def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal, rope=None):
+def _value_free_output(x: torch.Tensor, x_kv: torch.Tensor, z: _Draws, d_k: int, sq: float, sk: float, p: float,
+                       causal: bool, rope: float | QueryKeyMap | None = None) -> tuple[torch.Tensor, float]:
     """The value-free output O = Ã X_kv of a chunk of heads (W_V is averaged exactly, module docstring) and the
     mean per-query score variance; ``rope``: rotary base or query–key map (:func:`query_key_map`), or None."""
     q, k = x @ (math.sqrt(sq) * z["zq"]), x_kv @ (math.sqrt(sk) * z["zk"])
@@ -144,13 +151,15 @@ def _value_free_output(x, x_kv, z, d_k, sq, sk, p, causal, rope=None):
     return a @ x_kv, s2
 
 
-def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed, rope=None) -> dict:
+def _sample_heads(q: tuple[float, float, float], kv: tuple[float, float, float] | None, d_in: int, d_k: int, L: int,
+                  L_kv: int, sq: float, sk: float, sv: float, p: float, causal: bool, heads: int, seed: int,
+                  rope: float | QueryKeyMap | None = None) -> dict[str, Any]:
     """Per-element moment estimates (mean over heads, standard error) of the sampled heads: forward ("f"), and the
     query-input ("sh"/"in") and, for a separate key/value input ``kv``, key/value-input ("kv_sh"/"kv_in") gradient
     for a unit shared / independent output gradient; each as {"var": (est, se), "cov": (est, se)}. ``q`` and ``kv``
     are (mean, var, corr) triples; ``kv=None`` is self-attention (keys and values from the query input)."""
     keys = ("f", "sh", "in") + (("kv_sh", "kv_in") if kv is not None else ())
-    per = {k: [] for k in keys}
+    per: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {k: [] for k in keys}
     s2_sum = 0.0
     with torch.enable_grad():
         for z in _base(heads, L, d_in, d_k, p > 0.0, seed, L_kv if kv is not None else 0):
@@ -168,29 +177,30 @@ def _sample_heads(q, kv, d_in, d_k, L, L_kv, sq, sk, sv, p, causal, heads, seed,
                 per["kv_in"].append(_head_stats(g_in[1]))
             s2_sum += s2 * x.shape[0]
 
-    def est(key, i):
+    def est(key: str, i: int) -> tuple[float, float]:
         # E over W_V: E[y_ij y_lj] = σ²_v o_i·o_l; w = W_V g has per-element covariance σ²_v d_k σ²_g R (σ²_g = 1)
         a = torch.cat([t[i] for t in per[key]]).numpy() * (sv * (d_in if key == "f" else d_k))
         return float(a.mean()), float(a.std(ddof=1) / math.sqrt(len(a)))
 
-    out = {k: {"var": est(k, 0), "cov": est(k, 1)} for k in keys}
+    out: dict[str, Any] = {k: {"var": est(k, 0), "cov": est(k, 1)} for k in keys}
     out["s2"] = s2_sum / heads
     return out
 
 
-def _fields(est: dict, key: str, prefix: str) -> dict:
+def _fields(est: dict[str, Any], key: str, prefix: str) -> dict[str, float]:
     return {f"{prefix}var": est[key]["var"][0], f"{prefix}cov": est[key]["cov"][0],
             f"{prefix}var_se": est[key]["var"][1], f"{prefix}cov_se": est[key]["cov"][1]}
 
 
 @lru_cache(maxsize=4096)
-def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, seed, rope=None) -> SampledAttention:
+def _sample(var: float, corr: float, mean: float, d_in: int, d_k: int, L: int, sq: float, sk: float, sv: float,
+            p: float, causal: bool, heads: int, seed: int, rope: QueryKeyMap | None = None) -> SampledAttention:
     e = _sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed, rope)
     return SampledAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
                             **_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
 
 
-def _checked_input(var, corr, mean, what: str = "input"):
+def _checked_input(var: float, corr: float, mean: float, what: str = "input") -> tuple[float, float, float]:
     """(mean, var, corr) of a Gaussian input, validated (``ValueError`` naming the field)."""
     var = check_range(var, f"{what} variance", lo=0.0, lo_open=True, allowed="(0, inf)")
     corr = check_range(corr, f"{what} token correlation (Moments.corr)", lo=0.0, hi=1.0,
@@ -198,7 +208,8 @@ def _checked_input(var, corr, mean, what: str = "input"):
     return check_range(mean, f"{what} mean"), var, corr
 
 
-def _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads):
+def _checked_head(d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float,
+                  heads: int) -> tuple[int, int, int, float, float, float, float, int]:
     """The head's sizes, weight variances, dropout and sample size, validated (``ValueError`` naming the field)."""
     d_in = int(check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1"))
     d_k = int(check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1"))
@@ -211,8 +222,8 @@ def _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads):
     return d_in, d_k, L, sq, sk, sv, p, heads
 
 
-def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
-                     mean=0.0, heads: int = DEFAULT_HEADS, seed: int = 0,
+def sample_attention(var: float, corr: float, d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float,
+                     sigma_v2: float, p: float = 0.0, causal: bool = False, mean: float = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0,
                      rope: float | QueryKeyMap | None = None) -> SampledAttention:
     """Sample ``heads`` single attention heads on Gaussian input of per-element variance ``var``, token correlation
     ``corr`` and mean ``mean`` (module docstring) and return the moments with their standard errors.
@@ -228,7 +239,7 @@ def sample_attention(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
     return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed), rope)
 
 
-def _each(fn, *arrays):
+def _each(fn: Callable[..., tuple[float, ...]], *arrays: Stat) -> tuple[float, ...] | list[np.ndarray]:
     """Apply the scalar ``fn`` elementwise over broadcast ``arrays``; a float for scalar input."""
     b = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in arrays))
     outs = [fn(*(float(a[idx]) for a in b)) for idx in np.ndindex(b[0].shape)]
@@ -237,13 +248,15 @@ def _each(fn, *arrays):
     return [np.array([o[i] for o in outs]).reshape(b[0].shape) for i in range(len(outs[0]))]
 
 
-def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+def sampled_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat,
+                    p: Stat = 0.0, causal: bool = False,
                     heads: int = DEFAULT_HEADS, seed: int = 0, rope: float | QueryKeyMap | None = None) -> Moments:
     """Output moments of single-head attention by sampling (module docstring): mean, variance and token
     correlation as the measurement defines them; hidden correlation 0 (independent W_V columns). Arrays broadcast
     (one sampled configuration per element)."""
 
-    def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp):
+    def one(mean: float, var: float, corr: float, di: float, dk: float, ll: float, sq: float, sk: float, sv: float,
+            pp: float) -> tuple[float, float, float]:
         s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         return s.fwd_mean, s.fwd_var, s.fwd_cov / s.fwd_var
 
@@ -251,14 +264,16 @@ def sampled_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=0.0 * np.asarray(var))
 
 
-def sampled_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+def sampled_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat,
+                     sigma_v2: Stat, p: Stat = 0.0,
                      causal: bool = False, heads: int = DEFAULT_HEADS, seed: int = 0,
                      rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Input-gradient moments of single-head attention by sampling, through values, keys and queries:
     σ²_gx = σ²_g[r_g V_sh + (1 − r_g)V_in], Cov = σ²_g[r_g C_sh + (1 − r_g)C_in] (module docstring). Reuses the
     forward's draw when ``m_in`` is the forward's input."""
 
-    def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp, gv, gc):
+    def one(mean: float, var: float, corr: float, di: float, dk: float, ll: float, sq: float, sk: float, sv: float,
+            pp: float, gv: float, gc: float) -> tuple[float, float]:
         s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         v = gv * (gc * s.sh_var + (1.0 - gc) * s.in_var)
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)

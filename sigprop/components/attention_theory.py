@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.moments import Stat
 from .softmax import softmax_power_moments
 
 __all__ = ["AttentionTerms", "QueryGradient", "attention_terms", "mm_moments", "query_gradient", "query_variance",
@@ -30,13 +31,13 @@ _GH3_Z = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
 _GH3_W = np.array([1.0 / 6.0, 2.0 / 3.0, 1.0 / 6.0])
 
 
-def score_variance(var, corr, d, sqk2):
+def score_variance(var: Stat, corr: Stat, d: Stat, sqk2: Stat) -> Stat:
     """s² = τσ²d²σ²_qk = (1 − r)σ⁴d²σ²_qσ²_k: the mean variance of a query's scores over generic keys (input of
     variance ``var`` = σ², token correlation ``corr`` = r, mean already absorbed; d = d_in; ``sqk2`` = σ²_qσ²_k)."""
     return (1.0 - corr) * var * var * d * d * sqk2
 
 
-def mm_moments(d, e, sqk2):
+def mm_moments(d: Stat, e: Stat, sqk2: Stat) -> tuple[Stat, Stat]:
     """(E tr((MMᵀ)²), Var‖M‖²_F) for M = W_Q W_Kᵀ/√e with W_Q, W_K ∈ R^{d×e} Gaussian, σ²_q σ²_k = ``sqk2``.
 
     Derivation: with B = W_KᵀW_K (Wishart), E[B²] = σ⁴_k d(d+1+e) I and E(tr B)² = σ⁴_k (d²e² + 2de); averaging
@@ -48,7 +49,7 @@ def mm_moments(d, e, sqk2):
     return trb2, vartrb
 
 
-def softmax_score_weights(t2_mean, t2_var, L):
+def softmax_score_weights(t2_mean: Stat, t2_var: Stat, L: Stat) -> tuple[Stat, Stat, Stat]:
     """(P2, K, Q) for a softmax over L keys with i.i.d. N(0, t²) scores, t² random (as in
     :func:`softmax_participation`): P2 = E Σ_k A_k², Q = E(Σ_k A_k²)² = L E p⁴ + L(L − 1) E p_i²p_j² and the weight
     of the score paths K = E Σ_k A_k²(1 − 2A_k + Σ_m A_m²) = P2 − 2L E p³ + Q.
@@ -70,7 +71,7 @@ def softmax_score_weights(t2_mean, t2_var, L):
     return p2, k, qq
 
 
-def softmax_participation(t2_mean, t2_var, L):
+def softmax_participation(t2_mean: Stat, t2_var: Stat, L: Stat) -> Stat:
     """P2 = E Σ_k A_ik² = L E[p²] for a softmax over L keys whose scores are i.i.d. N(0, t²) given the query, with
     t² random (mean ``t2_mean``, variance ``t2_var``): a 3-point Gauss–Hermite rule over t² (t² fluctuates by a
     relative ~√(2/e + 4/d) between queries and weight draws; P2 is convex in t², which adds ~½P2''Var t²)."""
@@ -88,26 +89,26 @@ def softmax_participation(t2_mean, t2_var, L):
 class AttentionTerms:
     """The building blocks of the attention rules (per element; see :func:`attention_terms`)."""
 
-    rho: np.ndarray  # shared input variance r σ²
-    tau: np.ndarray  # independent input variance (1 − r) σ²
-    sig2: np.ndarray  # σ²
-    s2: np.ndarray  # mean score variance of a query over generic keys, τ σ² d² σ²_qk
-    vrel: np.ndarray  # relative variance of |a_i|² (hence of a query's score variance)
-    P2: np.ndarray  # E Σ_k A_ik²
-    K: np.ndarray  # E Σ_k A_ik²(1 − 2A_ik + Σ_m A_im²), the score paths' weight
-    Q: np.ndarray  # E(Σ_k A_ik²)²
-    kappa: np.ndarray  # E κ (score covariance of two queries on one key)
-    vkappa: np.ndarray  # Var κ
-    ekappa: np.ndarray  # E e^κ ≈ exp(E κ + Var κ / 2)
-    ms: np.ndarray  # mean-shift scale τ² d σ²_qk σ² = τ² E|a|²/d
-    sqk2: np.ndarray
-    d: np.ndarray
-    e: np.ndarray
-    L: np.ndarray
-    p: np.ndarray
+    rho: Stat  # shared input variance r σ²
+    tau: Stat  # independent input variance (1 − r) σ²
+    sig2: Stat  # σ²
+    s2: Stat  # mean score variance of a query over generic keys, τ σ² d² σ²_qk
+    vrel: Stat  # relative variance of |a_i|² (hence of a query's score variance)
+    P2: Stat  # E Σ_k A_ik²
+    K: Stat  # E Σ_k A_ik²(1 − 2A_ik + Σ_m A_im²), the score paths' weight
+    Q: Stat  # E(Σ_k A_ik²)²
+    kappa: Stat  # E κ (score covariance of two queries on one key)
+    vkappa: Stat  # Var κ
+    ekappa: Stat  # E e^κ ≈ exp(E κ + Var κ / 2)
+    ms: Stat  # mean-shift scale τ² d σ²_qk σ² = τ² E|a|²/d
+    sqk2: Stat
+    d: Stat
+    e: Stat
+    L: Stat
+    p: Stat
 
 
-def attention_terms(var, corr, d, e, L, sqk2, p) -> AttentionTerms:
+def attention_terms(var: Stat, corr: Stat, d: Stat, e: Stat, L: Stat, sqk2: Stat, p: Stat) -> AttentionTerms:
     """Evaluate the shared building blocks for input variance ``var``, token correlation ``corr`` (zero mean),
     widths d = d_in, e = d_k, sequence length L, σ²_q σ²_k = ``sqk2`` and attention dropout ``p``."""
     var, corr, d, e, L, sqk2, p = np.broadcast_arrays(
@@ -125,7 +126,7 @@ def attention_terms(var, corr, d, e, L, sqk2, p) -> AttentionTerms:
                           L=L, p=p)
 
 
-def query_variance(t: AttentionTerms) -> np.ndarray:
+def query_variance(t: AttentionTerms) -> Stat:
     """σ²_y/(d_in σ²_v) of one query over its t.L keys (:mod:`~sigprop.components.attention`, forward):
     ρ(1 + P2 p/(1−p)) + τ P2/(1−p) + m(1 − P2 + 4 P2 p/(1−p)), m = τ² d_in σ²_qk σ²."""
     q = t.p / (1.0 - t.p)
@@ -138,12 +139,12 @@ class QueryGradient:
     Ω = σ²_v d_k σ²_g whatever the gradient's token correlation, since they hold |w_i|² only): the key path's
     Σ_k E dS_ik² |a_i|² (``keys``), the query path (``queries``) and the value-key cross term (``values_keys``)."""
 
-    keys: np.ndarray
-    queries: np.ndarray
-    values_keys: np.ndarray
+    keys: Stat
+    queries: Stat
+    values_keys: Stat
 
 
-def query_gradient(t: AttentionTerms, om) -> QueryGradient:
+def query_gradient(t: AttentionTerms, om: Stat) -> QueryGradient:
     """The per-query gradient terms (:class:`QueryGradient`) of the module docstring's KK, QQ and VK at Ω = ``om``:
     KK₁ = Ω P2 d²_in σ²_qk σ²(1 + v s²)(σ² − ρ(1−p))/(1−p), QQ as printed, VK₁ = 2Ω s² e^{s²}(1+p)/((1−p) L d_in)."""
     p, d = t.p, t.d

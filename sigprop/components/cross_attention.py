@@ -33,12 +33,15 @@ of weights and inputs, zero-mean output gradient independent of the forward pass
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
+import torch
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
 from .attention import MultiHeadAttention
@@ -75,7 +78,9 @@ class SampledCrossAttention(SampledAttention):
 
 
 @lru_cache(maxsize=4096)
-def _sample_cross(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, heads, seed) -> SampledCrossAttention:
+def _sample_cross(q: tuple[float, float, float], mem: tuple[float, float, float], d_in: int, d_k: int, L: int,
+                  L_mem: int, sq: float, sk: float, sv: float, p: float, heads: int,
+                  seed: int) -> SampledCrossAttention:
     e = _sample_heads(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, False, heads, seed)
     return SampledCrossAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
                                  **_fields(e, "in", "in_"),
@@ -83,8 +88,9 @@ def _sample_cross(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, heads, seed) -> Sa
                                  s2=e["s2"], heads=heads)
 
 
-def sample_cross_attention(var, corr, mem_var, mem_corr, d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p=0.0,
-                           mean=0.0, mem_mean=0.0, heads: int = DEFAULT_HEADS,
+def sample_cross_attention(var: float, corr: float, mem_var: float, mem_corr: float, d_in: float, d_k: float, L: float,
+                           L_mem: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float = 0.0,
+                           mean: float = 0.0, mem_mean: float = 0.0, heads: int = DEFAULT_HEADS,
                            seed: int = 0) -> SampledCrossAttention:
     """Sample ``heads`` single cross-attention heads: queries from a Gaussian input of ``L`` tokens (``mean``,
     ``var``, token correlation ``corr``), keys and values from an independent one of ``L_mem`` tokens (``mem_*``);
@@ -97,17 +103,21 @@ def sample_cross_attention(var, corr, mem_var, mem_corr, d_in, d_k, L, L_mem, si
     return _sample_cross(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, heads, int(seed))
 
 
-def _one(m: Moments, mem: Moments, args, extra, fn):
+def _one(m: Moments, mem: Moments, args: tuple[Stat, ...], extra: tuple[Stat, ...],
+         fn: Callable[..., tuple[float, ...]]) -> tuple[float, ...] | list[np.ndarray]:
     """Apply ``fn(sample, *extra)`` over the broadcast moments and head arguments (one draw per element)."""
 
-    def call(mq, vq, cq, mm, vm, cm, di, dk, ll, lm, sq, sk, sv, pp, heads, seed, *rest):
+    def call(mq: float, vq: float, cq: float, mm: float, vm: float, cm: float, di: float, dk: float, ll: float,
+             lm: float, sq: float, sk: float, sv: float, pp: float, heads: float, seed: float,
+             *rest: float) -> tuple[float, ...]:
         s = sample_cross_attention(vq, cq, vm, cm, di, dk, ll, lm, sq, sk, sv, pp, mq, mm, int(heads), int(seed))
         return fn(s, *rest)
 
     return _each(call, m.mean, m.var, m.corr, mem.mean, mem.var, mem.corr, *args, *extra)
 
 
-def cross_forward(m: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+def cross_forward(m: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat, sigma_q2: Stat,
+                  sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0,
                   heads: int = DEFAULT_HEADS, seed: int = 0) -> Moments:
     """Output moments of single-head cross-attention (module docstring): mean 0, σ²_y and the token correlation
     over query pairs; hidden correlation 0. Arrays broadcast (one sampled configuration per element)."""
@@ -117,11 +127,11 @@ def cross_forward(m: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, si
     return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=zero)
 
 
-def _gradient(g: GradMoments, m_in: Moments, memory: Moments, args, side: str) -> GradMoments:
+def _gradient(g: GradMoments, m_in: Moments, memory: Moments, args: tuple[Stat, ...], side: str) -> GradMoments:
     """σ²_g[r_g V_sh + (1 − r_g)V_in] and the same for the covariance, with the shared / independent unit-gradient
     moments of ``side`` ("" = the query input, "mem_" = the memory)."""
 
-    def fn(s, gv, gc):
+    def fn(s: SampledCrossAttention, gv: float, gc: float) -> tuple[float, float]:
         part = {k: getattr(s, f"{side}{k}") for k in ("sh_var", "sh_cov", "in_var", "in_cov")}
         v = gv * (gc * part["sh_var"] + (1.0 - gc) * part["in_var"])
         c = gv * (gc * part["sh_cov"] + (1.0 - gc) * part["in_cov"])
@@ -131,15 +141,15 @@ def _gradient(g: GradMoments, m_in: Moments, memory: Moments, args, side: str) -
     return GradMoments(var=var, corr=clip_corr(corr))
 
 
-def cross_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, sigma_k2,
-                   sigma_v2, p=0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
+def cross_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat,
+                   sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
     """Moments of the gradient at the query input X (through the scores): σ²_g[r_g V_sh + (1 − r_g)V_in] and the
     same for the covariance (module docstring)."""
     return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "")
 
 
-def cross_memory_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in, d_k, L, L_mem, sigma_q2, sigma_k2,
-                          sigma_v2, p=0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
+def cross_memory_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat,
+                          sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
     """Moments of the gradient at the memory (through keys and values), over memory-token pairs, likewise (module
     docstring)."""
     return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "mem_")
@@ -156,49 +166,53 @@ class CrossAttention(MultiHeadAttention):
     rules = Rules(context=frozenset({"L", "attention_heads", "attention_seed", "memory_moments", "L_memory"}),
                   inputs=frozenset({"memory", "memory_padding_mask"}), mixes_tokens=True, memory=True, sampled=True)
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, **kwargs) -> None:
+    def __init__(self, d_in: int, n_heads: int, d_head: int, **kwargs: Any) -> None:
         if kwargs.get("causal"):
             raise ValueError("cross-attention is not causal: every query sees the whole memory")
         super().__init__(d_in, n_heads, d_head, **kwargs)
 
-    def forward(self, x, memory=None, memory_padding_mask=None):
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None,  # type: ignore[override]  # memory, not x_kv
+                memory_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if memory is None:
             raise ValueError("cross-attention needs the encoder output: pass memory=")
         return super().forward(x, x_kv=memory, key_padding_mask=memory_padding_mask)
 
-    def _args(self, L, L_memory, attention_heads, attention_seed):
+    def _args(self, L: Stat, L_memory: Stat | None, attention_heads: int,
+              attention_seed: int) -> tuple[tuple[int, int, Stat, Stat, Stat, Stat, Stat, float], int, int]:
+        """The rules' head arguments (widths, lengths, declared variances, dropout), heads and seed."""
         sq, sk, sv = self._declared()
         self.rule_used = "sampled"
-        return (self.d_in, self.d_head, L, L if L_memory is None else L_memory, sq, sk, sv, self.dropout_p,
+        return ((self.d_in, self.d_head, L, L if L_memory is None else L_memory, sq, sk, sv, self.dropout_p),
                 attention_heads, attention_seed)
 
     @staticmethod
-    def _memory(memory_moments):
+    def _memory(memory_moments: Moments | None) -> Moments:
         if not isinstance(memory_moments, Moments):
             raise ValueError("cross-attention's moment rules need the encoder output's moments: pass "
                              "memory_moments= (a Moments)")
         return memory_moments
 
-    def forward_moments(self, m: Moments, L, memory_moments: Moments | None = None, L_memory=None,
+    def forward_moments(self, m: Moments, L: Stat,  # type: ignore[override]  # the memory's context added
+                        memory_moments: Moments | None = None, L_memory: Stat | None = None,
                         attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0) -> Moments:
         """:func:`cross_forward` with the module's declared sigmas (every element belongs to one head)."""
         mem = self._memory(memory_moments)
-        *head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
+        head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
         return cross_forward(m, mem, *head, heads=heads, seed=seed)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, L, memory_moments: Moments | None = None,
-                         L_memory=None, attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, L: Stat,  # type: ignore[override]  # the memory's
+                         memory_moments: Moments | None = None, L_memory: Stat | None = None, attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0) -> GradMoments:
         """Gradient at the queries: ``n_heads`` × :func:`cross_backward` (heads add independently)."""
         mem = self._memory(memory_moments)
-        *head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
+        head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
         one = cross_backward(g, m_in, mem, *head, heads=heads, seed=seed)
         return GradMoments(var=self.n_heads * one.var, corr=one.corr)
 
-    def memory_backward_moments(self, g: GradMoments, m_in: Moments, L, memory_moments: Moments | None = None,
-                                L_memory=None, attention_heads: int = DEFAULT_HEADS,
+    def memory_backward_moments(self, g: GradMoments, m_in: Moments, L: Stat, memory_moments: Moments | None = None,
+                                L_memory: Stat | None = None, attention_heads: int = DEFAULT_HEADS,
                                 attention_seed: int = 0) -> GradMoments:
         """Gradient at the memory: ``n_heads`` × :func:`cross_memory_backward`."""
         mem = self._memory(memory_moments)
-        *head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
+        head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)
         one = cross_memory_backward(g, m_in, mem, *head, heads=heads, seed=seed)
         return GradMoments(var=self.n_heads * one.var, corr=one.corr)

@@ -27,14 +27,14 @@ r_gin = r_g E[erf'(h1) erf'(h2)]/E[erf'(h)²] (Alekseev Eq. 13 and Eq. 40).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 import torch
 from scipy import special
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
 
@@ -69,27 +69,27 @@ class PhiExpectations(NamedTuple):
     of the raw moments) wherever the rule has a cancellation-free form.
     """
 
-    phi: np.ndarray
-    phi2: np.ndarray
-    phi12: np.ndarray
-    var: np.ndarray
-    cov: np.ndarray
-    dphi2: np.ndarray
-    dphi12: np.ndarray
+    phi: Stat
+    phi2: Stat
+    phi12: Stat
+    var: Stat
+    cov: Stat
+    dphi2: Stat
+    dphi12: Stat
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------------------------
 
-def _check_nonzero(value, name: str):
+def _check_nonzero(value: Stat, name: str) -> Stat:
     v = check_range(value, name)
     if np.any(np.asarray(v) == 0.0):
         raise ValueError(f"{name} must be a nonzero finite number (got 0.0)")
     return v
 
 
-def _check_approx(approx: str):
+def _check_approx(approx: str) -> None:
     if approx not in APPROXES:
         raise ValueError(f"approx must be one of {APPROXES} (got {approx!r})")
 
@@ -99,12 +99,12 @@ def _check_approx(approx: str):
 # ----------------------------------------------------------------------------------------------------------------
 
 @lru_cache(maxsize=4)
-def _legendre(n: int):
+def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = np.polynomial.legendre.leggauss(n)
     return 0.5 * (x + 1.0), 0.5 * w  # nodes and weights on [0, 1]
 
 
-def _plackett_scaled(k, rho):
+def _plackett_scaled(k: Stat, rho: Stat) -> tuple[Stat, Stat]:
     """(log-scale, integral) with Φ₂(k, k; ρ) − Φ(k)² = exp(log_scale) · integral / (2π), i.e.
 
     ∫₀^{asin ρ} exp(−k²/(1+sin θ)) dθ = exp(log_scale) · integral, where log_scale = −k²/(1 + max(ρ, 0)) is the
@@ -122,7 +122,7 @@ def _plackett_scaled(k, rho):
     return log_scale, integral
 
 
-def erf_cov(mean, var, corr):
+def erf_cov(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """Cov(erf(h1), erf(h2)) for (h1, h2) bivariate normal, common ``mean`` m and ``var`` v, correlation ``corr`` r.
 
     Cov = (2/π) ∫₀^{asin ρ} exp(−k²/(1+sin θ)) dθ with k = √2 m/√(1+2v), ρ = 2rv/(1+2v) (Plackett's identity; see
@@ -137,7 +137,7 @@ def erf_cov(mean, var, corr):
     return (2.0 / np.pi) * np.exp(log_scale) * integral
 
 
-def _erf_corr_ratio(mean, var, corr):
+def _erf_corr_ratio(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """Cov(erf h1, erf h2)/Var(erf h), computed from the scaled integrals (no 0/0 when both underflow)."""
     mean = np.asarray(mean, dtype=np.float64)
     var = np.asarray(var, dtype=np.float64)
@@ -149,7 +149,7 @@ def _erf_corr_ratio(mean, var, corr):
     return np.exp(ls_r - ls_1) * i_r / i_1
 
 
-def _erf_dd_log(mean, var, corr):
+def _erf_dd_log(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """log E[erf'(h1) erf'(h2)] (closed Gaussian integral; see the module docstring)."""
     mean = np.asarray(mean, dtype=np.float64)
     var = np.asarray(var, dtype=np.float64)
@@ -158,7 +158,7 @@ def _erf_dd_log(mean, var, corr):
     return np.log(4.0 / np.pi) - 0.5 * np.log(det) - 2.0 * mean**2 / (1.0 + 2.0 * var * (1.0 + r))
 
 
-def erf_expectations(mean, var, corr) -> PhiExpectations:
+def erf_expectations(mean: Stat, var: Stat, corr: Stat) -> PhiExpectations:
     """Exact Gaussian expectations of φ = erf for h ~ N(m, v) and (h1, h2) with correlation r (closed forms).
 
     E[erf h] = erf(m/√(1+2v)); Cov(erf h1, erf h2) by :func:`erf_cov`; E[erf h1 erf h2] = Cov + E[erf h]²;
@@ -179,7 +179,15 @@ def erf_expectations(mean, var, corr) -> PhiExpectations:
 # Alekseev App. E, Eqs. 89 and 90 (zero-mean pre-activation, φ_α(h) = erf(α h), h ~ N(0, q), Cov(h1, h2) = p)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _check_qp(q, p=None):
+@overload
+def _check_qp(q: Stat, p: None = None) -> tuple[Stat, None]: ...
+
+
+@overload
+def _check_qp(q: Stat, p: Stat) -> tuple[Stat, Stat]: ...
+
+
+def _check_qp(q: Stat, p: Stat | None = None) -> tuple[Stat, Stat | None]:
     q = check_range(q, "q", lo=0.0, lo_open=True, allowed="(0, inf)")
     if p is None:
         return q, None
@@ -189,14 +197,14 @@ def _check_qp(q, p=None):
     return q, p
 
 
-def erf_q_tilde(q, alpha):
+def erf_q_tilde(q: Stat, alpha: Stat) -> Stat:
     """q̃ = E[erf(αh)²], h ~ N(0, q): (2/π) asin(2α²q/(1+2α²q)). Alekseev App. E, Eq. 89."""
     q, _ = _check_qp(q)
     a2 = _check_nonzero(alpha, "alpha") ** 2
     return (2.0 / np.pi) * np.arcsin(2.0 * a2 * q / (1.0 + 2.0 * a2 * q))
 
 
-def erf_p_tilde(p, q, alpha):
+def erf_p_tilde(p: Stat, q: Stat, alpha: Stat) -> Stat:
     """p̃ = E[erf(αh1) erf(αh2)], Var h = q, Cov(h1, h2) = p, zero mean: (2/π) asin(2α²p/(1+2α²q)).
     Alekseev App. E, Eq. 89."""
     q, p = _check_qp(q, p)
@@ -204,14 +212,14 @@ def erf_p_tilde(p, q, alpha):
     return (2.0 / np.pi) * np.arcsin(2.0 * a2 * p / (1.0 + 2.0 * a2 * q))
 
 
-def erf_q_hat(q, alpha):
+def erf_q_hat(q: Stat, alpha: Stat) -> Stat:
     """q̂ = E[φ_α'(h)²] with φ_α = erf(α·), h ~ N(0, q): 4α²/(π√(1+4α²q)). Alekseev App. E, Eq. 90 (Eq. 13)."""
     q, _ = _check_qp(q)
     a2 = _check_nonzero(alpha, "alpha") ** 2
     return 4.0 * a2 / (np.pi * np.sqrt(1.0 + 4.0 * a2 * q))
 
 
-def erf_p_hat(p, q, alpha):
+def erf_p_hat(p: Stat, q: Stat, alpha: Stat) -> Stat:
     """p̂ = E[φ_α'(h1) φ_α'(h2)], zero mean, Var h = q, Cov = p: 4α²/(π√((1+2α²q)² − 4α⁴p²)).
     Alekseev App. E, Eq. 90 (Eq. 40)."""
     q, p = _check_qp(q, p)
@@ -223,13 +231,13 @@ def erf_p_hat(p, q, alpha):
 # shared assembly of elementwise rules (also used by DyT)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _assemble_forward(mean_phi, var_phi, corr_tok, corr_hid, gamma, beta) -> Moments:
+def _assemble_forward(mean_phi: Stat, var_phi: Stat, corr_tok: Stat, corr_hid: Stat, gamma: Stat, beta: Stat) -> Moments:
     """y = γ φ + β: mean γE[φ] + β, variance γ² Var φ, correlations unchanged by the affine map."""
     return Moments(mean=gamma * mean_phi + beta, var=gamma**2 * var_phi, corr=clip_corr(corr_tok),
                    corr_hidden=clip_corr(corr_hid))
 
 
-def _assemble_backward(g: GradMoments, dphi2, dratio, alpha, gamma) -> GradMoments:
+def _assemble_backward(g: GradMoments, dphi2: Stat, dratio: Stat, alpha: Stat, gamma: Stat) -> GradMoments:
     """g_in = γ α φ'(h) g: σ²_gin = γ²α²σ²_g E[φ'²], r_gin = r_g E[φ'φ']/E[φ'²] (g zero-mean, independent of x)."""
     return GradMoments(var=gamma**2 * alpha**2 * g.var * dphi2, corr=clip_corr(g.corr * dratio))
 
@@ -238,7 +246,7 @@ def _assemble_backward(g: GradMoments, dphi2, dratio, alpha, gamma) -> GradMomen
 # the rules
 # ----------------------------------------------------------------------------------------------------------------
 
-def derf_forward(m: Moments, alpha, shift=0.0, gamma=1.0, beta=0.0, approx: str = "exact") -> Moments:
+def derf_forward(m: Moments, alpha: Stat, shift: Stat=0.0, gamma: Stat=1.0, beta: Stat=0.0, approx: str = "exact") -> Moments:
     """Moments of y = γ·erf(α x + s) + β for Gaussian x (Chen et al. 2025; Alekseev Eq. 10 and App. E Eq. 89).
 
     ``approx="exact"`` (default): with m = αμ + s, v = α²σ², k = √2 m/√(1+2v) and ρ(r) = 2rv/(1+2v),
@@ -278,7 +286,7 @@ def derf_forward(m: Moments, alpha, shift=0.0, gamma=1.0, beta=0.0, approx: str 
                              _erf_corr_ratio(mh, vh, m.corr_hidden), gamma, beta)
 
 
-def derf_backward(g: GradMoments, m_in: Moments, alpha, shift=0.0, gamma=1.0, approx: str = "exact") -> GradMoments:
+def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat=0.0, gamma: Stat=1.0, approx: str = "exact") -> GradMoments:
     """Gradient moments through y = γ·erf(αx + s) + β: g_in = γ α erf'(αx + s) g (Alekseev Eqs. 13, 40, 90).
 
     ``approx="exact"``: with m = αμ + s, v = α²σ² of the input ``m_in``,
@@ -314,14 +322,14 @@ def derf_backward(g: GradMoments, m_in: Moments, alpha, shift=0.0, gamma=1.0, ap
 # the module
 # ----------------------------------------------------------------------------------------------------------------
 
-def _param(value, default_shape, fill) -> torch.Tensor:
+def _param(value: float | np.ndarray | torch.Tensor | None, default_shape: tuple[int, ...], fill: float) -> torch.Tensor:
     if value is None:
         return torch.full(default_shape, float(fill))
     t = torch.as_tensor(value)
     return (t if t.is_floating_point() else t.double()).detach().clone()
 
 
-def _rule_value(t: torch.Tensor, name: str):
+def _rule_value(t: torch.Tensor, name: str) -> Stat:
     """A parameter tensor as the value a moment rule takes: channels must share one value (the last dimension, if
     longer than 1, is the channel dimension); remaining dimensions index configurations and are flattened."""
     a = t.detach().to("cpu", torch.float64).numpy()
@@ -346,7 +354,8 @@ class Derf(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha=0.5, shift=0.0, gamma=None, beta=None, dtype=None) -> None:
+    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5, shift: float | np.ndarray | torch.Tensor = 0.0,
+                 gamma: float | np.ndarray | torch.Tensor | None = None, beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         self.alpha = nn.Parameter(_param(alpha, (), 0.5).to(dtype or torch.get_default_dtype()))
@@ -358,7 +367,7 @@ class Derf(nn.Module):
         # γ·erf(αx + s) + β with fused multiply-adds (two passes instead of four)
         return torch.addcmul(self.beta, self.gamma, torch.erf(torch.addcmul(self.shift, self.alpha, x)))
 
-    def _values(self):
+    def _values(self) -> tuple[Stat, Stat, Stat, Stat]:
         return (_rule_value(self.alpha, "alpha"), _rule_value(self.shift, "shift"),
                 _rule_value(self.gamma, "gamma"), _rule_value(self.beta, "beta"))
 

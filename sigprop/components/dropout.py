@@ -5,18 +5,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
 
 __all__ = ["Dropout", "dropout_forward", "dropout_backward"]
 
 
-def _check_p(p):
+def _check_p(p: Stat) -> Stat:
     return check_range(p, "dropout p", lo=0.0, hi=1.0, hi_open=True)
 
 
-def dropout_forward(m: Moments, p) -> Moments:
+def dropout_forward(m: Moments, p: Stat) -> Moments:
     """Moments after inverted dropout x ↦ x·b/(1−p), b ~ Bernoulli(1−p) independent per element (App. A.3).
 
     μ_out = μ, σ²_out = (σ² + pμ²)/(1−p), r_out = r σ²(1−p)/(σ² + pμ²) for the token and the hidden correlation
@@ -30,7 +30,7 @@ def dropout_forward(m: Moments, p) -> Moments:
                    corr_hidden=clip_corr(m.corr_hidden * shrink))
 
 
-def dropout_backward(g: GradMoments, p) -> GradMoments:
+def dropout_backward(g: GradMoments, p: Stat) -> GradMoments:
     """Gradient moments through dropout: the same mask scales the gradient, g_in = g·b/(1−p) (App. A.3).
 
     σ²_gin = σ²_g/(1−p) and r_gin = (1−p) r_g (zero-mean gradient). Exact.

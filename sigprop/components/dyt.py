@@ -30,6 +30,7 @@ long as the quantities stay above float64's underflow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -37,7 +38,7 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range
 from ..walk.protocol import TOKEN_WISE
 from .derf import (
@@ -66,7 +67,7 @@ _MAX_NODES = 2**21  # quadrature points evaluated at once by the trapezoid rule 
 
 
 @lru_cache(maxsize=4)
-def _hermite(n: int):
+def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     z, w = special.roots_hermitenorm(n)
     return z, w / np.sqrt(2.0 * np.pi)
 
@@ -75,16 +76,16 @@ def _hermite(n: int):
 # localised integrands
 # ----------------------------------------------------------------------------------------------------------------
 
-def _sech2(x):
+def _sech2(x: Stat) -> Stat:
     e = np.exp(-2.0 * np.abs(x))
     return 4.0 * e / (1.0 + e) ** 2
 
 
-def _sech4(x):
+def _sech4(x: Stat) -> Stat:
     return _sech2(x) ** 2
 
 
-def _rho(x):
+def _rho(x: Stat) -> Stat:
     """ρ(x) = tanh(x) − erf(c x), written as sign(x)[erfc(c|x|) − 2/(1 + e^{2|x|})] (accurate in the tails)."""
     ax = np.abs(x)
     with np.errstate(over="ignore"):
@@ -96,7 +97,7 @@ def _rho(x):
 # quadrature of localised integrands
 # ----------------------------------------------------------------------------------------------------------------
 
-def _expect_local(f, mean, var, *extras):
+def _expect_local(f: Callable[..., Stat], mean: Stat, var: Stat, *extras: Stat) -> np.ndarray:
     """E[f(h, *extras)] for h ~ N(mean, var), f localised in [−22, 22] and analytic in |Im x| < π/2.
 
     ``f(x, *extras)`` receives x of shape (N, nodes) and each extra of shape (N, 1). Arrays broadcast; the result has
@@ -105,14 +106,14 @@ def _expect_local(f, mean, var, *extras):
     """
     arrs = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (mean, var) + extras))
     shape = arrs[0].shape
-    mean, var, *extras = (a.reshape(-1) for a in arrs)
+    mean, var, *flat_extras = (a.reshape(-1) for a in arrs)
     out = np.empty(mean.shape, dtype=np.float64)
     sd = np.sqrt(var)
     small = sd <= _SD_SWITCH
     if small.any():
         z, w = _hermite(_GH_NODES)
         x = mean[small, None] + sd[small, None] * z
-        out[small] = np.sum(w * f(x, *(e[small, None] for e in extras)), axis=-1)
+        out[small] = np.sum(w * f(x, *(e[small, None] for e in flat_extras)), axis=-1)
     big = np.flatnonzero(~small)
     if big.size:
         lo, hi = _window(np.abs(mean[big]), var[big], sd[big])
@@ -131,12 +132,12 @@ def _expect_local(f, mean, var, *extras):
             x = lo[sel, None] + (hi - lo)[sel, None] * np.linspace(0.0, 1.0, n)
             w = (hi - lo)[sel, None] / (n - 1) * np.exp(-((x - mb) ** 2) / (2.0 * vb)) / np.sqrt(2.0 * np.pi * vb)
             w[:, [0, -1]] *= 0.5
-            out[idx] = np.sum(w * f(x, *(e[idx, None] for e in extras)), axis=-1)
+            out[idx] = np.sum(w * f(x, *(e[idx, None] for e in flat_extras)), axis=-1)
             start = stop
     return out.reshape(shape)
 
 
-def _window(m, v, sd):
+def _window(m: Stat, v: Stat, sd: Stat) -> tuple[Stat, Stat]:
     """Integration window [lo, hi] of the trapezoid rule for a pre-activation N(m, v), m ≥ 0, sd = √v > 0.5.
 
     The integrands are localised with tails ∝ e^{−k|x|}, 0 ≤ k ≤ 4, so f·N is concentrated on the tilted centres
@@ -150,12 +151,12 @@ def _window(m, v, sd):
     return lo, hi
 
 
-def _conditional(x1, mean, var, corr):
+def _conditional(x1: Stat, mean: Stat, var: Stat, corr: Stat) -> tuple[Stat, Stat]:
     """Mean and variance of h2 given h1 = x1 (common mean and variance, correlation corr)."""
     return mean + corr * (x1 - mean), var * (1.0 - corr**2)
 
 
-def _blocked(fn, *arrays):
+def _blocked(fn: Callable[..., Stat], *arrays: Stat) -> np.ndarray:
     """Evaluate ``fn`` on blocks of the flattened, broadcast configuration arrays (bounds peak memory)."""
     arrs = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in arrays))
     shape = arrs[0].shape
@@ -166,35 +167,35 @@ def _blocked(fn, *arrays):
     return out.reshape(shape)
 
 
-def _cov_rho_erf(mean, var, corr):
+def _cov_rho_erf(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """Cov(ρ(h1), erf(c h2)) = E_h1[ρ(h1) (E[erf(c h2) | h1] − E[erf(c h2)])]."""
     c = ERF_SLOPE
 
-    def outer(x1, m, v, r, e_erf):
+    def outer(x1: Stat, m: Stat, v: Stat, r: Stat, e_erf: Stat) -> Stat:
         a, b = _conditional(x1, m, v, r)
         return _rho(x1) * (special.erf(c * a / np.sqrt(1.0 + 2.0 * c * c * b)) - e_erf)
 
-    def block(m, v, r):
+    def block(m: Stat, v: Stat, r: Stat) -> np.ndarray:
         e_erf = special.erf(c * m / np.sqrt(1.0 + 2.0 * c * c * v))
         return _expect_local(outer, m, v, m, v, r, e_erf)
 
     return _blocked(block, mean, var, corr)
 
 
-def _cov_rho_rho(mean, var, corr):
+def _cov_rho_rho(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """Cov(ρ(h1), ρ(h2)) = E_h1[ρ(h1) (E[ρ(h2) | h1] − E[ρ(h)])]."""
 
-    def outer(x1, m, v, r, e_rho):
+    def outer(x1: Stat, m: Stat, v: Stat, r: Stat, e_rho: Stat) -> Stat:
         a, b = _conditional(x1, m, v, r)
         return _rho(x1) * (_expect_local(lambda x: _rho(x), a, b) - e_rho)
 
-    def block(m, v, r):
+    def block(m: Stat, v: Stat, r: Stat) -> np.ndarray:
         return _expect_local(outer, m, v, m, v, r, _expect_local(lambda x: _rho(x), m, v))
 
     return _blocked(block, mean, var, corr)
 
 
-def _tanh_cov(mean, var, corr):
+def _tanh_cov(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """Cov(tanh h1, tanh h2) = Cov(e1, e2) + 2 Cov(ρ1, e2) + Cov(ρ1, ρ2), e = erf(c h) (module docstring)."""
     c = ERF_SLOPE
     mean, var, corr = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (mean, var, corr)))
@@ -213,22 +214,22 @@ def _tanh_cov(mean, var, corr):
     return out
 
 
-def _tanh_mean(mean, var):
+def _tanh_mean(mean: Stat, var: Stat) -> Stat:
     c = ERF_SLOPE
     return special.erf(c * mean / np.sqrt(1.0 + 2.0 * c * c * var)) + _expect_local(lambda x: _rho(x), mean, var)
 
 
-def _sech2_pair(mean, var, corr):
+def _sech2_pair(mean: Stat, var: Stat, corr: Stat) -> Stat:
     """E[sech²(h1) sech²(h2)] by conditioning (exact as corr → 1)."""
 
-    def outer(x1, m, v, r):
+    def outer(x1: Stat, m: Stat, v: Stat, r: Stat) -> Stat:
         a, b = _conditional(x1, m, v, r)
         return _sech2(x1) * _expect_local(lambda x: _sech2(x), a, b)
 
     return _blocked(lambda m, v, r: _expect_local(outer, m, v, m, v, r), mean, var, corr)
 
 
-def tanh_expectations(mean, var, corr) -> PhiExpectations:
+def tanh_expectations(mean: Stat, var: Stat, corr: Stat) -> PhiExpectations:
     """Gaussian expectations of φ = tanh for h ~ N(m, v) and (h1, h2) with correlation r, by the quadrature of the
     module docstring (relative accuracy ~1e-13, 1e-11 at worst; tested against scipy.integrate; no closed form).
 
@@ -248,7 +249,7 @@ def tanh_expectations(mean, var, corr) -> PhiExpectations:
 # the rules
 # ----------------------------------------------------------------------------------------------------------------
 
-def _pre_activation(m: Moments, alpha, approx: str):
+def _pre_activation(m: Moments, alpha: Stat, approx: str) -> tuple[Stat, Stat, Stat, Stat]:
     """(mean, variance, token corr, hidden corr) of h = αx; "alekseev" treats x as zero-mean with E[x²] = q."""
     if approx == "alekseev":
         q = m.second_moment
@@ -256,7 +257,7 @@ def _pre_activation(m: Moments, alpha, approx: str):
     return alpha * m.mean, alpha**2 * m.var, m.corr, m.corr_hidden
 
 
-def dyt_forward(m: Moments, alpha, gamma=1.0, beta=0.0, approx: str = "exact") -> Moments:
+def dyt_forward(m: Moments, alpha: Stat, gamma: Stat=1.0, beta: Stat=0.0, approx: str = "exact") -> Moments:
     """Moments of y = γ·tanh(αx) + β for Gaussian x (Zhu et al. 2025; Alekseev Eq. 10).
 
     ``approx="exact"`` (default): with h = αx ~ N(αμ, α²σ²),
@@ -283,7 +284,7 @@ def dyt_forward(m: Moments, alpha, gamma=1.0, beta=0.0, approx: str = "exact") -
                              gamma, beta)
 
 
-def dyt_backward(g: GradMoments, m_in: Moments, alpha, gamma=1.0, approx: str = "exact") -> GradMoments:
+def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat=1.0, approx: str = "exact") -> GradMoments:
     """Gradient moments through y = γ·tanh(αx) + β: g_in = γ α sech²(αx) g (Alekseev Eqs. 13 and 40).
 
     ``approx="exact"``: with h = αx for the input moments ``m_in``,
@@ -321,7 +322,8 @@ class DyT(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha=0.5, gamma=None, beta=None, dtype=None) -> None:
+    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5, gamma: float | np.ndarray | torch.Tensor | None = None,
+                 beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         dtype = dtype or torch.get_default_dtype()

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core.moments import Moments
+from ..core.moments import Moments, Stat
 from ..core.validate import check_range, clip_corr
 
 __all__ = [
@@ -35,7 +35,8 @@ def repetition_correlation(token_ids: torch.Tensor, pad_id: int | None = None) -
         ids = ids[None]
     if ids.dim() != 2:
         raise ValueError(f"token_ids must have shape (batch, length), got {tuple(ids.shape)}")
-    same = pairs = 0
+    same: float = 0
+    pairs = 0
     for row in ids:
         if pad_id is not None:
             row = row[row != pad_id]
@@ -50,7 +51,7 @@ def repetition_correlation(token_ids: torch.Tensor, pad_id: int | None = None) -
     return same / pairs
 
 
-def zipf_correlation(vocab_size, seq_len=None, approx: str = "exact", exponent: float = 1.0):
+def zipf_correlation(vocab_size: Stat, seq_len: Stat | None = None, approx: str = "exact", exponent: float = 1.0) -> Stat:
     """Expected token correlation of an embedding output when tokens are i.i.d. Zipf, p_i ∝ 1/i^s (App. A.1).
 
     * ``"exact"`` (ours): for tokens drawn i.i.d. from p, E[N_i(N_i−1)] = L(L−1)p_i², so the expected
@@ -82,7 +83,7 @@ def _zipf_sum_sq(v: int, s: float) -> float:
     return float(np.sum(w * w) / np.sum(w) ** 2)
 
 
-def segment_correlation(seq_len=None, approx: str = "exact"):
+def segment_correlation(seq_len: Stat | None = None, approx: str = "exact") -> Stat:
     """Token correlation of segment (sentence A / B) embeddings when the first segment's length x is uniform
     (App. A.1): with N₁ = x, N₂ = L − x, r = (N₁² + N₂² − L)/(L(L − 1)).
 
@@ -99,7 +100,7 @@ def segment_correlation(seq_len=None, approx: str = "exact"):
     raise ValueError(f"approx must be 'exact' or 'kedia' (got {approx!r})")
 
 
-def embedding_forward(token_var, token_corr, position_var=0.0, segment_var=0.0, segment_corr=2.0 / 3.0) -> Moments:
+def embedding_forward(token_var: Stat, token_corr: Stat, position_var: Stat=0.0, segment_var: Stat=0.0, segment_corr: Stat=2.0 / 3.0) -> Moments:
     """Moments of token + position + segment embeddings summed (App. A.1, "Final Model Input Embeddings").
 
     The three tables are independent and zero-mean, so variances add and the token covariance is the
@@ -194,7 +195,7 @@ class Embedding(nn.Module):
             if self.segment is not None:
                 self.segment.weight.normal_(0.0, self.segment_std)
 
-    def _check(self, length: int, segment_ids) -> None:
+    def _check(self, length: int, segment_ids: torch.Tensor | None) -> None:
         """The sequence fits the position table, and segment ids come where the embedding has segments."""
         if self.position is not None and length > self.position.num_embeddings:
             raise ValueError(f"sequence length {length} exceeds max_len {self.position.num_embeddings}")
@@ -232,7 +233,7 @@ class Embedding(nn.Module):
             out = out + self.segment_std**2 * (seg[:, :, None] == seg[:, None, :]).to(torch.float64)
         return out
 
-    def forward_moments(self, token_corr, segment_corr=2.0 / 3.0) -> Moments:
+    def forward_moments(self, token_corr: Stat, segment_corr: Stat=2.0 / 3.0) -> Moments:
         return embedding_forward(
             (self.token_std * self.token_scale)**2, token_corr,
             position_var=self.position_std**2 if self.position is not None else 0.0,

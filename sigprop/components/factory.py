@@ -6,6 +6,8 @@ builds ("standard": softmax attention; "shaped": Noci et al. 2023 Eq. 9 / App. D
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 __all__ = ["NORMS", "ACTIVATIONS", "GATED_ACTIVATIONS", "ATTENTIONS", "make_norm", "make_activation"]
@@ -18,7 +20,7 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")
 ATTENTIONS = ("standard", "shaped", "value_skipinit")
 
 
-def make_norm(name: str, d: int, **kwargs) -> nn.Module | None:
+def make_norm(name: str, d: int, **kwargs: Any) -> nn.Module | None:
     """The normalisation ``name`` over width ``d`` (``"none"`` → None). Keyword arguments go to its constructor."""
     if name == "layernorm":
         from .layernorm import LayerNorm
@@ -41,7 +43,7 @@ def make_norm(name: str, d: int, **kwargs) -> nn.Module | None:
     raise ValueError(f"norm must be one of {', '.join(NORMS)} (got {name!r})")
 
 
-def make_activation(name: str, **kwargs) -> nn.Module:
+def make_activation(name: str, **kwargs: Any) -> nn.Module:
     """The activation ``name`` as a moment-aware module: "relu", "gelu" (no keywords) or "shaped_relu"
     (:class:`~sigprop.components.shaped_relu.ShapedReLU`, Noci et al. Eq. 4; keywords ``n`` (the width that sets
     the slopes s± = 1 + c±/√n, required), ``c_plus``, ``c_minus``, ``normalize``, ``mode``, ``anneal_steps`` go

@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from .dropout import Dropout
 from .factory import GATED_ACTIVATIONS, make_activation, make_norm
@@ -35,8 +35,8 @@ class FFNBlock(Sequential):
                  norm: str = "layernorm", w1_std: float | None = None, w2_std: float | None = None,
                  norm_kwargs: dict | None = None, activation_kwargs: dict | None = None) -> None:
         check_range(d, "d", lo=1.0, allowed="integers >= 1")
-        d_ff = 4 * d if d_ff is None else check_range(d_ff, "d_ff", lo=1.0, allowed="integers >= 1")
-        d, d_ff = int(d), int(d_ff)
+        width = 4 * d if d_ff is None else check_range(d_ff, "d_ff", lo=1.0, allowed="integers >= 1")
+        d, d_ff = int(d), int(width)
         layers = OrderedDict()
         norm_module = make_norm(norm, d, **(norm_kwargs or {}))
         if norm_module is not None:
@@ -53,7 +53,7 @@ class FFNBlock(Sequential):
         super().__init__(layers)
 
 
-def ffn_block_table2(m: Moments, g: GradMoments, d, w1_var, w2_var, p=0.0) -> tuple[Moments, GradMoments]:
+def ffn_block_table2(m: Moments, g: GradMoments, d: Stat, w1_var: Stat, w2_var: Stat, p: Stat=0.0) -> tuple[Moments, GradMoments]:
     """Kedia et al. Table 2 (App. B.2), the bare ReLU FFN block with d_ff = 4d and a zero-mean input:
 
     σ²_out = 2d²σ²_w1σ²_w2σ²_in/(1−p),  r_out = (1−p)(1/π + r/2 + (1/2 − 1/π)r²)  (a quadratic fit of the

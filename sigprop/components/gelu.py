@@ -30,7 +30,7 @@ from scipy import special
 from torch import nn
 
 from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_approx, clip_corr
 from ..walk.protocol import TOKEN_WISE
 from .relu import check_standardized_mean, truncated_bvn_moments
@@ -58,7 +58,7 @@ _GUARD_WHY = ("the gate P(Z ≤ x) of GeLU(x) = x·P(Z ≤ x) is then below 1e-1
               "there (the fixed quadrature loses accuracy as the integrand spans hundreds of orders of magnitude)")
 
 
-def gelu_mean(mean, var):
+def gelu_mean(mean: Stat, var: Stat) -> Stat:
     """E[G(X)] for X ~ N(μ, s): μ Φ(a) + s φ(a)/√v (v = 1+s, a = μ/√v); at μ = 0: s/√(2π(s+1)) (Table 15)."""
     mean = np.asarray(mean, dtype=np.float64)
     v = 1.0 + np.asarray(var, dtype=np.float64)
@@ -66,14 +66,14 @@ def gelu_mean(mean, var):
     return mean * norm_cdf(a) + var * norm_pdf(a) / np.sqrt(v)
 
 
-def _mean_grad(mean, var):
+def _mean_grad(mean: Stat, var: Stat) -> Stat:
     """E[G'(X)] for X ~ N(μ, s) = d/dμ E[G(X)] = Φ(a) + a φ(a)/v."""
     v = 1.0 + var
     a = mean / np.sqrt(v)
     return norm_cdf(a) + a * norm_pdf(a) / v
 
 
-def _cov_nonpositive(mean, var, rho):
+def _cov_nonpositive(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """Cov(G(X), G(Y)) by the truncated-moment formula (accurate for μ ≤ 0; see :func:`gelu_cross_moment`)."""
     s = var
     c = rho * s
@@ -91,7 +91,7 @@ def _cov_nonpositive(mean, var, rho):
     return second - mu_out * mu_out
 
 
-def gelu_cross_moment_closed(mean, var, rho):
+def gelu_cross_moment_closed(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """Cov(G(X), G(Y)) in closed form (precision: see the module docstring).
 
     (X, Y) bivariate normal with common mean μ, variance s and correlation ρ (c = ρs).
@@ -115,7 +115,7 @@ def gelu_cross_moment_closed(mean, var, rho):
     return reflect + _cov_nonpositive(neg, var, rho)
 
 
-def gelu_grad_cross_moment_closed(mean, var, rho):
+def gelu_grad_cross_moment_closed(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """E[G'(X) G'(Y)] in closed form (precision: see the module docstring).
 
     (X, Y) bivariate normal with common mean μ, variance s and correlation ρ (c = ρs).
@@ -143,7 +143,7 @@ def gelu_grad_cross_moment_closed(mean, var, rho):
     return big_a + 2.0 * big_b + big_c
 
 
-def _gelu_second_derivative_cross(mean, var, u):
+def _gelu_second_derivative_cross(mean: Stat, var: Stat, u: Stat) -> Stat:
     """J(u) = E[G''(X)G''(Y)] for (X, Y) with common mean μ, variance s and covariance u; G''(x) = (2 − x²)φ(x).
 
     Tilting the Gaussian by φ(X)φ(Y): with v = 1+s, D = v² − u², J = exp(−μ²/(v+u))/(2π√D) · E'[(2−X²)(2−Y²)],
@@ -159,7 +159,7 @@ def _gelu_second_derivative_cross(mean, var, u):
                                                                     + 4.0 * m * m * kappa + 2.0 * kappa**2)
 
 
-def _price_integrals(mean, var, rho):
+def _price_integrals(mean: Stat, var: Stat, rho: Stat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(∫₀^c J(u) du, ∫₀^c (c − u) J(u) du) with c = ρs, by Gauss–Legendre in t = log(v − |u|).
 
     The substitution maps the integrable growth of J near |u| → v = 1+s (reached only as s → ∞) to a smooth
@@ -178,7 +178,7 @@ def _price_integrals(mean, var, rho):
     return np.sum(jw, axis=-1), np.sum(jw * (c - u), axis=-1), c[..., 0]
 
 
-def gelu_cross_moment(mean, var, rho):
+def gelu_cross_moment(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """Cov(G(X), G(Y)) for (X, Y) bivariate normal with common mean μ, variance s and correlation ρ (c = ρs).
 
     Price's theorem twice (d/dc E[G(X)G(Y)] = E[G'(X)G'(Y)], d/dc E[G'G'] = E[G''G''] = J(c)):
@@ -192,7 +192,7 @@ def gelu_cross_moment(mean, var, rho):
     return c * _mean_grad(np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64)) ** 2 + second
 
 
-def gelu_grad_cross_moment(mean, var, rho):
+def gelu_grad_cross_moment(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """E[G'(X) G'(Y)] for (X, Y) bivariate normal with common mean μ, variance s and correlation ρ (c = ρs).
 
     Price's theorem: E[G'G'](c) = E[G'(X)]² + ∫₀^c J(u) du (see :func:`gelu_cross_moment`). Equals
@@ -202,7 +202,7 @@ def gelu_grad_cross_moment(mean, var, rho):
     return _mean_grad(np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64)) ** 2 + first
 
 
-def _kedia_cov(s, r):
+def _kedia_cov(s: Stat, r: Stat) -> Stat:
     """Table 18 (zero-mean input): Cov(G(x_t), G(x_s)) as printed."""
     rs = r * s
     return s / (4.0 * np.pi) * (np.pi * r + 2.0 * r * np.arcsin(rs / (s + 1.0))
@@ -211,7 +211,7 @@ def _kedia_cov(s, r):
                                 - 2.0 * s / (s + 1.0))
 
 
-def _kedia_grad(s, r):
+def _kedia_grad(s: Stat, r: Stat) -> Stat:
     """Tables 17 and 20 (zero-mean input): E[G'(x_t) G'(x_s)] as printed (r = 1 gives the variance factor)."""
     rs = r * s
     d = (s + 1.0) ** 2 - rs**2
@@ -238,6 +238,7 @@ def gelu_forward(m: Moments, approx: str = "exact") -> Moments:
     """
     check_approx(approx, GELU_APPROX, "gelu_forward")
     s = m.var
+    var: Stat
     if approx == "kedia":
         mean = s / np.sqrt(2.0 * np.pi * (s + 1.0))
         var = s / (2.0 * np.pi) * (0.5 * np.pi - s / (1.0 + s) + np.arcsin(s / (1.0 + s))

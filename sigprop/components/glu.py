@@ -40,6 +40,7 @@ docs/results/accuracy.md, "The gated units at finite width"). Checked against Mo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ from scipy import special
 from torch import nn
 
 from ..core.gaussian import expect_1d, expect_2d
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
 
@@ -61,13 +62,13 @@ GATES = {
 }
 
 
-def _gate(name: str):
+def _gate(name: str) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
     if name not in GATES:
         raise ValueError(f"gate must be one of {', '.join(GATES)} (got {name!r})")
     return GATES[name]
 
 
-def _pre_activations(m: Moments, d_in, gate_var, up_var):
+def _pre_activations(m: Moments, d_in: Stat, gate_var: Stat, up_var: Stat) -> tuple[Stat, Stat, Stat]:
     second = m.var + m.mean**2
     rho = clip_corr((m.corr * m.var + m.mean**2) / second)
     return d_in * gate_var * second, d_in * up_var * second, rho
@@ -77,7 +78,7 @@ _GRID_ABOVE = 256  # pairs beyond which a table over (s, ρ) is interpolated ins
 _GRID_RHO = np.linspace(-1.0, 1.0, 81)
 
 
-def _pair_expectation(f, s, rho):
+def _pair_expectation(f: Callable[[np.ndarray, np.ndarray], np.ndarray], s: Stat, rho: Stat) -> Stat:
     """E[f(a_t, a_s)] for zero-mean Gaussians of variance ``s`` and correlation ``rho`` (broadcast): the tensor
     Gauss–Hermite rule per pair, or for the many pairs of a token-resolved walk (or a sweep) a table of the same rule
     over 81 correlations × 17 variances (geometric between the smallest and largest s), holding the ratio
@@ -104,7 +105,7 @@ def _pair_expectation(f, s, rho):
     return ((1.0 - w) * pick(i) + w * pick(i + 1)) * diag
 
 
-def glu_forward(m: Moments, d_in, gate_var, up_var, gate: str = "swiglu") -> Moments:
+def glu_forward(m: Moments, d_in: Stat, gate_var: Stat, up_var: Stat, gate: str = "swiglu") -> Moments:
     """Moments of h = φ(xW_gate) ⊙ (xW_up) (module docstring), broadcasting over the moments' arrays."""
     phi, _ = _gate(gate)
     s_a, s_b, rho = _pre_activations(m, d_in, gate_var, up_var)
@@ -114,7 +115,7 @@ def glu_forward(m: Moments, d_in, gate_var, up_var, gate: str = "swiglu") -> Mom
     return Moments(mean=0.0 * var, var=var, corr=clip_corr(rho * cross / e2), corr_hidden=0.0 * var)
 
 
-def glu_backward(g: GradMoments, m_in: Moments, d_in, d_ff, gate_var, up_var, gate: str = "swiglu") -> GradMoments:
+def glu_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_ff: Stat, gate_var: Stat, up_var: Stat, gate: str = "swiglu") -> GradMoments:
     """Gradient moments at the input of h = φ(xW_gate) ⊙ (xW_up) (module docstring)."""
     phi, dphi = _gate(gate)
     s_a, s_b, rho = _pre_activations(m_in, d_in, gate_var, up_var)

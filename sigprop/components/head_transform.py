@@ -41,11 +41,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import Any, cast
 
 import numpy as np
+from torch import nn
 
 from ..core.gaussian import expect_1d, norm_cdf, norm_pdf
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from .factory import make_activation, make_norm
 from .linear import Linear
 from .sequential import Sequential
@@ -62,7 +64,7 @@ def _relu_terms() -> tuple[float, float, float]:
     return m4 / var**2, 0.5, a_w - 0.5
 
 
-def _gelu_terms(s2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _gelu_terms(s2: Stat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(κ, E a, Cov(a, w)) of z = GELU(u) = uΦ(u), u ~ N(0, s²), by Gauss–Hermite quadrature (96 points: GELU is
     analytic)."""
     gelu = lambda u: u * norm_cdf(u)  # noqa: E731
@@ -75,7 +77,7 @@ def _gelu_terms(s2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m4 / var**2, ea, a_w - ea
 
 
-def finite_width_factor(activation: str, s2, d: int):
+def finite_width_factor(activation: str, s2: Stat, d: int) -> Stat:
     """1 + ((κ − 3) E a − 2 Cov(a, w))/(d E a): the O(1/d) factor on the head transform's backward variance over
     the composition of its children's rules (module docstring), for pre-activations of variance ``s2``.
 
@@ -115,14 +117,16 @@ class HeadTransform(Sequential):
         1.0
     """
 
+    dense: Linear
+
     def __init__(self, d: int, activation: str = "gelu", eps: float = 1e-12, weight_std: float | None = None) -> None:
         if activation not in ("gelu", "relu"):
             raise ValueError(f"the head transform's activation must be gelu or relu (got {activation!r})")
         super().__init__(OrderedDict(dense=Linear(d, d, bias=True, weight_std=weight_std),
-                                     act=make_activation(activation), norm=make_norm("layernorm", d, eps=eps)))
+                                     act=make_activation(activation), norm=cast(nn.Module, make_norm("layernorm", d, eps=eps))))
         self.activation = activation
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, **context) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, **context: Any) -> GradMoments:
         """The composition's backward rule times :func:`finite_width_factor` at the dense map's output variance."""
         out = super().backward_moments(g, m_in, **context)
         s2 = self.dense.forward_moments(m_in).var

@@ -37,7 +37,7 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
 from ..walk.protocol import Rules
 
@@ -51,23 +51,23 @@ LAYERNORM_APPROX = ("exact", "kedia", "kedia_table1")
 MIN_WIDTH = 8
 
 
-def _check_d(d):
+def _check_d(d: Stat) -> Stat:
     return check_range(d, "layernorm d", lo=MIN_WIDTH, allowed=f"[{MIN_WIDTH}, inf)")
 
 
-def _check_eps(eps):
+def _check_eps(eps: Stat) -> Stat:
     return check_range(eps, "layernorm eps", lo=0.0)
 
 
-def _check_approx(approx):
+def _check_approx(approx: str) -> str:
     return check_approx(approx, LAYERNORM_APPROX, "layernorm")
 
 
-def _check_corr_hidden(c, d):
+def _check_corr_hidden(c: Stat, d: Stat) -> Stat:
     return check_corr_hidden(c, d, "a LayerNorm")
 
 
-def _gamma_ratio_sq(a, b):
+def _gamma_ratio_sq(a: Stat, b: Stat) -> Stat:
     """(Γ(a)/Γ(b))², stable for large arguments."""
     return np.exp(2.0 * (special.gammaln(a) - special.gammaln(b)))
 
@@ -77,7 +77,7 @@ def _gamma_ratio_sq(a, b):
 _SERIES_FROM_C = 50.0
 
 
-def hyp2f1_equal(a: float, c, z):
+def hyp2f1_equal(a: float, c: Stat, z: Stat) -> Stat:
     """₂F₁(a, a; c; z) for 0 ≤ z ≤ 1 and c − 2a > 0, broadcasting over ``c`` and ``z``.
 
     scipy for c < 50, and for c ≥ 50 the power series Σ_k (a)_k² z^k/((c)_k k!), whose terms fall like
@@ -101,7 +101,7 @@ def hyp2f1_equal(a: float, c, z):
     return out if out.ndim else float(out)
 
 
-def expected_cosine(n, rho):
+def expected_cosine(n: Stat, rho: Stat) -> Stat:
     """E[cos θ] for two Gaussian vectors in ``n`` dimensions, i.i.d. components with correlation ``rho`` (any scale).
 
     Olkin & Pratt (1958): E[cos θ] = ρ (2/n)(Γ((n+1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2 + 1; ρ²) = ρ(1 − (1−ρ²)/(2n)) + O(n⁻²).
@@ -112,7 +112,7 @@ def expected_cosine(n, rho):
     return rho * (2.0 / n) * _gamma_ratio_sq((n + 1.0) / 2.0, n / 2.0) * hyp2f1_equal(0.5, n / 2.0 + 1.0, rho**2)
 
 
-def expected_inv_norms(n, rho):
+def expected_inv_norms(n: Stat, rho: Stat) -> tuple[Stat, Stat]:
     """E[1/(|u||v|)] and E[cos²θ/(|u||v|)] for unit-variance Gaussian u, v ∈ R^n with correlation ``rho``.
 
     E[1/(|u||v|)] = ½ (Γ((n−1)/2)/Γ(n/2))² ₂F₁(½, ½; n/2; ρ²);
@@ -131,7 +131,7 @@ def expected_inv_norms(n, rho):
     return e1, e2
 
 
-def normalised_grad_corr(n, rho):
+def normalised_grad_corr(n: Stat, rho: Stat) -> Stat:
     """r_gin / r_g for a normaliser whose Jacobian is (1/σ̂)(Π − a aᵀ), a = y/√d a unit vector in an n-dimensional
     subspace Π in which the input is an isotropic Gaussian with token correlation ``rho`` (eps = 0).
 
@@ -145,7 +145,7 @@ def normalised_grad_corr(n, rho):
     return (n - 2.0) * ((n - 2.0) * e1 + e2) / (n - 1.0)
 
 
-def layernorm_forward(m: Moments, d, eps=1e-5, approx: str = "exact") -> Moments:
+def layernorm_forward(m: Moments, d: Stat, eps: Stat=1e-5, approx: str = "exact") -> Moments:
     """Moments after LayerNorm over ``d`` hidden units, y = (x − x̄)/√(mean((x − x̄)²) + eps) (App. A.6).
 
     ``approx="exact"`` (default; Gaussian input, exact at finite d, first order in eps):
@@ -180,7 +180,7 @@ def layernorm_forward(m: Moments, d, eps=1e-5, approx: str = "exact") -> Moments
     return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=corr_hidden)
 
 
-def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam, beta, d, eps=1e-5) -> Moments:
+def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat, eps: Stat=1e-5) -> Moments:
     """Moments of LayerNorm(λ·x̂ + β·f) when x̂ is itself a LayerNorm output (a Post-LN residual, Kedia et al.
     App. E.2, E.4) and f is a Gaussian branch output independent of x̂.
 
@@ -224,8 +224,8 @@ def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam, beta, d, eps
     return Moments(mean=out.mean, var=out.var, corr=clip_corr(corr), corr_hidden=out.corr_hidden)
 
 
-def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, lam, beta, d, eps=1e-5,
-                                skip_fraction=1.0) -> GradMoments:
+def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat, eps: Stat=1e-5,
+                                skip_fraction: Stat=1.0) -> GradMoments:
     """Gradient moments through LayerNorm(λ·x̂ + β·f) in a Post-LN stack (x̂ a LayerNorm output, f a Gaussian
     branch output), the backward companion of :func:`layernorm_forward_postnorm`.
 
@@ -270,7 +270,7 @@ def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, 
     return GradMoments(var=var, corr=clip_corr(corr))
 
 
-def layernorm_backward(g: GradMoments, m_in: Moments, d, eps=1e-5, approx: str = "exact") -> GradMoments:
+def layernorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat=1e-5, approx: str = "exact") -> GradMoments:
     """Gradient moments through LayerNorm: g_in = (1/σ̂)(I − 11ᵀ/d − y yᵀ/d) g_out (Xu et al. 2019 Eq. 17; App. A.6).
 
     ``approx="exact"`` (default): with n = d − 1, σ²_eff = σ²(1 − corr_hidden) and g_out independent of x,
@@ -306,8 +306,8 @@ class LayerNorm(nn.LayerNorm):
 
     rules = Rules(fixes_length=True, postnorm=True)
 
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device=None, dtype=None, approx: str = "exact") -> None:
+    def __init__(self, normalized_shape: int | list[int] | torch.Size, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device: torch.device | str | None=None, dtype: torch.dtype | None=None, approx: str = "exact") -> None:
         _check_eps(eps)
         _check_approx(approx)
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
@@ -324,7 +324,7 @@ class LayerNorm(nn.LayerNorm):
     def backward_moments(self, g: GradMoments, m_in: Moments) -> GradMoments:
         return layernorm_backward(g, m_in, self.d, self.eps, self.approx)
 
-    def forward_moments_postnorm(self, skip: Moments, branch: Moments, lam, beta) -> Moments:
+    def forward_moments_postnorm(self, skip: Moments, branch: Moments, lam: Stat, beta: Stat) -> Moments:
         """:func:`layernorm_forward_postnorm` (exact form only; other approximations use the plain rule)."""
         if self.approx != "exact":
             from .residual import residual_forward
@@ -332,8 +332,8 @@ class LayerNorm(nn.LayerNorm):
             return self.forward_moments(residual_forward(skip, branch, lam, beta))
         return layernorm_forward_postnorm(skip, branch, lam, beta, self.d, self.eps)
 
-    def backward_moments_postnorm(self, g: GradMoments, skip: Moments, branch: Moments, lam, beta,
-                                  skip_fraction=1.0) -> GradMoments:
+    def backward_moments_postnorm(self, g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat,
+                                  skip_fraction: Stat=1.0) -> GradMoments:
         """:func:`layernorm_backward_postnorm` (exact form only; other approximations use the plain rule)."""
         from .residual import residual_forward
 

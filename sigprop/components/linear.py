@@ -7,19 +7,19 @@ import math
 import torch
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
 
 __all__ = ["Linear", "linear_forward", "linear_backward"]
 
 
-def _check_dims(d, name):
+def _check_dims(d: Stat, name: str) -> Stat:
     d = check_range(d, name, lo=1.0, allowed="integers >= 1")
     return d
 
 
-def linear_forward(m: Moments, d_in, weight_var, bias_var=0.0) -> Moments:
+def linear_forward(m: Moments, d_in: Stat, weight_var: Stat, bias_var: Stat=0.0) -> Moments:
     """Moments of y = xW + b with W_ij ~ (0, σ²_w) i.i.d. and b_j ~ (0, σ²_b), both independent of x (App. A.2).
 
     Over the weight ensemble: μ_y = 0,
@@ -39,7 +39,7 @@ def linear_forward(m: Moments, d_in, weight_var, bias_var=0.0) -> Moments:
     return Moments(mean=zero, var=var, corr=clip_corr(cov / var), corr_hidden=zero)
 
 
-def linear_backward(g: GradMoments, d_out, weight_var) -> GradMoments:
+def linear_backward(g: GradMoments, d_out: Stat, weight_var: Stat) -> GradMoments:
     """Gradient moments through y = xW: g_x = g_y Wᵀ (App. A.2).
 
     σ²_gx = d_out σ²_w σ²_gy and r_gx = r_gy (each input unit sums d_out independent terms; the token covariance

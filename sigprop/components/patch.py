@@ -90,7 +90,7 @@ class PatchEmbedding(nn.Module):
         cov = float(g.sum() - diagonal) / (b * n * (n - 1)) if n > 1 else 0.0
         return Moments(mean=0.0, var=var, corr=clip_corr(cov / var, tol=1e-9), corr_hidden=0.0)
 
-    def gram(self, images: torch.Tensor, segment_ids=None) -> torch.Tensor:
+    def gram(self, images: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token-resolved moments (:mod:`sigprop.theory.resolved`): the per-element token Gram matrix (batch, n, n) of
         the output on ``images``, G_ts = E[y_t^a y_s^a] = σ²_p ⟨p_t, p_s⟩ + σ²_e [t = s] (float64;
         :meth:`forward_moments` pools it); with a [CLS] token, its row c + e_0 comes first: G_00 = σ²_c + σ²_e, and

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_approx, clip_corr
 from ..walk.protocol import TOKEN_WISE
 
@@ -40,8 +40,8 @@ RELU_APPROX = ("exact", "kedia", "kedia_table1")
 MIN_STANDARDIZED_MEAN = -8.0
 
 
-def check_standardized_mean(a, what: str, why: str = "the element is positive with probability < 1e-15 and "
-                            "the output correlations are not computable in float64"):
+def check_standardized_mean(a: Stat, what: str, why: str = "the element is positive with probability < 1e-15 and "
+                            "the output correlations are not computable in float64") -> None:
     """Raise ``ValueError`` if a standardised mean lies below :data:`MIN_STANDARDIZED_MEAN` (see there)."""
     a_arr = np.asarray(a)
     if np.any(a_arr < MIN_STANDARDIZED_MEAN):
@@ -49,7 +49,7 @@ def check_standardized_mean(a, what: str, why: str = "the element is positive wi
         raise ValueError(f"{what} must be >= {MIN_STANDARDIZED_MEAN} for the exact rules (got {got:.4g}): {why}")
 
 
-def truncated_bvn_moments(a, rho):
+def truncated_bvn_moments(a: Stat, rho: Stat) -> tuple[Stat, Stat, Stat, Stat]:
     """Truncated moments of a standard bivariate normal (Z₁, Z₂) with correlation ρ over {Z₁ > −a, Z₂ > −a}.
 
     Returns (L, m₁, m₁₁, m₁₂) = (P, E[Z₁ 1], E[Z₁² 1], E[Z₁Z₂ 1]) with 1 the indicator of the region (by symmetry
@@ -78,7 +78,7 @@ def truncated_bvn_moments(a, rho):
     return big_l, m1, m11, m12
 
 
-def _relu_cov_nonpositive(a, rho):
+def _relu_cov_nonpositive(a: Stat, rho: Stat) -> Stat:
     """Cov(relu(Z₁ + a), relu(Z₂ + a)) for standard (Z₁, Z₂) with correlation ρ and a ≤ 0 (unit input variance).
 
     E[relu relu] = a²L + 2a m₁ + m₁₂ (:func:`truncated_bvn_moments`) and E[relu] = aΦ(a) + φ(a).
@@ -88,7 +88,7 @@ def _relu_cov_nonpositive(a, rho):
     return a * a * big_l + 2.0 * a * m1 + m12 - mean * mean
 
 
-def relu_cross_moment(mean, var, rho):
+def relu_cross_moment(mean: Stat, var: Stat, rho: Stat) -> Stat:
     """Cov(relu(X), relu(Y)) for (X, Y) bivariate normal with common mean μ, variance σ² and correlation ρ.
 
     With a = μ/σ, for a ≤ 0 (:func:`truncated_bvn_moments`)
@@ -107,7 +107,7 @@ def relu_cross_moment(mean, var, rho):
     return var * (reflect + _relu_cov_nonpositive(a_neg, rho))
 
 
-def _kedia_corr(r):
+def _kedia_corr(r: Stat) -> Stat:
     """Kedia et al. App. A.4: r_out = (πr/2 + r sin⁻¹r + √(1−r²) − 1)/(π − 1) (zero-mean input)."""
     return (0.5 * np.pi * r + r * np.arcsin(r) + np.sqrt(np.clip(1.0 - r**2, 0.0, None)) - 1.0) / (np.pi - 1.0)
 

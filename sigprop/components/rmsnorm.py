@@ -33,6 +33,7 @@ with μ = 0 the token and gradient correlations are LayerNorm's with n = d (:mod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -40,7 +41,7 @@ import torch
 from scipy import special
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
 from ..walk.protocol import Rules
 from .layernorm import expected_cosine, normalised_grad_corr
@@ -60,19 +61,19 @@ MIN_WIDTH = 16
 _CHUNK_POINTS = 2_000_000  # quadrature points evaluated per numpy batch (bounds memory to ~100 MB)
 
 
-def _check_d(d):
+def _check_d(d: Stat) -> Stat:
     return check_range(d, "rmsnorm d", lo=MIN_WIDTH, allowed=f"[{MIN_WIDTH}, inf)")
 
 
-def _check_eps(eps):
+def _check_eps(eps: Stat) -> Stat:
     return check_range(eps, "rmsnorm eps", lo=0.0)
 
 
-def _check_approx(approx):
+def _check_approx(approx: str) -> str:
     return check_approx(approx, RMSNORM_APPROX, "rmsnorm")
 
 
-def _check_corr_hidden(c, d):
+def _check_corr_hidden(c: Stat, d: Stat) -> Stat:
     return check_corr_hidden(c, d, "an RMSNorm")
 
 
@@ -82,7 +83,7 @@ def _hermite(k: int) -> tuple[np.ndarray, np.ndarray]:
     return z, w / w.sum()
 
 
-def gamma_nodes(shape, k: int) -> tuple[np.ndarray, np.ndarray]:
+def gamma_nodes(shape: Stat, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Nodes x and weights w (summing to 1) with Σ w f(x) ≈ E[f(X)], X ~ Gamma(shape, 1), for an array of shapes.
 
     Generalised Gauss–Laguerre by Golub–Welsch on the Jacobi matrix (diagonal 2i + α + 1, off-diagonal √(i(i+α)),
@@ -104,7 +105,7 @@ def gamma_nodes(shape, k: int) -> tuple[np.ndarray, np.ndarray]:
     return x[inv].reshape(shape.shape + (k,)), w[inv].reshape(shape.shape + (k,))
 
 
-def quadrature_orders(d, corr_hidden) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+def quadrature_orders(d: Stat, corr_hidden: Stat) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
     """Quadrature orders (w, a) and (w, a, z₁, q') for a batch of widths and hidden correlations.
 
     The integrands are analytic in w with singularities at w = ±i|u| (where |x|² = w² + |u|² vanishes), i.e. at a
@@ -121,8 +122,9 @@ def quadrature_orders(d, corr_hidden) -> tuple[tuple[int, int], tuple[int, int, 
     return (min(128, max(24, 2 * kw)), 32 if small else 16), (kw, inner, inner, inner)
 
 
-def rmsnorm_expectations(mean, var, corr, corr_hidden, d, eps, pair: bool = True,
-                         nodes_single=None, nodes_pair=None) -> dict:
+def rmsnorm_expectations(mean: Stat, var: Stat, corr: Stat, corr_hidden: Stat, d: Stat, eps: Stat, pair: bool = True,
+                         nodes_single: tuple[int, int] | None = None,
+                         nodes_pair: tuple[int, int, int, int] | None = None) -> dict[str, np.ndarray]:
     """The Gaussian expectations behind the RMSNorm rules, in units of σ² (see the module docstring).
 
     Returns arrays (broadcast shape of the inputs) ``m`` = E[w/√D], ``ey2`` = E[|x|²/D], ``ew2`` = E[w²/D],
@@ -172,7 +174,7 @@ def rmsnorm_expectations(mean, var, corr, corr_hidden, d, eps, pair: bool = True
         for s in range(0, len(d), chunk):
             sl = slice(s, s + chunk)
 
-            def col(v, sl=sl):
+            def col(v: np.ndarray, sl: slice = sl) -> np.ndarray:
                 return v[sl].reshape(-1, 1, 1, 1, 1, 1)
 
             r = col(corr)
@@ -212,22 +214,22 @@ def rmsnorm_expectations(mean, var, corr, corr_hidden, d, eps, pair: bool = True
 CENTRED_EPS_TERM = 1e-2
 
 
-def _inverse_norm_series(d, t, power: int, terms: int = 3):
+def _inverse_norm_series(d: Stat, t: Stat, power: int, terms: int = 3) -> Stat:
     """E[(1 + t·d/χ²_d)^{-1} (d/χ²_d)^power]-style series: Σ_k (−t)^k d^(k+power) E[1/(χ²_d)^(k+power)], k < terms,
     with E[1/(χ²_d)^m] = 1/((d − 2)(d − 4)…(d − 2m)); t = eps/σ². ``power`` 0 gives E[|x|²/D], 1 gives σ² d E[1/D]
     (D = |x|² + d·eps, |x|² = σ²χ²_d)."""
     d = np.asarray(d, dtype=np.float64)
-    out = 0.0
+    out: Stat = 0.0
     for k in range(terms):
         m = k + power
-        inv = 1.0
+        inv: Stat = 1.0
         for j in range(1, m + 1):
             inv = inv / (d - 2.0 * j)
         out = out + (-t) ** k * d ** m * inv
     return out
 
 
-def _centred(mean, var, corr_hidden, d, eps) -> bool:
+def _centred(mean: Stat, var: Stat, corr_hidden: Stat, d: Stat, eps: Stat) -> bool:
     """Whether every configuration has a zero-mean input with independent hidden units and a small eps term: the
     token-resolved state's inputs (a Gram matrix per sequence), which reach RMSNorm pair by pair, thousands at a
     time, where the product quadrature would take minutes."""
@@ -236,7 +238,7 @@ def _centred(mean, var, corr_hidden, d, eps) -> bool:
                            <= CENTRED_EPS_TERM))
 
 
-def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Moments:
+def rmsnorm_forward(m: Moments, d: Stat, eps: Stat=DEFAULT_EPS, approx: str = "exact") -> Moments:
     """Moments after RMSNorm over ``d`` hidden units, y = x/√(mean(x²) + eps).
 
     ``approx="exact"`` (default): the expectations of the module docstring by product quadrature, exact for a
@@ -278,7 +280,7 @@ def rmsnorm_forward(m: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> Mo
     return Moments(mean=e["m"], var=var, corr=clip_corr(corr), corr_hidden=clip_corr(hidden))
 
 
-def rmsnorm_backward(g: GradMoments, m_in: Moments, d, eps=DEFAULT_EPS, approx: str = "exact") -> GradMoments:
+def rmsnorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat=DEFAULT_EPS, approx: str = "exact") -> GradMoments:
     """Gradient moments through RMSNorm: g_in = (1/rms)(I − y yᵀ/d) g_out, rms = √(mean(x²) + eps).
 
     ``approx="exact"`` (default), with D = |x|² + d·eps, q = |x|²/D (module docstring; exact, eps included):
@@ -322,8 +324,8 @@ class RMSNorm(nn.Module):
 
     rules = Rules(fixes_length=True)
 
-    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
-                 dtype=None, approx: str = "exact") -> None:
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True, device: torch.device | str | None=None,
+                 dtype: torch.dtype | None=None, approx: str = "exact") -> None:
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -347,7 +349,7 @@ class RMSNorm(nn.Module):
     def d(self) -> int:
         return int(np.prod(self.normalized_shape))
 
-    def _eps_for(self, dtype) -> float:
+    def _eps_for(self, dtype: torch.dtype) -> float:
         return float(torch.finfo(dtype).eps) if self.eps is None else float(self.eps)
 
     @property

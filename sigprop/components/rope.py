@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.moments import Stat
 from ..core.validate import check_range
 
 __all__ = ["ROPE_THETA", "rope_frequencies", "apply_rope", "rope_score_correlation", "rope_score_variance"]
@@ -34,7 +35,7 @@ __all__ = ["ROPE_THETA", "rope_frequencies", "apply_rope", "rope_score_correlati
 ROPE_THETA = 10000.0
 
 
-def _checked(d_head, theta) -> tuple[int, float]:
+def _checked(d_head: Stat, theta: Stat) -> tuple[int, float]:
     e = int(check_range(d_head, "d_head", lo=2.0, allowed="even integers >= 2"))
     if e % 2:
         raise ValueError(f"rotary embedding needs an even head width (got d_head={e})")
@@ -59,14 +60,14 @@ def apply_rope(t: torch.Tensor, theta: float = ROPE_THETA, positions: torch.Tens
     return t * cos + torch.cat((-b, a), dim=-1) * sin
 
 
-def rope_score_correlation(gap, d_head: int, theta: float = ROPE_THETA):
+def rope_score_correlation(gap: Stat, d_head: int, theta: float = ROPE_THETA) -> Stat:
     """ψ(Δ) = mean over the e/2 frequencies of cos(θ_m Δ): the factor RoPE puts on the weight covariance of two scores
     whose query–key gaps differ by Δ = ``gap`` (module docstring). ψ(0) = 1; exact for Gaussian W_Q, W_K."""
     freqs = rope_frequencies(d_head, theta)
     return np.cos(np.multiply.outer(np.asarray(gap, dtype=np.float64), freqs)).mean(axis=-1)
 
 
-def rope_score_variance(var, corr, d_in, sigma_q2, sigma_k2, gap, d_head: int, theta: float = ROPE_THETA):
+def rope_score_variance(var: Stat, corr: Stat, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, gap: Stat, d_head: int, theta: float = ROPE_THETA) -> Stat:
     """Var(s_ik − s_il)/2 for one query i and two other keys k, l ``gap`` = k − l positions apart, over Gaussian
     input (per-element variance ``var`` = σ², token correlation ``corr`` = r, zero mean, width d = ``d_in``) and
     Gaussian W_Q, W_K: σ²_qσ²_k d σ⁴ [d(1 − rψ) + 2r²(1 − ψ)], ψ = :func:`rope_score_correlation` (exact: the

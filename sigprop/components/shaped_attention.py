@@ -69,6 +69,7 @@ Assumes: Gaussian weights independent of the input (initialisation), exchangeabl
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -76,7 +77,7 @@ import torch.nn.functional as F
 from scipy import special
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
 from .shaped_relu import check_shaped_mode, linear_anneal
@@ -98,7 +99,7 @@ __all__ = [
 # tensors
 # ------------------------------------------------------------------------------------------------------------
 
-def shaped_temperature(n, d_head, tau0=1.0):
+def shaped_temperature(n: Stat, d_head: Stat, tau0: Stat=1.0) -> Stat:
     """τ = τ₀ √(n n_k) (Noci et al. Eq. 9). Raises ``ValueError`` unless n, n_k ≥ 1 and τ₀ > 0."""
     n = check_range(n, "width n", lo=1.0, allowed="[1, inf)")
     d_head = check_range(d_head, "d_head", lo=1.0, allowed="[1, inf)")
@@ -106,7 +107,7 @@ def shaped_temperature(n, d_head, tau0=1.0):
     return tau0 * np.sqrt(n * d_head)
 
 
-def _visible(lq: int, lk: int, causal: bool, key_padding_mask, device) -> torch.Tensor | None:
+def _visible(lq: int, lk: int, causal: bool, key_padding_mask: torch.Tensor | None, device: torch.device | str | None) -> torch.Tensor | None:
     """Boolean (…, L_q, L_k) mask of the keys each query may see, or None when it sees all of them."""
     mask = None
     if causal:
@@ -117,7 +118,8 @@ def _visible(lq: int, lk: int, causal: bool, key_padding_mask, device) -> torch.
     return mask
 
 
-def shaped_attention_matrix(q: torch.Tensor, k: torch.Tensor, tau, gamma1=1.0, gamma2=1.0, causal: bool = False,
+def shaped_attention_matrix(q: torch.Tensor, k: torch.Tensor, tau: float, gamma1: float | torch.Tensor = 1.0,
+                            gamma2: float | torch.Tensor = 1.0, causal: bool = False,
                             key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
     """A = γ₁ I + Softmax(q kᵀ/τ) − γ₂ W (Noci et al. Eqs. 9, 33; Sec. 4.2 for masking), shape (…, L, L).
 
@@ -145,7 +147,7 @@ def shaped_attention_matrix(q: torch.Tensor, k: torch.Tensor, tau, gamma1=1.0, g
     return gamma1 * eye + centred + (1.0 - gamma2) * _uniform(mask, lq, lk, centred)
 
 
-def _uniform(mask, lq, lk, like):
+def _uniform(mask: torch.Tensor | None, lq: int, lk: int, like: torch.Tensor) -> torch.Tensor:
     """W: the uniform attention over each row's visible keys (…, L_q, L_k)."""
     if mask is None:
         return torch.full((lq, lk), 1.0 / lk, dtype=like.dtype, device=like.device)
@@ -153,7 +155,7 @@ def _uniform(mask, lq, lk, like):
     return m / m.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _mean_visible(v: torch.Tensor, causal: bool, key_padding_mask) -> torch.Tensor:
+def _mean_visible(v: torch.Tensor, causal: bool, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
     """W v without forming W: (…, H, L, d) → (…, H, L, d), the mean of v over each query's visible keys."""
     if key_padding_mask is not None:
         kp = key_padding_mask.to(v.dtype)[..., None, :, None]  # (…, 1 head, L, 1)
@@ -166,8 +168,8 @@ def _mean_visible(v: torch.Tensor, causal: bool, key_padding_mask) -> torch.Tens
     return (v.sum(-2, keepdim=True) / count.sum(-2, keepdim=True).clamp(min=1.0)).expand_as(v)
 
 
-def shaped_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, n_heads: int, tau,
-                     gamma1=1.0, gamma2=1.0, causal: bool = False,
+def shaped_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor, n_heads: int, tau: float,
+                     gamma1: float | torch.Tensor = 1.0, gamma2: float | torch.Tensor = 1.0, causal: bool = False,
                      key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Multi-head shaped self-attention, heads concatenated: (…, L, d_in) → (…, L, H·n_k).
 
@@ -182,7 +184,7 @@ def shaped_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v:
     if x.shape[-1] != w_q.shape[-2]:
         raise ValueError(f"input width {x.shape[-1]} does not match the weights' d_in {w_q.shape[-2]}")
 
-    def heads(t):
+    def heads(t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (n_heads, hd // n_heads)).transpose(-2, -3)
 
     q, k, v = heads(x @ w_q), heads(x @ w_k), heads(x @ w_v)
@@ -201,7 +203,7 @@ def shaped_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v:
 # moment rules
 # ------------------------------------------------------------------------------------------------------------
 
-def shaped_kappa(d_in, d_head, sigma_q2, sigma_k2, tau):
+def shaped_kappa(d_in: Stat, d_head: Stat, sigma_q2: Stat, sigma_k2: Stat, tau: Stat) -> Stat:
     """κ = n_k σ_q² σ_k² n²/τ² with E[L^{αδ}L^{βω}] = κ V^{αβ}V^{δω} for the logits L = X W_Q W_Kᵀ Xᵀ/τ and
     V = XXᵀ/n (Noci et al. Lemma C.1, exact for Gaussian weights); 1/(τ₀² n) at the paper's init."""
     d_in = check_range(d_in, "d_in", lo=1.0, allowed="[1, inf)")
@@ -212,13 +214,13 @@ def shaped_kappa(d_in, d_head, sigma_q2, sigma_k2, tau):
     return d_head * sq * sk * d_in**2 / tau**2
 
 
-def _harmonic(L):
+def _harmonic(L: Stat) -> tuple[Stat, Stat]:
     """(H_L, H_L^{(2)}) for arrays of L ≥ 1 (digamma / trigamma)."""
     L = np.asarray(L, dtype=np.float64)
     return special.digamma(L + 1.0) + np.euler_gamma, np.pi**2 / 6.0 - special.polygamma(1, L + 1.0)
 
 
-def shaped_mask_sums(L, causal: bool = False) -> dict:
+def shaped_mask_sums(L: Stat, causal: bool = False) -> dict:
     """Traces and total sums of the matrices built from W (the uniform attention over visible keys, L tokens):
 
     ``tr_w`` = tr W; ``tr_wwt`` = tr WWᵀ = Σ_α 1/m_α; ``sum_wwt`` = 1ᵀWWᵀ1 = Σ_δ c_δ² (c = column sums of W);
@@ -238,13 +240,13 @@ def shaped_mask_sums(L, causal: bool = False) -> dict:
             "k_diag": (L - 1.0) / L, "k_off": (L - 1.0) ** 2 / L}
 
 
-def _avg(trace, total, L):
+def _avg(trace: Stat, total: Stat, L: Stat) -> tuple[Stat, Stat]:
     """(mean diagonal entry, mean off-diagonal entry) from a matrix's trace and total sum (L ≥ 2 for the latter)."""
     off = np.where(L > 1, (total - trace) / np.maximum(L * (L - 1.0), 1.0), 0.0)
     return trace / L, off
 
 
-def shaped_attention_gram(q2, p2, L, kappa, gamma1=1.0, gamma2=1.0, causal: bool = False):
+def shaped_attention_gram(q2: Stat, p2: Stat, L: Stat, kappa: Stat, gamma1: Stat=1.0, gamma2: Stat=1.0, causal: bool = False) -> tuple[Stat, Stat]:
     """Token averages of E[A V Aᵀ] for an exchangeable V (diagonal q, off-diagonal p), to first order in κ.
 
     Returns (mean diagonal entry, mean off-diagonal entry). With s = q − p, c = 1 − γ₂ and the sums of
@@ -267,13 +269,13 @@ def shaped_attention_gram(q2, p2, L, kappa, gamma1=1.0, gamma2=1.0, causal: bool
     return _avg(tr0 + k_tr, sum0 + k_tr + k_off, L)
 
 
-def _gram_input(m: Moments):
+def _gram_input(m: Moments) -> tuple[Stat, Stat]:
     """(q, p) = (σ² + μ², rσ² + μ²): the expected Gram entries of the input."""
     return m.var + m.mean**2, m.corr * m.var + m.mean**2
 
 
-def shaped_attention_forward(m: Moments, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, tau, gamma1=1.0,
-                             gamma2=1.0, causal: bool = False) -> Moments:
+def shaped_attention_forward(m: Moments, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, tau: Stat, gamma1: Stat=1.0,
+                             gamma2: Stat=1.0, causal: bool = False) -> Moments:
     """Moments of one shaped-attention head's output A X W_V (the residual *branch*; Noci et al. Eqs. 9, 33,
     Thm. 4.2's drift; module docstring for what is exact and what is leading order):
 
@@ -293,7 +295,7 @@ def shaped_attention_forward(m: Moments, d_in, d_head, L, sigma_q2, sigma_k2, si
     return Moments(mean=zero, var=scale * diag, corr=clip_corr(off / diag), corr_hidden=zero)
 
 
-def shaped_attention_backward(g: GradMoments, m_in: Moments, d_out, L, sigma_v2, gamma1=1.0, gamma2=1.0,
+def shaped_attention_backward(g: GradMoments, m_in: Moments, d_out: Stat, L: Stat, sigma_v2: Stat, gamma1: Stat=1.0, gamma2: Stat=1.0,
                               causal: bool = False) -> GradMoments:
     """Input-gradient moments of a shaped-attention layer's value path at **zeroth order in κ** (A = A₀ =
     γ₁ I + (1 − γ₂) W): g_X = A₀ᵀ G W_Vᵀ, so with Γ = σ²_g((1 − r_g) I + r_g J), c = 1 − γ₂,
@@ -342,6 +344,8 @@ class ShapedAttention(nn.Module):
     """
 
     rules = Rules(context=frozenset({"L"}), inputs=frozenset({"key_padding_mask"}), mixes_tokens=True)
+    gamma1: torch.Tensor
+    gamma2: torch.Tensor
 
     def __init__(self, d_in: int, n_heads: int, d_head: int, tau0: float = 1.0, tau: float | None = None,
                  sigma_q: float | None = None, sigma_k: float | None = None, sigma_v: float | None = None,
@@ -392,13 +396,13 @@ class ShapedAttention(nn.Module):
         Raises ``ValueError`` unless ``gamma_mode="recover"``."""
         if self.gamma_mode != "recover":
             raise ValueError(f"anneal() needs gamma_mode='recover' (got gamma_mode={self.gamma_mode!r})")
-        g1 = float(linear_anneal(self.gamma_init[0], step, self.anneal_steps))
-        g2 = float(linear_anneal(self.gamma_init[1], step, self.anneal_steps))
+        g1 = float(linear_anneal(self.gamma_init[0], step, cast(int, self.anneal_steps)))
+        g2 = float(linear_anneal(self.gamma_init[1], step, cast(int, self.anneal_steps)))
         self.gamma1.fill_(g1)
         self.gamma2.fill_(g2)
         return g1, g2
 
-    def _check_input(self, x):
+    def _check_input(self, x: torch.Tensor) -> None:
         if x.dim() < 2 or x.shape[-1] != self.d_in:
             raise ValueError(f"input must have shape (..., L, {self.d_in}), got {tuple(x.shape)}")
 
@@ -410,7 +414,7 @@ class ShapedAttention(nn.Module):
 
     def queries_and_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(Q, K) per head, (…, H, L, d_head) each: what the softmax part's scores are made of."""
-        def heads(t):
+        def heads(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
 
         return heads(x @ self.w_q), heads(x @ self.w_k)
@@ -419,21 +423,21 @@ class ShapedAttention(nn.Module):
         """A per head, shape (…, H, L, L) (:func:`shaped_attention_matrix`)."""
         self._check_input(x)
 
-        def heads(t):
+        def heads(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(-1, (self.n_heads, self.d_head)).transpose(-2, -3)
 
         return shaped_attention_matrix(heads(x @ self.w_q), heads(x @ self.w_k), self.tau,
                                        self.gamma1.to(x.dtype), self.gamma2.to(x.dtype), self.causal)
 
-    def _gammas(self):
+    def _gammas(self) -> tuple[float, float]:
         return float(self.gamma1.detach()), float(self.gamma2.detach())
 
-    def forward_moments(self, m: Moments, L) -> Moments:
+    def forward_moments(self, m: Moments, L: Stat) -> Moments:
         g1, g2 = self._gammas()
         return shaped_attention_forward(m, self.d_in, self.d_head, L, self.sigma_q**2, self.sigma_k**2,
                                         self.sigma_v**2, self.tau, g1, g2, self.causal)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments, L) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments, L: Stat) -> GradMoments:
         g1, g2 = self._gammas()
         return shaped_attention_backward(g, m_in, self.n_heads * self.d_head, L, self.sigma_v**2, g1, g2,
                                          self.causal)

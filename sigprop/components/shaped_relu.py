@@ -38,12 +38,14 @@ c₊ = 0); :meth:`ShapedReLU.anneal` sets it for a given step. "Learn" (App. D):
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 from torch import nn
 
 from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
 from .relu import check_standardized_mean, relu_cross_moment
@@ -65,7 +67,7 @@ __all__ = [
 SHAPED_MODES = ("fixed", "learn", "recover")
 
 
-def check_shaped_mode(mode: str, anneal_steps, name: str = "mode") -> None:
+def check_shaped_mode(mode: str, anneal_steps: int | None, name: str = "mode") -> None:
     """A shaped module's ``mode`` must be one of :data:`SHAPED_MODES`; "recover" needs ``anneal_steps`` (an integer
     >= 1) and the other modes refuse it (App. D's schedules)."""
     if mode not in SHAPED_MODES:
@@ -78,7 +80,7 @@ def check_shaped_mode(mode: str, anneal_steps, name: str = "mode") -> None:
         raise ValueError(f"anneal_steps applies to {name}='recover' only (got {name}={mode!r})")
 
 
-def linear_anneal(value0, step, steps):
+def linear_anneal(value0: Stat, step: Stat, steps: Stat) -> Stat:
     """The "recover" schedule of Noci et al. App. D: value0 · max(0, 1 − step/steps), reaching 0 at step = steps.
 
     ``step`` ≥ 0 (an optimiser step count), ``steps`` ≥ 1. Raises ``ValueError`` otherwise.
@@ -88,14 +90,14 @@ def linear_anneal(value0, step, steps):
     return value0 * np.maximum(0.0, 1.0 - np.asarray(step, dtype=np.float64) / steps)
 
 
-def shaped_relu_slopes(n, c_plus=0.0, c_minus=-1.0):
+def shaped_relu_slopes(n: Stat, c_plus: Stat=0.0, c_minus: Stat=-1.0) -> tuple[Stat, Stat]:
     """Slopes s± = 1 + c±/√n of the shaped ReLU at width n (Noci et al. Eq. 4). Defaults c₊ = 0, c₋ = −1 are
     App. D's choice s₋ = 1 − 1/√n (and Fig. 3's). Raises ``ValueError`` unless n ≥ 1."""
     n = check_range(n, "width n", lo=1.0, allowed="[1, inf)")
     return 1.0 + np.asarray(c_plus, dtype=np.float64) / np.sqrt(n), 1.0 + np.asarray(c_minus, np.float64) / np.sqrt(n)
 
 
-def _check_slopes(s_plus, s_minus):
+def _check_slopes(s_plus: Stat, s_minus: Stat) -> tuple[Stat, Stat]:
     s_plus = check_range(s_plus, "s_plus")
     s_minus = check_range(s_minus, "s_minus")
     if np.any((np.asarray(s_plus) == 0.0) & (np.asarray(s_minus) == 0.0)):
@@ -103,14 +105,14 @@ def _check_slopes(s_plus, s_minus):
     return s_plus, s_minus
 
 
-def shaped_relu_constant(s_plus, s_minus):
+def shaped_relu_constant(s_plus: Stat, s_minus: Stat) -> Stat:
     """The normalising constant c of Noci et al. Eq. 4 / App. B: c⁻¹ = E σ_s(g)², g ~ N(0,1), i.e.
     c = 2/(s₊² + s₋²) (E relu(g)² = E min(g,0)² = 1/2). c = 1 at s₊ = s₋ = 1, c = 2 for the plain ReLU."""
     s_plus, s_minus = _check_slopes(s_plus, s_minus)
     return 2.0 / (s_plus**2 + s_minus**2)
 
 
-def shaped_relu_nu(rho, c_plus, c_minus):
+def shaped_relu_nu(rho: Stat, c_plus: Stat, c_minus: Stat) -> Stat:
     """ν(ρ) = (c₊ − c₋)²/(2π) (√(1−ρ²) − ρ arccos ρ) (Noci et al. Sec. 3, Eq. 6; see the module docstring for the
     typo in App. B): the O(1/n) drift of the correlation through one shaped-ReLU layer, c K₁(ρ) = ρ + ν(ρ)/n + ..."""
     rho = check_range(rho, "rho", lo=-1.0, hi=1.0)
@@ -118,7 +120,7 @@ def shaped_relu_nu(rho, c_plus, c_minus):
     return dc**2 / (2.0 * np.pi) * (np.sqrt(np.clip(1.0 - rho**2, 0.0, None)) - rho * np.arccos(rho))
 
 
-def _check_domain(a, s_plus, s_minus) -> None:
+def _check_domain(a: Stat, s_plus: Stat, s_minus: Stat) -> None:
     """Where one slope is zero the rule is a scaled ReLU, with ReLU's float64 limit on the standardised mean."""
     a = np.asarray(a, dtype=np.float64)
     sp, sm = np.broadcast_arrays(np.asarray(s_plus), np.asarray(s_minus))
@@ -128,14 +130,14 @@ def _check_domain(a, s_plus, s_minus) -> None:
     check_standardized_mean(np.where(sp == 0.0, -a, 0.0), "−(shaped relu input mean/std) −μ/σ (s_plus = 0)")
 
 
-def _cross(mean, var, rho, a, s_plus, s_minus):
+def _cross(mean: Stat, var: Stat, rho: Stat, a: Stat, s_plus: Stat, s_minus: Stat) -> Stat:
     """Cov(σ_s x, σ_s y) for a bivariate normal pair with common mean and variance and correlation ρ."""
     delta = s_plus - s_minus
     return (s_minus**2 * rho * var + 2.0 * s_minus * delta * rho * var * norm_cdf(a)
             + delta**2 * relu_cross_moment(mean, var, rho))
 
 
-def shaped_relu_forward(m: Moments, s_plus, s_minus, normalize: bool = False) -> Moments:
+def shaped_relu_forward(m: Moments, s_plus: Stat, s_minus: Stat, normalize: bool = False) -> Moments:
     """Moments of σ_s(x) = s₊ max(x,0) + s₋ min(x,0) (times √c if ``normalize``) for Gaussian x (Noci et al. Eq. 4).
 
     Exact for any input mean (module docstring):
@@ -161,7 +163,7 @@ def shaped_relu_forward(m: Moments, s_plus, s_minus, normalize: bool = False) ->
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=clip_corr(corr_h))
 
 
-def shaped_relu_backward(g: GradMoments, m_in: Moments, s_plus, s_minus, normalize: bool = False) -> GradMoments:
+def shaped_relu_backward(g: GradMoments, m_in: Moments, s_plus: Stat, s_minus: Stat, normalize: bool = False) -> GradMoments:
     """Gradient moments through σ_s: g_in = σ_s'(x) g_out with σ_s'(x) = s₋ + Δ 1{x > 0} (exact, any input mean).
 
         σ²_gin = (s₋² Φ(−a) + s₊² Φ(a)) σ²_gout,
@@ -198,6 +200,8 @@ class ShapedReLU(nn.Module):
     """
 
     rules = TOKEN_WISE
+    s_plus: torch.Tensor
+    s_minus: torch.Tensor
 
     def __init__(self, n: int, c_plus: float = 0.0, c_minus: float = -1.0, normalize: bool = False,
                  mode: str = "fixed", anneal_steps: int | None = None) -> None:
@@ -223,11 +227,11 @@ class ShapedReLU(nn.Module):
         Raises ``ValueError`` unless ``mode="recover"``."""
         if self.mode != "recover":
             raise ValueError(f"anneal() needs mode='recover' (got mode={self.mode!r})")
-        value = float(linear_anneal(self.s_minus_init, step, self.anneal_steps))
+        value = float(linear_anneal(self.s_minus_init, step, cast(int, self.anneal_steps)))  # set in "recover"
         self.s_minus.fill_(value)
         return value
 
-    def _slopes(self):
+    def _slopes(self) -> tuple[float, float]:
         return float(self.s_plus.detach()), float(self.s_minus.detach())
 
     def constant(self) -> float:

@@ -34,7 +34,7 @@ from scipy import special
 from torch import nn
 
 from ..core.gaussian import expect_1d, expect_2d
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
 
@@ -59,26 +59,26 @@ _NT = 64
 
 
 @lru_cache(maxsize=8)
-def _hermite(n: int):
+def _hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     z, w = special.roots_hermitenorm(n)
     return z, w / np.sqrt(2.0 * np.pi)
 
 
 @lru_cache(maxsize=8)
-def _laguerre(n: int):
+def _laguerre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return special.roots_laguerre(n)
 
 
-def _check_length(L):
+def _check_length(L: Stat) -> Stat:
     return check_range(L, "softmax length L", lo=2.0, allowed="[2, inf) (number of elements along the axis)")
 
 
-def _check_approx(approx: str):
+def _check_approx(approx: str) -> None:
     if approx not in SOFTMAX_APPROX:
         raise ValueError(f"approx must be one of {SOFTMAX_APPROX} (got {approx!r})")
 
 
-def _score_var(m: Moments, L):
+def _score_var(m: Moments, L: Stat) -> Stat:
     """s² = σ²(1 − r), the variance of the i.i.d. scores equivalent to the input (see the module docstring)."""
     lo = -1.0 / (np.asarray(L, dtype=np.float64) - 1.0)
     if np.any(np.asarray(m.corr) < lo - 1e-12):
@@ -88,7 +88,8 @@ def _score_var(m: Moments, L):
     return m.var * (1.0 - m.corr)
 
 
-def softmax_power_moments(s2, L, orders=(1, 2, 3, 4), pair: bool = True) -> dict:
+def softmax_power_moments(s2: Stat, L: Stat, orders: tuple[int, ...] = (1, 2, 3, 4),
+                          pair: bool = True) -> dict[str, Stat]:
     """E[p_i^n] (n in ``orders``) and, if ``pair``, E[p_i² p_j²] (i ≠ j) for p = softmax(s z), z ~ N(0, I_L).
 
     Exact up to quadrature error (~1e-12 relative; see the module docstring for the Laplace representation):
@@ -120,14 +121,14 @@ def softmax_power_moments(s2, L, orders=(1, 2, 3, 4), pair: bool = True) -> dict
     return {k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
 
 
-def _delta_terms(s2, L):
+def _delta_terms(s2: Stat, L: Stat) -> tuple[np.ndarray, np.ndarray]:
     """Mean M and variance V of S' = Σ_{k≠i} e^{s z_k}: M = (L−1)e^{s²/2}, V = (L−1)(e^{2s²} − e^{s²})."""
     M = (L - 1.0) * np.exp(s2 / 2.0)
     V = (L - 1.0) * (np.exp(2.0 * s2) - np.exp(s2))
     return M, V
 
 
-def softmax_second_moment(s2, L, approx: str = "exact"):
+def softmax_second_moment(s2: Stat, L: Stat, approx: str = "exact") -> Stat:
     """E[p_i²] for p = softmax(s z), z ~ N(0, I_L): "exact" (Laplace quadrature) or "delta" (see
     :func:`softmax_forward`). Broadcasts over ``s2`` and ``L``."""
     if approx == "exact":
@@ -135,7 +136,7 @@ def softmax_second_moment(s2, L, approx: str = "exact"):
     if approx == "delta":
         M, V = _delta_terms(s2, L)
 
-        def f(x):
+        def f(x: np.ndarray) -> np.ndarray:
             u = np.exp(x)
             den = u + M[..., None]
             return u**2 / den**2 * (1.0 + 3.0 * V[..., None] / den**2)
@@ -165,7 +166,7 @@ def _overlap_table(s2: float, L: int) -> np.ndarray:
         x = rng.standard_normal((chunk, L))
         xi = rng.standard_normal((chunk, L))
 
-        def softmax(z):
+        def softmax(z: np.ndarray) -> np.ndarray:
             z = z - z.max(axis=1, keepdims=True)
             e = np.exp(z)
             return e / e.sum(axis=1, keepdims=True)
@@ -179,7 +180,7 @@ def _overlap_table(s2: float, L: int) -> np.ndarray:
     return out
 
 
-def softmax_overlap(s2, h, L):
+def softmax_overlap(s2: Stat, h: Stat, L: Stat) -> Stat:
     """E[Σ_i p_i p'_i] for two softmax rows p = softmax(z), p' = softmax(z') of length L whose scores are
     i.i.d. N(0, s²) along the row and correlated h between the rows at the same index (Cov(z_i, z'_i) = h s²).
 
@@ -199,13 +200,13 @@ def softmax_overlap(s2, h, L):
     return np.interp(np.clip(h, -1.0, 1.0), _OVERLAP_GRID, table)
 
 
-def _kedia_var(s2, L):
+def _kedia_var(s2: Stat, L: Stat) -> Stat:
     """Kedia et al. App. A.7 / Table 16: log-normal approximation of 1/Σ e^{x_j − x_i}."""
     a = s2 * L / (L - 1.0)
     return (np.exp(a) - 1.0) * np.exp(2.0 * a) / ((L - 1.0) * np.exp(s2) + 1.0) ** 2
 
 
-def _hidden_cov(s2, h, L):
+def _hidden_cov(s2: Stat, h: Stat, L: Stat) -> Stat:
     """Cov(p_i, p'_i) of two softmax rows whose i.i.d.-equivalent scores have correlation h at equal positions
     (second-order delta method in the denominators, 2-D Gauss–Hermite over the two scores; exact at h = 0)."""
     s2, h, L = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (s2, h, L)))
@@ -215,14 +216,14 @@ def _hidden_cov(s2, h, L):
     Vx = V[..., None, None]
     Cx = C[..., None, None]
 
-    def fpair(x1, x2):
+    def fpair(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
         u1, u2 = np.exp(x1), np.exp(x2)
         d1, d2 = u1 + Mx, u2 + Mx
         f1 = u1 / d1 * (1.0 + Vx / d1**2)
         f2 = u2 / d2 * (1.0 + Vx / d2**2)
         return f1 * f2 + Cx * u1 * u2 / (d1**2 * d2**2)
 
-    def fone(x):
+    def fone(x: np.ndarray) -> np.ndarray:
         u = np.exp(x)
         den = u + M[..., None]
         return u / den * (1.0 + V[..., None] / den**2)
@@ -231,12 +232,12 @@ def _hidden_cov(s2, h, L):
     return expect_2d(fpair, zero, s2, h, n=32) - expect_1d(fone, zero, s2, n=_NZ) ** 2
 
 
-def _hidden_corr(s2, h, L):
+def _hidden_corr(s2: Stat, h: Stat, L: Stat) -> Stat:
     """Cov(h)/Cov(1) with the delta-method covariance of :func:`_hidden_cov` (exactly 0 at h = 0, 1 at h = 1)."""
     return _hidden_cov(s2, h, L) / _hidden_cov(s2, 1.0, L)
 
 
-def softmax_forward(m: Moments, L, approx: str = "exact") -> Moments:
+def softmax_forward(m: Moments, L: Stat, approx: str = "exact") -> Moments:
     """Moments of p = softmax(x) along an axis of length L (Kedia et al. App. A.7, Tables 15–17).
 
     With s² = σ²(1 − r) (r = ``m.corr``, the correlation along the axis; the input mean cancels):
@@ -272,7 +273,7 @@ def softmax_forward(m: Moments, L, approx: str = "exact") -> Moments:
                    corr_hidden=clip_corr(_hidden_corr(s2, m.corr_hidden, L) + zero, tol=1e-6))
 
 
-def softmax_backward(g: GradMoments, m_in: Moments, L, approx: str = "exact") -> GradMoments:
+def softmax_backward(g: GradMoments, m_in: Moments, L: Stat, approx: str = "exact") -> GradMoments:
     """Gradient moments through p = softmax(x): g_in,i = p_i (g_i − Σ_j p_j g_j) (Kedia et al. App. A.7).
 
     The shared part of the output gradient cancels, so with g = √r_g σ_g ξ + √(1−r_g) σ_g γ (γ i.i.d.):
@@ -324,7 +325,7 @@ class Softmax(nn.Softmax):
         self.length = length
         self.approx = approx
 
-    def _length(self, length):
+    def _length(self, length: Stat | None) -> Stat:
         L = self.length if length is None else length
         if L is None:
             raise ValueError("softmax length L is needed for the moment rules (pass length=...)")

@@ -14,10 +14,14 @@ model) the output mixes tokens and no rule is given: the rules raise ``ValueErro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 import torch
 from torch import nn
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..walk.protocol import Rules
 from .attention import MultiHeadAttention
 from .linear import linear_backward, linear_forward
@@ -32,15 +36,15 @@ class ValueSkipInitAttention(MultiHeadAttention):
 
     rules = Rules(inputs=frozenset({"key_padding_mask"}))  # token-wise while β = 0 (the rules check it)
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q=None, sigma_k=None, sigma_v=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape=(), approx: str = "auto") -> None:
+    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None,
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto") -> None:
         if batch_shape:
             raise ValueError("ValueSkipInitAttention takes one weight copy (batch_shape=())")
         super().__init__(d_in, n_heads, d_head, sigma_q, sigma_k, sigma_v, dropout_p, causal, (), approx)
         self.vs_alpha = nn.Parameter(torch.ones(self.n_heads))
         self.vs_beta = nn.Parameter(torch.zeros(self.n_heads))
 
-    def forward(self, x: torch.Tensor, x_kv=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(…, L, d_in) → (…, L, H·d_head): α_h·V_h + β_h·A_h V_h per head (``key_padding_mask`` as the parent's)."""
         if x_kv is not None:
             raise NotImplementedError("Value-SkipInit is a self-attention: x_kv is not supported")
@@ -56,12 +60,14 @@ class ValueSkipInitAttention(MultiHeadAttention):
                              f"β = {self.vs_beta.detach().cpu().tolist()}")
         return float((self.vs_alpha.detach().double() ** 2).mean())
 
-    def forward_moments(self, m: Moments, L=None, **_) -> Moments:
+    def forward_moments(self, m: Moments, L: Stat | None = None,  # type: ignore[override]  # L unused
+                        **_: Any) -> Moments:
         """At β = 0: the linear map's moments with weight variance ᾱ²σ²_v (module docstring)."""
         sv = float(self.sigma_v.detach().double())
         return linear_forward(m, self.d_in, self._mean_alpha2() * sv**2)
 
-    def backward_moments(self, g: GradMoments, m_in: Moments | None = None, L=None, **_) -> GradMoments:
+    def backward_moments(self, g: GradMoments, m_in: Moments | None = None,  # type: ignore[override]  # L unused
+                         L: Stat | None = None, **_: Any) -> GradMoments:
         """At β = 0: σ²_gx = ᾱ² (H·d_head) σ²_v σ²_g, r_gx = r_g."""
         sv = float(self.sigma_v.detach().double())
         return linear_backward(g, self.n_heads * self.d_head, self._mean_alpha2() * sv**2)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 from .jsonio import json_number, write_csv_atomic, write_json_atomic

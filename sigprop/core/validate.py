@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,14 @@ def check_number(obj: object, name: str, lo: float | None = None, hi: float | No
                          f"{hi if hi is not None else 'inf'}{hb} (got {v!r})")
 
 
+@overload
+def as_float64(value: float, name: str) -> float: ...
+
+
+@overload
+def as_float64(value: npt.ArrayLike, name: str) -> float | np.ndarray: ...
+
+
 def as_float64(value: npt.ArrayLike, name: str) -> float | np.ndarray:
     """``value`` (a number or an array of numbers) as float64: a float for a scalar, else an array; ``ValueError``
     naming ``name`` for a boolean, a string or anything else that is not a real number, and for a non-finite value."""
@@ -79,6 +87,16 @@ def _allowed(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool, a
     left = "(" if lo_open else "["
     right = ")" if hi_open else "]"
     return f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+
+
+@overload
+def check_range(value: float, name: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                hi_open: bool = False, allowed: str | None = None) -> float: ...
+
+
+@overload
+def check_range(value: npt.ArrayLike, name: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, hi_open: bool = False, allowed: str | None = None) -> float | np.ndarray: ...
 
 
 def check_range(value: npt.ArrayLike, name: str, *, lo: float | None = None, hi: float | None = None,
@@ -126,6 +144,14 @@ def check_corr_hidden(c: _Checked, d: npt.ArrayLike, what: str) -> _Checked:
         got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
         raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for {what} input (got {got!r})")
     return c
+
+
+@overload
+def clip_corr(c: float, tol: float = 1e-6) -> float: ...
+
+
+@overload
+def clip_corr(c: npt.ArrayLike, tol: float = 1e-6) -> float | np.ndarray: ...
 
 
 def clip_corr(c: npt.ArrayLike, tol: float = 1e-6) -> float | np.ndarray:

@@ -1,5 +1,6 @@
 """The tree's architecture, checked: no import cycle between modules or between packages, no private name imported
-across packages (ARCHITECTURE.md, "Layers"). Every import counts, those inside functions too."""
+across packages (ARCHITECTURE.md, "Layers"). Every import counts, those inside functions too; an import for the type
+checker alone (under ``if TYPE_CHECKING:``) counts in the packages' order, not in a cycle between modules."""
 
 from __future__ import annotations
 
@@ -16,12 +17,27 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> list[tuple[str, str | None]]:
-    """(imported module, imported name or None) of every import statement in ``path``, made absolute."""
+def _type_only(tree: ast.AST) -> set[int]:
+    """The ids of the import statements under ``if TYPE_CHECKING:`` in ``tree``."""
+    out = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Import | ast.ImportFrom)}
+    return out
+
+
+def _imports(path: Path, type_only: bool = True) -> list[tuple[str, str | None]]:
+    """(imported module, imported name or None) of every import statement in ``path``, made absolute; without
+    ``type_only``, not those for the type checker alone."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = set() if type_only else _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out += [(a.name, None) for a in node.names if a.name.startswith("sigprop")]
         elif isinstance(node, ast.ImportFrom):
@@ -35,11 +51,11 @@ def _imports(path: Path) -> list[tuple[str, str | None]]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(type_only: bool = True) -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
     graph = {m: set() for m in modules}
     for m, path in modules.items():
-        for target, name in _imports(path):
+        for target, name in _imports(path, type_only):
             full = f"{target}.{name}" if name else target
             dest = full if full in modules else target  # "from pkg import module" imports the module
             if dest in modules and dest != m:
@@ -76,7 +92,8 @@ def _package(module: str) -> str:
 
 
 def test_no_import_cycle_between_modules():
-    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+    graph = _graph(type_only=False)
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
 def test_packages_import_one_way():
@@ -102,3 +119,5 @@ def test_the_checks_can_fail():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert _package("sigprop.theory.predict") == "sigprop.theory" and _package("sigprop.cli") == "sigprop.cli"
+    tree = ast.parse("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    from b import c\n")
+    assert [type(n).__name__ for n in ast.walk(tree) if id(n) in _type_only(tree)] == ["ImportFrom"]

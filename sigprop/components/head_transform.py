@@ -118,6 +118,7 @@ class HeadTransform(Sequential):
     """
 
     dense: Linear
+    norm: nn.Module
 
     def __init__(self, d: int, activation: str = "gelu", eps: float = 1e-12, weight_std: float | None = None) -> None:
         if activation not in ("gelu", "relu"):

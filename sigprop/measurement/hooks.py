@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -54,6 +54,9 @@ from ..core.profile import Profile, Row
 from ..core.stats import MomentSums
 from .adapters import adapt
 from .discover import InputOf
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "TokenSums",
@@ -96,7 +99,7 @@ class TokenSums:
             return NotImplemented
         return pool_sums([self, other])
 
-    def to(self, device) -> TokenSums:
+    def to(self, device: torch.device | str | None) -> TokenSums:
         return TokenSums(self.data.to(device))
 
     def to_moment_sums(self) -> MomentSums:
@@ -179,7 +182,7 @@ class _Mask:
         self.shape = tuple(mask.shape)
         self._cache: dict = {}
 
-    def get(self, device, dtype, d):
+    def get(self, device: torch.device | str | None, dtype: torch.dtype | None, d):
         key = (device, dtype, d)
         if key not in self._cache:
             m = self.mask.to(device)
@@ -483,7 +486,7 @@ class Recorder:
             raise
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> bool:
         self._remove_hooks()
         self._flush()
         return False

@@ -3,16 +3,21 @@ weights from the seed, drawn on the CPU, its dropout masks from its own seed) me
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core.profile import Profile
 from ..model.batches import batch_to
 from ..model.config import TransformerConfig
 from ..model.transformer import seeded_model
 from .hooks import measure
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["measure_seed"]
 
 
-def measure_seed(config: TransformerConfig, batch: dict, seed: int, device=None) -> Profile:
+def measure_seed(config: TransformerConfig, batch: dict, seed: int, device: torch.device | str | None=None) -> Profile:
     """The measured profile of model number ``seed`` of ``config`` (:func:`~sigprop.model.transformer.seeded_model`:
     identical weights on every device, training mode, dropout masks from its own seed) on ``batch`` (moved to
     ``device``; a no-op where it is already there)."""

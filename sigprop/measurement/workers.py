@@ -23,12 +23,16 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..core.errors import DeviceError
 from ..core.profile import Profile
 from .seeded import measure_seed
+
+if TYPE_CHECKING:
+    from ..model.config import TransformerConfig
 
 __all__ = ["measure_on_devices", "seeds_for_devices"]
 
@@ -51,7 +55,7 @@ def _exit_with_parent(parent: int) -> None:
         time.sleep(_POLL_S)
 
 
-def _worker(config, batch: dict, seeds: list[int], device: str, threads: int, out, parent: int) -> None:
+def _worker(config: TransformerConfig, batch: dict, seeds: list[int], device: str, threads: int, out, parent: int) -> None:
     """Process body: measure ``seeds`` on ``device`` and put ("seed", seed, profile) for each, or ("error", device,
     message) and stop at the first failure."""
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
@@ -63,7 +67,7 @@ def _worker(config, batch: dict, seeds: list[int], device: str, threads: int, ou
         out.put(("error", device, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"))
 
 
-def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Sequence[torch.device],
+def measure_on_devices(config: TransformerConfig, batch: dict, seeds: Sequence[int], devices: Sequence[torch.device],
                        progress: Callable[[int], None] | None = None) -> list[Profile]:
     """The per-seed profiles of ``seeds`` (in that order), measured by one process per entry of ``devices``
     (module docstring). ``progress(1)`` after each seed. ``DeviceError`` (a ``RuntimeError``) naming the device if a
@@ -108,7 +112,7 @@ def measure_on_devices(config, batch: dict, seeds: Sequence[int], devices: Seque
     return [results[s] for s in seeds]
 
 
-def _take(msg, results: dict, progress) -> None:
+def _take(msg, results: dict, progress: Callable[[int], None] | None) -> None:
     if msg[0] == "error":
         raise DeviceError(f"measuring on {msg[1]} failed: {msg[2]}")
     _, seed, profile = msg
@@ -117,7 +121,7 @@ def _take(msg, results: dict, progress) -> None:
         progress(1)
 
 
-def _check_alive(procs, results: dict, out, progress) -> None:
+def _check_alive(procs, results: dict, out, progress: Callable[[int], None] | None) -> None:
     """Raise if a process has exited with seeds of its share still missing (after draining what it sent)."""
     for p, dev, share in procs:
         if p.exitcode is None or share <= results.keys():

@@ -37,17 +37,23 @@ sampled rule (``CROSS_HEADS`` heads a layer here).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from torch import nn
 
 from ..components.attention import MultiHeadAttention
 from ..components.cross_attention import CrossAttention
 from ..components.draws import layer_context
-from ..components.embedding import zipf_correlation
+from ..components.embedding import Embedding, zipf_correlation
 from ..components.residual import Residual
-from ..core.moments import Moments
+from ..core.moments import GradMoments, Moments
 from ..walk.exchangeable import EXCHANGEABLE
 from ..walk.walker import Flow, Walker
+
+if TYPE_CHECKING:
+    from .config import TransformerConfig
+    from .transformer import Transformer
 
 __all__ = ["branch_factors", "beyond_dslm", "CROSS_HEADS"]
 
@@ -57,7 +63,7 @@ __all__ = ["branch_factors", "beyond_dslm", "CROSS_HEADS"]
 CROSS_HEADS = 32
 
 
-def beyond_dslm(config) -> str:
+def beyond_dslm(config: TransformerConfig) -> str:
     """The components of ``config`` whose moments DeepScaleLM's closed forms (App. M) do not model at all, named
     ("activation=swiglu, norm=rmsnorm"); "" if none. Causal, grouped-query and cross-attention also leave DSLM's
     assumptions, by less (docs/results/auto-init.md measures both plans on a causal decoder)."""
@@ -66,7 +72,7 @@ def beyond_dslm(config) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _input_moments(model, decoder: bool = False) -> Moments:
+def _input_moments(model: Transformer, decoder: bool = False) -> Moments:
     """The moments entering a stack: the embedding's output after its dropout, for i.i.d. Zipf(1) tokens over the
     vocabulary (App. A.1); a patch model's from ``config.input_corr`` (its images' correlation, as DSLM needs)."""
     c = model.config
@@ -76,7 +82,7 @@ def _input_moments(model, decoder: bool = False) -> Moments:
                              "patch embedding's output on your images (as init='dslm' does)")
         return Moments(mean=0.0, var=1.0, corr=float(c.input_corr))
     drop = model.dec_embed_drop if decoder else model.embed_drop
-    return drop.forward_moments(model.embed.forward_moments(zipf_correlation(c.vocab_size)))
+    return drop.forward_moments(cast(Embedding, model.embed).forward_moments(zipf_correlation(c.vocab_size)))
 
 
 def _second_moment(m: Moments) -> float:
@@ -89,15 +95,15 @@ def _scaled(m: Moments, factor: float) -> Moments:
 
 
 @dataclass
-class _CalibratingWalker(Walker):
+class _CalibratingWalker(Walker[Moments, GradMoments]):
     """Walks one layer as every walker does, each of its residual branches' output rescaled to the skip input's
     second moment (:meth:`Walker.branch_output`); the factor recorded in ``factors[site][layer_index]``."""
 
     layer_index: int = 0
-    site_of: dict = field(default_factory=dict)  # id of the layer's Residual children → "attn", "cross" or "ffn"
-    factors: dict = field(default_factory=dict)
+    site_of: dict[int, str] = field(default_factory=dict)  # id of the layer's Residual children → "attn", "cross", "ffn"
+    factors: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def branch_output(self, residual, skip, value):
+    def branch_output(self, residual: nn.Module, skip: Moments, value: Moments) -> Moments:
         site = self.site_of.get(id(residual))
         if site is None:
             return value
@@ -108,7 +114,7 @@ class _CalibratingWalker(Walker):
         return _scaled(value, factor)
 
 
-def branch_factors(model, attention_seed: int = 0) -> dict:
+def branch_factors(model: Transformer, attention_seed: int = 0) -> dict[str, np.ndarray]:
     """Site ("attn", "cross", "ffn") → array over the model's layers of the factor by which each branch's output
     second moment must be multiplied to equal its skip input's (module docstring), walking ``model`` (the theory's
     :class:`~sigprop.model.transformer.Transformer`, weights never drawn; its self-attentions are switched to the
@@ -119,7 +125,7 @@ def branch_factors(model, attention_seed: int = 0) -> dict:
         if isinstance(module, MultiHeadAttention) and not isinstance(module, CrossAttention):
             module.approx = "forward"
     factors = {site: np.ones(c.total_layers) for site in ("attn", "cross", "ffn")}
-    context = {"L": c.seq_len, "attention_heads": CROSS_HEADS, "attention_seed": attention_seed}
+    context: dict[str, Any] = {"L": c.seq_len, "attention_heads": CROSS_HEADS, "attention_seed": attention_seed}
     memory = None
     for stack in model.stacks():
         ctx = dict(context)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -49,13 +50,13 @@ def unshift_causal_labels(labels: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _tensor(value, name: str) -> torch.Tensor:
+def _tensor(value: object, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"batch field {name!r} must be a torch tensor (got {type(value).__name__})")
     return value
 
 
-def _integer(value, name: str, shape: tuple | None = None) -> torch.Tensor:
+def _integer(value: object, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
     t = _tensor(value, name)
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ValueError(f"batch field {name!r} must hold integers (got dtype {t.dtype})")
@@ -64,7 +65,7 @@ def _integer(value, name: str, shape: tuple | None = None) -> torch.Tensor:
     return t
 
 
-def _mask(value, name: str, shape: tuple) -> torch.Tensor:
+def _mask(value: object, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     """A padding mask as bool, True = real token: a bool tensor, or a Hugging Face 0/1 integer ``attention_mask``."""
     t = _tensor(value, name)
     if tuple(t.shape) != shape:
@@ -120,7 +121,7 @@ class Batch:
     decoder_inputs: torch.Tensor | None = None
     decoder_padding_mask: torch.Tensor | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         x = _tensor(self.inputs, "inputs")
         if x.dtype.is_floating_point:
             if x.dim() != 4:
@@ -177,7 +178,7 @@ class Batch:
 
     # -- conversions ------------------------------------------------------------------------------------------------
     @classmethod
-    def from_any(cls, batch, causal: bool = False) -> Batch:
+    def from_any(cls, batch: Batch | Mapping[str, Any] | torch.Tensor, causal: bool = False) -> Batch:
         """The :class:`Batch` of ``batch``: a :class:`Batch`, sigprop's dict, a Hugging Face dict or a tensor of token
         ids (batch, length) (a 1-D tensor is one sequence).
 

@@ -5,6 +5,7 @@ following Zhu et al. 2025 and Chen et al. 2025)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -14,6 +15,9 @@ from ..components.dyt import DyT
 from ..components.factory import make_norm
 from ..components.rmsnorm import RMSNorm
 from .transformer import Transformer
+
+if TYPE_CHECKING:
+    from ..components.layernorm import LayerNorm
 
 __all__ = ["replace_norms", "CONVERTIBLE_NORMS"]
 
@@ -36,7 +40,7 @@ def _width(m: nn.Module, where: str) -> int:
             raise ValueError(f"{where}: a {type(m).__name__} with gamma of shape {tuple(m.gamma.shape)} has no "
                              f"per-channel width to build a replacement from")
         return int(m.gamma.shape[0])
-    shape = tuple(m.normalized_shape)
+    shape = tuple(cast("LayerNorm | RMSNorm", m).normalized_shape)
     if len(shape) != 1:
         raise ValueError(f"{where}: only norms over the last dimension can be replaced (normalized_shape = {shape})")
     return int(shape[0])
@@ -51,10 +55,10 @@ def _reference(m: nn.Module) -> torch.Tensor | None:
 def _eps_of(m: nn.Module, default: float) -> float:
     eps = getattr(m, "eps", None)
     ok = isinstance(eps, (int, float)) and not isinstance(eps, bool) and math.isfinite(eps)  # DyT/Derf carry NaN
-    return float(eps) if ok else default
+    return float(cast(float, eps)) if ok else default
 
 
-def _check_alpha(name: str, v) -> None:
+def _check_alpha(name: str, v: float | None) -> None:
     if v is None:
         return
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -63,11 +67,11 @@ def _check_alpha(name: str, v) -> None:
 
 def _build(norm: str, d: int, old: nn.Module, alpha: float | None, eps: float | None) -> nn.Module:
     kw = {"alpha": alpha} if norm in _ELEMENTWISE else {"eps": eps}
-    new = make_norm(norm, d, **kw)
+    new = cast(nn.Module, make_norm(norm, d, **kw))  # a norm name, never "none"
     if norm in _ELEMENTWISE:
         # DyT/Derf have no ε. torch's TransformerEncoderLayer reads norm1.eps / norm2.eps to choose a fused fast path
         # (eval mode, no grad) that would apply LayerNorm with norm.weight/bias: NaN ≠ NaN keeps that path off
-        new.eps = float("nan")
+        new.eps = float("nan")  # type: ignore[assignment]  # a float attribute, not a tensor or a module
     ref = _reference(old)
     if ref is not None:
         new = new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)
@@ -127,13 +131,14 @@ def replace_norms(module: nn.Module, norm: str = "derf", alpha: float | None = N
     return len(found)
 
 
-def _replace_in_transformer(model: Transformer, norm, alpha, alpha_attn, alpha_ffn, alpha_final, eps) -> int:
+def _replace_in_transformer(model: Transformer, norm: str, alpha: float | None, alpha_attn: float | None,
+                            alpha_ffn: float | None, alpha_final: float | None, eps: float | None) -> int:
     c = model.config
     found = model.norms()
     if not found:
         raise ValueError(f"the model has no normalisation layer to replace (norm_position={c.norm_position!r}, "
                          f"final_norm={c.final_norm!r})")
-    changes = {"norm": norm}
+    changes: dict[str, Any] = {"norm": norm}
     if norm in _ELEMENTWISE:
         changes["norm_alpha"] = c.norm_alpha if alpha is None else float(alpha)
         for field, v in (("norm_alpha_attn", alpha_attn), ("norm_alpha_ffn", alpha_ffn),

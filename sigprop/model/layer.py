@@ -18,6 +18,7 @@ its moment rules are the composition of theirs: the theory of each wiring exists
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING, cast
 
 from torch import nn
 
@@ -28,13 +29,16 @@ from ..components.parallel import Parallel
 from ..components.residual import Residual
 from ..components.sequential import Sequential
 
+if TYPE_CHECKING:
+    from .config import TransformerConfig
+
 __all__ = ["TransformerLayer", "SITES", "norm_kwargs", "attention_kwargs", "activation_kwargs"]
 
 #: The residual sites a layer may have, in order: self-attention, cross-attention (an encoder–decoder's decoder), FFN.
 SITES = ("attn", "cross", "ffn")
 
 
-def norm_kwargs(config, position: str = "attn") -> dict:
+def norm_kwargs(config: TransformerConfig, position: str = "attn") -> dict:
     """Constructor keywords of the configured norm at ``position`` ("attn", "cross", "ffn", "final"; DyT/Derf's
     α is :meth:`TransformerConfig.alpha_at`)."""
     if config.norm in ("layernorm", "rmsnorm"):
@@ -42,7 +46,7 @@ def norm_kwargs(config, position: str = "attn") -> dict:
     return {"alpha": config.alpha_at(position)}
 
 
-def attention_kwargs(config) -> dict:
+def attention_kwargs(config: TransformerConfig) -> dict:
     """Constructor keywords of the configured self-attention beyond the block's own (none for standard attention;
     for ``attention="shaped"``: τ₀, γ₁, γ₂, their mode and anneal steps, Noci et al. Eqs. 9, 33, App. D)."""
     if config.attention != "shaped":
@@ -51,7 +55,7 @@ def attention_kwargs(config) -> dict:
             "gamma_mode": config.shaped_mode, "anneal_steps": config.shaped_anneal_steps}
 
 
-def activation_kwargs(config) -> dict:
+def activation_kwargs(config: TransformerConfig) -> dict:
     """Constructor keywords of the configured activation (none for relu / gelu; for ``"shaped_relu"`` the width n =
     d_model that sets s± = 1 + c±/√n, as App. D's n = 768 for an FFN of width 3072, and c±, normalize, mode)."""
     if config.activation != "shaped_relu":
@@ -70,17 +74,17 @@ class TransformerLayer(Sequential):
     ``forward(x, key_padding_mask=None, memory=None, memory_padding_mask=None)``.
     """
 
-    def __init__(self, config, index: int, causal: bool = False, cross: bool = False,
+    def __init__(self, config: TransformerConfig, index: int, causal: bool = False, cross: bool = False,
                  learnable_beta: bool = False) -> None:
         self.index = int(index)
         c = config
         inner = c.norm if c.norm_position == "pre" else "none"
-        layers = OrderedDict()
+        layers: OrderedDict[str, nn.Module] = OrderedDict()
 
-        def add(name, branch) -> None:
+        def add(name: str, branch: nn.Module) -> None:
             layers[name] = Residual(branch, learnable_beta=learnable_beta)
             if c.norm_position == "post":
-                layers[f"{name}_norm"] = make_norm(c.norm, c.d_model, **norm_kwargs(c, name))
+                layers[f"{name}_norm"] = cast(nn.Module, make_norm(c.norm, c.d_model, **norm_kwargs(c, name)))  # not "none"
 
         attn = AttentionBlock(c.d_model, c.n_heads, c.d_head, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                               norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,
@@ -99,7 +103,7 @@ class TransformerLayer(Sequential):
         add("ffn", ffn)
         super().__init__(layers)
 
-    def branches(self) -> list[tuple[str, object]]:
+    def branches(self) -> list[tuple[str, nn.Module]]:
         """(site name, branch module) of each residual, in order."""
         return [(name, child.branch) for name, child in self.named_children() if isinstance(child, Residual)]
 

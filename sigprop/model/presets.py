@@ -16,8 +16,10 @@ scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 token
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..core.outputs import StrPath
 from .config import TransformerConfig, apply_overrides, config_from_dict
 
 __all__ = ["Preset", "PRESETS", "preset_config", "resolve_config"]
@@ -86,8 +88,8 @@ def preset_config(name: str) -> TransformerConfig:
     return PRESETS[name].config()
 
 
-def resolve_config(preset: str | None = None, config_file=None,
-                   overrides=()) -> tuple[TransformerConfig, Preset | None]:
+def resolve_config(preset: str | None = None, config_file: StrPath | None = None,
+                   overrides: Iterable[str] = ()) -> tuple[TransformerConfig, Preset | None]:
     """The configuration of a preset, then a JSON file's fields over it, then ``key=value`` overrides (the command
     line's ``--preset``, ``--config``, ``--set``); returns (config, the preset or None). The file holds
     :class:`TransformerConfig` fields, or is a profile or comparison JSON whose ``config`` is reused. ``ValueError``

@@ -5,8 +5,9 @@ sampling of a model from a plan (:func:`initialise_from_plan`) and the reading o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -28,6 +29,12 @@ from ..components.shaped_relu import ShapedReLU, shaped_relu_slopes
 from ..components.value_skipinit import ValueSkipInitAttention
 from .layer import SITES
 
+if TYPE_CHECKING:
+    from ..components.head_transform import HeadTransform
+    from .config import TransformerConfig
+    from .init import InitPlan
+    from .transformer import Transformer
+
 __all__ = ["initialise_from_plan", "read_weights", "weight_roles", "WeightRole", "LINEAR_ROLES"]
 
 #: Role of a Linear by its name inside a block.
@@ -35,7 +42,7 @@ LINEAR_ROLES = {"proj": "o", "fc1": "w1", "fc2": "w2"}
 
 
 class _Sampler:
-    def __init__(self, generator, sample: bool = True) -> None:
+    def __init__(self, generator: torch.Generator | None, sample: bool = True) -> None:
         self.generator, self.sample = generator, sample
         self.done: set[int] = set()
 
@@ -49,7 +56,7 @@ class _Sampler:
         self.done.add(id(p))
 
 
-def _init_norm(m: nn.Module | None, s: _Sampler, config, position: str) -> None:
+def _init_norm(m: nn.Module | None, s: _Sampler, config: TransformerConfig, position: str) -> None:
     """Norm affine at 1/0; DyT/Derf α at the config's value for the norm's ``position`` (attn/cross/ffn/final)."""
     if m is None:
         return
@@ -57,7 +64,7 @@ def _init_norm(m: nn.Module | None, s: _Sampler, config, position: str) -> None:
         if m.weight is not None:
             s.fill(m.weight, 1.0)
         if getattr(m, "bias", None) is not None:
-            s.fill(m.bias, 0.0)
+            s.fill(cast(torch.Tensor, m.bias), 0.0)
     elif isinstance(m, (DyT, Derf)):
         s.fill(m.alpha, config.alpha_at(position))
         s.fill(m.gamma, 1.0)
@@ -84,14 +91,14 @@ class WeightRole:
     role: str
     layer: int | None
     weight: torch.Tensor
-    declare: Callable[[float], None]
+    declare: Callable[[float], object]
 
 
-def _set(obj, name: str) -> Callable[[float], None]:
+def _set(obj: object, name: str) -> Callable[[float], object]:
     return lambda std: setattr(obj, name, std)
 
 
-def _fill(buffer: torch.Tensor) -> Callable[[float], None]:
+def _fill(buffer: torch.Tensor) -> Callable[[float], object]:
     return lambda std: buffer.fill_(std)
 
 
@@ -133,7 +140,7 @@ def _branch_roles(branch: nn.Module, layer: int) -> list[WeightRole]:
     return out
 
 
-def weight_roles(model: nn.Module) -> list[WeightRole]:
+def weight_roles(model: Transformer) -> list[WeightRole]:
     """Every random weight of a :class:`~sigprop.model.transformer.Transformer` with its plan role, in the order
     they are drawn: the embeddings, each layer's attention (Q, K, V) and linear layers (O, W1, W2) branch by
     branch, and an untied head."""
@@ -150,7 +157,7 @@ def weight_roles(model: nn.Module) -> list[WeightRole]:
     return out
 
 
-def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) -> None:
+def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config: TransformerConfig, position: str) -> None:
     """A branch's parameters other than its random matrices: shaped attention's γ, shaped ReLU's slopes, zero
     biases, the norm's affine parameters and α (of each branch of a parallel block)."""
     if isinstance(branch, Parallel):
@@ -178,7 +185,7 @@ def _init_rest_of_branch(branch: nn.Module, s: _Sampler, config, position: str) 
             _init_norm(m, s, config, position)
 
 
-def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | None = None,
+def initialise_from_plan(model: Transformer, plan: InitPlan, generator: torch.Generator | None = None,
                          sample: bool = True) -> set[int]:
     """Sample ``model``'s parameters from ``plan`` and set the declared values the rules read; returns the ids of
     the parameters it initialised (the caller checks that none is missing). ``sample=False`` sets constants and
@@ -203,14 +210,15 @@ def initialise_from_plan(model: nn.Module, plan, generator: torch.Generator | No
                     _init_norm(child, s, c, name.removesuffix("_norm"))
         _init_norm(model.final_norm, s, c, "final")
         if getattr(model, "head_transform", None) is not None:  # zero bias, LayerNorm at 1 / 0
-            s.fill(model.head_transform.dense.bias, 0.0)
-            _init_norm(model.head_transform.norm, s, c, "final")
+            head_transform = cast(HeadTransform, model.head_transform)
+            s.fill(cast(torch.Tensor, head_transform.dense.bias), 0.0)  # a zero bias of its own
+            _init_norm(head_transform.norm, s, c, "final")
         _init_norm(getattr(model, "enc_norm", None), s, c, "final")
         model.head_scale.fill_(plan.head_scale)
     return s.done
 
 
-def role_stds(weights, n_layers: int) -> dict:
+def role_stds(weights: Iterable[tuple[str, int | None, torch.Tensor]], n_layers: int) -> dict[str, Any]:
     """Each role's standard deviation read from weights, as :class:`~sigprop.model.init.InitPlan`'s ``stds``: the
     root mean square of all the weights of a role (and layer), pooled (zero-mean weights assumed); one value per
     layer for a block role (NaN where a layer has none), one for the others; ``head`` is the ``token`` table's
@@ -241,7 +249,7 @@ def role_stds(weights, n_layers: int) -> dict:
     return stds
 
 
-def read_weights(model: nn.Module, approximations: list[str] | None = None) -> dict:
+def read_weights(model: Transformer, approximations: list[str] | None = None) -> dict[str, Any]:
     """The plan a model's weights show, as :class:`~sigprop.model.init.InitPlan`'s fields (``stds``, ``lam``,
     ``beta``, ``learnable_beta``, ``head_scale``; :meth:`InitPlan.from_model
     <sigprop.model.init.InitPlan.from_model>`): each role's standard deviation is the root mean square of its

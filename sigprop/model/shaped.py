@@ -22,10 +22,10 @@ from ..components.shaped_relu import ShapedReLU
 __all__ = ["shaped_modules", "anneal_shaped"]
 
 
-def shaped_modules(model: nn.Module, mode: str | None = None) -> list[tuple[str, nn.Module]]:
+def shaped_modules(model: nn.Module, mode: str | None = None) -> list[tuple[str, ShapedAttention | ShapedReLU]]:
     """(qualified name, module) of every :class:`ShapedAttention` and :class:`ShapedReLU` in ``model``, in
     ``named_modules`` order; with ``mode`` only those in that mode ("fixed", "learn" or "recover")."""
-    out = []
+    out: list[tuple[str, ShapedAttention | ShapedReLU]] = []
     for name, m in model.named_modules():
         if isinstance(m, ShapedAttention):
             if mode is None or m.gamma_mode == mode:

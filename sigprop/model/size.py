@@ -12,7 +12,12 @@ and the sampled attention rule's draws (per head, float64 inputs of L × d and Q
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..components.factory import GATED_ACTIVATIONS
+
+if TYPE_CHECKING:
+    from .config import TransformerConfig
 
 __all__ = ["parameter_count", "measure_bytes", "theory_bytes", "available_bytes", "check_fits"]
 
@@ -22,7 +27,7 @@ SLACK = 1.5
 THEORY_LAYER_BYTES = 40_000
 
 
-def parameter_count(config) -> int:
+def parameter_count(config: TransformerConfig) -> int:
     """The number of parameters of a :class:`~sigprop.model.Transformer` of ``config`` (embeddings, every layer's
     attention, cross-attention, FFN and norms, the head when untied)."""
     d, n_layers = config.d_model, config.total_layers
@@ -40,14 +45,14 @@ def parameter_count(config) -> int:
     return int(embed + head + n_layers * per_layer + cross + 2 * d)
 
 
-def measure_bytes(config, batch_size: int) -> int:
+def measure_bytes(config: TransformerConfig, batch_size: int) -> int:
     """Bytes to draw and measure one model of ``config`` on ``batch_size`` sequences (module docstring)."""
     tokens, L = batch_size * config.seq_len, config.seq_len
     per_layer = tokens * (10 * config.d_model + 2 * config.ffn_width) + 2 * batch_size * config.n_heads * L * L
     return int(4 * parameter_count(config) + SLACK * 4 * config.total_layers * per_layer)
 
 
-def theory_bytes(config, batch_size: int = 0, heads: int = 128) -> int:
+def theory_bytes(config: TransformerConfig, batch_size: int = 0, heads: int = 128) -> int:
     """Bytes of a prediction of ``config``: the theory's model, with a batch of ``batch_size`` sequences the
     token-resolved sweep's Gram matrices, and the sampled attention rule's draws for ``heads`` heads (float64 inputs
     and Q, K weights, kept for a layer's forward and backward, twice for autograd; module docstring)."""

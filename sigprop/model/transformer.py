@@ -144,8 +144,11 @@ class Transformer(nn.Module):
         [(-1, 'input'), (0, 'attn'), (0, 'ffn'), (0, 'layer')]
     """
 
+    embed: Embedding | PatchEmbedding
+    head_scale: torch.Tensor
+
     def __init__(self, config: TransformerConfig, plan: InitPlan | None = None,
-                 generator: torch.Generator | None = None, device=None, sample: bool = True) -> None:
+                 generator: torch.Generator | None = None, device: torch.device | str | None=None, sample: bool = True) -> None:
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig (got {type(config).__name__})")
@@ -162,7 +165,7 @@ class Transformer(nn.Module):
         else:
             _materialise_small(self, device or "cpu")
         if config.input == "tokens" and config.tie_head:
-            self.head.weight = self.embed.token.weight  # materialising unties shared parameters
+            self.head.weight = cast(Embedding, self.embed).token.weight  # materialising unties shared parameters
         self.plan.apply(self, generator, sample=sample)
 
     def _build(self, c: TransformerConfig) -> None:
@@ -208,8 +211,8 @@ class Transformer(nn.Module):
         norms (:meth:`TransformerLayer.norms`, position "attn" / "cross" / "ffn"), then an encoder–decoder's
         encoder-output norm and the final norm (layer None, position "final"; Alekseev App. F's final
         normalisation). ``setattr(parent, name, new)`` replaces one."""
-        out = [(layer.index, pos, parent, name, m) for layer in self.all_layers()
-               for pos, parent, name, m in layer.norms()]
+        out: list[tuple[int | None, str, nn.Module, str, nn.Module]] = [
+            (layer.index, pos, parent, name, m) for layer in self.all_layers() for pos, parent, name, m in layer.norms()]
         for name in ("enc_norm", "final_norm"):
             m = getattr(self, name, None)
             if m is not None:
@@ -229,13 +232,13 @@ class Transformer(nn.Module):
         return out
 
     # forward --------------------------------------------------------------------------------------------------
-    def _embed(self, inputs, segment_ids=None):
+    def _embed(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         if self.config.input == "tokens":
             return self.embed(inputs, segment_ids) if self.config.n_segments else self.embed(inputs)
         return self.embed(inputs)
 
-    def hidden_states(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
-                      decoder_padding_mask=None) -> torch.Tensor:
+    def hidden_states(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None=None, padding_mask: torch.Tensor | None=None, decoder_inputs: torch.Tensor | None=None,
+                      decoder_padding_mask: torch.Tensor | None=None) -> torch.Tensor:
         """The last layer's output (before the final norm), stack by stack (:meth:`stacks`): each stack embeds its
         own inputs; a decoder's layers read the encoder's memory."""
         stacks = self.stacks()
@@ -243,8 +246,8 @@ class Transformer(nn.Module):
             raise ValueError("an encoder-decoder needs decoder_inputs (the target token ids)")
         memory, feeds = None, [(inputs, segment_ids, padding_mask), (decoder_inputs, None, decoder_padding_mask)]
         for stack, (ids, segments, mask) in zip(stacks, feeds, strict=False):
-            x = stack.dropout(self._embed(ids, segments))
-            ctx = {} if mask is None else {"key_padding_mask": mask}
+            x = stack.dropout(self._embed(cast(torch.Tensor, ids), segments))  # a decoder's checked above
+            ctx: dict[str, torch.Tensor | None] = {} if mask is None else {"key_padding_mask": mask}
             if memory is not None:
                 ctx.update(memory=memory, memory_padding_mask=padding_mask)
             for layer in stack.layers:
@@ -253,8 +256,8 @@ class Transformer(nn.Module):
                 memory = stack.memory_norm(x) if stack.memory_norm is not None else x
         return x
 
-    def forward(self, inputs, segment_ids=None, padding_mask=None, decoder_inputs=None,
-                decoder_padding_mask=None) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None=None, padding_mask: torch.Tensor | None=None, decoder_inputs: torch.Tensor | None=None,
+                decoder_padding_mask: torch.Tensor | None=None) -> torch.Tensor:
         h = self.hidden_states(inputs, segment_ids, padding_mask, decoder_inputs, decoder_padding_mask)
         if self.final_norm is not None:
             h = self.final_norm(h)
@@ -273,7 +276,7 @@ class Transformer(nn.Module):
         return objective_loss(self, batch)
 
 
-def seeded_model(config: TransformerConfig, seed: int, device=None, dtype=None, masks: bool = True) -> Transformer:
+def seeded_model(config: TransformerConfig, seed: int, device: torch.device | str | None=None, dtype: torch.dtype | None=None, masks: bool = True) -> Transformer:
     """Model number ``seed`` of ``config``, as every measurement in sigprop draws it: its weights drawn on the CPU
     from ``torch.Generator().manual_seed(seed)`` (so every device gets the same model; a CPU generator cannot fill a
     GPU tensor), then moved to ``device`` / ``dtype``, in training mode; with ``masks`` the global RNG, which
@@ -287,7 +290,7 @@ def seeded_model(config: TransformerConfig, seed: int, device=None, dtype=None, 
     return model
 
 
-def _materialise_small(model: nn.Module, device) -> None:
+def _materialise_small(model: nn.Module, device: torch.device | str | None) -> None:
     """Materialise every buffer and every parameter of at most one dimension (uninitialised: the plan sets them),
     leaving weight matrices and tables on the meta device."""
     for module in model.modules():

@@ -3,7 +3,7 @@ image patches, pre-norm with a final norm, no dropout, d_ff = 4d, ReLU MLP, init
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .config import TransformerConfig
 
@@ -33,7 +33,7 @@ def vit_config(n_blocks: int, d_model: int, n_heads: int, norm: str = "layernorm
                alpha_attn: float | None = None, alpha_ffn: float | None = None,
                alpha_final: float | None = None, sigma_ov: float | None = None, sigma_21: float | None = None,
                activation: str = "relu", image_size: int = 32, patch_size: int = 4, channels: int = 1,
-               n_classes: int = 10, **overrides) -> TransformerConfig:
+               n_classes: int = 10, **overrides: Any) -> TransformerConfig:
     """The paper's ViT form (Alekseev Sec. 2.1, Eq. 1; App. A) with ``n_blocks`` blocks (one block = one sigprop
     :class:`~sigprop.model.layer.TransformerLayer`: attention residual + MLP residual, L = 2B layers).
 
@@ -45,7 +45,7 @@ def vit_config(n_blocks: int, d_model: int, n_heads: int, norm: str = "layernorm
     ``alpha_final``. Weights follow ``init="alekseev"`` with ``sigma_ov`` / ``sigma_21`` (None: the config defaults
     0.31 / 0.61, the paper's ViT values). ``overrides`` are further :class:`TransformerConfig` fields.
     """
-    kw = dict(arch="encoder", input="patches", n_layers=n_blocks, d_model=d_model, n_heads=n_heads,
+    kw: dict[str, Any] = dict(arch="encoder", input="patches", n_layers=n_blocks, d_model=d_model, n_heads=n_heads,
               d_ff=None if isinstance(d_model, bool) or not isinstance(d_model, int) else 4 * d_model,
               activation=activation, dropout=0.0, attn_dropout=0.0, norm=norm, norm_position="pre",
               final_norm=True, init="alekseev", image_size=image_size, patch_size=patch_size, channels=channels,

@@ -53,7 +53,7 @@ NO_GRADIENTS = "not computed (gradients=False: the forward sweep only)"
 _EXCHANGEABLE_FORWARD = "exchangeable tokens (one correlation for every token pair)"
 
 
-def theory_model(model_or_config, plan: InitPlan | None = None) -> Transformer:
+def theory_model(model_or_config: TransformerConfig | Transformer, plan: InitPlan | None = None) -> Transformer:
     """The model the theory walks: a :class:`Transformer` of the config's (or the model's) configuration whose
     declared standard deviations are ``plan``'s, by default the config's scheme, or for a model the one read from
     its weights (:meth:`InitPlan.from_model`; a model on the ``meta`` device has none and gives its own plan). Its
@@ -69,7 +69,7 @@ def theory_model(model_or_config, plan: InitPlan | None = None) -> Transformer:
                      f"(got {type(model_or_config).__name__})")
 
 
-def resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels, pad_id,
+def resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels: torch.Tensor | None, pad_id: int | None,
                     token_resolved: bool | None) -> torch.Tensor | None:
     """The labels the token-resolved backward sweep starts from, or None where the backward sweep stays exchangeable.
     A decoder: the given labels, else its next tokens (:func:`~sigprop.data.causal_lm_labels`), unless
@@ -117,7 +117,7 @@ class Prediction:
     boundary only rescales it, the sweep being linear in the gradient), after which its layers' Gram matrices are
     freed. Arguments as :func:`predict`'s; everything is validated here, before any sweep runs."""
 
-    def __init__(self, model_or_config, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
+    def __init__(self, model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
                  images: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                  input_moments: Moments | None = None, seq_len: int | None = None, batch_size: int = 1,
                  pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
@@ -190,7 +190,7 @@ class Prediction:
         if self.resolved:
             self._gram_forward(progress)
 
-    def _exchangeable_forward(self, progress):
+    def _exchangeable_forward(self, progress: Callable[[int], None] | None):
         model, config, meta = self.model, self.config, {}
         if self.input_moments is None:
             m0, meta["input_source"] = boundaries.input_moments_theory(
@@ -206,7 +206,7 @@ class Prediction:
             contexts.append({**self.context, "L": L_dec})
         return forward_sweep(model, EXCHANGEABLE, inputs, self.context, progress, contexts), meta
 
-    def _gram_forward(self, progress) -> None:
+    def _gram_forward(self, progress: Callable[[int], None] | None) -> None:
         if self._gram_rows is not None:
             return
         batch_input = self.images if self.config.input == "patches" else self.token_ids
@@ -218,7 +218,7 @@ class Prediction:
         self._gram_state = f"token-resolved: each {unit}'s token Gram matrix ({heads} attention heads per {unit}, " \
                            f"seed {self.seed})"
 
-    def _gram_backward(self, progress) -> dict:
+    def _gram_backward(self, progress: Callable[[int], None] | None) -> dict:
         if self._gram_grads is None:
             walk, model = self._gram, self.model
             top = (boundaries.pooled_head_gradient_gram(model, walk.output) if self.config.input == "patches"
@@ -263,7 +263,7 @@ class Prediction:
             meta["caveat"] = DECODER_CAVEAT
         return _profile(self.config, fwd_rows, grad_rows, meta, self.model.plan)
 
-    def _exchangeable_backward(self, walk, grad_top, progress, meta: dict) -> dict:
+    def _exchangeable_backward(self, walk, grad_top: GradMoments | None, progress: Callable[[int], None] | None, meta: dict) -> dict:
         model = self.model
         if grad_top is None:
             L_top = walk.stacks[-1].context["L"]
@@ -278,7 +278,7 @@ class Prediction:
                 meta["encoder_gradient"] = "none: every cross-attention branch is scaled by beta = 0"
         return back.rows
 
-    def _resolved_profile(self, grad_top, gradients: bool, progress, meta: dict) -> Profile:
+    def _resolved_profile(self, grad_top: GradMoments | None, gradients: bool, progress: Callable[[int], None] | None, meta: dict) -> Profile:
         patches = self.config.input == "patches"
         meta["forward_state"] = self._gram_state
         meta["input_source"] = ("the batch's images through the patch embedding (App. A.2, H), token by token"
@@ -306,7 +306,7 @@ class Prediction:
         return _profile(self.config, self._gram_rows, grad_rows, meta, self.model.plan)
 
 
-def predict(model_or_config, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
+def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
             input_moments: Moments | None = None, grad_top: GradMoments | None = None,
             labels: torch.Tensor | None = None, seq_len: int | None = None, batch_size: int = 1,
             pad_id: int | None = None, segment_ids: torch.Tensor | None = None,

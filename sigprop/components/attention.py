@@ -136,7 +136,9 @@ def resolve_approx(approx: str, m: Moments, d_in: Stat, sigma_q2: Stat, sigma_k2
     return "sampled" if np.any(s2 > limit) else "exact"
 
 
-def _check_common(d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat, causal: bool, approx: str, rope: float | QueryKeyMap | None=None) -> tuple[Stat, Stat, Stat, Stat, Stat, Stat]:
+def _check_common(d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat,
+                  causal: bool, approx: str, rope: float | QueryKeyMap | None = None) -> tuple[Stat, Stat, Stat, Stat,
+                  Stat, Stat]:
     if approx not in ATTENTION_APPROX:
         raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
     if query_key_map(rope) is not None and approx in ("exact", "kedia"):
@@ -163,7 +165,8 @@ def _effective_input(m: Moments) -> tuple[Stat, Stat]:
     return var, (m.corr * m.var + m.mean**2) / var
 
 
-def attention_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0, causal: bool = False,
+def attention_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat,
+                      p: Stat = 0.0, causal: bool = False,
                       approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
                       rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of single-head attention's output (Kedia et al. App. A.8; formulas in the module docstring).
@@ -205,7 +208,8 @@ def attention_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat
     return Moments(mean=zero, var=scale * v_o, corr=clip_corr(c_o / v_o), corr_hidden=zero)
 
 
-def attention_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0,
+def attention_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat,
+                       sigma_v2: Stat, p: Stat = 0.0,
                        causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
                        seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Moments of dLoss/dX through single-head attention, including the paths through W_Q and W_K (App. A.8).
@@ -248,7 +252,8 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: 
     return GradMoments(var=gv, corr=clip_corr(gc / gv))
 
 
-def mha_forward(m: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0, causal: bool = False,
+def mha_forward(m: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat,
+                sigma_v2: Stat, p: Stat = 0.0, causal: bool = False,
                 approx: str = "exact", heads: int = DEFAULT_HEADS, seed: int = 0,
                 rope: float | QueryKeyMap | None = None) -> Moments:
     """Moments of multi-head attention's concatenated output: every element belongs to one head, so they equal
@@ -259,7 +264,8 @@ def mha_forward(m: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, si
     return attention_forward(m, d_in, d_head, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, heads, seed, rope)
 
 
-def mha_backward(g: GradMoments, m_in: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat=0.0,
+def mha_backward(g: GradMoments, m_in: Moments, n_heads: Stat, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat,
+                 sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0,
                  causal: bool = False, approx: str = "exact", heads: int = DEFAULT_HEADS,
                  seed: int = 0, rope: float | QueryKeyMap | None = None) -> GradMoments:
     """Input-gradient moments of multi-head attention: the heads' gradients add with zero cross-covariance
@@ -324,8 +330,10 @@ class SingleHeadAttention(nn.Module):
     sigma_v: torch.Tensor
     dropout_p: torch.Tensor
 
-    def __init__(self, d_in: int, d_k: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None, dropout_p: float | torch.Tensor=0.0,
-                 causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto") -> None:
+    def __init__(self, d_in: int, d_k: int, sigma_q: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_k: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_v: float | torch.Tensor | np.ndarray | None = None, dropout_p: float | torch.Tensor = 0.0,
+                 causal: bool = False, batch_shape: tuple[int, ...] = (), approx: str = "auto") -> None:
         super().__init__()
         check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1")
         check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1")
@@ -353,7 +361,8 @@ class SingleHeadAttention(nn.Module):
         p = self.dropout_p
         return p.reshape(p.shape + (1,) * (extra + 2)) if p.dim() else p
 
-    def _project(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    def _project(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None) -> tuple[torch.Tensor,
+                 torch.Tensor, torch.Tensor, int]:
         """(q, k, v); one fused matmul for the projections that share an input. ``x_kv`` may be a sequence of
         blocks along the token axis, projected block by block (autograd then only visits the blocks that need a
         gradient)."""
@@ -387,7 +396,8 @@ class SingleHeadAttention(nn.Module):
         q, k, _, _ = self._project(x, x_kv)
         return self._probs(q, k, x_kv is None)
 
-    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, dropout_mask: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None = None,
+                dropout_mask: torch.Tensor | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
         q, k, v, extra = self._project(x, x_kv)
         a = self._probs(q, k, x_kv is None)
@@ -445,8 +455,10 @@ class MultiHeadAttention(nn.Module):
     q_gain: nn.Parameter | None
     k_gain: nn.Parameter | None
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto",
+    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_k: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_v: float | torch.Tensor | np.ndarray | None = None,
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...] = (), approx: str = "auto",
                  n_kv_heads: int | None = None, rope: float | None = None, rotary_fraction: float = 1.0,
                  qk_norm_eps: float | None = None) -> None:
         super().__init__()
@@ -519,7 +531,8 @@ class MultiHeadAttention(nn.Module):
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         return k, v
 
-    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None = None,
+                key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Self-attention of ``x`` (…, L, d_in) → (…, L, H·d_head); with ``x_kv`` (a tensor or a sequence of blocks
         along the token axis) the keys/values come from it (pass a superset of the query rows to compute a subset of
         a self-attention's rows exactly). ``key_padding_mask`` (…, L_kv), True at real tokens, keeps padded keys out

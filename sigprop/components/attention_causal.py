@@ -123,7 +123,8 @@ def causal_forward(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Sta
     return v_o, c_o
 
 
-def causal_backward(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Stat, p: Stat, om: Stat, rg: Stat) -> tuple[Stat, Stat]:
+def causal_backward(var: Stat, r: Stat, d_in: Stat, d_k: Stat, L: Stat, sqk2: Stat, p: Stat, om: Stat,
+                    rg: Stat) -> tuple[Stat, Stat]:
     """(σ²_gx, Cov_gx) of causal single-head attention at Ω = σ²_v d_k σ²_g = ``om`` and output-gradient token
     correlation ``rg``, averaged over positions and ordered pairs (module docstring)."""
     t, first, weight, L = _positions(var, r, d_in, d_k, L, sqk2, p)

@@ -131,7 +131,9 @@ def pooled_gram_means(per_head: torch.Tensor, keep: torch.Tensor) -> tuple[torch
     return s_diag / n_tok, (s_all - s_diag) / n_pairs.clamp_min(1.0)
 
 
-def _checked(gram: torch.Tensor, d_in: float, d_k: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float, causal: bool, key_mask: torch.Tensor | None, heads: int) -> tuple[int, int, int, int, float, float, float, float, int, torch.Tensor, torch.Tensor]:
+def _checked(gram: torch.Tensor, d_in: float, d_k: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float,
+             causal: bool, key_mask: torch.Tensor | None, heads: int) -> tuple[int, int, int, int, float, float,
+             float, float, int, torch.Tensor, torch.Tensor]:
     """Validated arguments of the Gram rules and what every head shares: (B, L, d_in, d_k, σ²_q, σ²_k, σ²_v, p, heads,
     keep (B, L), blocked score mask (B, 1, L, L))."""
     if gram.dim() != 3 or gram.shape[-1] != gram.shape[-2]:
@@ -179,7 +181,8 @@ def _sampled_input(maps: tuple, z: torch.Tensor, fixed_norm: bool) -> torch.Tens
     return x
 
 
-def _attention_weights(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor | None, d_k: float, p: float, blocked: torch.Tensor, rope: float | QueryKeyMap | None = None) -> torch.Tensor:
+def _attention_weights(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor | None, d_k: float, p: float,
+                       blocked: torch.Tensor, rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """A = Dropout_p(softmax(Q Kᵀ/√d_k + masks)) of a chunk of heads, the dropout mask from the uniforms ``u``;
     ``rope`` (a rotary base or a :class:`~sigprop.components.query_key.QueryKeyMap`) maps Q and K first."""
     qk = query_key_map(rope)
@@ -192,7 +195,8 @@ def _attention_weights(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor | None,
     return a
 
 
-def value_free_output(x: torch.Tensor, zq: torch.Tensor, zk: torch.Tensor, u: torch.Tensor | None, sq: float, sk: float, d_k: float, p: float, blocked: torch.Tensor,
+def value_free_output(x: torch.Tensor, zq: torch.Tensor, zk: torch.Tensor, u: torch.Tensor | None, sq: float,
+                      sk: float, d_k: float, p: float, blocked: torch.Tensor,
                       rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """The value-free output O = Dropout_p(softmax(X W_Q (X W_K)ᵀ/√d_k + masks)) X of a chunk of heads (W_V is
     averaged exactly); ``rope``: rotary base or query–key map, or None."""
@@ -200,7 +204,9 @@ def value_free_output(x: torch.Tensor, zq: torch.Tensor, zk: torch.Tensor, u: to
     return a @ x
 
 
-def _value_free_gram(maps: tuple[torch.Tensor, torch.Tensor], z: torch.Tensor, zq: torch.Tensor, zk: torch.Tensor, u: torch.Tensor | None, sq: float, sk: float, d_k: float, p: float, blocked: torch.Tensor, fixed_norm: bool,
+def _value_free_gram(maps: tuple[torch.Tensor, torch.Tensor], z: torch.Tensor, zq: torch.Tensor, zk: torch.Tensor,
+                     u: torch.Tensor | None, sq: float, sk: float, d_k: float, p: float, blocked: torch.Tensor,
+                     fixed_norm: bool,
                      rope: float | QueryKeyMap | None = None) -> torch.Tensor:
     """O Oᵀ for the value-free output O = A X of a chunk of heads (B, n, L, L), computed without the rows
     X = D G^{1/2} Z (D the fixed-length rescaling, identity without ``fixed_norm``): X Xᵀ = D G^{1/2} (Z Zᵀ) G^{1/2} D,

@@ -223,7 +223,8 @@ def _checked_head(d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: 
 
 
 def sample_attention(var: float, corr: float, d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float,
-                     sigma_v2: float, p: float = 0.0, causal: bool = False, mean: float = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0,
+                     sigma_v2: float, p: float = 0.0, causal: bool = False, mean: float = 0.0,
+                     heads: int = DEFAULT_HEADS, seed: int = 0,
                      rope: float | QueryKeyMap | None = None) -> SampledAttention:
     """Sample ``heads`` single attention heads on Gaussian input of per-element variance ``var``, token correlation
     ``corr`` and mean ``mean`` (module docstring) and return the moments with their standard errors.

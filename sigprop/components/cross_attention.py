@@ -142,14 +142,16 @@ def _gradient(g: GradMoments, m_in: Moments, memory: Moments, args: tuple[Stat, 
 
 
 def cross_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat,
-                   sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
+                   sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS,
+                   seed: int = 0) -> GradMoments:
     """Moments of the gradient at the query input X (through the scores): σ²_g[r_g V_sh + (1 − r_g)V_in] and the
     same for the covariance (module docstring)."""
     return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "")
 
 
 def cross_memory_backward(g: GradMoments, m_in: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat,
-                          sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS, seed: int = 0) -> GradMoments:
+                          sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat = 0.0, heads: int = DEFAULT_HEADS,
+                          seed: int = 0) -> GradMoments:
     """Moments of the gradient at the memory (through keys and values), over memory-token pairs, likewise (module
     docstring)."""
     return _gradient(g, m_in, memory, (d_in, d_k, L, L_mem, sigma_q2, sigma_k2, sigma_v2, p, heads, seed), "mem_")
@@ -201,7 +203,8 @@ class CrossAttention(MultiHeadAttention):
         return cross_forward(m, mem, *head, heads=heads, seed=seed)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, L: Stat,  # type: ignore[override]  # the memory's
-                         memory_moments: Moments | None = None, L_memory: Stat | None = None, attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0) -> GradMoments:
+                         memory_moments: Moments | None = None, L_memory: Stat | None = None,
+                         attention_heads: int = DEFAULT_HEADS, attention_seed: int = 0) -> GradMoments:
         """Gradient at the queries: ``n_heads`` × :func:`cross_backward` (heads add independently)."""
         mem = self._memory(memory_moments)
         head, heads, seed = self._args(L, L_memory, attention_heads, attention_seed)

@@ -231,7 +231,8 @@ def erf_p_hat(p: Stat, q: Stat, alpha: Stat) -> Stat:
 # shared assembly of elementwise rules (also used by DyT)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _assemble_forward(mean_phi: Stat, var_phi: Stat, corr_tok: Stat, corr_hid: Stat, gamma: Stat, beta: Stat) -> Moments:
+def _assemble_forward(mean_phi: Stat, var_phi: Stat, corr_tok: Stat, corr_hid: Stat, gamma: Stat,
+                      beta: Stat) -> Moments:
     """y = γ φ + β: mean γE[φ] + β, variance γ² Var φ, correlations unchanged by the affine map."""
     return Moments(mean=gamma * mean_phi + beta, var=gamma**2 * var_phi, corr=clip_corr(corr_tok),
                    corr_hidden=clip_corr(corr_hid))
@@ -246,7 +247,8 @@ def _assemble_backward(g: GradMoments, dphi2: Stat, dratio: Stat, alpha: Stat, g
 # the rules
 # ----------------------------------------------------------------------------------------------------------------
 
-def derf_forward(m: Moments, alpha: Stat, shift: Stat=0.0, gamma: Stat=1.0, beta: Stat=0.0, approx: str = "exact") -> Moments:
+def derf_forward(m: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0, beta: Stat = 0.0,
+                 approx: str = "exact") -> Moments:
     """Moments of y = γ·erf(α x + s) + β for Gaussian x (Chen et al. 2025; Alekseev Eq. 10 and App. E Eq. 89).
 
     ``approx="exact"`` (default): with m = αμ + s, v = α²σ², k = √2 m/√(1+2v) and ρ(r) = 2rv/(1+2v),
@@ -286,7 +288,8 @@ def derf_forward(m: Moments, alpha: Stat, shift: Stat=0.0, gamma: Stat=1.0, beta
                              _erf_corr_ratio(mh, vh, m.corr_hidden), gamma, beta)
 
 
-def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat=0.0, gamma: Stat=1.0, approx: str = "exact") -> GradMoments:
+def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0,
+                  approx: str = "exact") -> GradMoments:
     """Gradient moments through y = γ·erf(αx + s) + β: g_in = γ α erf'(αx + s) g (Alekseev Eqs. 13, 40, 90).
 
     ``approx="exact"``: with m = αμ + s, v = α²σ² of the input ``m_in``,
@@ -322,7 +325,8 @@ def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat=0.0, g
 # the module
 # ----------------------------------------------------------------------------------------------------------------
 
-def _param(value: float | np.ndarray | torch.Tensor | None, default_shape: tuple[int, ...], fill: float) -> torch.Tensor:
+def _param(value: float | np.ndarray | torch.Tensor | None, default_shape: tuple[int, ...],
+           fill: float) -> torch.Tensor:
     if value is None:
         return torch.full(default_shape, float(fill))
     t = torch.as_tensor(value)
@@ -354,8 +358,10 @@ class Derf(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5, shift: float | np.ndarray | torch.Tensor = 0.0,
-                 gamma: float | np.ndarray | torch.Tensor | None = None, beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5,
+                 shift: float | np.ndarray | torch.Tensor = 0.0,
+                 gamma: float | np.ndarray | torch.Tensor | None = None,
+                 beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         self.alpha = nn.Parameter(_param(alpha, (), 0.5).to(dtype or torch.get_default_dtype()))

@@ -257,7 +257,7 @@ def _pre_activation(m: Moments, alpha: Stat, approx: str) -> tuple[Stat, Stat, S
     return alpha * m.mean, alpha**2 * m.var, m.corr, m.corr_hidden
 
 
-def dyt_forward(m: Moments, alpha: Stat, gamma: Stat=1.0, beta: Stat=0.0, approx: str = "exact") -> Moments:
+def dyt_forward(m: Moments, alpha: Stat, gamma: Stat = 1.0, beta: Stat = 0.0, approx: str = "exact") -> Moments:
     """Moments of y = γ·tanh(αx) + β for Gaussian x (Zhu et al. 2025; Alekseev Eq. 10).
 
     ``approx="exact"`` (default): with h = αx ~ N(αμ, α²σ²),
@@ -284,7 +284,7 @@ def dyt_forward(m: Moments, alpha: Stat, gamma: Stat=1.0, beta: Stat=0.0, approx
                              gamma, beta)
 
 
-def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat=1.0, approx: str = "exact") -> GradMoments:
+def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat = 1.0, approx: str = "exact") -> GradMoments:
     """Gradient moments through y = γ·tanh(αx) + β: g_in = γ α sech²(αx) g (Alekseev Eqs. 13 and 40).
 
     ``approx="exact"``: with h = αx for the input moments ``m_in``,
@@ -322,7 +322,8 @@ class DyT(nn.Module):
 
     rules = TOKEN_WISE
 
-    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5, gamma: float | np.ndarray | torch.Tensor | None = None,
+    def __init__(self, hidden: int | None = None, alpha: float | np.ndarray | torch.Tensor = 0.5,
+                 gamma: float | np.ndarray | torch.Tensor | None = None,
                  beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()

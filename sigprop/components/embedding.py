@@ -51,7 +51,8 @@ def repetition_correlation(token_ids: torch.Tensor, pad_id: int | None = None) -
     return same / pairs
 
 
-def zipf_correlation(vocab_size: Stat, seq_len: Stat | None = None, approx: str = "exact", exponent: float = 1.0) -> Stat:
+def zipf_correlation(vocab_size: Stat, seq_len: Stat | None = None, approx: str = "exact",
+                     exponent: float = 1.0) -> Stat:
     """Expected token correlation of an embedding output when tokens are i.i.d. Zipf, p_i ∝ 1/i^s (App. A.1).
 
     * ``"exact"`` (ours): for tokens drawn i.i.d. from p, E[N_i(N_i−1)] = L(L−1)p_i², so the expected
@@ -100,7 +101,8 @@ def segment_correlation(seq_len: Stat | None = None, approx: str = "exact") -> S
     raise ValueError(f"approx must be 'exact' or 'kedia' (got {approx!r})")
 
 
-def embedding_forward(token_var: Stat, token_corr: Stat, position_var: Stat=0.0, segment_var: Stat=0.0, segment_corr: Stat=2.0 / 3.0) -> Moments:
+def embedding_forward(token_var: Stat, token_corr: Stat, position_var: Stat = 0.0, segment_var: Stat = 0.0,
+                      segment_corr: Stat = 2.0 / 3.0) -> Moments:
     """Moments of token + position + segment embeddings summed (App. A.1, "Final Model Input Embeddings").
 
     The three tables are independent and zero-mean, so variances add and the token covariance is the
@@ -233,7 +235,7 @@ class Embedding(nn.Module):
             out = out + self.segment_std**2 * (seg[:, :, None] == seg[:, None, :]).to(torch.float64)
         return out
 
-    def forward_moments(self, token_corr: Stat, segment_corr: Stat=2.0 / 3.0) -> Moments:
+    def forward_moments(self, token_corr: Stat, segment_corr: Stat = 2.0 / 3.0) -> Moments:
         return embedding_forward(
             (self.token_std * self.token_scale)**2, token_corr,
             position_var=self.position_std**2 if self.position is not None else 0.0,

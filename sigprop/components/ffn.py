@@ -53,7 +53,8 @@ class FFNBlock(Sequential):
         super().__init__(layers)
 
 
-def ffn_block_table2(m: Moments, g: GradMoments, d: Stat, w1_var: Stat, w2_var: Stat, p: Stat=0.0) -> tuple[Moments, GradMoments]:
+def ffn_block_table2(m: Moments, g: GradMoments, d: Stat, w1_var: Stat, w2_var: Stat, p: Stat = 0.0) -> tuple[Moments,
+                     GradMoments]:
     """Kedia et al. Table 2 (App. B.2), the bare ReLU FFN block with d_ff = 4d and a zero-mean input:
 
     σ²_out = 2d²σ²_w1σ²_w2σ²_in/(1−p),  r_out = (1−p)(1/π + r/2 + (1/2 − 1/π)r²)  (a quadratic fit of the

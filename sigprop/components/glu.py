@@ -115,7 +115,8 @@ def glu_forward(m: Moments, d_in: Stat, gate_var: Stat, up_var: Stat, gate: str 
     return Moments(mean=0.0 * var, var=var, corr=clip_corr(rho * cross / e2), corr_hidden=0.0 * var)
 
 
-def glu_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_ff: Stat, gate_var: Stat, up_var: Stat, gate: str = "swiglu") -> GradMoments:
+def glu_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_ff: Stat, gate_var: Stat, up_var: Stat,
+                 gate: str = "swiglu") -> GradMoments:
     """Gradient moments at the input of h = φ(xW_gate) ⊙ (xW_up) (module docstring)."""
     phi, dphi = _gate(gate)
     s_a, s_b, rho = _pre_activations(m_in, d_in, gate_var, up_var)

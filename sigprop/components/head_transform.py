@@ -124,7 +124,8 @@ class HeadTransform(Sequential):
         if activation not in ("gelu", "relu"):
             raise ValueError(f"the head transform's activation must be gelu or relu (got {activation!r})")
         super().__init__(OrderedDict(dense=Linear(d, d, bias=True, weight_std=weight_std),
-                                     act=make_activation(activation), norm=cast(nn.Module, make_norm("layernorm", d, eps=eps))))
+                                     act=make_activation(activation), norm=cast(nn.Module, make_norm("layernorm", d,
+                                     eps=eps))))
         self.activation = activation
 
     def backward_moments(self, g: GradMoments, m_in: Moments, **context: Any) -> GradMoments:

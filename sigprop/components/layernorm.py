@@ -145,7 +145,7 @@ def normalised_grad_corr(n: Stat, rho: Stat) -> Stat:
     return (n - 2.0) * ((n - 2.0) * e1 + e2) / (n - 1.0)
 
 
-def layernorm_forward(m: Moments, d: Stat, eps: Stat=1e-5, approx: str = "exact") -> Moments:
+def layernorm_forward(m: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exact") -> Moments:
     """Moments after LayerNorm over ``d`` hidden units, y = (x − x̄)/√(mean((x − x̄)²) + eps) (App. A.6).
 
     ``approx="exact"`` (default; Gaussian input, exact at finite d, first order in eps):
@@ -180,7 +180,8 @@ def layernorm_forward(m: Moments, d: Stat, eps: Stat=1e-5, approx: str = "exact"
     return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=corr_hidden)
 
 
-def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat, eps: Stat=1e-5) -> Moments:
+def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat,
+                               eps: Stat = 1e-5) -> Moments:
     """Moments of LayerNorm(λ·x̂ + β·f) when x̂ is itself a LayerNorm output (a Post-LN residual, Kedia et al.
     App. E.2, E.4) and f is a Gaussian branch output independent of x̂.
 
@@ -224,8 +225,9 @@ def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam: Stat, beta: 
     return Moments(mean=out.mean, var=out.var, corr=clip_corr(corr), corr_hidden=out.corr_hidden)
 
 
-def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat, eps: Stat=1e-5,
-                                skip_fraction: Stat=1.0) -> GradMoments:
+def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat, d: Stat,
+                                eps: Stat = 1e-5,
+                                skip_fraction: Stat = 1.0) -> GradMoments:
     """Gradient moments through LayerNorm(λ·x̂ + β·f) in a Post-LN stack (x̂ a LayerNorm output, f a Gaussian
     branch output), the backward companion of :func:`layernorm_forward_postnorm`.
 
@@ -270,7 +272,7 @@ def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, 
     return GradMoments(var=var, corr=clip_corr(corr))
 
 
-def layernorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat=1e-5, approx: str = "exact") -> GradMoments:
+def layernorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exact") -> GradMoments:
     """Gradient moments through LayerNorm: g_in = (1/σ̂)(I − 11ᵀ/d − y yᵀ/d) g_out (Xu et al. 2019 Eq. 17; App. A.6).
 
     ``approx="exact"`` (default): with n = d − 1, σ²_eff = σ²(1 − corr_hidden) and g_out independent of x,
@@ -306,8 +308,10 @@ class LayerNorm(nn.LayerNorm):
 
     rules = Rules(fixes_length=True, postnorm=True)
 
-    def __init__(self, normalized_shape: int | list[int] | torch.Size, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 device: torch.device | str | None=None, dtype: torch.dtype | None=None, approx: str = "exact") -> None:
+    def __init__(self, normalized_shape: int | list[int] | torch.Size, eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+                 approx: str = "exact") -> None:
         _check_eps(eps)
         _check_approx(approx)
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
@@ -333,7 +337,7 @@ class LayerNorm(nn.LayerNorm):
         return layernorm_forward_postnorm(skip, branch, lam, beta, self.d, self.eps)
 
     def backward_moments_postnorm(self, g: GradMoments, skip: Moments, branch: Moments, lam: Stat, beta: Stat,
-                                  skip_fraction: Stat=1.0) -> GradMoments:
+                                  skip_fraction: Stat = 1.0) -> GradMoments:
         """:func:`layernorm_backward_postnorm` (exact form only; other approximations use the plain rule)."""
         from .residual import residual_forward
 

@@ -19,7 +19,7 @@ def _check_dims(d: Stat, name: str) -> Stat:
     return d
 
 
-def linear_forward(m: Moments, d_in: Stat, weight_var: Stat, bias_var: Stat=0.0) -> Moments:
+def linear_forward(m: Moments, d_in: Stat, weight_var: Stat, bias_var: Stat = 0.0) -> Moments:
     """Moments of y = xW + b with W_ij ~ (0, σ²_w) i.i.d. and b_j ~ (0, σ²_b), both independent of x (App. A.2).
 
     Over the weight ensemble: μ_y = 0,

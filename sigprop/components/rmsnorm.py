@@ -238,7 +238,7 @@ def _centred(mean: Stat, var: Stat, corr_hidden: Stat, d: Stat, eps: Stat) -> bo
                            <= CENTRED_EPS_TERM))
 
 
-def rmsnorm_forward(m: Moments, d: Stat, eps: Stat=DEFAULT_EPS, approx: str = "exact") -> Moments:
+def rmsnorm_forward(m: Moments, d: Stat, eps: Stat = DEFAULT_EPS, approx: str = "exact") -> Moments:
     """Moments after RMSNorm over ``d`` hidden units, y = x/√(mean(x²) + eps).
 
     ``approx="exact"`` (default): the expectations of the module docstring by product quadrature, exact for a
@@ -280,7 +280,8 @@ def rmsnorm_forward(m: Moments, d: Stat, eps: Stat=DEFAULT_EPS, approx: str = "e
     return Moments(mean=e["m"], var=var, corr=clip_corr(corr), corr_hidden=clip_corr(hidden))
 
 
-def rmsnorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat=DEFAULT_EPS, approx: str = "exact") -> GradMoments:
+def rmsnorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = DEFAULT_EPS,
+                     approx: str = "exact") -> GradMoments:
     """Gradient moments through RMSNorm: g_in = (1/rms)(I − y yᵀ/d) g_out, rms = √(mean(x²) + eps).
 
     ``approx="exact"`` (default), with D = |x|² + d·eps, q = |x|²/D (module docstring; exact, eps included):
@@ -324,8 +325,9 @@ class RMSNorm(nn.Module):
 
     rules = Rules(fixes_length=True)
 
-    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True, device: torch.device | str | None=None,
-                 dtype: torch.dtype | None=None, approx: str = "exact") -> None:
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
+                 elementwise_affine: bool = True, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None, approx: str = "exact") -> None:
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)

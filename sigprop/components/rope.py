@@ -67,7 +67,8 @@ def rope_score_correlation(gap: Stat, d_head: int, theta: float = ROPE_THETA) ->
     return np.cos(np.multiply.outer(np.asarray(gap, dtype=np.float64), freqs)).mean(axis=-1)
 
 
-def rope_score_variance(var: Stat, corr: Stat, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, gap: Stat, d_head: int, theta: float = ROPE_THETA) -> Stat:
+def rope_score_variance(var: Stat, corr: Stat, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, gap: Stat, d_head: int,
+                        theta: float = ROPE_THETA) -> Stat:
     """Var(s_ik − s_il)/2 for one query i and two other keys k, l ``gap`` = k − l positions apart, over Gaussian
     input (per-element variance ``var`` = σ², token correlation ``corr`` = r, zero mean, width d = ``d_in``) and
     Gaussian W_Q, W_K: σ²_qσ²_k d σ⁴ [d(1 − rψ) + 2r²(1 − ψ)], ψ = :func:`rope_score_correlation` (exact: the

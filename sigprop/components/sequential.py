@@ -27,7 +27,7 @@ class Sequential(nn.Sequential):
 
     rules = COMPOSITE
 
-    def forward(self, x: torch.Tensor, **context: Any) -> torch.Tensor:  # type: ignore[override]  # the tensor is named x
+    def forward(self, x: torch.Tensor, **context: Any) -> torch.Tensor:  # type: ignore[override]  # x, not input
         """Apply the children in order, passing each only the ``context`` keywords its ``forward`` declares
         (e.g. ``key_padding_mask`` for attention, ``memory`` for cross-attention)."""
         for child in self:

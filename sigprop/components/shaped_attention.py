@@ -99,7 +99,7 @@ __all__ = [
 # tensors
 # ------------------------------------------------------------------------------------------------------------
 
-def shaped_temperature(n: Stat, d_head: Stat, tau0: Stat=1.0) -> Stat:
+def shaped_temperature(n: Stat, d_head: Stat, tau0: Stat = 1.0) -> Stat:
     """τ = τ₀ √(n n_k) (Noci et al. Eq. 9). Raises ``ValueError`` unless n, n_k ≥ 1 and τ₀ > 0."""
     n = check_range(n, "width n", lo=1.0, allowed="[1, inf)")
     d_head = check_range(d_head, "d_head", lo=1.0, allowed="[1, inf)")
@@ -107,7 +107,8 @@ def shaped_temperature(n: Stat, d_head: Stat, tau0: Stat=1.0) -> Stat:
     return tau0 * np.sqrt(n * d_head)
 
 
-def _visible(lq: int, lk: int, causal: bool, key_padding_mask: torch.Tensor | None, device: torch.device | str | None) -> torch.Tensor | None:
+def _visible(lq: int, lk: int, causal: bool, key_padding_mask: torch.Tensor | None,
+             device: torch.device | str | None) -> torch.Tensor | None:
     """Boolean (…, L_q, L_k) mask of the keys each query may see, or None when it sees all of them."""
     mask = None
     if causal:
@@ -246,7 +247,8 @@ def _avg(trace: Stat, total: Stat, L: Stat) -> tuple[Stat, Stat]:
     return trace / L, off
 
 
-def shaped_attention_gram(q2: Stat, p2: Stat, L: Stat, kappa: Stat, gamma1: Stat=1.0, gamma2: Stat=1.0, causal: bool = False) -> tuple[Stat, Stat]:
+def shaped_attention_gram(q2: Stat, p2: Stat, L: Stat, kappa: Stat, gamma1: Stat = 1.0, gamma2: Stat = 1.0,
+                          causal: bool = False) -> tuple[Stat, Stat]:
     """Token averages of E[A V Aᵀ] for an exchangeable V (diagonal q, off-diagonal p), to first order in κ.
 
     Returns (mean diagonal entry, mean off-diagonal entry). With s = q − p, c = 1 − γ₂ and the sums of
@@ -274,8 +276,9 @@ def _gram_input(m: Moments) -> tuple[Stat, Stat]:
     return m.var + m.mean**2, m.corr * m.var + m.mean**2
 
 
-def shaped_attention_forward(m: Moments, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, tau: Stat, gamma1: Stat=1.0,
-                             gamma2: Stat=1.0, causal: bool = False) -> Moments:
+def shaped_attention_forward(m: Moments, d_in: Stat, d_head: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat,
+                             sigma_v2: Stat, tau: Stat, gamma1: Stat = 1.0,
+                             gamma2: Stat = 1.0, causal: bool = False) -> Moments:
     """Moments of one shaped-attention head's output A X W_V (the residual *branch*; Noci et al. Eqs. 9, 33,
     Thm. 4.2's drift; module docstring for what is exact and what is leading order):
 
@@ -295,7 +298,8 @@ def shaped_attention_forward(m: Moments, d_in: Stat, d_head: Stat, L: Stat, sigm
     return Moments(mean=zero, var=scale * diag, corr=clip_corr(off / diag), corr_hidden=zero)
 
 
-def shaped_attention_backward(g: GradMoments, m_in: Moments, d_out: Stat, L: Stat, sigma_v2: Stat, gamma1: Stat=1.0, gamma2: Stat=1.0,
+def shaped_attention_backward(g: GradMoments, m_in: Moments, d_out: Stat, L: Stat, sigma_v2: Stat, gamma1: Stat = 1.0,
+                              gamma2: Stat = 1.0,
                               causal: bool = False) -> GradMoments:
     """Input-gradient moments of a shaped-attention layer's value path at **zeroth order in κ** (A = A₀ =
     γ₁ I + (1 − γ₂) W): g_X = A₀ᵀ G W_Vᵀ, so with Γ = σ²_g((1 − r_g) I + r_g J), c = 1 − γ₂,

@@ -90,7 +90,7 @@ def linear_anneal(value0: Stat, step: Stat, steps: Stat) -> Stat:
     return value0 * np.maximum(0.0, 1.0 - np.asarray(step, dtype=np.float64) / steps)
 
 
-def shaped_relu_slopes(n: Stat, c_plus: Stat=0.0, c_minus: Stat=-1.0) -> tuple[Stat, Stat]:
+def shaped_relu_slopes(n: Stat, c_plus: Stat = 0.0, c_minus: Stat = -1.0) -> tuple[Stat, Stat]:
     """Slopes s± = 1 + c±/√n of the shaped ReLU at width n (Noci et al. Eq. 4). Defaults c₊ = 0, c₋ = −1 are
     App. D's choice s₋ = 1 − 1/√n (and Fig. 3's). Raises ``ValueError`` unless n ≥ 1."""
     n = check_range(n, "width n", lo=1.0, allowed="[1, inf)")
@@ -163,7 +163,8 @@ def shaped_relu_forward(m: Moments, s_plus: Stat, s_minus: Stat, normalize: bool
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=clip_corr(corr_h))
 
 
-def shaped_relu_backward(g: GradMoments, m_in: Moments, s_plus: Stat, s_minus: Stat, normalize: bool = False) -> GradMoments:
+def shaped_relu_backward(g: GradMoments, m_in: Moments, s_plus: Stat, s_minus: Stat,
+                         normalize: bool = False) -> GradMoments:
     """Gradient moments through σ_s: g_in = σ_s'(x) g_out with σ_s'(x) = s₋ + Δ 1{x > 0} (exact, any input mean).
 
         σ²_gin = (s₋² Φ(−a) + s₊² Φ(a)) σ²_gout,

@@ -36,15 +36,19 @@ class ValueSkipInitAttention(MultiHeadAttention):
 
     rules = Rules(inputs=frozenset({"key_padding_mask"}))  # token-wise while β = 0 (the rules check it)
 
-    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None=None, sigma_k: float | torch.Tensor | np.ndarray | None=None, sigma_v: float | torch.Tensor | np.ndarray | None=None,
-                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...]=(), approx: str = "auto") -> None:
+    def __init__(self, d_in: int, n_heads: int, d_head: int, sigma_q: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_k: float | torch.Tensor | np.ndarray | None = None,
+                 sigma_v: float | torch.Tensor | np.ndarray | None = None,
+                 dropout_p: float = 0.0, causal: bool = False, batch_shape: tuple[int, ...] = (),
+                 approx: str = "auto") -> None:
         if batch_shape:
             raise ValueError("ValueSkipInitAttention takes one weight copy (batch_shape=())")
         super().__init__(d_in, n_heads, d_head, sigma_q, sigma_k, sigma_v, dropout_p, causal, (), approx)
         self.vs_alpha = nn.Parameter(torch.ones(self.n_heads))
         self.vs_beta = nn.Parameter(torch.zeros(self.n_heads))
 
-    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None=None, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_kv: torch.Tensor | Sequence[torch.Tensor] | None = None,
+                key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(…, L, d_in) → (…, L, H·d_head): α_h·V_h + β_h·A_h V_h per head (``key_padding_mask`` as the parent's)."""
         if x_kv is not None:
             raise NotImplementedError("Value-SkipInit is a self-attention: x_kv is not supported")

@@ -28,13 +28,13 @@ class MomentSums:
     """
 
     center: torch.Tensor
-    n: float
+    n: float | torch.Tensor
     s1: torch.Tensor
     s2: torch.Tensor
     token_pairs: torch.Tensor
-    n_token_pairs: float
+    n_token_pairs: float | torch.Tensor
     hidden_pairs: torch.Tensor
-    n_hidden_pairs: float
+    n_hidden_pairs: float | torch.Tensor
 
     def __add__(self, other: MomentSums) -> MomentSums:
         if not torch.equal(self.center, other.center):

@@ -42,7 +42,8 @@ def check_integer(obj: object, name: str, lo: int, optional: bool = False) -> No
         raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
 
 
-def check_number(obj: object, name: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
+def check_number(obj: object, name: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                 hi_open: bool = False,
                  optional: bool = False) -> None:
     """``obj.name`` must be a finite number in the interval [lo, hi] (ends open with ``lo_open`` / ``hi_open``,
     unbounded where None), or None when ``optional``; booleans are refused."""

@@ -16,9 +16,9 @@ Hugging Face names its task classes); nothing asks for a ``model_type``. Everyth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,7 @@ from torch import nn
 
 from ..data.mlm import IGNORE_INDEX, causal_lm_labels
 from ..model.batch import Batch
-from .discover import DiscoveredSites, discover_sites
+from .discover import DiscoveredSites, InputOf, discover_sites
 
 __all__ = ["Head", "ModelKind", "HF_HEADS", "ModelAdapter", "adapt", "is_hf_model", "head_of", "head_of_class"]
 
@@ -46,7 +46,7 @@ HF_HEADS: tuple[tuple[str, Head], ...] = (
 )
 
 
-def is_hf_model(model) -> bool:
+def is_hf_model(model: object) -> bool:
     """A ``transformers`` model (an ``nn.Module`` with a Hugging Face ``config``), not a sigprop model."""
     cfg = getattr(model, "config", None)
     return (isinstance(model, nn.Module) and hasattr(cfg, "model_type") and hasattr(cfg, "to_dict")
@@ -56,7 +56,7 @@ def is_hf_model(model) -> bool:
 def head_of_class(cls: type, encoder_decoder: bool = True) -> Head:
     """The head of a Hugging Face model class, from the ending of its name (:data:`HF_HEADS`); a
     ``…ForConditionalGeneration`` that is not an encoder–decoder (a vision-language model) is ``"unknown"``."""
-    head = next((head for ending, head in HF_HEADS if cls.__name__.endswith(ending)), "unknown")
+    head: Head = next((head for ending, head in HF_HEADS if cls.__name__.endswith(ending)), "unknown")
     return "unknown" if head == "seq2seq_lm" and not encoder_decoder else head
 
 
@@ -67,7 +67,7 @@ def head_of(model: nn.Module) -> Head:
     return head_of_class(type(model), bool(getattr(model.config, "is_encoder_decoder", False)))
 
 
-def _logits(outputs) -> torch.Tensor | None:
+def _logits(outputs: object) -> torch.Tensor | None:
     if isinstance(outputs, torch.Tensor):
         return outputs
     logits = getattr(outputs, "logits", None)
@@ -114,12 +114,12 @@ class ModelAdapter:
 
     model: nn.Module
     kind: ModelKind
-    sites: list
+    sites: list[tuple[int, str, nn.Module | InputOf]]
     head: Head
     decoder_from: int | None
     stacks: tuple[str, ...]
 
-    def batch(self, batch, strict: bool = True) -> Batch | None:
+    def batch(self, batch: Batch | Mapping[str, Any] | torch.Tensor, strict: bool = True) -> Batch | None:
         """``batch`` as a :class:`~sigprop.model.batch.Batch` for this model (Hugging Face labels of a causal LM, or
         of a module scored as one, shifted into sigprop's convention); ``None`` for a protocol model (its ``loss``
         takes the batch as the caller gave it) and, unless ``strict``, for one that is not a batch (a user's
@@ -133,14 +133,14 @@ class ModelAdapter:
                 raise
             return None
 
-    def loss(self, batch) -> torch.Tensor:
+    def loss(self, batch: Any) -> torch.Tensor:
         """The model's loss on ``batch`` (module docstring): a scalar tensor. ``batch``: a
         :class:`~sigprop.model.batch.Batch`, or for a protocol model the batch as the caller gave it."""
         model, name = self.model, type(self.model).__name__
         if self.kind == "protocol":
             if not callable(getattr(model, "loss", None)):
                 raise ValueError("model has no loss(batch) method: pass loss_fn(model, batch)")
-            return model.loss(batch)
+            return cast(Any, model).loss(batch)  # a protocol model's own loss(batch)
         if self.kind == "hf":
             causal = self.head == "causal_lm"
             if batch.labels is None and causal and not batch.is_images:
@@ -158,7 +158,7 @@ class ModelAdapter:
                              "loss_fn(model, batch)")
         return _head_objective(_logits(model(batch.inputs)), batch, self.head, name)
 
-    def masks(self, batch):
+    def masks(self, batch: object) -> torch.Tensor | dict[tuple[int, str], torch.Tensor | None] | None:
         """The padding masks of the sites: the batch's (a :class:`~sigprop.model.batch.Batch`'s fields, or a
         mapping's ``padding_mask``), and for an encoder–decoder the decoder's (``decoder_padding_mask``) at its
         sites; ``None`` for a batch of another form."""
@@ -173,7 +173,7 @@ class ModelAdapter:
         return {(layer, site): (dec if layer >= self.decoder_from else enc) for layer, site, _ in self.sites}
 
 
-def adapt(model: nn.Module, sites=None) -> ModelAdapter:
+def adapt(model: nn.Module, sites: Sequence[tuple[int, str, nn.Module | InputOf]] | None = None) -> ModelAdapter:
     """The :class:`ModelAdapter` of ``model``: sigprop's own sites and objective, or any other model's found from
     the model (module docstring).
 
@@ -197,12 +197,12 @@ def adapt(model: nn.Module, sites=None) -> ModelAdapter:
     hf = is_hf_model(model)
     protocol = not hf and (callable(getattr(model, "sites", None)) or callable(getattr(model, "loss", None)))
     kind: ModelKind = "protocol" if protocol else "hf" if hf else "module"
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)
     decoder_from = cfg.n_layers if kind == "protocol" and getattr(cfg, "arch", None) == "encoder_decoder" else None
     if sites is not None:
         found = DiscoveredSites(list(sites), ("sites=",), decoder_from)
     elif callable(getattr(model, "sites", None)):
-        found = DiscoveredSites(list(model.sites()), ("sites()",), decoder_from)
+        found = DiscoveredSites(list(cast(Any, model).sites()), ("sites()",), decoder_from)  # a protocol model's
     else:
         found = discover_sites(model)
     return ModelAdapter(model=model, kind=kind, sites=found.sites, head=head_of(model),

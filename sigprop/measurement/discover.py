@@ -50,7 +50,7 @@ class DiscoveredSites:
 def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.ModuleList]]:
     """(path, list) of the ``nn.ModuleList``\\ s whose children share one class (of ``classes`` when given), outermost
     only: a list inside another one's children is left out."""
-    found = []
+    found: list[tuple[str, nn.ModuleList]] = []
     for path, module in model.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) == 0:
             continue

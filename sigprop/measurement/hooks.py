@@ -43,15 +43,16 @@ inside hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU w
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import torch
 from torch import nn
 
 from ..core.profile import Profile, Row
 from ..core.stats import MomentSums
+from ..model.batch import Batch
 from .adapters import adapt
 from .discover import InputOf
 
@@ -85,11 +86,11 @@ class TokenSums:
 
     data: torch.Tensor
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.data.shape != (len(FIELDS),):
             raise ValueError(f"TokenSums.data must have shape ({len(FIELDS)},), got {tuple(self.data.shape)}")
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> torch.Tensor:
         if name in FIELDS:
             return self.data[FIELDS.index(name)]
         raise AttributeError(name)
@@ -141,7 +142,7 @@ def _pool_groups(rows: torch.Tensor, groups: torch.Tensor, n_groups: int) -> tor
     """
     c, n, s1, s2, tp, ntp, w1 = rows.unbind(-1)
 
-    def gsum(v):
+    def gsum(v: torch.Tensor) -> torch.Tensor:
         return torch.zeros(n_groups, dtype=v.dtype, device=v.device).index_add_(0, groups, v)
 
     n_tot = gsum(n)
@@ -182,7 +183,8 @@ class _Mask:
         self.shape = tuple(mask.shape)
         self._cache: dict = {}
 
-    def get(self, device: torch.device | str | None, dtype: torch.dtype | None, d):
+    def get(self, device: torch.device | str | None, dtype: torch.dtype | None,
+            d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         key = (device, dtype, d)
         if key not in self._cache:
             m = self.mask.to(device)
@@ -320,6 +322,13 @@ def merge_sums(*dicts: Mapping[tuple[int, str], SiteSums]) -> dict[tuple[int, st
     return out
 
 
+#: What a recorder reads its sites from: a model, or its (layer, site, module) list.
+_SitesOrModel = nn.Module | Sequence[tuple[int, str, nn.Module | InputOf]]
+#: A padding mask for every site, or one per (layer, site) key.
+_MaskArg = torch.Tensor | Mapping[tuple[int, str], torch.Tensor | None] | None
+Site = tuple[int, str]
+
+
 def _finite(v: float) -> float:
     return v if math.isfinite(v) else math.nan
 
@@ -356,11 +365,12 @@ def profile_from_sums(sums: Mapping[tuple[int, str], SiteSums], config: dict | N
     return Profile("measured", dict(config or {}), tuple(rows), dict(meta or {}))
 
 
-def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module | InputOf]], nn.Module | None]:
+def _resolve_sites(model_or_sites: _SitesOrModel) -> tuple[list[tuple[int, str, nn.Module | InputOf]],
+                   nn.Module | None]:
     """The validated sites of a model (its ``sites()``, or found from its block stacks:
     :func:`~sigprop.measurement.adapters.adapt`) or of an explicit list of ``(layer, site, module)`` tuples."""
     if callable(getattr(model_or_sites, "sites", None)):
-        model, sites = model_or_sites, list(model_or_sites.sites())
+        model, sites = cast(nn.Module, model_or_sites), list(cast(Any, model_or_sites).sites())  # sigprop's
     elif isinstance(model_or_sites, nn.Module):
         model, sites = model_or_sites, adapt(model_or_sites).sites
     else:
@@ -386,7 +396,7 @@ def _resolve_sites(model_or_sites) -> tuple[list[tuple[int, str, nn.Module | Inp
     return out, model
 
 
-def _model_config(model) -> dict:
+def _model_config(model: nn.Module | None) -> dict[str, Any]:
     cfg = getattr(model, "config", None)
     if cfg is None:
         return {}
@@ -423,6 +433,10 @@ class Recorder:
         mask: bool (batch, tokens), True = real token, excluding padding at every site, or a mapping
             ``{(layer, site): mask}`` giving some sites their own (an encoder–decoder's decoder).
         grads: whether to record the gradients too.
+        model: the model whose ``config`` :meth:`profile` records (default: ``model_or_sites`` when it is a model).
+        collect_outputs: also keep, while entered, every site output whose gradient is recorded, for the caller to
+            take the gradient with respect to them (:meth:`take_outputs`; :func:`measure`'s
+            ``torch.autograd.grad``).
 
     Attributes:
         keys: the (layer, site) keys in recording order.
@@ -447,8 +461,12 @@ class Recorder:
         ('measured', 2, True)
     """
 
-    def __init__(self, model_or_sites, mask=None, grads: bool = True) -> None:
+    def __init__(self, model_or_sites: _SitesOrModel, mask: _MaskArg = None, grads: bool = True, *,
+                 model: nn.Module | None = None, collect_outputs: bool = False) -> None:
         self._sites, self._model = _resolve_sites(model_or_sites)
+        if model is not None:
+            self._model = model
+        self._collect_outputs = bool(collect_outputs)
         self._grads = bool(grads)
         self._fwd: dict[tuple[int, str], list[torch.Tensor]] = {(l, s): [] for l, s, _ in self._sites}
         self._grad: dict[tuple[int, str], list[torch.Tensor]] = {(l, s): [] for l, s, _ in self._sites}
@@ -473,6 +491,7 @@ class Recorder:
         if self._active:
             raise RuntimeError("this Recorder is already active")
         self._active = True
+        self._collect = [] if self._collect_outputs else None
         try:
             for layer, site, module in self._sites:
                 if isinstance(module, InputOf):
@@ -486,7 +505,7 @@ class Recorder:
             raise
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._remove_hooks()
         self._flush()
         return False
@@ -499,24 +518,24 @@ class Recorder:
         self._scratch = {}
         self._active = False
 
-    def _hook(self, key):
+    def _hook(self, key: Site) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
         store_fwd, store_grad = self._fwd[key], self._grad[key]
 
-        def record(module, args, out) -> None:
+        def record(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
             self._record(key, out, store_fwd, store_grad)
 
         return record
 
-    def _input_hook(self, key):
+    def _input_hook(self, key: Site) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]:
         store_fwd, store_grad = self._fwd[key], self._grad[key]
 
-        def record(module, args, kwargs) -> None:
+        def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             x = next((a for a in args if isinstance(a, torch.Tensor)), kwargs.get("hidden_states"))
             self._record(key, x, store_fwd, store_grad)
 
         return record
 
-    def _record(self, key, out, store_fwd, store_grad) -> None:
+    def _record(self, key: Site, out: Any, store_fwd: list[torch.Tensor], store_grad: list[torch.Tensor]) -> None:
         if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
             out = out[0]  # a block returning (hidden states, attention weights, …), as Hugging Face's did
         if not isinstance(out, torch.Tensor) or out.dim() != 3:
@@ -531,13 +550,21 @@ class Recorder:
             self._defer(store_fwd, _raw_sums(out, mask, scratch))
         if self._grads and out.requires_grad:
 
-            def grad_hook(g) -> None:
+            def grad_hook(g: torch.Tensor) -> None:
                 with torch.no_grad():
                     self._defer(store_grad, _raw_sums(g, mask, scratch))
 
             self._tensor_handles.append(out.register_hook(grad_hook))
             if self._collect is not None:
                 self._collect.append(out)
+
+    def take_outputs(self) -> list[torch.Tensor]:
+        """The site outputs collected since entering or since the last call (``collect_outputs``), handed over: the
+        recorder keeps no reference to them. [] without ``collect_outputs`` or outside the ``with`` block."""
+        outs = self._collect or []
+        if self._collect is not None:
+            self._collect = []
+        return outs
 
     def _defer(self, store: list, raw: _Raw) -> None:
         """Queue a hook's raw sums for ``store``; they are finished in batches (:func:`_finish`) once the queue holds
@@ -554,7 +581,7 @@ class Recorder:
             for (store, _), row in zip(pending, _finish([raw for _, raw in pending]), strict=True):
                 store.append(row)
 
-    def set_mask(self, mask: torch.Tensor | None, keys=None) -> None:
+    def set_mask(self, mask: torch.Tensor | None, keys: Iterable[Sequence[Any]] | None = None) -> None:
         """Use ``mask`` (bool (batch, tokens), True = real token; ``None`` = every token real) from the next forward
         on: at every site (clearing per-site masks) or, with ``keys``, only at those (layer, site) keys."""
         m = None if mask is None else _Mask(mask)
@@ -619,9 +646,7 @@ class Recorder:
     def __add__(self, other: Recorder) -> Recorder:
         if not isinstance(other, Recorder):
             return NotImplemented
-        out = Recorder(self._sites, grads=self._grads)
-        out._model = self._model
-        return out.merge(self).merge(other)
+        return Recorder(self._sites, grads=self._grads, model=self._model).merge(self).merge(other)
 
     def profile(self, config: dict | None = None, meta: dict | None = None) -> Profile:
         """The measured :class:`~sigprop.core.profile.Profile`: a row per site in ``sites()`` order (rows of merged
@@ -641,7 +666,9 @@ class Recorder:
         return profile_from_sums(self.sums, cfg, info)
 
 
-def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repeats: int = 1,
+def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
+            loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None, mask: _MaskArg = None,
+            sites: Sequence[tuple[int, str, nn.Module | InputOf]] | None = None, n_repeats: int = 1,
             config: dict | None = None, meta: dict | None = None) -> Profile:
     """Measured profile of ``model`` on ``batch``: ``n_repeats`` forward + backward passes under a :class:`Recorder`.
 
@@ -700,16 +727,14 @@ def measure(model: nn.Module, batch, loss_fn=None, mask=None, sites=None, n_repe
     site_list, _ = _resolve_sites(adapter.sites)
     if mask is None:
         mask = adapter.masks(batch if the_batch is None else the_batch)
-    rec = Recorder(site_list, mask=mask, grads=True)
-    rec._model = model
+    rec = Recorder(site_list, mask=mask, grads=True, model=model, collect_outputs=True)
     with rec:
         for _ in range(n_repeats):
-            rec._collect = []
             loss = loss_fn(model, batch) if loss_fn is not None else adapter.loss(
                 batch if the_batch is None else the_batch)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ValueError(f"the loss must be a scalar tensor (got {getattr(loss, 'shape', type(loss))})")
-            outs, rec._collect = rec._collect, None
+            outs = rec.take_outputs()
             if loss.requires_grad and outs:
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
             del loss, outs

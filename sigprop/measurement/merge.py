@@ -57,6 +57,9 @@ def merge_measurements(measured: list[Profile]) -> Profile:
     if not measured:
         raise ValueError("merge_measurements: nothing to merge")
     first = measured[0]
+    seeds: list[int]
+    profiles: list[Profile]
+    devices: list[str]
     seeds, profiles, devices = [], [], []
     for i, m in enumerate(measured):
         if m.kind != "measured" or "per_seed" not in m.meta:

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 __all__ = ["measure_seed"]
 
 
-def measure_seed(config: TransformerConfig, batch: dict, seed: int, device: torch.device | str | None=None) -> Profile:
+def measure_seed(config: TransformerConfig, batch: dict, seed: int,
+                 device: torch.device | str | None = None) -> Profile:
     """The measured profile of model number ``seed`` of ``config`` (:func:`~sigprop.model.transformer.seeded_model`:
     identical weights on every device, training mode, dropout masks from its own seed) on ``batch`` (moved to
     ``device``; a no-op where it is already there)."""

@@ -25,11 +25,16 @@ the next.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 from ..core.profile import Profile
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["log_sd", "lognormal_skewness", "seeds_for_normal_mean", "SpreadNote", "heavy_tails", "SPREAD_QUANTITIES"]
 
@@ -47,7 +52,7 @@ COCHRAN = 25.0
 STRONG_SKEWNESS = 1.0
 
 
-def log_sd(values) -> float:
+def log_sd(values: npt.ArrayLike) -> float:
     """Sample standard deviation (n − 1 denominator) of log(values) over seeds; NaN for fewer than two values or
     any value that is not finite and positive."""
     v = np.asarray(values, dtype=np.float64)
@@ -56,7 +61,15 @@ def log_sd(values) -> float:
     return float(np.log(v).std(ddof=1))
 
 
-def lognormal_skewness(s) -> np.ndarray | float:
+@overload
+def lognormal_skewness(s: float) -> float: ...
+
+
+@overload
+def lognormal_skewness(s: npt.ArrayLike) -> np.ndarray | float: ...
+
+
+def lognormal_skewness(s: npt.ArrayLike) -> np.ndarray | float:
     """Skewness (e^{s²} + 2)√(e^{s²} − 1) of a log-normal whose log has standard deviation ``s`` (≥ 0)."""
     s = np.asarray(s, dtype=np.float64)
     if np.any(s < 0):
@@ -66,7 +79,7 @@ def lognormal_skewness(s) -> np.ndarray | float:
     return out if out.ndim else float(out)
 
 
-def seeds_for_normal_mean(s) -> int:
+def seeds_for_normal_mean(s: float) -> int:
     """The fewest seeds n with n > 25 γ₁(s)² (Cochran's rule; module docstring) for a log-sd ``s``."""
     gamma = float(lognormal_skewness(s))
     return int(math.floor(COCHRAN * gamma**2)) + 1
@@ -108,7 +121,8 @@ class SpreadNote:
         return text
 
 
-def heavy_tails(measured: Profile, site: str = "layer", quantities=SPREAD_QUANTITIES) -> list[SpreadNote]:
+def heavy_tails(measured: Profile, site: str = "layer",
+                quantities: Sequence[str] = SPREAD_QUANTITIES) -> list[SpreadNote]:
     """The quantities of ``site`` in a seed-averaged ``measured`` profile whose seed count fails Cochran's rule at
     one layer or more, from ``meta["seed_log_sd"]`` (written by :func:`sigprop.measurement.average.average_profiles`);
     empty for a profile without it (one seed, or a profile written before it existed)."""
@@ -126,7 +140,7 @@ def heavy_tails(measured: Profile, site: str = "layer", quantities=SPREAD_QUANTI
         flagged = tuple(k for k, s in by_layer.items() if n < seeds_for_normal_mean(s))
         if not flagged:
             continue
-        worst = max(by_layer, key=by_layer.get)
+        worst = max(by_layer, key=lambda layer: by_layer[layer])
         s = by_layer[worst]
         notes.append(SpreadNote(q, site, n, flagged, len(by_layer), worst, s, lognormal_skewness(s) / math.sqrt(n),
                                 math.sqrt(math.expm1(s**2) / n), seeds_for_normal_mean(s)))

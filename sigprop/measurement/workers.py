@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,9 @@ from ..core.profile import Profile
 from .seeded import measure_seed
 
 if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+    from multiprocessing.queues import Queue
+
     from ..model.config import TransformerConfig
 
 __all__ = ["measure_on_devices", "seeds_for_devices"]
@@ -55,7 +58,8 @@ def _exit_with_parent(parent: int) -> None:
         time.sleep(_POLL_S)
 
 
-def _worker(config: TransformerConfig, batch: dict, seeds: list[int], device: str, threads: int, out, parent: int) -> None:
+def _worker(config: TransformerConfig, batch: dict[str, Any], seeds: list[int], device: str, threads: int,
+            out: Queue[tuple[Any, ...]], parent: int) -> None:
     """Process body: measure ``seeds`` on ``device`` and put ("seed", seed, profile) for each, or ("error", device,
     message) and stop at the first failure."""
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
@@ -79,7 +83,7 @@ def measure_on_devices(config: TransformerConfig, batch: dict, seeds: Sequence[i
     threads = max(1, torch.get_num_threads() // len(devices))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = []
+    procs: list[tuple[SpawnProcess, str, set[int]]] = []
     for dev, share in zip(devices, shares, strict=True):
         if share:
             p = ctx.Process(target=_worker, args=(config, batch, share, str(dev), threads, out, os.getpid()),
@@ -112,7 +116,7 @@ def measure_on_devices(config: TransformerConfig, batch: dict, seeds: Sequence[i
     return [results[s] for s in seeds]
 
 
-def _take(msg, results: dict, progress: Callable[[int], None] | None) -> None:
+def _take(msg: tuple[Any, ...], results: dict[int, Profile], progress: Callable[[int], None] | None) -> None:
     if msg[0] == "error":
         raise DeviceError(f"measuring on {msg[1]} failed: {msg[2]}")
     _, seed, profile = msg
@@ -121,7 +125,9 @@ def _take(msg, results: dict, progress: Callable[[int], None] | None) -> None:
         progress(1)
 
 
-def _check_alive(procs, results: dict, out, progress: Callable[[int], None] | None) -> None:
+def _check_alive(procs: list[tuple[SpawnProcess, str, set[int]]], results: dict[int, Profile], out: Queue[tuple[Any,
+                 ...]],
+                 progress: Callable[[int], None] | None) -> None:
     """Raise if a process has exited with seeds of its share still missing (after draining what it sent)."""
     for p, dev, share in procs:
         if p.exitcode is None or share <= results.keys():

@@ -100,7 +100,8 @@ class _CalibratingWalker(Walker[Moments, GradMoments]):
     second moment (:meth:`Walker.branch_output`); the factor recorded in ``factors[site][layer_index]``."""
 
     layer_index: int = 0
-    site_of: dict[int, str] = field(default_factory=dict)  # id of the layer's Residual children → "attn", "cross", "ffn"
+    site_of: dict[int,
+    str] = field(default_factory=dict)  # id of the layer's Residual children → "attn", "cross", "ffn"
     factors: dict[str, np.ndarray] = field(default_factory=dict)
 
     def branch_output(self, residual: nn.Module, skip: Moments, value: Moments) -> Moments:

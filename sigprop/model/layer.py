@@ -84,7 +84,8 @@ class TransformerLayer(Sequential):
         def add(name: str, branch: nn.Module) -> None:
             layers[name] = Residual(branch, learnable_beta=learnable_beta)
             if c.norm_position == "post":
-                layers[f"{name}_norm"] = cast(nn.Module, make_norm(c.norm, c.d_model, **norm_kwargs(c, name)))  # not "none"
+                layers[f"{name}_norm"] = cast(nn.Module, make_norm(c.norm, c.d_model, **norm_kwargs(c,
+                name)))  # not "none"
 
         attn = AttentionBlock(c.d_model, c.n_heads, c.d_head, p=c.dropout, attn_dropout=c.p_attn, norm=inner,
                               norm_kwargs=norm_kwargs(c, "attn"), causal=causal, attention=c.attention,

@@ -148,7 +148,8 @@ class Transformer(nn.Module):
     head_scale: torch.Tensor
 
     def __init__(self, config: TransformerConfig, plan: InitPlan | None = None,
-                 generator: torch.Generator | None = None, device: torch.device | str | None=None, sample: bool = True) -> None:
+                 generator: torch.Generator | None = None, device: torch.device | str | None = None,
+                 sample: bool = True) -> None:
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig (got {type(config).__name__})")
@@ -212,7 +213,8 @@ class Transformer(nn.Module):
         encoder-output norm and the final norm (layer None, position "final"; Alekseev App. F's final
         normalisation). ``setattr(parent, name, new)`` replaces one."""
         out: list[tuple[int | None, str, nn.Module, str, nn.Module]] = [
-            (layer.index, pos, parent, name, m) for layer in self.all_layers() for pos, parent, name, m in layer.norms()]
+            (layer.index, pos, parent, name, m) for layer in self.all_layers() for pos, parent, name,
+            m in layer.norms()]
         for name in ("enc_norm", "final_norm"):
             m = getattr(self, name, None)
             if m is not None:
@@ -237,8 +239,9 @@ class Transformer(nn.Module):
             return self.embed(inputs, segment_ids) if self.config.n_segments else self.embed(inputs)
         return self.embed(inputs)
 
-    def hidden_states(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None=None, padding_mask: torch.Tensor | None=None, decoder_inputs: torch.Tensor | None=None,
-                      decoder_padding_mask: torch.Tensor | None=None) -> torch.Tensor:
+    def hidden_states(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                      padding_mask: torch.Tensor | None = None, decoder_inputs: torch.Tensor | None = None,
+                      decoder_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's output (before the final norm), stack by stack (:meth:`stacks`): each stack embeds its
         own inputs; a decoder's layers read the encoder's memory."""
         stacks = self.stacks()
@@ -256,8 +259,9 @@ class Transformer(nn.Module):
                 memory = stack.memory_norm(x) if stack.memory_norm is not None else x
         return x
 
-    def forward(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None=None, padding_mask: torch.Tensor | None=None, decoder_inputs: torch.Tensor | None=None,
-                decoder_padding_mask: torch.Tensor | None=None) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                padding_mask: torch.Tensor | None = None, decoder_inputs: torch.Tensor | None = None,
+                decoder_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.hidden_states(inputs, segment_ids, padding_mask, decoder_inputs, decoder_padding_mask)
         if self.final_norm is not None:
             h = self.final_norm(h)
@@ -276,7 +280,8 @@ class Transformer(nn.Module):
         return objective_loss(self, batch)
 
 
-def seeded_model(config: TransformerConfig, seed: int, device: torch.device | str | None=None, dtype: torch.dtype | None=None, masks: bool = True) -> Transformer:
+def seeded_model(config: TransformerConfig, seed: int, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None, masks: bool = True) -> Transformer:
     """Model number ``seed`` of ``config``, as every measurement in sigprop draws it: its weights drawn on the CPU
     from ``torch.Generator().manual_seed(seed)`` (so every device gets the same model; a CPU generator cannot fill a
     GPU tensor), then moved to ``device`` / ``dtype``, in training mode; with ``masks`` the global RNG, which

@@ -28,15 +28,19 @@ The rules read the init plan's declared standard deviations (the model is built 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
-from ..components.embedding import repetition_correlation, zipf_correlation
-from ..core.moments import GradMoments, Moments
+from ..components.embedding import Embedding, repetition_correlation, zipf_correlation
+from ..components.patch import PatchEmbedding
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range
 from ..data.mlm import IGNORE_INDEX
 from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
+from ..walk.protocol import Leaf
 from .resolved import pairwise_backward, pairwise_forward
 
 __all__ = ["input_moments_theory", "input_gram", "patch_input_correlation", "head_gradient_scale",
@@ -61,14 +65,16 @@ def input_moments_theory(model: Transformer, token_ids: torch.Tensor | None = No
         if images is None:
             raise ValueError("a patch model's input moments come from its images: pass images= (a batch of "
                              "(batch, channels, height, width)) or input_moments=")
-        return (model.embed_drop.forward_moments(model.embed.forward_moments(torch.as_tensor(images))),
+        return (model.embed_drop.forward_moments(cast(PatchEmbedding,
+        model.embed).forward_moments(torch.as_tensor(images))),
                 "the batch's images through the patch embedding, in expectation over its weights (App. A.2, H)")
+    r: Stat
     if token_ids is not None:
         r, source = repetition_correlation(token_ids, pad_id=pad_id), "token ids of the batch (App. A.1)"
     else:
         r, source = zipf_correlation(c.vocab_size), f"Zipf(1) tokens over {c.vocab_size} ids (App. A.1)"
     seg = {} if segment_ids is None else {"segment_corr": repetition_correlation(segment_ids)}
-    m = model.embed.forward_moments(r, **seg)
+    m = cast(Embedding, model.embed).forward_moments(r, **seg)
     return (model.dec_embed_drop if decoder else model.embed_drop).forward_moments(m), source
 
 
@@ -105,7 +111,7 @@ def head_gradient_scale(model: Transformer) -> tuple[float, int]:
     return float(plan.head_scale) ** 2 * head_var, (c.vocab_size if c.input == "tokens" else c.n_classes)
 
 
-def different_target_term(logit_cov, V, logit_var=None):
+def different_target_term(logit_cov: Stat, V: int, logit_var: Stat | None = None) -> Stat:
     """2/V − E[p_j·p_l]: what E[(p_j − e_a)·(p_l − e_b)] = [a = b] − 2/V + E[p_j·p_l] subtracts for two positions
     whose logits have covariance C = ``logit_cov`` and variance ``logit_var`` (default C: one position with itself).
     E[p_j·p_l] = :func:`~sigprop.components.softmax.softmax_overlap`, e^C/V in the log-normal regime, where the term
@@ -139,7 +145,7 @@ def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: i
     c = model.config
     L = int(seq_len or c.seq_len)
     B = int(check_range(n_images, "n_images", lo=1.0, allowed="integers >= 1"))
-    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    normed = cast(Leaf, model.final_norm).forward_moments(m_top) if model.final_norm is not None else m_top
     if c.pool == "cls":  # one token of L carries the gradient: its variance spread over the L, no token correlation
         mean_sq = np.asarray(normed.mean) ** 2 + np.asarray(normed.var)
         var = pooled_head_gradient_variance(model, mean_sq, 1, B) / L
@@ -152,11 +158,11 @@ def pooled_head_gradient_moments(model: Transformer, m_top: Moments, n_images: i
         g = GradMoments(var=var, corr=1.0 + 0.0 * np.asarray(var))
         source = f"cross-entropy of {B} images' classes through the mean-pooled head (theory)"
     if model.final_norm is not None:
-        g = model.final_norm.backward_moments(g, m_top)
+        g = cast(Leaf, model.final_norm).backward_moments(g, m_top)
     return g, source
 
 
-def pooled_head_gradient_variance(model: Transformer, pooled_mean_square, L: int, B: int):
+def pooled_head_gradient_variance(model: Transformer, pooled_mean_square: Stat, L: int, B: int) -> Stat:
     """The per-element variance s²σ²_h k/(L²B²) of the gradient every token of an image receives from the
     mean-pooled head (:func:`pooled_head_gradient_moments`), before the final norm's backward rule, for the pooled
     vector's per-element second moment E[h̄_i²] = ``pooled_mean_square`` (broadcasts: one per image in the
@@ -203,14 +209,17 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         lab = lab[None] if lab.dim() == 1 else lab
         n_seq, L = lab.shape
         mask = lab != IGNORE_INDEX
-        M = int(mask.sum())
+        M: float = int(mask.sum())
         if M == 0:
             raise ValueError("labels: no labelled position (all -100)")
+        same: Stat
+        pairs: float
         same, pairs = 0.0, 0.0
         for row, keep in zip(lab, mask, strict=True):
             counts = torch.unique(row[keep], return_counts=True)[1].double()
             same += float((counts * (counts - 1)).sum())
             pairs += float(keep.sum() * (keep.sum() - 1))
+        n: float
         n, source = n_seq * L, "cross-entropy of the batch's labels (theory)"
     else:
         L = int(seq_len or c.seq_len)
@@ -219,7 +228,7 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         pairs = batch_size * per_seq * max(per_seq - 1, 0)
         same = zipf_correlation(c.vocab_size) * pairs
         source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
-    normed = model.final_norm.forward_moments(m_top) if model.final_norm is not None else m_top
+    normed = cast(Leaf, model.final_norm).forward_moments(m_top) if model.final_norm is not None else m_top
     head_in = model.head_transform.forward_moments(normed) if model.head_transform is not None else normed
     var_z = scale * c.d_model * np.asarray(head_in.var)
     k = 1.0 - different_target_term(var_z, V)
@@ -229,11 +238,11 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     if model.head_transform is not None:
         g = model.head_transform.backward_moments(g, normed)
     if model.final_norm is not None:
-        g = model.final_norm.backward_moments(g, m_top)
+        g = cast(Leaf, model.final_norm).backward_moments(g, m_top)
     return g, source
 
 
-def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def head_gradient_gram(model: Transformer, top_gram: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The loss gradient's Gram matrix (B, L, L) at the last layer's output (module docstring, "Boundary"): the mean
     cross-entropy over the labelled positions of ``labels`` (B, L; −100 = unlabelled), through the head and the final
     norm (pairwise, at the forward Gram ``top_gram`` of the last layer's output). Raises ``ValueError`` when no
@@ -248,7 +257,8 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     if M == 0:
         raise ValueError("labels: no labelled position (all -100)")
     scale, V = head_gradient_scale(model)
-    normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
+    normed = top_gram if model.final_norm is None else pairwise_forward(cast(Leaf, model.final_norm).forward_moments,
+    top_gram)
     transform = model.head_transform  # applied to each token pair whole: its activation's mean meets its LayerNorm
     head_in = normed if transform is None else pairwise_forward(transform.forward_moments, normed)
     same = (lab[:, :, None] == lab[:, None, :]).to(torch.float64)
@@ -260,11 +270,11 @@ def head_gradient_gram(model, top_gram: torch.Tensor, labels: torch.Tensor) -> t
     if transform is not None:
         grad = pairwise_backward(transform.backward_moments, grad, normed)
     if model.final_norm is not None:
-        grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
+        grad = pairwise_backward(cast(Leaf, model.final_norm).backward_moments, grad, top_gram)
     return grad
 
 
-def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
+def pooled_head_gradient_gram(model: Transformer, top_gram: torch.Tensor) -> torch.Tensor:
     """A patch model's loss gradient Gram matrix (B, L, L) at the last layer's output: the mean cross-entropy over
     the B images of a classifier on the tokens' mean (:func:`sigprop.theory.boundaries.pooled_head_gradient_moments`,
     token by token). Every token of image b receives (s/L)·W_headᵀ(p_b − e_{y_b})/B, so before the final norm the Gram
@@ -274,7 +284,8 @@ def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
     H_00 = s²σ²_h k_b/B² with Var z_b = s²σ²_h d·N_00, every other entry 0. Assumes the head independent of the hidden
     states."""
     B, L, _ = top_gram.shape
-    normed = top_gram if model.final_norm is None else pairwise_forward(model.final_norm.forward_moments, top_gram)
+    normed = top_gram if model.final_norm is None else pairwise_forward(cast(Leaf, model.final_norm).forward_moments,
+    top_gram)
     if model.config.pool == "cls":  # only the [CLS] token (position 0) feeds the classifier
         var = pooled_head_gradient_variance(model, normed[:, 0, 0].numpy(), 1, B)
         grad = torch.zeros(B, L, L, dtype=torch.float64)
@@ -283,5 +294,5 @@ def pooled_head_gradient_gram(model, top_gram: torch.Tensor) -> torch.Tensor:
         var = pooled_head_gradient_variance(model, normed.sum(dim=(1, 2)).numpy() / L**2, L, B)  # one per image
         grad = torch.from_numpy(var)[:, None, None] * torch.ones(B, L, L, dtype=torch.float64)
     if model.final_norm is not None:
-        grad = pairwise_backward(model.final_norm.backward_moments, grad, top_gram)
+        grad = pairwise_backward(cast(Leaf, model.final_norm).backward_moments, grad, top_gram)
     return grad

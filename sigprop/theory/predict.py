@@ -24,12 +24,13 @@ boundaries (``compare`` predicts before it measures, to fail fast, and again fro
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from ..components.draws import DEFAULT_HEADS
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.profile import Profile, Row
 from ..core.validate import integer_value
 from ..model.config import TransformerConfig
@@ -37,9 +38,10 @@ from ..model.init import InitPlan
 from ..model.objective import check_model_inputs
 from ..model.transformer import Transformer
 from ..walk.exchangeable import EXCHANGEABLE
+from ..walk.walker import Site
 from . import boundaries
-from .resolved import resolved_supported
-from .sweep import backward_sweep, forward_sweep, gram_forward_sweep
+from .resolved import GramState, resolved_supported
+from .sweep import ForwardWalk, backward_sweep, forward_sweep, gram_forward_sweep
 
 __all__ = ["predict", "Prediction", "theory_model", "prediction_steps", "resolved_labels", "DECODER_CAVEAT",
            "NO_GRADIENTS"]
@@ -51,6 +53,8 @@ DECODER_CAVEAT = ("decoder with exchangeable sweeps: the moments passed from lay
                   "positions apart; see docs/results/accuracy.md, \"Decoders\")")
 NO_GRADIENTS = "not computed (gradients=False: the forward sweep only)"
 _EXCHANGEABLE_FORWARD = "exchangeable tokens (one correlation for every token pair)"
+#: The gradient rows of a sweep: pooled gradients (None where exactly zero), or Gram matrices.
+_GradRows = dict[Site, GradMoments | torch.Tensor | None]
 
 
 def theory_model(model_or_config: TransformerConfig | Transformer, plan: InitPlan | None = None) -> Transformer:
@@ -117,7 +121,8 @@ class Prediction:
     boundary only rescales it, the sweep being linear in the gradient), after which its layers' Gram matrices are
     freed. Arguments as :func:`predict`'s; everything is validated here, before any sweep runs."""
 
-    def __init__(self, model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
+    def __init__(self, model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None,
+                 token_ids: torch.Tensor | None = None,
                  images: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                  input_moments: Moments | None = None, seq_len: int | None = None, batch_size: int = 1,
                  pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
@@ -143,21 +148,24 @@ class Prediction:
         self.L = int(seq_len or (token_ids.shape[-1] if token_ids is not None else config.seq_len))
         self.context = {"L": self.L, "attention_heads": self.heads, "attention_seed": self.seed}
         self.resolved = self._use_resolved(batch_input, token_resolved)
-        self.resolved_labels = None  # the labels of a token-resolved backward sweep, or None: exchangeable
+        # the labels of a token-resolved backward sweep, or None: exchangeable
+        self.resolved_labels: torch.Tensor | None = None
         if self.resolved and config.input == "patches":
-            n_images = images.shape[0]
+            n_images = cast(torch.Tensor, images).shape[0]  # a resolved sweep has its batch
             self.resolved_labels = torch.zeros(n_images, dtype=torch.long) if labels is None else labels
         elif self.resolved:
-            self.resolved_labels = resolved_labels(config, token_ids, labels, pad_id, token_resolved)
+            self.resolved_labels = resolved_labels(config, cast(torch.Tensor, token_ids), labels, pad_id,
+            token_resolved)
         self.both_resolved = self.resolved and self.resolved_labels is not None
-        self._exchangeable = None  # (forward walk, meta) once run
-        self._gram = None  # (state, forward walk) until a backward sweep has used it
-        self._gram_rows = None  # the token-resolved forward rows
-        self._gram_grads = None  # the token-resolved backward rows (from the loss)
+        self._exchangeable: tuple[ForwardWalk[Moments, GradMoments], dict[str, Any]] | None = None  # once run
+        self._gram: ForwardWalk[torch.Tensor, torch.Tensor] | None = None  # until a backward sweep has used it
+        self._gram_rows: dict[Site, Moments | torch.Tensor] | None = None  # the token-resolved forward rows
+        self._gram_grads: _GradRows | None = None  # the token-resolved backward rows (from the loss)
 
-    def _use_resolved(self, batch_input, token_resolved: bool | None) -> bool:
+    def _use_resolved(self, batch_input: torch.Tensor | None, token_resolved: bool | None) -> bool:
         if token_resolved is False:
             return False
+        reason: str | None
         if batch_input is None:
             reason = "no token ids given"
         elif self.input_moments is not None:
@@ -190,7 +198,9 @@ class Prediction:
         if self.resolved:
             self._gram_forward(progress)
 
-    def _exchangeable_forward(self, progress: Callable[[int], None] | None):
+    def _exchangeable_forward(self, progress: Callable[[int], None] | None
+                              ) -> tuple[ForwardWalk[Moments, GradMoments], dict[str, Any]]:
+        meta: dict[str, Any]
         model, config, meta = self.model, self.config, {}
         if self.input_moments is None:
             m0, meta["input_source"] = boundaries.input_moments_theory(
@@ -209,8 +219,8 @@ class Prediction:
     def _gram_forward(self, progress: Callable[[int], None] | None) -> None:
         if self._gram_rows is not None:
             return
-        batch_input = self.images if self.config.input == "patches" else self.token_ids
-        padding = None if self.pad_id is None else self.token_ids != self.pad_id
+        batch_input = cast(torch.Tensor, self.images if self.config.input == "patches" else self.token_ids)
+        padding = None if self.pad_id is None else cast(torch.Tensor, self.token_ids) != self.pad_id
         heads = max(2, -(-self.heads // int(batch_input.shape[0])))
         walk = gram_forward_sweep(self.model, batch_input, self.segment_ids, padding, heads, self.seed, progress)
         self._gram, self._gram_rows = walk, walk.rows
@@ -218,13 +228,14 @@ class Prediction:
         self._gram_state = f"token-resolved: each {unit}'s token Gram matrix ({heads} attention heads per {unit}, " \
                            f"seed {self.seed})"
 
-    def _gram_backward(self, progress: Callable[[int], None] | None) -> dict:
+    def _gram_backward(self, progress: Callable[[int], None] | None) -> _GradRows:
         if self._gram_grads is None:
-            walk, model = self._gram, self.model
+            walk, model = cast(ForwardWalk[torch.Tensor, torch.Tensor], self._gram), self.model  # the forward ran
             top = (boundaries.pooled_head_gradient_gram(model, walk.output) if self.config.input == "patches"
-                   else boundaries.head_gradient_gram(model, walk.output, self.resolved_labels))
+                   else boundaries.head_gradient_gram(model, walk.output, cast(torch.Tensor, self.resolved_labels)))
             self._gram_grads = backward_sweep(model, walk, top, progress).rows
-            walk.state.attention_out.clear()  # 2 B·L² floats a layer: 0.8 GB at 768 layers, B = 4, L = 128
+            cast(GramState,
+            walk.state).attention_out.clear()  # 2 B·L² floats a layer: 0.8 GB at 768 layers, B = 4, L = 128
             self._gram = None
         return self._gram_grads
 
@@ -237,10 +248,10 @@ class Prediction:
         if grad_top is not None and not isinstance(grad_top, GradMoments):
             raise ValueError(f"grad_top must be a GradMoments (got {type(grad_top).__name__})")
         self.forward(progress)
-        meta = {"seq_len": self.L}
+        meta: dict[str, Any] = {"seq_len": self.L}
         if self.both_resolved:
             return self._resolved_profile(grad_top, gradients, progress, meta)
-        walk, fwd_meta = self._exchangeable
+        walk, fwd_meta = cast(tuple[ForwardWalk[Moments, GradMoments], dict[str, Any]], self._exchangeable)  # ran
         meta.update(fwd_meta)
         fwd_rows = dict(walk.rows)
         grad_rows = {}
@@ -252,7 +263,7 @@ class Prediction:
         if sampled:
             meta["attention_rule"] += f" ({self.heads} heads per layer, seed {self.seed}, one stream per layer)"
         if self.resolved:
-            fwd_rows.update(self._gram_rows)
+            fwd_rows.update(cast(dict[Site, Moments], self._gram_rows))  # pooled
             meta["forward_state"] = self._gram_state
             meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "
                                       "resolves it too)")
@@ -263,7 +274,8 @@ class Prediction:
             meta["caveat"] = DECODER_CAVEAT
         return _profile(self.config, fwd_rows, grad_rows, meta, self.model.plan)
 
-    def _exchangeable_backward(self, walk, grad_top: GradMoments | None, progress: Callable[[int], None] | None, meta: dict) -> dict:
+    def _exchangeable_backward(self, walk: ForwardWalk[Moments, GradMoments], grad_top: GradMoments | None,
+                               progress: Callable[[int], None] | None, meta: dict) -> dict:
         model = self.model
         if grad_top is None:
             L_top = walk.stacks[-1].context["L"]
@@ -278,22 +290,23 @@ class Prediction:
                 meta["encoder_gradient"] = "none: every cross-attention branch is scaled by beta = 0"
         return back.rows
 
-    def _resolved_profile(self, grad_top: GradMoments | None, gradients: bool, progress: Callable[[int], None] | None, meta: dict) -> Profile:
+    def _resolved_profile(self, grad_top: GradMoments | None, gradients: bool, progress: Callable[[int], None] | None,
+                          meta: dict) -> Profile:
         patches = self.config.input == "patches"
         meta["forward_state"] = self._gram_state
         meta["input_source"] = ("the batch's images through the patch embedding (App. A.2, H), token by token"
                                 if patches else "token ids of the batch (App. A.1), token by token")
-        grad_rows = {}
+        grad_rows: dict[Site, GradMoments | None] = {}
         if not gradients:
             meta["grad_source"] = NO_GRADIENTS
         else:
-            grad_rows = self._gram_backward(progress)
+            grad_rows = cast(dict[Site, GradMoments | None], self._gram_backward(progress))  # pooled
             if grad_top is None:
                 meta["grad_source"] = ("cross-entropy of the images' classes through the mean-pooled head (theory), "
                                        "token by token" if patches else
                                        "cross-entropy of the batch's labels through the head (theory), token by token")
             else:
-                top = grad_rows[(self.config.n_layers - 1, "layer")]
+                top = cast(GradMoments, grad_rows[(self.config.n_layers - 1, "layer")])
                 scale = _f(grad_top.var) / _f(top.var)
                 grad_rows = {k: (None if g is None else GradMoments(var=g.var * scale, corr=g.corr))
                              for k, g in grad_rows.items()}
@@ -303,10 +316,11 @@ class Prediction:
         meta["backward_state"] = ("token-resolved: each image's gradient Gram matrix, from the mean-pooled head"
                                   if patches else
                                   "token-resolved: each sequence's gradient Gram matrix, from the labelled positions")
-        return _profile(self.config, self._gram_rows, grad_rows, meta, self.model.plan)
+        return _profile(self.config, cast(dict[Site, Moments], self._gram_rows), grad_rows, meta, self.model.plan)
 
 
-def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None, token_ids: torch.Tensor | None = None,
+def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan | None = None,
+            token_ids: torch.Tensor | None = None,
             input_moments: Moments | None = None, grad_top: GradMoments | None = None,
             labels: torch.Tensor | None = None, seq_len: int | None = None, batch_size: int = 1,
             pad_id: int | None = None, segment_ids: torch.Tensor | None = None,
@@ -430,6 +444,7 @@ def _attention_rules(model: Transformer) -> tuple[str, bool]:
     sampled = False
     names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
     for layer in model.all_layers():
+        module: Any  # one that declares sampled rules has rule_used
         for module in layer.modules():
             declared = getattr(type(module), "rules", None)
             if declared is not None and declared.sampled and module.rule_used is not None:
@@ -441,7 +456,8 @@ def _attention_rules(model: Transformer) -> tuple[str, bool]:
 
 def _ranges(idx: list[int]) -> str:
     """[0, 1, 2, 5] → "layers 0-2, 5"."""
-    out, start = [], idx[0]
+    out: list[str] = []
+    start: int | None = idx[0]
     for a, b in zip(idx, idx[1:] + [None], strict=True):
         if b != a + 1:
             out.append(f"{start}" if start == a else f"{start}-{a}")
@@ -449,5 +465,5 @@ def _ranges(idx: list[int]) -> str:
     return "layers " + ", ".join(out)
 
 
-def _f(x) -> float:
+def _f(x: Stat) -> float:
     return float(np.asarray(x))

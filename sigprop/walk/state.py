@@ -102,5 +102,6 @@ class WalkState(Protocol[Forward, Gradient]):
         ...
 
     def pool_grad(self, g: Gradient) -> GradMoments | Gradient:
-        """What a site records of the gradient ``g``: its pooled :class:`GradMoments`, or ``g`` itself (:meth:`pool`)."""
+        """What a site records of the gradient ``g``: its pooled :class:`GradMoments`,
+        or ``g`` itself (:meth:`pool`)."""
         ...

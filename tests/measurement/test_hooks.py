@@ -355,3 +355,22 @@ def test_sigprop_transformer_every_site_reached():
     assert [(r.layer, r.site) for r in prof.rows] == [(layer, site) for layer, site, _ in model.sites()]
     for row in prof.rows:
         assert all(math.isfinite(getattr(row, q)) for q in QUANTITIES), row
+
+
+def test_recorder_takes_its_model_and_collects_outputs_through_its_constructor():
+    """A recorder of a site list reports the config of the ``model`` it is given; with ``collect_outputs`` it hands
+    over every site output that requires grad, once, and a gradient taken with respect to them is recorded."""
+    model = StandIn().double()
+    model.config = {"d_model": 16}
+    ids, targets, _ = make_batch(2, 6)
+    plain = Recorder(model.sites())
+    assert plain.take_outputs() == [] and plain.profile().config == {}
+    with Recorder(model.sites(), model=model, collect_outputs=True) as rec:
+        loss = model.loss((ids, targets, None))
+        outs = rec.take_outputs()
+        assert len(outs) == len(model.sites()) and rec.take_outputs() == []
+        torch.autograd.grad(loss, outs)
+    assert rec.take_outputs() == []
+    profile = rec.profile()
+    assert profile.config == {"d_model": 16}
+    assert all(math.isfinite(r.grad_var) for r in profile.rows)

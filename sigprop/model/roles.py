@@ -210,7 +210,7 @@ def initialise_from_plan(model: Transformer, plan: InitPlan, generator: torch.Ge
                     _init_norm(child, s, c, name.removesuffix("_norm"))
         _init_norm(model.final_norm, s, c, "final")
         if getattr(model, "head_transform", None) is not None:  # zero bias, LayerNorm at 1 / 0
-            head_transform = cast(HeadTransform, model.head_transform)
+            head_transform = cast("HeadTransform", model.head_transform)
             s.fill(cast(torch.Tensor, head_transform.dense.bias), 0.0)  # a zero bias of its own
             _init_norm(head_transform.norm, s, c, "final")
         _init_norm(getattr(model, "enc_norm", None), s, c, "final")

@@ -114,6 +114,32 @@ def test_no_private_name_is_imported_across_packages():
     assert not bad, bad
 
 
+def _type_only_names_used_at_run_time(tree: ast.AST) -> list[str]:
+    """Names imported for the type checker alone (and nowhere else in the module) that code uses outside an
+    annotation: at run time they are not defined (``typing.cast`` takes such a type as a string)."""
+    type_only = _type_only(tree)
+    imported: dict[bool, set[str]] = {True: set(), False: set()}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            imported[id(node) in type_only] |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    names = imported[True] - imported[False]
+    annotations = set()
+    for node in ast.walk(tree):
+        for part in (getattr(node, "annotation", None), getattr(node, "returns", None)):
+            if part is not None:
+                annotations |= {id(n) for n in ast.walk(part)}
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            annotations |= {id(n) for n in ast.walk(node)}
+    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in names
+                   and id(n) not in annotations})
+
+
+def test_names_for_the_type_checker_are_not_used_at_run_time():
+    bad = {_module_name(p): used for p in ROOT.rglob("*.py")
+           if (used := _type_only_names_used_at_run_time(ast.parse(p.read_text())))}
+    assert not bad, bad
+
+
 def test_the_checks_can_fail():
     """The cycle finder finds a cycle where there is one, and the package of a module is its first folder."""
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -121,3 +147,6 @@ def test_the_checks_can_fail():
     assert _package("sigprop.theory.predict") == "sigprop.theory" and _package("sigprop.cli") == "sigprop.cli"
     tree = ast.parse("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    from b import c\n")
     assert [type(n).__name__ for n in ast.walk(tree) if id(n) in _type_only(tree)] == ["ImportFrom"]
+    used = ast.parse("from typing import TYPE_CHECKING, cast\nif TYPE_CHECKING:\n    from b import C\n"
+                     "def f(x: C) -> C:\n    return cast(C, x)\n")
+    assert _type_only_names_used_at_run_time(used) == ["C"]

@@ -93,7 +93,7 @@ def read_jsonl(path: StrPath) -> list[dict[str, Any]]:
     return out
 
 
-def read_json(path: Path, error: type[Exception], missing: str, unreadable: str):
+def read_json(path: Path, error: type[Exception], missing: str, unreadable: str) -> Any:
     """The JSON value in the file ``path``, or ``error`` with one line: ``missing`` where there is no such file,
     ``unreadable`` (followed by the kind of failure) where it cannot be read or parsed.
 

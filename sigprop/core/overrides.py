@@ -8,7 +8,13 @@ import dataclasses
 import json
 import types
 import typing
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+_Config = TypeVar("_Config", bound="DataclassInstance")
+_T = TypeVar("_T")
 
 __all__ = ["parse_field_value", "apply_field_overrides", "describe_type", "dataclass_from_dict", "DictConfig"]
 
@@ -17,14 +23,14 @@ _NONE = ("none", "null")
 _WORDS = {bool: "true/false", int: "an integer", float: "a number", str: "a string"}
 
 
-def _union_args(annotation) -> tuple | None:
+def _union_args(annotation: Any) -> tuple | None:
     """The members of a union annotation (``X | Y`` or ``Optional[X]``), None for any other annotation."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return typing.get_args(annotation)
     return None
 
 
-def describe_type(annotation) -> str:
+def describe_type(annotation: Any) -> str:
     """What a value of ``annotation`` looks like on the command line, for an error message.
 
     Args:
@@ -49,7 +55,7 @@ def describe_type(annotation) -> str:
     return _WORDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
-def _parse(annotation, text: str) -> Any:
+def _parse(annotation: Any, text: str) -> Any:
     """``text`` (stripped) as a value of ``annotation``; ``ValueError`` (without a message) where it is not one."""
     members = _union_args(annotation)
     if members is not None:
@@ -88,7 +94,7 @@ def _parse(annotation, text: str) -> Any:
     raise TypeError(f"a field of type {annotation!r} cannot be set from text")
 
 
-def parse_field_value(annotation, key: str, text: str, option: str = "--set") -> Any:
+def parse_field_value(annotation: Any, key: str, text: str, option: str = "--set") -> Any:
     """``text`` as the value of field ``key`` of type ``annotation`` (resolved, as :func:`typing.get_type_hints`
     gives it).
 
@@ -118,7 +124,8 @@ def parse_field_value(annotation, key: str, text: str, option: str = "--set") ->
         raise ValueError(f"{option} {key}: expected {describe_type(annotation)} (got {text!r})") from None
 
 
-def apply_field_overrides(obj, overrides, option: str = "--set", what: str = "config field"):
+def apply_field_overrides(obj: _Config, overrides: Iterable[str], option: str = "--set",
+                          what: str = "config field") -> _Config:
     """A copy of the frozen dataclass ``obj`` with ``key=value`` strings applied (dashes in a key read as
     underscores); the dataclass validates the result.
 
@@ -154,7 +161,7 @@ def apply_field_overrides(obj, overrides, option: str = "--set", what: str = "co
     return dataclasses.replace(obj, **changes)
 
 
-def dataclass_from_dict(cls, data, what: str = "config"):
+def dataclass_from_dict(cls: type[_T], data: Any, what: str = "config") -> _T:
     """An instance of the dataclass ``cls`` from a plain dict (a JSON file), rejecting unknown keys by name; the
     dataclass validates the values.
 
@@ -176,26 +183,26 @@ def dataclass_from_dict(cls, data, what: str = "config"):
     """
     if not isinstance(data, dict):
         raise ValueError(f"a {what} must be a JSON object of field: value pairs (got {type(data).__name__})")
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(cast(Any, cls))}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown {what} field(s): {', '.join(unknown)}; known fields: {', '.join(sorted(known))}")
     return cls(**data)
 
 
-_Config = TypeVar("_Config", bound="DictConfig")
+_Self = TypeVar("_Self", bound="DictConfig")
 
 
 class DictConfig:
     """What a frozen configuration dataclass offers besides its fields: a changed copy, a plain dict and JSON."""
 
-    def replace(self: _Config, **changes) -> _Config:
+    def replace(self: _Self, **changes: Any) -> _Self:
         """A copy with ``changes`` (field name → value), validated again."""
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(cast(Any, self), **changes)
 
     def to_dict(self) -> dict:
         """Field name → value."""
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(cast(Any, self))
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON."""

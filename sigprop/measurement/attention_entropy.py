@@ -12,18 +12,25 @@ reports its softmax matrix A (what β multiplies).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from ..model.batch import Batch
+    from ..model.transformer import Transformer
 
 __all__ = ["attention_entropies"]
 
 
-def _self_attention(layer):
+def _self_attention(layer: nn.Module) -> Any:
     block = getattr(getattr(layer, "attn", None), "branch", None)
     return getattr(block, "attn", None)
 
 
-def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bool, key_mask) -> float:
+def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bool,
+                        key_mask: torch.Tensor | None) -> float:
     logits = (q @ k.transpose(-1, -2)).double() / tau  # (B, H, L, L)
     lq, lk = logits.shape[-2:]
     visible = torch.ones(lq, lk, dtype=torch.bool, device=logits.device)
@@ -42,7 +49,7 @@ def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bo
     return float((entropy[keep] / torch.log(m[keep].double())).mean())
 
 
-def attention_entropies(model, batch) -> list[float]:
+def attention_entropies(model: Transformer, batch: Batch | dict[str, Any]) -> list[float]:
     """Normalised attention entropy of each layer's self-attention (module docstring) on ``batch`` (a
     :class:`~sigprop.model.batch.Batch` or sigprop's dict: :func:`sigprop.model.objective.make_batch`), in eval
     mode without gradients; NaN for a layer whose self-attention is not a softmax attention sigprop knows."""
@@ -50,13 +57,14 @@ def attention_entropies(model, batch) -> list[float]:
     from ..components.shaped_attention import ShapedAttention
     from ..model.objective import objective_sums
 
-    captured: dict = {}
+    captured: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
     hooks = []
     layers = list(model.all_layers())
     for layer in layers:
         attn = _self_attention(layer)
         if isinstance(attn, MultiHeadAttention | ShapedAttention):
-            def hook(module, args, kwargs, index=layer.index) -> None:
+            def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     index: int = layer.index) -> None:
                 captured[index] = (args[0].detach(), kwargs.get("key_padding_mask"))
             hooks.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
     was_training = model.training
@@ -78,5 +86,6 @@ def attention_entropies(model, batch) -> list[float]:
 
         tau = float(attn.tau) if isinstance(attn, ShapedAttention) else math.sqrt(attn.d_head)
         with torch.no_grad():
-            out.append(_normalised_entropy(*attn.queries_and_keys(x), tau, attn.causal, key_mask))
+            q, k = attn.queries_and_keys(x)
+            out.append(_normalised_entropy(q, k, tau, attn.causal, key_mask))
     return out

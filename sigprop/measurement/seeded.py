@@ -14,10 +14,12 @@ from .hooks import measure
 if TYPE_CHECKING:
     import torch
 
+    from ..model.batch import Batch
+
 __all__ = ["measure_seed"]
 
 
-def measure_seed(config: TransformerConfig, batch: dict, seed: int,
+def measure_seed(config: TransformerConfig, batch: Batch | dict, seed: int,
                  device: torch.device | str | None = None) -> Profile:
     """The measured profile of model number ``seed`` of ``config`` (:func:`~sigprop.model.transformer.seeded_model`:
     identical weights on every device, training mode, dropout masks from its own seed) on ``batch`` (moved to

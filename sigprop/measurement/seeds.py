@@ -5,6 +5,7 @@ on one device or several (:mod:`sigprop.measurement.workers`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..core.devices import parse_devices
 from ..core.profile import Profile
@@ -17,11 +18,15 @@ from .merge import per_seed_table
 from .seeded import measure_seed
 from .workers import measure_on_devices
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["measure_seeds"]
 
 
 def measure_seeds(config: TransformerConfig, batch: Batch | dict, seeds: int = 4, seed0: int = 0,
-                  progress: Callable[[int], None] | None = None, device=None, per_seed: bool = False) -> Profile:
+                  progress: Callable[[int], None] | None = None, device: torch.device | str | None = None,
+                  per_seed: bool = False) -> Profile:
     """Measure ``seeds`` independently initialised models of ``config`` (seeds ``seed0`` … ``seed0 + seeds − 1``,
     :func:`measure_seed`) on ``batch`` and average their per-site statistics, correlations pooled as mean covariance
     over mean variance (:mod:`sigprop.measurement.average`); ``meta`` holds the seeds, the devices and standard

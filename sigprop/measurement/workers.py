@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
     from multiprocessing.queues import Queue
 
+    from ..model.batch import Batch
     from ..model.config import TransformerConfig
 
 __all__ = ["measure_on_devices", "seeds_for_devices"]
@@ -71,8 +72,8 @@ def _worker(config: TransformerConfig, batch: dict[str, Any], seeds: list[int], 
         out.put(("error", device, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=4)}"))
 
 
-def measure_on_devices(config: TransformerConfig, batch: dict, seeds: Sequence[int], devices: Sequence[torch.device],
-                       progress: Callable[[int], None] | None = None) -> list[Profile]:
+def measure_on_devices(config: TransformerConfig, batch: Batch | dict, seeds: Sequence[int],
+                       devices: Sequence[torch.device], progress: Callable[[int], None] | None = None) -> list[Profile]:
     """The per-seed profiles of ``seeds`` (in that order), measured by one process per entry of ``devices``
     (module docstring). ``progress(1)`` after each seed. ``DeviceError`` (a ``RuntimeError``) naming the device if a
     process fails or dies; the other processes are then stopped."""

@@ -260,7 +260,7 @@ class Batch:
         """This batch with ``labels`` (sigprop's convention)."""
         return replace(self, labels=labels)
 
-    def to(self, device, non_blocking: bool = False) -> Batch:
+    def to(self, device: torch.device | str | None, non_blocking: bool = False) -> Batch:
         """This batch with every tensor on ``device``.
 
         Args:

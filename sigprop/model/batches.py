@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.outputs import StrPath
 from .batch import Batch
 from .config import TransformerConfig
 from .objective import make_batch
@@ -12,7 +13,7 @@ from .objective import make_batch
 __all__ = ["token_batch", "image_batch", "batch_fingerprint", "config_fingerprint", "batch_to"]
 
 
-def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed: int = 0,
+def token_batch(config: TransformerConfig, batch_size: int = 8, data: StrPath | None = None, seed: int = 0,
                 synthetic: bool = False) -> Batch:
     """A batch for ``config``'s objective: ``batch_size`` windows of ``config.seq_len`` real tokens from the corpus
     (default: the Python standard library's source; ``data``: a user's file or folder), tokenised with a BPE of
@@ -33,7 +34,7 @@ def token_batch(config: TransformerConfig, batch_size: int = 8, data=None, seed:
 
 
 def image_batch(config: TransformerConfig, batch_size: int = 8, seed: int = 0, synthetic: bool = False,
-                data=None) -> Batch:
+                data: StrPath | None = None) -> Batch:
     """A batch for a patch model of ``config``: ``batch_size`` of scikit-learn's digits (bundled, nothing
     downloaded; drawn at random from ``seed``), upsampled to ``config.image_size``, pixels scaled to unit mean
     square over the data set and copied to every channel, with their digit as the class
@@ -81,7 +82,7 @@ def batch_fingerprint(batch: Batch | dict) -> str:
     return h.hexdigest()
 
 
-def batch_to(batch: Batch | dict, device) -> Batch:
+def batch_to(batch: Batch | dict, device: torch.device | str | None) -> Batch:
     """``batch`` (a :class:`Batch` or sigprop's dict) as a :class:`Batch` on ``device``."""
     return Batch.from_any(batch).to(device)
 

@@ -3,6 +3,7 @@ place (:meth:`TransformerConfig.__post_init__`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -233,17 +234,18 @@ class TransformerConfig(DictConfig):
     shaped_normalize: bool = True
     shaped_gamma: float = 8.0**-0.5
 
-    def __post_init__(self):
-        def choice(name, allowed) -> None:
+    def __post_init__(self) -> None:
+        def choice(name: str, allowed: Collection[str]) -> None:
             check_choice(self, name, allowed)
 
-        def integer(name, lo, optional: bool = False) -> None:
+        def integer(name: str, lo: int, optional: bool = False) -> None:
             check_integer(self, name, lo, optional)
 
-        def number(name, lo=None, hi=MAX_NUMBER, lo_open: bool = False, hi_open: bool = False, optional: bool = False) -> None:
+        def number(name: str, lo: float | None = None, hi: float | None = MAX_NUMBER, lo_open: bool = False,
+                   hi_open: bool = False, optional: bool = False) -> None:
             check_number(self, name, lo, hi, lo_open, hi_open, optional)
 
-        def boolean(name, optional: bool = False):
+        def boolean(name: str, optional: bool = False) -> None:
             v = getattr(self, name)
             if not (isinstance(v, bool) or (optional and v is None)):
                 raise ValueError(f"{name} must be true or false{' (or None)' if optional else ''} (got {v!r})")

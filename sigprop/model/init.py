@@ -75,14 +75,20 @@ Config hooks applied to every scheme: ``qk_gain`` multiplies σ_q and σ_k, ``v_
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch import nn
 
+from ..core.moments import Stat
 from .init_schemes import SCHEME_NAMES
 from .layer import SITES
+
+if TYPE_CHECKING:
+    from .config import TransformerConfig
+    from .transformer import Transformer
 
 __all__ = ["InitPlan", "SCHEMES", "make_plan", "ROLES", "SITES"]
 
@@ -163,7 +169,7 @@ class InitPlan:
         """(λ, β) of the residual around block ``site`` of layer ``layer``."""
         return float(self.lam[site][layer]), float(self.beta[site][layer])
 
-    def apply(self, model: nn.Module, generator: torch.Generator | None = None, sample: bool = True) -> nn.Module:
+    def apply(self, model: Transformer, generator: torch.Generator | None = None, sample: bool = True) -> Transformer:
         """Sample every parameter of ``model`` (a :class:`~sigprop.model.transformer.Transformer`) from the plan
         and set the declared values its moment rules read. Raises if a parameter is left without a plan.
         ``sample=False`` skips drawing the random matrices (what :func:`sigprop.predict` needs)."""
@@ -185,7 +191,7 @@ class InitPlan:
     def summary(self) -> dict:
         """:meth:`to_dict` with every per-layer array that holds one value written as that value, and without the
         notes' long schedules: what a profile records of the plan its rules read (``meta["plan"]``)."""
-        def compact(v):
+        def compact(v: Stat) -> float | list[Any]:
             a = np.asarray(v, dtype=np.float64)
             if a.ndim == 0 or (a.size and np.all(a == a.flat[0])):
                 return float(a.flat[0]) if a.ndim else float(a)
@@ -198,13 +204,13 @@ class InitPlan:
                 "learnable_beta": self.learnable_beta, "head_scale": self.head_scale}
 
     @classmethod
-    def from_scheme(cls, config, scheme: str) -> InitPlan:
+    def from_scheme(cls, config: TransformerConfig, scheme: str) -> InitPlan:
         """The plan of init scheme ``scheme`` (a name of :data:`SCHEMES`) for ``config``, with the config's overrides,
         whatever ``config.init`` says."""
         return make_plan(config.replace(init=scheme))
 
     @classmethod
-    def from_model(cls, model: nn.Module, strict: bool = True) -> InitPlan:
+    def from_model(cls, model: Transformer, strict: bool = True) -> InitPlan:
         """The plan a model's weights show: every role's standard deviation read as the root mean square of its
         weights, layer by layer, λ and β from its residuals, the head scale from its buffer
         (:func:`~sigprop.model.roles.read_plan`). What :func:`sigprop.predict` reads from a model re-initialised by
@@ -222,7 +228,7 @@ class InitPlan:
         return plan
 
     @classmethod
-    def from_stds(cls, config, stds: dict, lam: dict | None = None, beta: dict | None = None,
+    def from_stds(cls, config: TransformerConfig, stds: dict, lam: dict | None = None, beta: dict | None = None,
                   head_scale: float | None = None) -> InitPlan:
         """The plan of ``config``'s scheme with explicit standard deviations: ``stds`` maps roles (:data:`ROLES`) to a
         float, or for the block roles (q, k, v, o, w1, w2, and w3) one value per layer (``config.total_layers``);
@@ -232,7 +238,7 @@ class InitPlan:
         base = make_plan(config)
         n = config.total_layers
 
-        def values(name, v, lo_open):
+        def values(name: str, v: Stat, lo_open: bool) -> Stat:
             a = np.asarray(v, dtype=np.float64) if not isinstance(v, bool) else np.asarray(np.nan)
             if a.ndim not in (0, 1) or (a.ndim == 1 and a.shape[0] != n):
                 raise ValueError(f"{name}: one value, or one per layer ({n}), got shape {a.shape}")
@@ -249,7 +255,7 @@ class InitPlan:
             if role not in _PER_LAYER_ROLES and np.ndim(a):
                 raise ValueError(f"stds[{role!r}]: role {role!r} takes one value")
 
-        def sites(given, current, name):
+        def sites(given: dict[str, Stat] | None, current: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
             out = dict(current)
             for site, v in (given or {}).items():
                 if site not in SITES:
@@ -266,11 +272,11 @@ class InitPlan:
 # base values
 # --------------------------------------------------------------------------------------------------------------
 
-def _patch_dim(c) -> int:
+def _patch_dim(c: TransformerConfig) -> int:
     return c.channels * c.patch_size**2
 
 
-def _xavier_stds(c) -> dict:
+def _xavier_stds(c: TransformerConfig) -> dict:
     d, n = c.d_model, c.total_layers
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
     out_dim = c.vocab_size if c.input == "tokens" else c.n_classes
@@ -286,18 +292,19 @@ def _xavier_stds(c) -> dict:
     }
 
 
-def _unit_scales(c, lam=1.0, beta=1.0):
+def _unit_scales(c: TransformerConfig, lam: float = 1.0, beta: float = 1.0) -> tuple[dict[str, np.ndarray], dict[str,
+                 np.ndarray]]:
     n = c.total_layers
     return ({s: np.full(n, lam, dtype=np.float64) for s in SITES},
             {s: np.full(n, beta, dtype=np.float64) for s in SITES})
 
 
-def _dslm_beta2(c) -> float:
+def _dslm_beta2(c: TransformerConfig) -> float:
     """β² = k/N^α (Sec. 3.5, App. G), N = all layers of the model."""
     return c.beta_k / c.total_layers**c.beta_alpha
 
 
-def _dslm_common(c) -> tuple[dict, dict, dict, dict]:
+def _dslm_common(c: TransformerConfig) -> tuple[dict, dict, dict, dict]:
     d, p, n = c.d_model, c.dropout, c.total_layers
     stds = _xavier_stds(c)
     emb_std = math.sqrt((1.0 - p) / c.n_embedding_types)
@@ -315,7 +322,7 @@ def _dslm_common(c) -> tuple[dict, dict, dict, dict]:
     return stds, lam, beta, notes
 
 
-def _input_correlation(c) -> float:
+def _input_correlation(c: TransformerConfig) -> float:
     """Token correlation at the first layer's input that DSLM's schedule starts from: ``config.input_corr``, else
     the expectation for Zipf(1) tokens over the vocabulary (App. A.1) after the embedding dropout (which scales a
     correlation by 1 − p), i.e. exactly what :func:`sigprop.predict` feeds the first layer without a batch."""
@@ -338,19 +345,19 @@ def _input_correlation(c) -> float:
 # schemes
 # --------------------------------------------------------------------------------------------------------------
 
-def _scheme_xavier(c):
+def _scheme_xavier(c: TransformerConfig) -> InitPlan:
     lam, beta = _unit_scales(c)
     return InitPlan("xavier", _xavier_stds(c), lam, beta, False, 1.0)
 
 
-def _scheme_bert(c):
+def _scheme_bert(c: TransformerConfig) -> InitPlan:
     std = c.initializer_range
     stds = {k: (np.full(c.total_layers, std) if k in _BLOCK_ROLES else std) for k in ROLES}
     lam, beta = _unit_scales(c)
     return InitPlan("bert", stds, lam, beta, False, 1.0)
 
 
-def _scheme_dslm(c):
+def _scheme_dslm(c: TransformerConfig) -> InitPlan:
     from ..laws.dslm import dslm_correlation_schedule
 
     stds, lam, beta, notes = _dslm_common(c)
@@ -365,20 +372,20 @@ def _scheme_dslm(c):
     return InitPlan("dslm", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)
 
 
-def _scheme_auto(c):
+def _scheme_auto(c: TransformerConfig) -> InitPlan:
     """DSLM's plan, to be calibrated (module docstring; :mod:`sigprop.model.auto_init`)."""
     plan = _scheme_dslm(c)
     return InitPlan("auto", plan.stds, plan.lam, plan.beta, False, plan.head_scale,
                     {**plan.notes, "calibrated": False})
 
 
-def _scheme_dslm_simple(c):
+def _scheme_dslm_simple(c: TransformerConfig) -> InitPlan:
     stds, lam, beta, notes = _dslm_common(c)
     stds["v"] = stds["o"] = stds["w1"].copy()
     return InitPlan("dslm_simple", stds, lam, beta, False, 1.0 / math.sqrt(c.d_model), notes)
 
 
-def _scheme_deepnorm(c):
+def _scheme_deepnorm(c: TransformerConfig) -> InitPlan:
     n = c.total_layers
     stds = _xavier_stds(c)
     shrink = (8.0 * n) ** -0.25
@@ -388,7 +395,7 @@ def _scheme_deepnorm(c):
     return InitPlan("deepnorm", stds, lam, beta, False, 1.0, {"alpha": (2.0 * n) ** 0.25, "beta_init": shrink})
 
 
-def _scheme_dsinit(c):
+def _scheme_dsinit(c: TransformerConfig) -> InitPlan:
     stds = _xavier_stds(c)
     depth = 1.0 / np.sqrt(np.arange(1, c.total_layers + 1, dtype=np.float64))
     for role in _BLOCK_ROLES:
@@ -397,22 +404,22 @@ def _scheme_dsinit(c):
     return InitPlan("dsinit", stds, lam, beta, False, 1.0)
 
 
-def _scheme_layerscale(c):
+def _scheme_layerscale(c: TransformerConfig) -> InitPlan:
     n = c.total_layers
     eps = 0.1 if n <= 18 else (1e-5 if n <= 24 else 1e-6)
     lam, beta = _unit_scales(c, 1.0, eps)
     return InitPlan("layerscale", _xavier_stds(c), lam, beta, True, 1.0, {"epsilon": eps})
 
 
-def _scheme_zero_beta(name):
-    def scheme(c):
+def _scheme_zero_beta(name: str) -> Callable[[TransformerConfig], InitPlan]:
+    def scheme(c: TransformerConfig) -> InitPlan:
         lam, beta = _unit_scales(c, 1.0, 0.0)
         return InitPlan(name, _xavier_stds(c), lam, beta, True, 1.0)
 
     return scheme
 
 
-def _scheme_noci2022(c):
+def _scheme_noci2022(c: TransformerConfig) -> InitPlan:
     """Noci et al. 2022 as Kedia et al. Sec. 3.4 / App. F describe it (module docstring)."""
     stds = _xavier_stds(c)
     big = np.full(c.total_layers, math.sqrt(1.0 / c.d_head))
@@ -421,7 +428,7 @@ def _scheme_noci2022(c):
     return InitPlan("noci2022", stds, lam, beta, False, 1.0)
 
 
-def _scheme_mup(c):
+def _scheme_mup(c: TransformerConfig) -> InitPlan:
     """µP-style initialisation, Yang et al. 2021 Table 3 (module docstring)."""
     d, n = c.d_model, c.total_layers
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
@@ -435,13 +442,13 @@ def _scheme_mup(c):
     return InitPlan("mup", stds, lam, beta, False, 1.0 / d if tied else 1.0)
 
 
-def _scheme_alekseev(c):
+def _scheme_alekseev(c: TransformerConfig) -> InitPlan:
     """Alekseev 2026 Sec. 2.1 / App. A (module docstring)."""
     n = c.total_layers
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
     vit = 0.02
     ov, ff = math.sqrt(c.sigma_ov), math.sqrt(c.sigma_21)  # σ_O = σ_V = √σ_OV, σ_1 = σ_2 = √σ_21
-    stds = {role: vit for role in ("token", "position", "segment", "transform", "head")}
+    stds: dict[str, Stat] = {role: vit for role in ("token", "position", "segment", "transform", "head")}
     # timm's patch embedding is a Conv2d left at PyTorch's default init, kaiming_uniform(a=√5): std 1/√(3·fan_in);
     # it puts standardised pixels at q⁰ ≈ 1/3, the order of the paper's CIFAR-100 inputs (q⁰, p⁰) ≈ (0.5, 0.25)
     stds["patch"] = 1.0 / math.sqrt(3.0 * _patch_dim(c))
@@ -452,7 +459,7 @@ def _scheme_alekseev(c):
     return InitPlan("alekseev", stds, lam, beta, False, 1.0, {"sigma_ov": c.sigma_ov, "sigma_21": c.sigma_21})
 
 
-def _scheme_shaped(c):
+def _scheme_shaped(c: TransformerConfig) -> InitPlan:
     """Noci et al. 2023 Secs. 2–4, App. D (module docstring)."""
     d, n = c.d_model, c.total_layers
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
@@ -489,7 +496,7 @@ _PLANS = {
 SCHEMES = {name: _PLANS[name] for name in SCHEME_NAMES}
 
 
-def make_plan(config) -> InitPlan:
+def make_plan(config: TransformerConfig) -> InitPlan:
     """The plan of ``config.init``, with the config's overrides applied.
 
     The scheme's function (:data:`SCHEMES`; module docstring) gives the plan; ``qk_gain`` then multiplies σ_q and

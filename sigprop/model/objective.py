@@ -5,12 +5,19 @@ objectives also take sigprop's batch dict, read into one)."""
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 
 from ..data.mlm import IGNORE_INDEX
 from .batch import Batch
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .config import TransformerConfig
+    from .transformer import Transformer
 
 __all__ = ["make_batch", "objective_loss", "objective_sums", "segment_halves", "check_model_inputs", "MASK_ID",
            "PAD_ID", "N_SPECIAL"]
@@ -29,7 +36,7 @@ def segment_halves(inputs: torch.Tensor, n_segments: int) -> torch.Tensor:
     return ids.expand_as(inputs).clone()
 
 
-def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None = None,
+def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch.Generator | None = None,
                padding_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                mask_id: int = MASK_ID) -> Batch:
     """The batch for ``config``'s objective from raw ``inputs``.
@@ -96,7 +103,7 @@ def make_batch(config, inputs: torch.Tensor, generator: torch.Generator | None =
     return Batch(masked, next_labels, padding_mask, segments, decoder_inputs=inputs, decoder_padding_mask=padding_mask)
 
 
-def _labelled(batch) -> Batch:
+def _labelled(batch: Batch | dict) -> Batch:
     """``batch`` (a :class:`Batch` or sigprop's dict) as a :class:`Batch` with labels; ``ValueError`` otherwise."""
     if isinstance(batch, Batch) or (isinstance(batch, dict) and "inputs" in batch):
         out = Batch.from_any(batch)
@@ -105,25 +112,26 @@ def _labelled(batch) -> Batch:
     raise ValueError("a batch is a dict with 'inputs' and 'labels' (build it with sigprop.model.make_batch)")
 
 
-def _logits(model, batch: Batch) -> torch.Tensor:
+def _logits(model: Transformer, batch: Batch) -> torch.Tensor:
     logits = model(batch.inputs, segment_ids=batch.segment_ids, padding_mask=batch.padding_mask,
                    decoder_inputs=batch.decoder_inputs, decoder_padding_mask=batch.decoder_padding_mask)
     return logits.reshape(-1, logits.shape[-1])
 
 
-def objective_loss(model, batch: Batch | dict) -> torch.Tensor:
+def objective_loss(model: Transformer, batch: Batch | dict) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
     batch = _labelled(batch)
-    return F.cross_entropy(_logits(model, batch), batch.labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    labels = cast(torch.Tensor, batch.labels)  # _labelled: never None
+    return F.cross_entropy(_logits(model, batch), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def objective_sums(model, batch: Batch | dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def objective_sums(model: Transformer, batch: Batch | dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(summed cross-entropy, labelled positions, correct top-1 predictions) of ``model`` on ``batch``, the loss in
     float32 whatever the autocast: the parts a distributed run adds over its processes before dividing, so that its
     loss is the mean over the global batch whatever the split (masked-LM batches label different counts)."""
     batch = _labelled(batch)
     logits = _logits(model, batch).float()
-    labels = batch.labels.reshape(-1)
+    labels = cast(torch.Tensor, batch.labels).reshape(-1)  # _labelled: never None
     keep = labels != IGNORE_INDEX
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     with torch.no_grad():
@@ -131,7 +139,7 @@ def objective_sums(model, batch: Batch | dict) -> tuple[torch.Tensor, torch.Tens
     return total, keep.sum(), correct
 
 
-def _ids(t, name: str, high: int, what: str, allow_ignore: bool = False) -> torch.Tensor:
+def _ids(t: npt.ArrayLike | torch.Tensor, name: str, high: int, what: str, allow_ignore: bool = False) -> torch.Tensor:
     """``t`` as a 2-D integer tensor (a 1-D one is one sequence) of values in [0, high) (or −100 where
     ``allow_ignore``); ``ValueError`` naming ``name`` otherwise."""
     t = torch.as_tensor(t)
@@ -150,8 +158,11 @@ def _ids(t, name: str, high: int, what: str, allow_ignore: bool = False) -> torc
     return t
 
 
-def check_model_inputs(config, *, token_ids=None, images=None, labels=None, decoder_token_ids=None,
-                       segment_ids=None, pad_id=None) -> tuple:
+def check_model_inputs(config: TransformerConfig, *, token_ids: torch.Tensor | None = None,
+                       images: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                       decoder_token_ids: torch.Tensor | None = None, segment_ids: torch.Tensor | None = None,
+                       pad_id: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None,
+                                                           torch.Tensor | None, torch.Tensor | None]:
     """Validate a batch's tensors against ``config``, as every entry point that takes them does (``predict``,
     ``measure``'s batches): token ids of an integer type inside the vocabulary (a 1-D tensor is one sequence),
     labels of the ids' shape (−100 = unlabelled), segment ids below ``n_segments``, or for a patch model finite

@@ -17,6 +17,7 @@ from ..components.embedding import Embedding
 from ..components.factory import make_norm
 from ..components.head_transform import HeadTransform
 from ..components.patch import PatchEmbedding
+from .batch import Batch
 from .config import TransformerConfig
 from .init import InitPlan, make_plan
 from .layer import TransformerLayer, norm_kwargs
@@ -272,7 +273,7 @@ class Transformer(nn.Module):
             h = h[..., 0, :] if self.config.pool == "cls" else h.mean(dim=-2)
         return self.head(h)
 
-    def loss(self, batch) -> torch.Tensor:
+    def loss(self, batch: Batch | dict) -> torch.Tensor:
         """Cross-entropy of the model's objective on ``batch``, a :class:`~sigprop.model.batch.Batch` (or sigprop's
         batch dict; see :func:`sigprop.model.objective.make_batch`)."""
         from .objective import objective_loss

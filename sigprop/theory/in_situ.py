@@ -25,15 +25,24 @@ Assumes: a Pre-LN LayerNorm encoder (its attention and FFN read a norm's output)
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ..components import attention_gram as ag
+from ..components.attention import MultiHeadAttention
+from ..components.layernorm import LayerNorm
+from ..core.moments import Moments
 from ..model.batch import Batch
 from ..model.transformer import seeded_model
 from ..walk.exchangeable import forward_moments
 from .resolved import pairwise_forward
+
+if TYPE_CHECKING:
+    from ..model.config import TransformerConfig
 
 __all__ = ["check_supported", "collect_seed_inputs", "exact_attention_gram", "pooled", "jackknife",
            "attention_delta", "layernorm_delta", "ffn_delta"]
@@ -45,7 +54,7 @@ class _Captured(Exception):
     """Raised by the last hook: the layers above are not needed."""
 
 
-def check_supported(config) -> None:
+def check_supported(config: TransformerConfig) -> None:
     """Raise ``ValueError`` unless ``config`` is a Pre-LN LayerNorm encoder."""
     if config.arch != "encoder" or config.norm_position != "pre" or config.norm != "layernorm":
         raise ValueError("the in-situ rule tests need a Pre-LN LayerNorm encoder (its attention and FFN read a "
@@ -78,7 +87,8 @@ def jackknife(stats: np.ndarray, rule_without: Callable, f: Callable = lambda v:
     return full, np.sqrt((n - 1) / n * ((reps - reps.mean(0)) ** 2).sum(0))
 
 
-def exact_attention_gram(mha, x: torch.Tensor, keep: torch.Tensor, heads: int, seed: int) -> torch.Tensor:
+def exact_attention_gram(mha: MultiHeadAttention, x: torch.Tensor, keep: torch.Tensor, heads: int,
+                         seed: int) -> torch.Tensor:
     """E over W_Q, W_K, W_V and the attention dropout of one head's per-element output Gram (B, L, L), given the
     actual input rows ``x`` (B, L, d) of ``mha`` (its declared variances): W_V averaged exactly, the rest sampled,
     ``heads`` draws per sequence from ``seed``."""
@@ -98,10 +108,11 @@ def _gram(t: torch.Tensor) -> torch.Tensor:
     return t @ t.transpose(-1, -2) / t.shape[-1]
 
 
-def _capture(got: dict, layer: int, name: str, last: bool):
+def _capture(got: dict[tuple[int, str], torch.Tensor], layer: int, name: str,
+             last: bool) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
     """Forward hook of layer ``layer``'s ``name`` ("attn" / "ffn") norm: the Gram matrices of its input and output
     (and the attention norm's output rows) into ``got``; ``last`` stops the forward pass."""
-    def hook(module, inputs, output):
+    def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
         got[(layer, "stream" if name == "attn" else "ffn_in")] = _gram(inputs[0])
         got[(layer, f"{name}_norm")] = _gram(output)
         if name == "attn":
@@ -111,7 +122,7 @@ def _capture(got: dict, layer: int, name: str, last: bool):
     return hook
 
 
-def collect_seed_inputs(config, batch: Batch | dict, layers: list[int], seeds: int, heads: int = 64,
+def collect_seed_inputs(config: TransformerConfig, batch: Batch | dict, layers: list[int], seeds: int, heads: int = 64,
                         progress: Callable[[int], None] | None = None) -> dict:
     """Run ``seeds`` models of ``config`` (weights from seed s, dropout masks as
     :func:`sigprop.measurement.seeds.measure_seeds` draws them, train mode) on ``batch`` up to the last of ``layers``
@@ -125,12 +136,13 @@ def collect_seed_inputs(config, batch: Batch | dict, layers: list[int], seeds: i
         raise ValueError(f"seeds >= 3 and layers in [0, {config.n_layers}) are needed")
     batch = Batch.from_any(batch)
     keep = torch.ones(batch.inputs.shape, dtype=torch.bool)
-    out = {(layer, s): [] for layer in layers for s in (*SITES, "attn_exact")}
+    out: dict[tuple[int, str], list[Any]] = {(layer, s): [] for layer in layers for s in (*SITES, "attn_exact")}
     for seed in range(seeds):
         model = seeded_model(config, seed)
-        got, hooks = {}, []
+        got: dict[tuple[int, str], torch.Tensor] = {}
+        hooks: list[RemovableHandle] = []
         for layer in layers:
-            blocks = model.layers[layer]
+            blocks: Any = model.layers[layer]  # a Pre-LN layer: its branches' norms by name
             for name, norm in (("attn", blocks.attn.branch.norm), ("ffn", blocks.ffn.branch.norm)):
                 hooks.append(norm.register_forward_hook(_capture(got, layer, name, name == "ffn"
                                                                  and layer == layers[-1])))
@@ -145,7 +157,7 @@ def collect_seed_inputs(config, batch: Batch | dict, layers: list[int], seeds: i
         for layer in layers:
             for s in SITES:
                 out[(layer, s)].append(got[(layer, s)])
-            mha = model.layers[layer].attn.branch.attn
+            mha = cast(Any, model.layers[layer]).attn.branch.attn
             exact = exact_attention_gram(mha, got[(layer, "x")], keep, heads, seed=7_000 + seed)
             out[(layer, "attn_exact")].append(pooled(exact, keep))
         if progress is not None:
@@ -153,7 +165,8 @@ def collect_seed_inputs(config, batch: Batch | dict, layers: list[int], seeds: i
     return {k: (np.array(v) if k[1] == "attn_exact" else torch.stack(v)) for k, v in out.items()}
 
 
-def attention_delta(mha, ln_out_grams: torch.Tensor, exact: np.ndarray, keep: torch.Tensor, heads: int,
+def attention_delta(mha: MultiHeadAttention, ln_out_grams: torch.Tensor, exact: np.ndarray, keep: torch.Tensor,
+                    heads: int,
                     draws: int = 6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Δ, SE, the seeds' mean) of (variance, covariance, correlation) for attention module ``mha`` (the theory
     model's, declared variances): ``exact`` (seeds, 2) from :func:`collect_seed_inputs` against the rule at the seeds'
@@ -161,7 +174,7 @@ def attention_delta(mha, ln_out_grams: torch.Tensor, exact: np.ndarray, keep: to
     independent draws at the mean."""
     sq, sk, sv = (float(np.asarray(v)) for v in mha._declared())
 
-    def rule(s, seed=99):
+    def rule(s: int | None, seed: int = 99) -> np.ndarray:
         res = ag.gram_attention(mean_without(ln_out_grams, s), mha.d_in, mha.d_head, sq, sk, sv,
                                 float(mha.dropout_p), mha.causal, None, heads, seed, fixed_norm=True)
         return pooled(res.gram, keep)
@@ -171,7 +184,7 @@ def attention_delta(mha, ln_out_grams: torch.Tensor, exact: np.ndarray, keep: to
     return delta, np.hypot(se, spread), with_corr(exact.mean(0))
 
 
-def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor,
+def layernorm_delta(norm: LayerNorm, in_grams: torch.Tensor, out_grams: torch.Tensor,
                     keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray, float]:
     """(Δ, SE) of the pooled (diagonal, off-diagonal) of LayerNorm ``norm``'s output Gram against its pairwise rule
     at the seeds' mean input Gram, and the rule's own lowering of the pooled correlation there (the normalised mean
@@ -179,7 +192,7 @@ def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor,
     features)."""
     stats = np.array([pooled(g, keep) for g in out_grams])
 
-    def rule(s):
+    def rule(s: int | None) -> np.ndarray:
         return pooled(pairwise_forward(norm.forward_moments, mean_without(in_grams, s)), keep)
 
     delta, se = jackknife(stats, rule)
@@ -190,18 +203,19 @@ def layernorm_delta(norm, in_grams: torch.Tensor, out_grams: torch.Tensor,
     return delta, se, float(lowering)
 
 
-def ffn_delta(ffn_branch, ln_out_grams: torch.Tensor, keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ffn_delta(ffn_branch: nn.Module, ln_out_grams: torch.Tensor, keep: torch.Tensor) -> tuple[np.ndarray, np.ndarray,
+              np.ndarray]:
     """(Δ, SE, the seeds' mean) of the pooled (variance, covariance) of the FFN branch after its norm
     (``ffn_branch``: the theory model's block, norm first): the rules on each seed's own input Gram (exact, the
     pre-activations being Gaussian given the input) against the rules at the seeds' mean input Gram."""
     after_norm = list(ffn_branch.children())[1:]
 
-    def chain(m):
+    def chain(m: Moments) -> Moments:
         for child in after_norm:
             m = forward_moments(child, m)
         return m
 
-    def at(gram):
+    def at(gram: torch.Tensor) -> np.ndarray:
         return pooled(pairwise_forward(chain, gram), keep)
 
     truth = np.array([at(g) for g in ln_out_grams])

@@ -69,6 +69,7 @@ from torch import nn
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import Rules
+from .attention_bounded import bounded_backward, bounded_forward, bounded_heads
 from .attention_causal import causal_backward, causal_forward
 from .attention_gram import gram_attention, gram_attention_backward
 from .attention_sampled import sampled_backward, sampled_forward
@@ -87,17 +88,32 @@ __all__ = [
     "CLOSED_FORM_MAX_S2",
     "CAUSAL_MAX_S2",
     "FORWARD_MAX_S2",
+    "SAMPLED_MAX_NUMBERS",
     "resolve_approx",
+    "sampled_numbers",
 ]
 
 #: The approximations offered by the attention rules: "exact" (our closed form, small scores; causal:
 #: :mod:`sigprop.components.attention_causal`),
 #: "kedia" (the paper's printed form), "sampled" (Monte Carlo of the same expectation at any score scale, causal
-#: included: :mod:`sigprop.components.attention_sampled`) and "auto" (the closed form inside its verified domain,
-#: s² ≤ :data:`CLOSED_FORM_MAX_S2`, causal s² ≤ :data:`CAUSAL_MAX_S2`, without rotary positions; sampled elsewhere);
-#: "forward" is "auto" with the wider domain s² ≤ :data:`FORWARD_MAX_S2`, for a walk that reads only forward
-#: moments (``init="auto"``'s calibration, :mod:`sigprop.model.auto_init`).
-ATTENTION_APPROX = ("exact", "kedia", "sampled", "auto", "forward")
+#: included: :mod:`sigprop.components.attention_sampled`), "bounded" (the same Monte Carlo in the 2·d_k coordinates
+#: that reach the scores, on a random subset of the query positions: :mod:`sigprop.components.attention_bounded`) and
+#: "auto" (the closed form inside its verified domain, s² ≤ :data:`CLOSED_FORM_MAX_S2`, causal s² ≤
+#: :data:`CAUSAL_MAX_S2`, without rotary positions; elsewhere sampled, or bounded where the sampled rule's draw would
+#: exceed :data:`SAMPLED_MAX_NUMBERS`); "forward" is "auto" with the wider domain s² ≤ :data:`FORWARD_MAX_S2`, for a
+#: walk that reads only forward moments (``init="auto"``'s calibration, :mod:`sigprop.model.auto_init`).
+ATTENTION_APPROX = ("exact", "kedia", "sampled", "bounded", "auto", "forward")
+
+#: Largest draw (numbers, :func:`sampled_numbers`) for which "auto" takes the sampled rule where it samples; beyond,
+#: the bounded rule. Every preset's attention at its own size draws at most 10.5·10⁶ (d_in 256, L 128, 128 heads),
+#: so their predictions keep the sampled rule; a Llama-3-8B layer would draw 1.7·10¹⁰.
+SAMPLED_MAX_NUMBERS = 1 << 26
+
+
+def sampled_numbers(heads: int, L: int, d_in: int) -> int:
+    """The numbers the sampled rule draws for one configuration: per head the L × d_in input, its input-gradient
+    draw and the L × L dropout uniforms (:mod:`~sigprop.components.attention_sampled`)."""
+    return int(heads) * int(L) * (2 * int(d_in) + int(L))
 
 #: Largest s² at which "forward" uses the closed form. Up to here its forward variance and covariance stay within
 #: about one percent of the sampled rule, causal and bidirectional (the gradient drifts sooner: "auto"'s limits); the
@@ -121,19 +137,23 @@ CAUSAL_MAX_S2 = 0.5
 
 
 def resolve_approx(approx: str, m: Moments, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, causal: bool,
-                   rope: float | QueryKeyMap | None = None) -> str:
+                   rope: float | QueryKeyMap | None = None, L: Stat | None = None, heads: int = DEFAULT_HEADS) -> str:
     """The rule "auto" stands for at input ``m``: "sampled" if queries and keys are mapped (``rope``: rotary
     embedding, QK-norm, :mod:`~sigprop.components.query_key`) or if any s² exceeds
     :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; "forward" likewise with
-    :data:`FORWARD_MAX_S2`; other approximations are returned unchanged."""
+    :data:`FORWARD_MAX_S2`; where it would sample ``heads`` heads of length ``L`` (when given) drawing more than
+    :data:`SAMPLED_MAX_NUMBERS` numbers, "bounded". Other approximations are returned unchanged."""
     if approx not in ("auto", "forward"):
         return approx
-    if query_key_map(rope) is not None:
-        return "sampled"
-    var, r = _effective_input(m)
-    s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
-    limit = FORWARD_MAX_S2 if approx == "forward" else (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)
-    return "sampled" if np.any(s2 > limit) else "exact"
+    if query_key_map(rope) is None:
+        var, r = _effective_input(m)
+        s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
+        limit = FORWARD_MAX_S2 if approx == "forward" else (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)
+        if not np.any(s2 > limit):
+            return "exact"
+    if L is not None and sampled_numbers(heads, np.max(L), np.max(d_in)) > SAMPLED_MAX_NUMBERS:
+        return "bounded"
+    return "sampled"
 
 
 def _check_common(d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat, p: Stat,
@@ -185,9 +205,12 @@ def attention_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat
     causal "kedia" or rotary with a closed form.
     """
     d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope)
-    approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal, rope)
+    approx = resolve_approx(approx, m, d_in, sigma_q2, sigma_k2, causal, rope, L, heads)
     if approx == "sampled":
         return sampled_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed, rope)
+    if approx == "bounded":
+        return bounded_forward(m, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal,
+                               bounded_heads(heads, np.max(L), np.max(d_in), np.max(d_k)), seed, rope)
     var, r = _effective_input(m)
     v_o: Stat
     c_o: Stat
@@ -224,9 +247,12 @@ def attention_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: 
     Assumes: see the module docstring; the output gradient is zero-mean, Gaussian and independent of the input.
     """
     d_in, d_k, L, sqk2, sv2, p = _check_common(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, causal, approx, rope)
-    approx = resolve_approx(approx, m_in, d_in, sigma_q2, sigma_k2, causal, rope)
+    approx = resolve_approx(approx, m_in, d_in, sigma_q2, sigma_k2, causal, rope, L, heads)
     if approx == "sampled":
         return sampled_backward(g, m_in, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal, heads, seed, rope)
+    if approx == "bounded":
+        return bounded_backward(g, m_in, d_in, d_k, L, sigma_q2, sigma_k2, sv2, p, causal,
+                                bounded_heads(heads, np.max(L), np.max(d_in), np.max(d_k)), seed, rope)
     var, r = _effective_input(m_in)
     om = sv2 * d_k * g.var
     rg = g.corr
@@ -577,9 +603,9 @@ class MultiHeadAttention(nn.Module):
         f = lambda t: t.detach().cpu().double().numpy()  # noqa: E731
         return f(self.sigma_q) ** 2, f(self.sigma_k) ** 2, f(self.sigma_v) ** 2
 
-    def _rule(self, m: Moments) -> str:
+    def _rule(self, m: Moments, L: Stat, heads: int) -> str:
         sq, sk, _ = self._declared()
-        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.qk_map)
+        self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.qk_map, L, heads)
         return self.rule_used
 
     def forward_moments(self, m: Moments, L: Stat, attention_heads: int = DEFAULT_HEADS,
@@ -588,7 +614,7 @@ class MultiHeadAttention(nn.Module):
         rule used is kept in ``self.rule_used``. ``attention_heads`` / ``attention_seed``: the sampled rule's draw."""
         sq, sk, sv = self._declared()
         return mha_forward(m, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p, self.causal,
-                           self._rule(m), attention_heads, attention_seed, self.qk_map)
+                           self._rule(m, L, attention_heads), attention_heads, attention_seed, self.qk_map)
 
     def gram_forward(self, gram: torch.Tensor, key_mask: torch.Tensor | None = None,
                      attention_heads: int = DEFAULT_GRAM_HEADS, attention_seed: int = 0,
@@ -623,4 +649,5 @@ class MultiHeadAttention(nn.Module):
         """:func:`mha_backward` with the module's declared sigmas (see :meth:`forward_moments`)."""
         sq, sk, sv = self._declared()
         return mha_backward(g, m_in, self.n_heads, self.d_in, self.d_head, L, sq, sk, sv, self.dropout_p,
-                            self.causal, self._rule(m_in), attention_heads, attention_seed, self.qk_map)
+                            self.causal, self._rule(m_in, L, attention_heads), attention_heads, attention_seed,
+                            self.qk_map)

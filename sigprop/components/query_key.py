@@ -82,17 +82,18 @@ class QueryKeyMap:
             return t
         return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + self.norm_eps)
 
-    def rotate(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` (…, L, d_head) rotated by positions 0 … L − 1 on its first r coordinates (module docstring)."""
+    def rotate(self, t: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``t`` (…, L, d_head) rotated by positions 0 … L − 1 (or ``positions``, shape (L,)) on its first r
+        coordinates (module docstring)."""
         if self.theta is None:
             return t
         r = rotary_dims(t.shape[-1], self.rotary_fraction)
         if r == t.shape[-1]:
-            return apply_rope(t, self.theta)
-        return torch.cat((apply_rope(t[..., :r], self.theta), t[..., r:]), dim=-1)
+            return apply_rope(t, self.theta, positions)
+        return torch.cat((apply_rope(t[..., :r], self.theta, positions), t[..., r:]), dim=-1)
 
-    def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        return self.rotate(self.normalise(t))
+    def __call__(self, t: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.rotate(self.normalise(t), positions)
 
 
 def query_key_map(rope: float | QueryKeyMap | None) -> QueryKeyMap | None:

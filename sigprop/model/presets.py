@@ -12,6 +12,10 @@ docs/results/whole-models.md), so averaging over seeds is the honest comparison.
 preset on 2 CPU cores, most of it measuring and the rest the prediction's sampled attention heads:
 docs/results/performance.md. ``vit-preln`` and ``vit-dslm`` classify 8 of
 scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
+
+Three presets have production shapes instead (``llama3-8b``, ``llama3-70b``, ``gpt3-175b``): their theory answers in
+seconds (:func:`sigprop.predict` at any size: docs/scale.md), while measuring them needs an accelerator; their depth
+and sequence at a CPU's width are ``--set d_model=512`` away.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ __all__ = ["Preset", "PRESETS", "preset_config", "resolve_config"]
 
 _BASE = dict(arch="encoder", n_layers=192, d_model=256, n_heads=4, dropout=0.1, activation="relu",
              norm="layernorm", seq_len=128, max_len=128, vocab_size=8192)
+
+
+#: What the Llama 3 presets share (Grattafiori et al. 2024; Hugging Face's LlamaConfig of the published checkpoints).
+_LLAMA3 = dict(arch="decoder", n_kv_heads=8, activation="swiglu", norm="rmsnorm", norm_eps=1e-5, position="rope",
+               rope_theta=500000.0, dropout=0.0, tie_head=False, vocab_size=128256, seq_len=8192, max_len=8192,
+               init="bert", initializer_range=0.02)
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,23 @@ PRESETS = {
                                norm="rmsnorm", norm_eps=1e-6, position="rope", dropout=0.0, tie_head=False,
                                init="bert", initializer_range=0.02),
                           figure="Touvron et al. 2023 (Llama)"),
+    "llama3-8b": Preset("Llama-3-8B's published shape: 32 layers of d = 4096, 32 query heads of 128 sharing 8 key/value "
+                        "heads, SwiGLU (d_ff = 14336), RMSNorm (eps 1e-5), rotary positions (base 500 000), vocabulary "
+                        "128 256, 8192 tokens, no dropout, an untied head, every matrix N(0, 0.02²); theory only at this "
+                        "size (measuring it needs a GPU: --set d_model=512 for a CPU-sized model of its depth)",
+                        dict(_LLAMA3, n_layers=32, d_model=4096, n_heads=32, d_ff=14336), seeds=1, batch_size=1,
+                        figure="Grattafiori et al. 2024 (Llama 3)"),
+    "llama3-70b": Preset("Llama-3-70B's published shape: 80 layers of d = 8192, 64 query heads of 128 sharing 8 "
+                         "key/value heads, SwiGLU (d_ff = 28672), otherwise as llama3-8b",
+                         dict(_LLAMA3, n_layers=80, d_model=8192, n_heads=64, d_ff=28672), seeds=1, batch_size=1,
+                         figure="Grattafiori et al. 2024 (Llama 3)"),
+    "gpt3-175b": Preset("A GPT-3-175B-like decoder: 96 Pre-LN layers of d = 12288, 96 heads of 128, GELU (d_ff = 4d), "
+                        "LayerNorm, learned positions, vocabulary 50 257, 2048 tokens, dropout 0.1, a tied head, every "
+                        "matrix N(0, 0.02²)",
+                        dict(arch="decoder", n_layers=96, d_model=12288, n_heads=96, activation="gelu",
+                             norm="layernorm", norm_position="pre", position="learned", dropout=0.1, tie_head=True,
+                             vocab_size=50257, seq_len=2048, max_len=2048, init="bert", initializer_range=0.02),
+                        seeds=1, batch_size=1, figure="Brown et al. 2020 (GPT-3)"),
     "vit-preln": Preset("Pre-LN ViT, Xavier: the patch model of vit-dslm without DeepScaleLM: forward variance "
                         "grows linearly, the gradient towards the input (App. H's baseline)",
                         dict(input="patches", image_size=32, patch_size=4, channels=1, n_classes=10, seq_len=64,

@@ -29,6 +29,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from ..components.attention_bounded import DEFAULT_QUERIES, bounded_heads
 from ..components.draws import DEFAULT_HEADS
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.profile import Profile, Row
@@ -262,6 +263,11 @@ class Prediction:
         meta["attention_rule"], sampled = _attention_rules(self.model)
         if sampled:
             meta["attention_rule"] += f" ({self.heads} heads per layer, seed {self.seed}, one stream per layer)"
+        if "bounded" in meta["attention_rule"]:
+            meta["attention_rule"] += (f" (bounded: {DEFAULT_QUERIES} query positions in each of "
+                                       f"{_bounded_heads(self.model, self.heads, self.L)} heads per layer, in the "
+                                       "2·d_head input coordinates that reach the scores; seed "
+                                       f"{self.seed}, one stream per layer)")
         if self.resolved:
             fwd_rows.update(cast(dict[Site, Moments], self._gram_rows))  # pooled
             meta["forward_state"] = self._gram_state
@@ -442,7 +448,8 @@ def _attention_rules(model: Transformer) -> tuple[str, bool]:
     memory is named cross-attention), as one line, and whether any layer's rule was the sampled one."""
     rules: dict[str, list[int]] = {}
     sampled = False
-    names = {"exact": "closed form", "sampled": "sampled", "kedia": "the paper's form"}
+    names = {"exact": "closed form", "sampled": "sampled", "bounded": "bounded Monte Carlo",
+             "kedia": "the paper's form"}
     for layer in model.all_layers():
         module: Any  # one that declares sampled rules has rule_used
         for module in layer.modules():
@@ -452,6 +459,12 @@ def _attention_rules(model: Transformer) -> tuple[str, bool]:
                 rules.setdefault(kind + names.get(module.rule_used, module.rule_used), []).append(layer.index)
                 sampled = sampled or module.rule_used == "sampled"
     return "; ".join(f"{k}: {_ranges(v)}" for k, v in rules.items()) or "none", sampled
+
+
+def _bounded_heads(model: Transformer, heads: int, L: int) -> str:
+    """The heads the bounded rule draws per layer (:func:`~sigprop.components.attention_bounded.bounded_heads`)."""
+    c = model.config
+    return str(bounded_heads(heads, L, c.d_model, c.d_head))
 
 
 def _ranges(idx: list[int]) -> str:

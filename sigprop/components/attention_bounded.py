@@ -110,51 +110,53 @@ def _mean_direction(a: int, d: int, gen: torch.Generator) -> tuple[torch.Tensor,
 def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
     """Per-unit statistics of one head (module docstring), each before the value and gradient scales: forward
     E|o|²/d_in and E[o_i·o_j]/d_in; the input gradient's variance and covariance for an independent ("in") and a
-    shared ("sh") unit output gradient; and the queries' mean score variance."""
+    shared ("sh") unit output gradient; and the queries' mean score variance. The L × a tensors are float32 (the
+    draws' own resolution, :func:`~sigprop.components.draws.standard_normal`); every statistic is summed in
+    float64."""
     a = min(d_in, 2 * d_k)
     rest = d_in - a
     rho, tau = corr * var, (1.0 - corr) * var
     queries = torch.sort(torch.randperm(L, generator=gen)[:m]).values
     n_tok = int(queries[-1]) + 1 if causal else L
-    r = _bartlett(a, 2 * d_k, d_in, gen)
+    r = _bartlett(a, 2 * d_k, d_in, gen).float()
     unit, mean_rest = _mean_direction(a, d_in, gen)
-    shared = mean * math.sqrt(d_in) * unit + math.sqrt(rho) * standard_normal((a,), gen)
+    shared = (mean * math.sqrt(d_in) * unit + math.sqrt(rho) * standard_normal((a,), gen)).float()
     energy_rest = mean * mean * d_in * mean_rest + rest * rho  # E|m⊥ + c⊥|²
-    x = (shared + math.sqrt(tau) * standard_normal((n_tok, a), gen)).requires_grad_(True)
+    x = (shared + math.sqrt(tau) * _normal32((n_tok, a), gen)).requires_grad_(True)
     k = x[:, :min(a, d_k)] @ (math.sqrt(sk) * r[:min(a, d_k), :d_k])
     q = x[queries] @ (math.sqrt(sq) * r[:, d_k:])
     qk = query_key_map(rope)
     if qk is not None:
-        k, q = qk(k), qk(q, queries.to(torch.float64))
+        k, q = qk(k), qk(q, queries.to(torch.float32))
     s = q @ k.transpose(0, 1) / math.sqrt(d_k)
-    s2 = float(s.detach().var(dim=-1).mean())
+    s2 = float(s.detach().double().var(dim=-1).mean())
     if causal:
         s = s.masked_fill(torch.arange(n_tok)[None, :] > queries[:, None], float("-inf"))
     att = torch.softmax(s, dim=-1)
     if p > 0.0:
-        att = att * (uniform((m, n_tok), gen) >= p).to(torch.float64) / (1.0 - p)
+        att = att * ((uniform((m, n_tok), gen) >= p).to(torch.float32) / (1.0 - p))
     o = att @ x
 
     with torch.no_grad():
-        t = att.sum(-1)
-        pair = att @ att.transpose(0, 1)
-        gram = o @ o.transpose(0, 1) + energy_rest * torch.outer(t, t) + rest * tau * pair
+        a64, o64 = att.double(), o.double()
+        t = a64.sum(-1)
+        gram = o64 @ o64.transpose(0, 1) + energy_rest * torch.outer(t, t) + rest * tau * (a64 @ a64.transpose(0, 1))
+        own, total_t, col = float((a64 * a64).sum()), float((t * t).sum()), a64.sum(0)
 
-    gamma = standard_normal((a,), gen)
-    h_rest = math.sqrt(energy_rest) * float(standard_normal((1,), gen)) + math.sqrt(rest * tau) * standard_normal(
+    gamma = _normal32((a,), gen)
+    h_rest = math.sqrt(energy_rest) * float(standard_normal((1,), gen)) + math.sqrt(rest * tau) * _normal32(
         (n_tok,), gen)
     per_query = o @ gamma + att @ h_rest  # ⟨γ, o_i⟩ for the unit output gradient γ (its ⊥ part through h⊥)
-    own, total_t, col = float((att.detach() ** 2).sum()), float((t * t).sum()), att.detach().sum(0)
     g_shared = torch.autograd.grad(per_query.sum(), x, retain_graph=True)[0]
     sq_sh, tot_sh = _sums(g_shared, rest * float((col * col).sum()), rest * float(t.sum()) ** 2)
     if m < L:  # the per-query part of the shared gradient, from the same γ with a random sign per query
-        sign = torch.randint(0, 2, (m,), generator=gen).to(torch.float64) * 2.0 - 1.0
+        sign = torch.randint(0, 2, (m,), generator=gen).to(torch.float32) * 2.0 - 1.0
         g_sign = torch.autograd.grad((sign * per_query).sum(), x, retain_graph=True)[0]
         sq_sign, tot_sign = _sums(g_sign, rest * own, rest * total_t)
     # an independent output gradient per query
-    w = standard_normal((m, a), gen)
-    h_rest = (math.sqrt(energy_rest) * standard_normal((m, 1), gen)
-              + math.sqrt(rest * tau) * standard_normal((m, n_tok), gen))
+    w = _normal32((m, a), gen)
+    h_rest = (math.sqrt(energy_rest) * _normal32((m, 1), gen)
+              + math.sqrt(rest * tau) * _normal32((m, n_tok), gen))
     g_in = torch.autograd.grad((o * w).sum() + (att * h_rest).sum(), x)[0]
     sq_in, tot_in = _sums(g_in, rest * own, rest * total_t)
     off = float(gram.sum() - gram.diagonal().sum())
@@ -169,9 +171,16 @@ def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
     return out
 
 
+def _normal32(shape: tuple, generator: torch.Generator) -> torch.Tensor:
+    """Standard-normal float32 draws (the numbers :func:`~sigprop.components.draws.standard_normal` makes, kept in
+    float32)."""
+    return torch.randn(*shape, generator=generator, dtype=torch.float32)
+
+
 def _sums(g: torch.Tensor, square_rest: float, total_rest: float) -> tuple[float, float]:
     """(Σ_k |g_k|², |Σ_k g_k|²) of an input gradient over the tokens, its first a coordinates from ``g`` and the
     others' expectations given."""
+    g = g.double()
     return float((g * g).sum()) + square_rest, float(g.sum(0).pow(2).sum()) + total_rest
 
 

@@ -23,6 +23,8 @@ Attention's moment rules with RoPE are the sampled ones (:mod:`~sigprop.componen
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 
@@ -52,12 +54,27 @@ def apply_rope(t: torch.Tensor, theta: float = ROPE_THETA, positions: torch.Tens
     """Rotate ``t`` (…, L, d_head) by positions 0 … L − 1 (or ``positions``, shape (L,)): t·cos + rotate_half(t)·sin
     with rotate_half([a, b]) = [−b, a] over the two halves of the last axis (module docstring)."""
     e = t.shape[-1]
-    freqs = torch.as_tensor(rope_frequencies(e, theta), dtype=t.dtype, device=t.device)
-    pos = torch.arange(t.shape[-2], dtype=t.dtype, device=t.device) if positions is None else positions.to(t.dtype)
-    angle = pos[:, None] * freqs[None, :]
-    cos, sin = torch.cos(angle).repeat(1, 2), torch.sin(angle).repeat(1, 2)
+    if positions is None:
+        cos, sin = _rope_table(t.shape[-2], e, float(theta), t.dtype, t.device)
+    else:
+        cos, sin = _rope_angles(positions.to(t.dtype), e, theta)
     a, b = t[..., : e // 2], t[..., e // 2:]
     return t * cos + torch.cat((-b, a), dim=-1) * sin
+
+
+def _rope_angles(pos: torch.Tensor, e: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of every position's angles, each (L, e): the two halves of a head turn by the same angles."""
+    freqs = torch.as_tensor(rope_frequencies(e, theta), dtype=pos.dtype, device=pos.device)
+    angle = pos[:, None] * freqs[None, :]
+    return torch.cos(angle).repeat(1, 2), torch.sin(angle).repeat(1, 2)
+
+
+@lru_cache(maxsize=8)
+def _rope_table(n: int, e: int, theta: float, dtype: torch.dtype,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_rope_angles` of positions 0 … n − 1, kept for the next call of the same sizes (a sweep rotates every
+    layer's sampled keys at the same positions)."""
+    return _rope_angles(torch.arange(n, dtype=dtype, device=device), e, theta)
 
 
 def rope_score_correlation(gap: Stat, d_head: int, theta: float = ROPE_THETA) -> Stat:

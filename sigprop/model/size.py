@@ -7,24 +7,38 @@ projection, dropout masks, the FFN's hidden layer twice), plus 2·H·L² per seq
 and their dropout mask, times 1.5 for what the estimate leaves out (a 192-layer preset, d = 256, 4 × 128 tokens:
 estimated 3.9 GB, measured peak 4.8 GB); the theory's model keeps its weight matrices on the meta device and costs
 about 40 kB of Python objects per layer, plus for a token-resolved sweep three B × L × L float64 matrices per layer,
-and the sampled attention rule's draws (per head, float64 inputs of L × d and Q, K weights of d × d_head).
+and one layer's attention draws at a time: the sampled rule's (per head, float64 inputs of L × d and Q, K weights of
+d × d_head), or where those would exceed
+:data:`~sigprop.components.attention.SAMPLED_MAX_NUMBERS` the bounded rule's (one head of L × 2·d_head float32
+coordinates with its autograd graph: :func:`~sigprop.components.attention_bounded.bounded_numbers`). The estimate
+against the measured peak of ``sigprop predict`` at production sizes: docs/scale.md.
+
+The token-resolved sweep is the default for a batch only where it is cheap (:func:`resolved_by_default`): its Gram
+matrices, kept for every layer, within :data:`RESOLVED_DEFAULT_BYTES`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..components.attention import SAMPLED_MAX_NUMBERS, sampled_numbers
+from ..components.attention_bounded import bounded_numbers
+from ..components.draws import DEFAULT_HEADS
 from ..components.factory import GATED_ACTIVATIONS
 
 if TYPE_CHECKING:
     from .config import TransformerConfig
 
-__all__ = ["parameter_count", "measure_bytes", "theory_bytes", "available_bytes", "check_fits"]
+__all__ = ["parameter_count", "measure_bytes", "theory_bytes", "available_bytes", "check_fits", "gram_bytes",
+           "resolved_by_default", "RESOLVED_DEFAULT_BYTES"]
 
 #: What the activation estimate leaves out, as a factor (module docstring).
 SLACK = 1.5
 #: Python objects of the theory's model, per layer (measured with tracemalloc: ~36 kB at any width).
 THEORY_LAYER_BYTES = 40_000
+#: Largest total of Gram matrices (bytes, every layer) for which a batch's prediction is token-resolved by default:
+#: 1 GB, thirty times what the presets' batches need (decoder-preln: 0.30 GB; llama-preln: 0.08 GB).
+RESOLVED_DEFAULT_BYTES = 1_000_000_000
 
 
 def parameter_count(config: TransformerConfig) -> int:
@@ -52,14 +66,34 @@ def measure_bytes(config: TransformerConfig, batch_size: int) -> int:
     return int(4 * parameter_count(config) + SLACK * 4 * config.total_layers * per_layer)
 
 
-def theory_bytes(config: TransformerConfig, batch_size: int = 0, heads: int = 128) -> int:
+def gram_bytes(config: TransformerConfig, batch_size: int) -> int:
+    """Bytes of the token-resolved sweep's Gram matrices for a batch of ``batch_size`` sequences: three B × L × L
+    float64 matrices per layer, kept for the backward sweep."""
+    return int(config.total_layers * 3 * 8 * batch_size * config.seq_len**2)
+
+
+def resolved_by_default(config: TransformerConfig, batch_size: int) -> bool:
+    """Whether a prediction on a batch of ``batch_size`` sequences is token-resolved when not told: where its Gram
+    matrices (:func:`gram_bytes`) stay within :data:`RESOLVED_DEFAULT_BYTES`."""
+    return gram_bytes(config, batch_size) <= RESOLVED_DEFAULT_BYTES
+
+
+def theory_bytes(config: TransformerConfig, batch_size: int = 0, heads: int = DEFAULT_HEADS,
+                 token_resolved: bool | None = None) -> int:
     """Bytes of a prediction of ``config``: the theory's model, with a batch of ``batch_size`` sequences the
-    token-resolved sweep's Gram matrices, and the sampled attention rule's draws for ``heads`` heads (float64 inputs
-    and Q, K weights, kept for a layer's forward and backward, twice for autograd; module docstring)."""
-    grams = 3 * 8 * batch_size * config.seq_len**2
-    L, d = config.seq_len, config.d_model
-    draws = 2 * 8 * heads * (L * (2 * d + L) + 2 * d * config.d_head)
-    return int(config.total_layers * (THEORY_LAYER_BYTES + grams) + draws)
+    token-resolved sweep's Gram matrices (where it is the default, :func:`resolved_by_default`, or asked for with
+    ``token_resolved=True``), and one layer's attention draws for ``heads`` heads: the sampled rule's (float64
+    inputs and Q, K weights, twice for autograd), or the bounded rule's where the sampled one's would not fit (module
+    docstring)."""
+    resolved = batch_size > 0 and token_resolved is not False and (token_resolved or
+                                                                   resolved_by_default(config, batch_size))
+    grams = gram_bytes(config, batch_size) if resolved else 0
+    L, d, e = config.seq_len, config.d_model, config.d_head
+    if sampled_numbers(heads, L, d) <= SAMPLED_MAX_NUMBERS:
+        draws = 2 * 8 * heads * (L * (2 * d + L) + 2 * d * e)
+    else:
+        draws = 8 * bounded_numbers(heads, L, d, e)
+    return int(config.total_layers * THEORY_LAYER_BYTES + grams + draws)
 
 
 def available_bytes() -> int | None:

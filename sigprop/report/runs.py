@@ -272,7 +272,8 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     config, preset = request.model()
     batch_size, notes = request.batch_size_for(preset), []
     use_batch = request.data is not None or request.real or request.synthetic or config.input == "patches"
-    check_fits(theory_bytes(config, batch_size if use_batch else 0), f"predicting {config.total_layers} layers")
+    check_fits(theory_bytes(config, batch_size if use_batch else 0, request.attention_heads, request.token_resolved),
+               f"predicting {config.total_layers} layers")
     batch = None
     if use_batch:
         config, batch = _batch(config, request, batch_size, progress, notes)
@@ -391,7 +392,8 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
     else:
         config, preset = request.model()
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
-        check_fits(max(measure_bytes(config, batch_size), theory_bytes(config, batch_size)),
+        check_fits(max(measure_bytes(config, batch_size),
+                       theory_bytes(config, batch_size, request.attention_heads, request.token_resolved)),
                    f"comparing a model of {config.total_layers} layers")
         stored, saved = None, request.saved(config)
         if request.hf is None:
@@ -461,7 +463,8 @@ def run_inits(request: Request, inits: list[str] | None = None, depths: list[int
         raise ValueError("--plot draws each scheme's change with depth: give --depths two or more depths, e.g. "
                          "12,48,192")
     batch_size, batch = request.batch_size_for(preset), None
-    check_fits(theory_bytes(config.replace(n_layers=max(layer_counts)), batch_size),
+    check_fits(theory_bytes(config.replace(n_layers=max(layer_counts)), batch_size, request.attention_heads,
+                            request.token_resolved),
                f"predicting {max(layer_counts)} layers")
     if request.data is not None or request.real or request.synthetic or config.input == "patches":
         config, batch = _batch(config, request, batch_size, progress, [])

@@ -37,6 +37,7 @@ from ..core.validate import integer_value
 from ..model.config import TransformerConfig
 from ..model.init import InitPlan
 from ..model.objective import check_model_inputs
+from ..model.size import gram_bytes, resolved_by_default
 from ..model.transformer import Transformer
 from ..walk.exchangeable import EXCHANGEABLE
 from ..walk.walker import Site
@@ -98,18 +99,21 @@ def resolved_labels(config: TransformerConfig, token_ids: torch.Tensor, labels: 
 
 
 def prediction_steps(config: TransformerConfig, token_ids_given: bool = False,
-                     token_resolved: bool | None = None, labels_given: bool = False, gradients: bool = True) -> int:
+                     token_resolved: bool | None = None, labels_given: bool = False, gradients: bool = True,
+                     batch_size: int = 1) -> int:
     """The number of ``progress`` steps a prediction reports: a layer per sweep. Exchangeable: forward and
     backward. Token-resolved (token ids given, model covered): forward and backward, both token-resolved for a
     decoder and a patch model (its images given as ``token_ids_given``), or for an encoder with ``labels_given``
     and ``token_resolved=True``; else the token-resolved forward on top of both exchangeable sweeps.
-    ``gradients=False``: the forward sweeps only."""
+    ``gradients=False``: the forward sweeps only. ``batch_size``: the batch's sequences (the token-resolved sweep is
+    the default only where it is cheap, :func:`~sigprop.model.size.resolved_by_default`)."""
     sweeps = 2 if gradients else 1
     # which token mixers the model holds does not depend on its depth or scheme: a one-layer model of its kinds says
     kinds = config.replace(n_layers=1, n_decoder_layers=1 if config.arch == "encoder_decoder" else None,
                            init="xavier")
     covered = resolved_supported(Transformer(kinds, sample=False)) is None
-    resolved = token_ids_given and token_resolved is not False and covered
+    resolved = token_ids_given and token_resolved is not False and covered and (
+        token_resolved or resolved_by_default(config, batch_size))
     both = config.arch == "decoder" or config.input == "patches" or (labels_given and token_resolved)
     if resolved and both:
         return sweeps * config.n_layers
@@ -164,6 +168,7 @@ class Prediction:
         self._gram_grads: _GradRows | None = None  # the token-resolved backward rows (from the loss)
 
     def _use_resolved(self, batch_input: torch.Tensor | None, token_resolved: bool | None) -> bool:
+        self.resolved_note: str | None = None  # why a batch's prediction is not token-resolved by default
         if token_resolved is False:
             return False
         reason: str | None
@@ -175,6 +180,11 @@ class Prediction:
             reason = resolved_supported(self.model)
         if reason is not None and token_resolved:
             raise ValueError(f"token_resolved=True: not available for this model ({reason})")
+        if reason is None and token_resolved is None and not resolved_by_default(self.config, len(batch_input)):
+            gb = gram_bytes(self.config, len(batch_input)) / 1e9
+            self.resolved_note = (f"exchangeable: the token-resolved sweep's Gram matrices would take {gb:.3g} GB "
+                                  "(token_resolved=True, --token-resolved, asks for them)")
+            return False
         return reason is None
 
     # -- progress ------------------------------------------------------------------------------------------------
@@ -276,6 +286,8 @@ class Prediction:
         else:
             meta["forward_state"] = _EXCHANGEABLE_FORWARD
             meta["backward_state"] = "exchangeable tokens"
+            if self.resolved_note is not None:
+                meta["token_resolved"] = self.resolved_note
         if self.config.arch != "encoder":
             meta["caveat"] = DECODER_CAVEAT
         return _profile(self.config, fwd_rows, grad_rows, meta, self.model.plan)
@@ -343,12 +355,15 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
     sweeps are exchangeable (an encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer
     are averages over positions, as the measurement's are (``meta["caveat"]``).
 
-    Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (bidirectional,
-    score variance s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`), else the sampled rule
-    (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, and a decoder's causal
-    attention), each layer drawing from a seed of its own derived from ``attention_seed``
-    (:func:`~sigprop.components.draws.layer_seed`). The sampled rule dominates a prediction's time (its cost per
-    layer against its number of heads: the results page bench-attention-sampled.txt).
+    Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (score variance
+    s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`, causal
+    :data:`~sigprop.components.attention.CAUSAL_MAX_S2`, no rotary positions or QK-norm), else the sampled rule
+    (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, rotary positions), or where
+    its draws would exceed :data:`~sigprop.components.attention.SAMPLED_MAX_NUMBERS` (production widths and
+    sequences) the same expectation at bounded cost (:mod:`~sigprop.components.attention_bounded`); each layer draws
+    from a seed of its own derived from ``attention_seed`` (:func:`~sigprop.components.draws.layer_seed`). Sampling
+    dominates a prediction's time (the sampled rule's cost per layer against its number of heads: the results page
+    bench-attention-sampled.txt; the bounded rule's: docs/scale.md).
 
     Token-resolved moments (``token_resolved``): the forward rows carry each sequence's token Gram matrix instead of
     one correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling
@@ -396,9 +411,11 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
         gradients: False runs the forward sweeps only (every gradient column 0 / NaN).
         attention_heads: heads per layer that the sampled attention rule draws.
         attention_seed: the seed each layer's draws derive from.
-        token_resolved: use the token-resolved state (default: whenever ``token_ids`` are given and every token
-            mixer has a Gram rule, :func:`~sigprop.theory.resolved.resolved_supported`; for an encoder's backward
-            sweep only when True; where it is more accurate, and where not: :func:`resolved_labels`).
+        token_resolved: use the token-resolved state (default: whenever ``token_ids`` are given, every token
+            mixer has a Gram rule, :func:`~sigprop.theory.resolved.resolved_supported`, and its Gram matrices are
+            cheap, :func:`~sigprop.model.size.resolved_by_default`, else ``meta["token_resolved"]`` says why not; for
+            an encoder's backward sweep only when True; where it is more accurate, and where not:
+            :func:`resolved_labels`).
         progress: ``progress(k)`` is called after every k layers of each sweep (:func:`prediction_steps` in all).
 
     Returns:

@@ -92,3 +92,35 @@ def test_score_path_weight_against_monte_carlo(s2, L):
     for pred, row in ((p2, p2row), (k, k_row), (q, p2row * p2row)):
         est, se = mc_mean(row)
         assert abs(pred - est) <= Z * se, (pred, est, se)
+
+
+@pytest.mark.parametrize("s2,kappa,L", [(0.1, 0.02, 2), (0.5, 0.3, 37), (1.2, 0.0, 200)])
+def test_pair_sums_equal_the_double_sum_over_key_counts(s2, kappa, L):
+    """The running-sum form of the pair sums is the double sum Σ_{a<b} over the key counts of two positions of
+    :func:`_pair_weight`, to rounding."""
+    from sigprop.components.attention_causal import _pair_sums, _pair_weight
+
+    ek = math.exp(kappa + 0.01)
+    n = np.arange(1.0, L + 1.0)
+    a, b = np.meshgrid(n, n, indexing="ij")
+    w = np.where(a < b, _pair_weight(s2, kappa, ek, a, b), 0.0)
+    shared, keys = _pair_sums(s2, kappa, ek, float(L))
+    assert shared == pytest.approx(2.0 * np.sum(a * w), rel=1e-12)
+    assert keys == pytest.approx(2.0 * np.sum((a - 1.0) * w), rel=1e-12, abs=1e-300)
+
+
+@pytest.mark.parametrize("sqk2", [1e-8, 5e-8, 1.2e-7])  # s² = 0.12, 0.59, 1.4 at d_in 4096, r 0.3
+def test_long_sequences_interpolate_the_softmax_terms_between_quadrature_nodes(sqk2):
+    """Beyond EXACT_KEY_COUNTS the per-query P2, K and Q come from a spline between quadrature nodes: against the
+    quadrature at every key count (n ≥ 2; n = 1 is set exactly by the rules), relative error below 1e-7."""
+    from sigprop.components.attention_causal import EXACT_KEY_COUNTS, _configurations
+    from sigprop.components.attention_theory import attention_terms
+
+    L = EXACT_KEY_COUNTS + 300
+    args = [np.asarray(v, dtype=np.float64) for v in (1.0, 0.3, 4096.0, 128.0, float(L), sqk2, 0.1)]
+    spline = _configurations(*args)[0]
+    n = np.arange(1.0, L + 1.0)
+    exact = attention_terms(*(v[..., None] for v in args[:4]), n, args[5][..., None], args[6][..., None])
+    for name in ("P2", "K", "Q"):
+        rel = np.abs(getattr(spline, name)[1:] / getattr(exact, name)[1:] - 1.0)
+        assert np.max(rel) < 1e-7, (name, np.max(rel))

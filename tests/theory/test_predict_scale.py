@@ -1,0 +1,75 @@
+"""Predictions at production sizes: bounded time and memory (the bounded attention rule, the causal closed form at
+any sequence length), and the token-resolved sweep left for batches where it is cheap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from sigprop.model.presets import preset_config
+from sigprop.theory.predict import Prediction
+
+_CHILD = """
+import json, resource, sys, time
+import sigprop
+from sigprop.model.presets import preset_config
+config = preset_config(sys.argv[1]).replace(**json.loads(sys.argv[2]))
+start = time.perf_counter()
+profile = sigprop.predict(config)
+print(json.dumps({"seconds": time.perf_counter() - start, "rule": profile.meta["attention_rule"],
+                  "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def _predict_in_a_process(preset: str, **overrides) -> dict:
+    """``sigprop.predict`` of a preset in a fresh process: its seconds, attention rule and peak resident memory."""
+    run = subprocess.run([sys.executable, "-c", _CHILD, preset, json.dumps(overrides)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_a_llama3_70b_layer_is_predicted_in_bounded_time_and_memory():
+    """Four layers of Llama-3-70B's shape (d 8192, 8192 tokens, rotary, grouped-query heads): the bounded rule, in
+    under a minute on a loaded 2-core machine (about 0.4 s a layer when idle: docs/scale.md) and under 2 GB."""
+    out = _predict_in_a_process("llama3-70b", n_layers=4)
+    assert "bounded Monte Carlo: layers 0-3" in out["rule"]
+    assert out["seconds"] < 60.0
+    assert out["peak_kb"] < 2_000_000
+
+
+@pytest.mark.slow
+def test_llama3_70b_is_predicted_in_bounded_time_and_memory():
+    """The whole preset, 80 layers: 31 s on this machine when idle (docs/scale.md); a generous bound."""
+    out = _predict_in_a_process("llama3-70b")
+    assert out["seconds"] < 180.0 and out["peak_kb"] < 2_000_000
+
+
+def test_a_long_batch_keeps_the_exchangeable_sweep_unless_asked():
+    """8 layers at 4096 tokens: the Gram matrices would take 3.2 GB, so a batch's prediction is exchangeable by
+    default and says why; asked for, it is token-resolved."""
+    config = preset_config("llama-preln").replace(n_layers=8, seq_len=4096, max_len=4096)
+    ids = torch.randint(1, config.vocab_size, (1, 4096))
+    default = Prediction(config, token_ids=ids)
+    assert not default.resolved and "3.22 GB" in default.resolved_note
+    assert Prediction(config, token_ids=ids, token_resolved=True).resolved
+
+
+def test_gpt3_175b_sized_causal_closed_form_is_fast():
+    """A GPT-3-175B-shaped decoder past its first layers (learned positions, small scores there): the causal closed
+    form at 2048 tokens per layer in well under a second (O(L), interpolated softmax terms)."""
+    from sigprop.components.attention import attention_backward, attention_forward
+    from sigprop.core.moments import GradMoments, Moments
+
+    c = preset_config("gpt3-175b")
+    m = Moments(0.0, 1.0, 0.9)
+    start = time.perf_counter()
+    f = attention_forward(m, c.d_model, c.d_head, c.seq_len, 1e-9, 1e-9, 4e-4, 0.1, causal=True, approx="auto")
+    b = attention_backward(GradMoments(1.0, 0.1), m, c.d_model, c.d_head, c.seq_len, 1e-9, 1e-9, 4e-4, 0.1,
+                           causal=True, approx="auto")
+    assert time.perf_counter() - start < 5.0
+    assert float(f.var) > 0.0 and float(b.var) > 0.0

@@ -15,7 +15,7 @@ scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 token
 
 Three presets have production shapes instead (``llama3-8b``, ``llama3-70b``, ``gpt3-175b``): their theory answers in
 seconds (:func:`sigprop.predict` at any size: docs/scale.md), while measuring them needs an accelerator; their depth
-and sequence at a CPU's width are ``--set d_model=512`` away.
+at a CPU's width is a few ``--set`` away (docs/scale.md, "Against measurement at a CPU's width").
 """
 
 from __future__ import annotations
@@ -76,10 +76,11 @@ PRESETS = {
                                norm="rmsnorm", norm_eps=1e-6, position="rope", dropout=0.0, tie_head=False,
                                init="bert", initializer_range=0.02),
                           figure="Touvron et al. 2023 (Llama)"),
-    "llama3-8b": Preset("Llama-3-8B's published shape: 32 layers of d = 4096, 32 query heads of 128 sharing 8 key/value "
-                        "heads, SwiGLU (d_ff = 14336), RMSNorm (eps 1e-5), rotary positions (base 500 000), vocabulary "
-                        "128 256, 8192 tokens, no dropout, an untied head, every matrix N(0, 0.02²); theory only at this "
-                        "size (measuring it needs a GPU: --set d_model=512 for a CPU-sized model of its depth)",
+    "llama3-8b": Preset("Llama-3-8B's published shape: 32 layers of d = 4096, 32 query heads of 128 sharing 8 "
+                        "key/value heads, SwiGLU (d_ff = 14336), RMSNorm (eps 1e-5), rotary positions (base 500 000), "
+                        "vocabulary 128 256, 8192 tokens, no dropout, an untied head, every matrix N(0, 0.02²); theory "
+                        "only at this size (measuring it needs an accelerator; --set d_model=256 --set n_heads=4 "
+                        "--set n_kv_heads=1 --set d_ff=896 gives a CPU-sized model of its depth)",
                         dict(_LLAMA3, n_layers=32, d_model=4096, n_heads=32, d_ff=14336), seeds=1, batch_size=1,
                         figure="Grattafiori et al. 2024 (Llama 3)"),
     "llama3-70b": Preset("Llama-3-70B's published shape: 80 layers of d = 8192, 64 query heads of 128 sharing 8 "

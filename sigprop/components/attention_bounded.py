@@ -45,7 +45,7 @@ by its own position (:mod:`~sigprop.components.rope`), QK-norm normalises each, 
 Cost: O(S·L·a·(d_k + m)) and S·L·a numbers per configuration, for S heads of m queries. Accuracy: unbiased for the
 variances and covariances like the sampled rule; a correlation is a ratio of means (bias O(1/S)). The standard errors
 over heads come with every estimate. What the subsampling costs in noise against the full rule at sizes where both
-run: the accuracy page, docs/scale.md (``bench/attention_bounded.py``).
+run: the production-sizes page, docs/results/scale.md (``bench/attention_bounded.py``).
 
 Assumes what the sampled rule assumes (Gaussian input of token correlation r ∈ [0, 1] and no hidden correlation,
 initialisation-time independence, an output gradient independent of the forward pass).
@@ -85,7 +85,7 @@ def bounded_numbers(heads: int, L: int, d_in: int, d_k: int, queries: int = DEFA
     """Float64-sized numbers the bounded rule holds at once, for one head (heads are drawn one after another): its
     L × a tokens, keys, the queries' scores and probabilities, three input gradients and their float64 sums, and
     autograd's saved tensors, about 14 L × a in all; the memory estimate's unit (:mod:`sigprop.model.size`; against
-    the measured peak: docs/scale.md)."""
+    the measured peak: docs/results/scale.md)."""
     a, m = min(int(d_in), 2 * int(d_k)), min(int(queries), int(L))
     return int(L) * (14 * a + 2 * int(d_k) + 6 * m)
 

@@ -14,8 +14,9 @@ docs/results/performance.md. ``vit-preln`` and ``vit-dslm`` classify 8 of
 scikit-learn's digits (32 × 32 pixels, 64 patches of 4 × 4: the same 512 tokens a batch).
 
 Three presets have production shapes instead (``llama3-8b``, ``llama3-70b``, ``gpt3-175b``): their theory answers in
-seconds (:func:`sigprop.predict` at any size: docs/scale.md), while measuring them needs an accelerator; their depth
-at a CPU's width is a few ``--set`` away (docs/scale.md, "Against measurement at a CPU's width").
+seconds (:func:`sigprop.predict` at any size: docs/results/scale.md), while measuring them needs an accelerator;
+their depth at a CPU's width is a few ``--set`` away (docs/results/scale.md, "Against measurement at a CPU's
+width").
 """
 
 from __future__ import annotations

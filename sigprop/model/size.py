@@ -11,7 +11,7 @@ and one layer's attention draws at a time: the sampled rule's (per head, float64
 d × d_head), or where those would exceed
 :data:`~sigprop.components.attention.SAMPLED_MAX_NUMBERS` the bounded rule's (one head of L × 2·d_head float32
 coordinates with its autograd graph: :func:`~sigprop.components.attention_bounded.bounded_numbers`). The estimate
-against the measured peak of ``sigprop predict`` at production sizes: docs/scale.md.
+against the measured peak of ``sigprop predict`` at production sizes: docs/results/scale.md.
 
 The token-resolved sweep is the default for a batch only where it is cheap (:func:`resolved_by_default`): its Gram
 matrices, kept for every layer, within :data:`RESOLVED_DEFAULT_BYTES`.

@@ -363,7 +363,7 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
     sequences) the same expectation at bounded cost (:mod:`~sigprop.components.attention_bounded`); each layer draws
     from a seed of its own derived from ``attention_seed`` (:func:`~sigprop.components.draws.layer_seed`). Sampling
     dominates a prediction's time (the sampled rule's cost per layer against its number of heads: the results page
-    bench-attention-sampled.txt; the bounded rule's: docs/scale.md).
+    bench-attention-sampled.txt; the bounded rule's: docs/results/scale.md).
 
     Token-resolved moments (``token_resolved``): the forward rows carry each sequence's token Gram matrix instead of
     one correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling

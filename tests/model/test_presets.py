@@ -24,7 +24,7 @@ def test_production_presets_have_the_published_shapes(name, layers, width, heads
     assert (c.n_layers, c.d_model, c.n_heads, c.kv_heads, c.ffn_width, c.vocab_size, c.seq_len) == (
         layers, width, heads, kv_heads, ffn, vocab, seq)
     assert c.d_head == 128 and c.arch == "decoder"
-    assert theory_bytes(c) < 1e9  # their theory fits anywhere (measured peaks: docs/scale.md)
+    assert theory_bytes(c) < 1e9  # their theory fits anywhere (measured peaks: docs/results/scale.md)
 
 
 def test_llama3_and_gpt3_components():

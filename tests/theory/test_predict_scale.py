@@ -35,7 +35,7 @@ def _predict_in_a_process(preset: str, **overrides) -> dict:
 
 def test_a_llama3_70b_layer_is_predicted_in_bounded_time_and_memory():
     """Four layers of Llama-3-70B's shape (d 8192, 8192 tokens, rotary, grouped-query heads): the bounded rule, in
-    under a minute on a loaded 2-core machine (about 0.4 s a layer when idle: docs/scale.md) and under 2 GB."""
+    under a minute on a loaded 2-core machine (about 0.4 s a layer when idle: docs/results/scale.md) and under 2 GB."""
     out = _predict_in_a_process("llama3-70b", n_layers=4)
     assert "bounded Monte Carlo: layers 0-3" in out["rule"]
     assert out["seconds"] < 60.0
@@ -44,7 +44,7 @@ def test_a_llama3_70b_layer_is_predicted_in_bounded_time_and_memory():
 
 @pytest.mark.slow
 def test_llama3_70b_is_predicted_in_bounded_time_and_memory():
-    """The whole preset, 80 layers: 31 s on this machine when idle (docs/scale.md); a generous bound."""
+    """The whole preset, 80 layers: 31 s on this machine when idle (docs/results/scale.md); a generous bound."""
     out = _predict_in_a_process("llama3-70b")
     assert out["seconds"] < 180.0 and out["peak_kb"] < 2_000_000
 

@@ -30,17 +30,21 @@ A head then costs O(L·a·d_k) instead of O(L·d_in·d_k + L²·d_in).
 **2. The queries: a random subset, reweighted exactly.** Every statistic is an average over positions (the
 variance) or over ordered pairs of positions (a covariance), of terms that are sums over queries: the output o_i
 belongs to query i; the input gradient is Σ_i ∂⟨g_i, o_i⟩/∂X, so its squared norm is a double sum over queries.
-With Q a uniformly random subset of m of the L positions (without replacement), a query is in Q with probability
-m/L and an ordered pair with probability m(m − 1)/(L(L − 1)), so
+Each position enters a uniform draw A independently with probability π^A_i, and (causal attention) a second
+draw B with π^B_i ∝ 1/(i + 1) (:func:`inclusion_probabilities`: the early positions, whose terms vary most, nearly
+always); Q = A ∪ B holds position i with probability π_i = 1 − (1 − π^A_i)(1 − π^B_i), and A a pair i ≠ j with
+probability π^A_i π^A_j, so (Horvitz–Thompson)
 
-    Σ_i F_ii + Σ_{i≠j} F_ij  ≈  (L/m) Σ_{i∈Q} F_ii + (L(L − 1)/(m(m − 1))) Σ_{i≠j∈Q} F_ij
+    Σ_i F_ii + Σ_{i≠j} F_ij  ≈  Σ_{i∈Q} F_ii/π_i + Σ_{i≠j∈A} F_ij/(π^A_i π^A_j)
 
-is unbiased for any per-query (F_ii) and per-pair (F_ij) terms: the forward variance averages |o_i|² over Q, its
-covariance o_i·o_j over pairs of Q; the gradient's per-query part comes from a pass with the output gradient
-ε_i γ (ε_i = ±1 at random: E[ε_iε_j] = δ_ij, the independent output gradient's law to second order), its pair part
-from a pass with γ shared by every query minus that. Only the keys up to Q's last position are drawn for causal
-attention; each query still reads all its keys, so the softmax is exact. Rotary positions rotate each key and query
-by its own position (:mod:`~sigprop.components.rope`), QK-norm normalises each, as in the sampled rule.
+is unbiased for any per-query (F_ii) and per-pair (F_ij) terms: the forward variance weighs |o_i|² by 1/π_i, its
+covariance o_i·o_j by 1/(π^A_iπ^A_j); the gradient's per-query part comes from a pass whose output gradient at
+query i is g_i/√π_i (independent g_i), its pair part from a pass with γ/π^A_i on A (γ shared by every query) less
+that pass's own terms, taken from a third with ε_i γ/π^A_i (ε_i = ±1 at random: E[ε_iε_j] = δ_ij). Only the keys
+up to Q's last position are drawn for causal attention; each query still reads all its keys, so the softmax is
+exact. Rotary positions rotate each key and query by its own position (:mod:`~sigprop.components.rope`), QK-norm
+normalises each, as in the sampled rule. A correlation, the ratio of two such estimates, is clipped to [−1, 1]
+where the noise of few heads would carry it past.
 
 Cost: O(S·L·a·(d_k + m)) and S·L·a numbers per configuration, for S heads of m queries. Accuracy: unbiased for the
 variances and covariances like the sampled rule; a correlation is a ratio of means (bias O(1/S)). The standard errors
@@ -66,12 +70,12 @@ from .draws import standard_normal, uniform
 from .query_key import QueryKeyMap, query_key_map
 
 __all__ = ["sample_bounded", "bounded_forward", "bounded_backward", "bounded_heads", "bounded_numbers",
-           "DEFAULT_QUERIES", "HEAD_BUDGET"]
+           "inclusion_probabilities", "DEFAULT_QUERIES", "HEAD_BUDGET"]
 
 #: Query positions each sampled head runs (all of them when the sequence is shorter).
 DEFAULT_QUERIES = 16
 #: Numbers (token coordinates) a configuration's heads draw in all: S·L·a ≤ this, with S ≥ 2 (:func:`bounded_heads`).
-HEAD_BUDGET = 1 << 22
+HEAD_BUDGET = 1 << 21
 
 
 def bounded_heads(heads: int, L: int, d_in: int, d_k: int) -> int:
@@ -109,6 +113,23 @@ def _mean_direction(a: int, d: int, gen: torch.Generator) -> tuple[torch.Tensor,
     return g / math.sqrt(norm2), rest / norm2
 
 
+def inclusion_probabilities(L: int, m: int, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(π^A, π^B) per query position: each position enters draw A with probability π^A_i = m/(2L) (uniform), and
+    independently draw B with π^B_i ∝ 1/(i + 1) (causal attention only; capped at 1), m/2 positions each in
+    expectation; all positions (π^A = 1) when m ≥ L. A query's statistics vary like 1/(its key count) (P2 = 1 at
+    position 0, 1/2 at position 1, …), so B keeps the early positions, cheap and far from the average, (nearly)
+    always in for the per-query terms; the pairs, most of them between late positions, come from A alone, whose
+    uniform weights keep their sum steady. Bidirectional attention: A alone, m/L."""
+    i = torch.arange(L, dtype=torch.float64)
+    if m >= L:
+        return torch.ones(L, dtype=torch.float64), torch.zeros(L, dtype=torch.float64)
+    if not causal:
+        return torch.full((L,), m / L, dtype=torch.float64), torch.zeros(L, dtype=torch.float64)
+    harmonic = float((1.0 / (i + 1.0)).sum())
+    return (torch.full((L,), 0.5 * m / L, dtype=torch.float64),
+            torch.clamp(0.5 * m / ((i + 1.0) * harmonic), max=1.0))
+
+
 def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
     """Per-unit statistics of one head (module docstring), each before the value and gradient scales: forward
     E|o|²/d_in and E[o_i·o_j]/d_in; the input gradient's variance and covariance for an independent ("in") and a
@@ -118,7 +139,14 @@ def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
     a = min(d_in, 2 * d_k)
     rest = d_in - a
     rho, tau = corr * var, (1.0 - corr) * var
-    queries = torch.sort(torch.randperm(L, generator=gen)[:m]).values
+    pi_a, pi_b = inclusion_probabilities(L, m, causal)
+    in_a = torch.rand(L, generator=gen, dtype=torch.float64) < pi_a
+    in_b = torch.rand(L, generator=gen, dtype=torch.float64) < pi_b
+    queries = torch.nonzero(in_a | in_b).flatten()
+    if queries.numel() == 0:  # no position drawn (probability e^{-m/2}): every sum is empty
+        return dict.fromkeys(("fwd_var", "fwd_cov", "in_var", "in_cov", "sh_var", "sh_cov", "s2"), 0.0)
+    pi = (1.0 - (1.0 - pi_a) * (1.0 - pi_b))[queries]  # in A or B: the per-query terms' weights 1/π_i
+    pair = torch.where(in_a[queries], 1.0 / pi_a[queries], 0.0)  # the pairs' weights, A alone: 1/π^A_i
     n_tok = int(queries[-1]) + 1 if causal else L
     r = _bartlett(a, 2 * d_k, d_in, gen).float()
     unit, mean_rest = _mean_direction(a, d_in, gen)
@@ -131,45 +159,58 @@ def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
     if qk is not None:
         k, q = qk(k), qk(q, queries.to(torch.float32))
     s = q @ k.transpose(0, 1) / math.sqrt(d_k)
-    s2 = float(s.detach().double().var(dim=-1).mean())
+    s2 = float(s.detach().double().var(dim=-1).nan_to_num().mean()) if n_tok > 1 else 0.0
     if causal:
         s = s.masked_fill(torch.arange(n_tok)[None, :] > queries[:, None], float("-inf"))
     att = torch.softmax(s, dim=-1)
+    n_q = len(queries)
     if p > 0.0:
-        att = att * ((uniform((m, n_tok), gen) >= p).to(torch.float32) / (1.0 - p))
+        att = att * ((uniform((n_q, n_tok), gen) >= p).to(torch.float32) / (1.0 - p))
     o = att @ x
 
+    # Horvitz–Thompson weights: a query's terms by 1/π_i, a pair's (both in A) by 1/(π^A_i π^A_j)
+    inv = 1.0 / pi
     with torch.no_grad():
         a64, o64 = att.double(), o.double()
         t = a64.sum(-1)
         gram = o64 @ o64.transpose(0, 1) + energy_rest * torch.outer(t, t) + rest * tau * (a64 @ a64.transpose(0, 1))
-        own, total_t, col = float((a64 * a64).sum()), float((t * t).sum()), a64.sum(0)
+        own = (a64 * a64).sum(-1)  # Σ_k Ã_ik² per query
+
+    def rest_terms(scale):  # the ⊥ coordinates' (Σ_k |g_k|², |Σ_k g_k|²) for per-query output gradients ∝ scale
+        col = (scale[:, None] * a64).sum(0)
+        return rest * float((scale * scale * own).sum()), rest * float((scale * scale * t * t).sum()), col
 
     gamma = _normal32((a,), gen)
     h_rest = math.sqrt(energy_rest) * float(standard_normal((1,), gen)) + math.sqrt(rest * tau) * _normal32(
         (n_tok,), gen)
     per_query = o @ gamma + att @ h_rest  # ⟨γ, o_i⟩ for the unit output gradient γ (its ⊥ part through h⊥)
-    g_shared = torch.autograd.grad(per_query.sum(), x, retain_graph=True)[0]
-    sq_sh, tot_sh = _sums(g_shared, rest * float((col * col).sum()), rest * float(t.sum()) ** 2)
-    if m < L:  # the per-query part of the shared gradient, from the same γ with a random sign per query
-        sign = torch.randint(0, 2, (m,), generator=gen).to(torch.float32) * 2.0 - 1.0
-        g_sign = torch.autograd.grad((sign * per_query).sum(), x, retain_graph=True)[0]
-        sq_sign, tot_sign = _sums(g_sign, rest * own, rest * total_t)
-    # an independent output gradient per query
-    w = _normal32((m, a), gen)
-    h_rest = (math.sqrt(energy_rest) * _normal32((m, 1), gen)
-              + math.sqrt(rest * tau) * _normal32((m, n_tok), gen))
+    everyone = n_q == L and bool(torch.all(pi_a == 1.0))
+    scale = pair if not everyone else torch.ones_like(inv)
+    g_shared = torch.autograd.grad((scale.float() * per_query).sum(), x, retain_graph=True)[0]
+    _, _, col = rest_terms(scale)
+    sq_sh, tot_sh = _sums(g_shared, rest * float((col * col).sum()), rest * float((scale * t).sum()) ** 2)
+    if not everyone:  # the shared pass's own (i = j) terms, to leave its pairs: the same γ, a random sign per query
+        sign = torch.randint(0, 2, (n_q,), generator=gen).to(torch.float64) * 2.0 - 1.0
+        g_sign = torch.autograd.grad(((sign * pair).float() * per_query).sum(), x, retain_graph=True)[0]
+        sq_own, tot_own, _ = rest_terms(pair)
+        sq_sign, tot_sign = _sums(g_sign, sq_own, tot_own)
+    # an independent output gradient per query, each weighted by 1/√π_i
+    root = torch.sqrt(inv)
+    w = _normal32((n_q, a), gen) * root.float()[:, None]
+    h_rest = (math.sqrt(energy_rest) * _normal32((n_q, 1), gen)
+              + math.sqrt(rest * tau) * _normal32((n_q, n_tok), gen)) * root.float()[:, None]
     g_in = torch.autograd.grad((o * w).sum() + (att * h_rest).sum(), x)[0]
-    sq_in, tot_in = _sums(g_in, rest * own, rest * total_t)
-    off = float(gram.sum() - gram.diagonal().sum())
-    out = {"fwd_var": float(gram.diagonal().mean()) / d_in, "fwd_cov": off / (m * (m - 1.0) * d_in),
-           "in_var": sq_in / (m * d_in), "in_cov": (tot_in - sq_in) / (m * (L - 1.0) * d_in),
+    sq_rest, tot_rest, _ = rest_terms(root)
+    sq_in, tot_in = _sums(g_in, sq_rest, tot_rest)
+    pair_w = torch.outer(pair, pair)
+    pair_w.fill_diagonal_(0.0)
+    out = {"fwd_var": float((gram.diagonal() * inv).sum()) / (L * d_in),
+           "fwd_cov": float((gram * pair_w).sum()) / (L * (L - 1.0) * d_in),
+           "in_var": sq_in / (L * d_in), "in_cov": (tot_in - sq_in) / (L * (L - 1.0) * d_in),
            "sh_var": sq_sh / (L * d_in), "sh_cov": (tot_sh - sq_sh) / (L * (L - 1.0) * d_in), "s2": s2}
-    if m < L:  # per-query part reweighted by L/m, pairs by L(L − 1)/(m(m − 1)) (module docstring)
-        diag, pairs = L / m, L * (L - 1.0) / (m * (m - 1.0))
-        own_cov, pair_cov = tot_sign - sq_sign, (tot_sh - sq_sh) - (tot_sign - sq_sign)
-        out["sh_var"] = (diag * sq_sign + pairs * (sq_sh - sq_sign)) / (L * d_in)
-        out["sh_cov"] = (diag * own_cov + pairs * pair_cov) / (L * (L - 1.0) * d_in)
+    if not everyone:  # own terms from the independent pass, pairs from the shared pass less its own terms
+        out["sh_var"] = (sq_in + sq_sh - sq_sign) / (L * d_in)
+        out["sh_cov"] = ((tot_in - sq_in) + (tot_sh - sq_sh) - (tot_sign - sq_sign)) / (L * (L - 1.0) * d_in)
     return out
 
 
@@ -234,7 +275,7 @@ def bounded_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
 
     def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp):
         s = sample_bounded(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
-        return s.fwd_mean, s.fwd_var, s.fwd_cov / s.fwd_var
+        return s.fwd_mean, s.fwd_var, min(max(s.fwd_cov / s.fwd_var, -1.0), 1.0)
 
     mean, var, corr = _each(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=0.0 * np.asarray(var))
@@ -250,7 +291,7 @@ def bounded_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigm
         s = sample_bounded(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         v = gv * (gc * s.sh_var + (1.0 - gc) * s.in_var)
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)
-        return v, c / v
+        return v, min(max(c / v, -1.0), 1.0)
 
     var, corr = _each(one, m_in.mean, m_in.var, m_in.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p,
                       g.var, g.corr)

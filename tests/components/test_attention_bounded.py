@@ -73,7 +73,7 @@ def test_auto_takes_the_bounded_rule_where_the_sampled_draw_would_not_fit():
 def test_bounded_heads_keep_the_draw_within_budget():
     assert bounded_heads(128, 128, 256, 64) == 128
     assert bounded_heads(128, 8192, 4096, 128) == 2  # at least two, for a standard error
-    assert bounded_heads(128, 1024, 256, 64) == 32  # 2²² coordinates: 32 heads of 1024 × 128
+    assert bounded_heads(128, 1024, 256, 64) == 16  # 2²¹ coordinates: 16 heads of 1024 × 128
 
 
 def test_bounded_draw_is_cached_reproducible_and_validated():

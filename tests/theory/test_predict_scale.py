@@ -44,7 +44,7 @@ def test_a_llama3_70b_layer_is_predicted_in_bounded_time_and_memory():
 
 @pytest.mark.slow
 def test_llama3_70b_is_predicted_in_bounded_time_and_memory():
-    """The whole preset, 80 layers: 31 s on this machine when idle (docs/results/scale.md); a generous bound."""
+    """The whole preset, 80 layers: 29 s on this machine when idle (docs/results/scale.md); a generous bound."""
     out = _predict_in_a_process("llama3-70b")
     assert out["seconds"] < 180.0 and out["peak_kb"] < 2_000_000
 

@@ -63,7 +63,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..core.moments import GradMoments, Moments
+from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import clip_corr
 from .attention_sampled import SampledAttention, _checked_head, _checked_input, _each
 from .draws import standard_normal, uniform
@@ -130,7 +130,8 @@ def inclusion_probabilities(L: int, m: int, causal: bool) -> tuple[torch.Tensor,
             torch.clamp(0.5 * m / ((i + 1.0) * harmonic), max=1.0))
 
 
-def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
+def _one_head(mean: float, var: float, corr: float, d_in: int, d_k: int, L: int, sq: float, sk: float, p: float,
+              causal: bool, m: int, rope: QueryKeyMap | None, gen: torch.Generator) -> dict[str, float]:
     """Per-unit statistics of one head (module docstring), each before the value and gradient scales: forward
     E|o|²/d_in and E[o_i·o_j]/d_in; the input gradient's variance and covariance for an independent ("in") and a
     shared ("sh") unit output gradient; and the queries' mean score variance. The L × a tensors are float32 (the
@@ -176,7 +177,8 @@ def _one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen):
         gram = o64 @ o64.transpose(0, 1) + energy_rest * torch.outer(t, t) + rest * tau * (a64 @ a64.transpose(0, 1))
         own = (a64 * a64).sum(-1)  # Σ_k Ã_ik² per query
 
-    def rest_terms(scale):  # the ⊥ coordinates' (Σ_k |g_k|², |Σ_k g_k|²) for per-query output gradients ∝ scale
+    def rest_terms(scale: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+        # the ⊥ coordinates' (Σ_k |g_k|², |Σ_k g_k|²) for per-query output gradients ∝ scale, and the column sums
         col = (scale[:, None] * a64).sum(0)
         return rest * float((scale * scale * own).sum()), rest * float((scale * scale * t * t).sum()), col
 
@@ -228,13 +230,15 @@ def _sums(g: torch.Tensor, square_rest: float, total_rest: float) -> tuple[float
 
 
 @lru_cache(maxsize=4096)
-def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, queries, seed, rope) -> SampledAttention:
+def _sample(var: float, corr: float, mean: float, d_in: int, d_k: int, L: int, sq: float, sk: float, sv: float,
+            p: float, causal: bool, heads: int, queries: int, seed: int,
+            rope: QueryKeyMap | None) -> SampledAttention:
     gen = torch.Generator().manual_seed(seed)
     m = min(queries, L)
     with torch.enable_grad():
         per = [_one_head(mean, var, corr, d_in, d_k, L, sq, sk, p, causal, m, rope, gen) for _ in range(heads)]
 
-    def est(key, scale):
+    def est(key: str, scale: float) -> tuple[float, float]:
         a = np.array([h[key] for h in per]) * scale
         return float(a.mean()), float(a.std(ddof=1) / math.sqrt(len(a)))
 
@@ -245,7 +249,8 @@ def _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, causal, heads, queries
     return SampledAttention(fwd_mean=0.0, s2=float(np.mean([h["s2"] for h in per])), heads=heads, **fields)
 
 
-def sample_bounded(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False, mean=0.0,
+def sample_bounded(var: float, corr: float, d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float,
+                   sigma_v2: float, p: float = 0.0, causal: bool = False, mean: float = 0.0,
                    heads: int = 2, seed: int = 0, rope: float | QueryKeyMap | None = None,
                    queries: int = DEFAULT_QUERIES) -> SampledAttention:
     """The statistics of :func:`~sigprop.components.attention_sampled.sample_attention` (same arguments, same
@@ -268,12 +273,14 @@ def sample_bounded(var, corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
                    query_key_map(rope))
 
 
-def bounded_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0, causal: bool = False,
+def bounded_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat, sigma_v2: Stat,
+                    p: Stat = 0.0, causal: bool = False,
                     heads: int = 2, seed: int = 0, rope: float | QueryKeyMap | None = None) -> Moments:
     """:func:`~sigprop.components.attention_sampled.sampled_forward` by :func:`sample_bounded`: output mean 0,
     variance and token correlation as the measurement defines them, hidden correlation 0. Arrays broadcast."""
 
-    def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp):
+    def one(mean: float, var: float, corr: float, di: float, dk: float, ll: float, sq: float, sk: float, sv: float,
+            pp: float) -> tuple[float, float, float]:
         s = sample_bounded(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         return s.fwd_mean, s.fwd_var, min(max(s.fwd_cov / s.fwd_var, -1.0), 1.0)
 
@@ -281,13 +288,15 @@ def bounded_forward(m: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=0.0 * np.asarray(var))
 
 
-def bounded_backward(g: GradMoments, m_in: Moments, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p=0.0,
+def bounded_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, sigma_k2: Stat,
+                     sigma_v2: Stat, p: Stat = 0.0,
                      causal: bool = False, heads: int = 2, seed: int = 0,
                      rope: float | QueryKeyMap | None = None) -> GradMoments:
     """:func:`~sigprop.components.attention_sampled.sampled_backward` by :func:`sample_bounded` (reusing the
     forward's draw when ``m_in`` is the forward's input)."""
 
-    def one(mean, var, corr, di, dk, ll, sq, sk, sv, pp, gv, gc):
+    def one(mean: float, var: float, corr: float, di: float, dk: float, ll: float, sq: float, sk: float, sv: float,
+            pp: float, gv: float, gc: float) -> tuple[float, float]:
         s = sample_bounded(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         v = gv * (gc * s.sh_var + (1.0 - gc) * s.in_var)
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)

@@ -67,7 +67,7 @@ def _configurations(var: np.ndarray, r: np.ndarray, d_in: np.ndarray, d_k: np.nd
     n = np.arange(1.0, float(np.max(L)) + 1.0)
     ex = [v[..., None] for v in (var, r, d_in, d_k)]
     if n.size <= EXACT_KEY_COUNTS:
-        t = attention_terms(*ex, n, sqk2[..., None], p[..., None])
+        t = attention_terms(ex[0], ex[1], ex[2], ex[3], n, sqk2[..., None], p[..., None])
     else:
         t = _interpolated_terms(ex, n, sqk2[..., None], p[..., None])
     first = n == 1.0
@@ -95,7 +95,7 @@ def _interpolated_terms(ex: list[np.ndarray], n: np.ndarray, sqk2: np.ndarray, p
 
     last = n[-1]
     nodes = np.unique(np.concatenate((np.arange(1.0, 65.0), np.round(np.geomspace(64.0, last, _NODES)))))
-    t = attention_terms(*ex, nodes, sqk2, p)
+    t = attention_terms(ex[0], ex[1], ex[2], ex[3], nodes, sqk2, p)
     shape = np.broadcast_shapes(np.shape(t.P2)[:-1] + (1,), n.shape)
     out = {}
     for f in fields(AttentionTerms):

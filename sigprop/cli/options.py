@@ -10,7 +10,7 @@ import typer
 from ..components.draws import DEFAULT_HEADS
 
 __all__ = ["Preset", "ConfigFile", "Overrides", "Seeds", "BatchSize", "Data", "Synthetic", "FirstSeed", "Device",
-           "AttentionHeads", "TokenResolved", "JsonOut", "PlotOut", "DEFAULT_HEADS"]
+           "AttentionHeads", "TokenResolved", "Spread", "JsonOut", "PlotOut", "DEFAULT_HEADS"]
 
 Preset = Annotated[str, typer.Option(help="Start from a named preset (see `sigprop compare --list-presets`).")]
 ConfigFile = Annotated[Path, typer.Option("--config", help="A JSON file of TransformerConfig fields (applied over "
@@ -41,6 +41,11 @@ TokenResolved = Annotated[bool, typer.Option(
          "decoder's positions kept apart). Default with a batch of token ids: the forward sweep, and a decoder's "
          "backward sweep. --token-resolved: an encoder's backward sweep too, from its labelled positions. "
          "--exchangeable: one correlation for every token pair, as the paper.")]
+Spread = Annotated[bool, typer.Option(
+    "--spread",
+    help="Also predict each layer's seed-to-seed spread at finite width: the standard deviation across weight draws "
+         "of log σ²_x (given the embedding) and of log σ²_g relative to the top layer (a Monte Carlo of one layer "
+         "at a few depths, accumulated along the stack; an encoder or a decoder, not an encoder-decoder).")]
 JsonOut = Annotated[Path, typer.Option("--json", help="Write the result as JSON here (checked before any work).")]
 HFModel = Annotated[Path, typer.Option(
     "--hf", help="A Hugging Face model: a local folder, its config.json or a model id in the local Hugging Face cache "

@@ -27,6 +27,7 @@ from .options import (
     Preset,
     RunDir,
     Seeds,
+    Spread,
     Synthetic,
     TokenResolved,
 )
@@ -51,6 +52,10 @@ def profile_table(title: str, predicted=None, measured=None) -> Table:
             table.add_column(f"{sym} theory", justify="right")
         if measured is not None:
             table.add_column(f"{sym} measured", justify="right")
+    spread = (("fwd_var_log_sd", "sd log σ²_x"), ("grad_var_log_sd", "sd log σ²_g/top"))
+    shown_spread = spread if predicted is not None and predicted.has_spread else ()
+    for _, sym in shown_spread:
+        table.add_column(f"{sym} theory", justify="right")
     base = predicted or measured
     rows = sorted((r for r in base.rows if r.site in ("input", "layer")), key=lambda r: r.layer)
     show = _layers_to_show(len(rows) - 1)
@@ -65,6 +70,7 @@ def profile_table(title: str, predicted=None, measured=None) -> Table:
             if measured is not None:
                 m = other.get((r.layer, r.site)) if other is not None else r
                 cells.append("–" if m is None else f"{getattr(m, q):.4g}")  # a comparison file holds no input row
+        cells += [f"{getattr(r, q):.3g}" for q, _ in shown_spread]
         table.add_row(*cells)
     return table
 
@@ -135,6 +141,7 @@ def predict_command(
     hf: HFModel = None,
     run_dir: RunDir = None,
     fresh: Fresh = False,
+    spread: Spread = False,
 ):
     """Predict every layer's forward and gradient moments of a freshly initialised model (no weights needed), or of
     a saved Hugging Face model from its weights' standard deviations (--hf).
@@ -147,7 +154,7 @@ def predict_command(
 
     request = Request(preset=preset, config_file=config_file, overrides=overrides, data=data, real=real,
                       batch_size=batch_size, attention_heads=attention_heads, token_resolved=token_resolved,
-                      hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path, plot=plot)
+                      hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path, plot=plot, spread=spread)
     with Display() as display:
         run = run_predict(request, display)
     for line in run.notes:

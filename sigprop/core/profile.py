@@ -22,17 +22,22 @@ from .outputs import StrPath
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Profile", "Row", "QUANTITIES", "SITES"]
+__all__ = ["Profile", "Row", "QUANTITIES", "SPREAD", "SITES"]
 
 #: The statistics of a row, in ARCHITECTURE.md's Profile JSON names.
 QUANTITIES = ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr")
+#: The predicted seed-to-seed standard deviations of a row's log-variances (``predict(..., spread=True)``,
+#: :mod:`sigprop.theory.spread`): NaN, and absent from the JSON, where they were not asked.
+SPREAD = ("fwd_var_log_sd", "grad_var_log_sd")
 #: Site names, in the order they occur inside a layer.
 SITES = ("input", "attn", "cross", "ffn", "layer")
 
 
 @dataclass(frozen=True)
 class Row:
-    """The statistics of one site; a quantity that was not computed is NaN."""
+    """The statistics of one site; a quantity that was not computed is NaN. ``fwd_var_log_sd`` and
+    ``grad_var_log_sd`` (:data:`SPREAD`) are a prediction's seed-to-seed standard deviations of log σ²_x and of
+    log σ²_g relative to the top layer (:mod:`sigprop.theory.spread`), NaN unless asked."""
 
     layer: int
     site: str
@@ -41,17 +46,22 @@ class Row:
     fwd_corr: float = math.nan
     grad_var: float = math.nan
     grad_corr: float = math.nan
+    fwd_var_log_sd: float = math.nan
+    grad_var_log_sd: float = math.nan
 
     def to_dict(self) -> dict:
         out = {"layer": self.layer, "site": self.site}
         for q in QUANTITIES:
             out[q] = json_number(getattr(self, q))
+        for q in SPREAD:  # written only where predicted
+            if not math.isnan(getattr(self, q)):
+                out[q] = json_number(getattr(self, q))
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> Row:
         return cls(int(d["layer"]), str(d.get("site", "layer")),
-                   **{q: (math.nan if d.get(q) is None else float(d[q])) for q in QUANTITIES})
+                   **{q: (math.nan if d.get(q) is None else float(d[q])) for q in (*QUANTITIES, *SPREAD)})
 
 
 @dataclass(frozen=True)
@@ -101,10 +111,15 @@ class Profile:
         return sorted((r for r in self.rows if r.site == name), key=lambda r: r.layer)
 
     def column(self, quantity: str, site: str = "layer") -> list[float]:
-        """One quantity along the layers of one site."""
-        if quantity not in QUANTITIES:
-            raise ValueError(f"quantity must be one of {', '.join(QUANTITIES)} (got {quantity!r})")
+        """One quantity (:data:`QUANTITIES`, or a :data:`SPREAD` column) along the layers of one site."""
+        if quantity not in QUANTITIES + SPREAD:
+            raise ValueError(f"quantity must be one of {', '.join(QUANTITIES + SPREAD)} (got {quantity!r})")
         return [getattr(r, quantity) for r in self.site(site)]
+
+    @property
+    def has_spread(self) -> bool:
+        """Whether any row carries a predicted seed-to-seed spread (:data:`SPREAD`)."""
+        return any(not math.isnan(getattr(r, q)) for r in self.rows for q in SPREAD)
 
     def lookup(self) -> dict[tuple[int, str], Row]:
         return {(r.layer, r.site): r for r in self.rows}
@@ -132,10 +147,12 @@ class Profile:
 
     def records(self) -> list[dict]:
         """One dict per site, ordered by layer then site (:data:`SITES` order): ``layer``, ``site`` and a key per
-        statistic (:data:`QUANTITIES`; NaN where it was not computed)."""
+        statistic (:data:`QUANTITIES`, and :data:`SPREAD` when predicted: :attr:`has_spread`; NaN where it was not
+        computed)."""
         order = {name: i for i, name in enumerate(SITES)}
         rows = sorted(self.rows, key=lambda r: (r.layer, order.get(r.site, len(order)), r.site))
-        return [{"layer": r.layer, "site": r.site, **{q: getattr(r, q) for q in QUANTITIES}} for r in rows]
+        columns = QUANTITIES + SPREAD if self.has_spread else QUANTITIES
+        return [{"layer": r.layer, "site": r.site, **{q: getattr(r, q) for q in columns}} for r in rows]
 
     def to_frame(self) -> pd.DataFrame:
         """The profile as a pandas ``DataFrame``: a row per site, a column per statistic (:meth:`records`), as mup's
@@ -157,7 +174,8 @@ class Profile:
             import pandas as pd
         except ImportError:
             raise ImportError("Profile.to_frame needs pandas: pip install pandas") from None
-        return pd.DataFrame.from_records(self.records(), columns=["layer", "site", *QUANTITIES])
+        columns = QUANTITIES + SPREAD if self.has_spread else QUANTITIES
+        return pd.DataFrame.from_records(self.records(), columns=["layer", "site", *columns])
 
     def write_csv(self, path: StrPath) -> None:
         """Write :meth:`records` as CSV (a header row, a row per site; NaN as an empty cell), atomically."""

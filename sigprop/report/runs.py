@@ -64,9 +64,9 @@ class Request:
     option): which model (``preset``, ``config_file``, ``overrides``), its batch (``batch_size``, ``data`` or
     ``synthetic``; ``real``: predict on a batch of the default corpus), how many ``seeds`` from ``first_seed`` on
     which ``device`` (a list measures on several at once), the theory's options (``attention_heads``,
-    ``token_resolved``, ``grad_boundary``), a stored measurement to compare against (``measured``) or measurements
-    to merge (``merge``), and the outputs (``json``; ``csv``: a row per site, a column per statistic; ``plot``: a
-    PNG)."""
+    ``token_resolved``, ``grad_boundary``; ``spread``: predict's seed-to-seed spread), a stored measurement to
+    compare against (``measured``) or measurements to merge (``merge``), and the outputs (``json``; ``csv``: a row
+    per site, a column per statistic; ``plot``: a PNG)."""
 
     preset: str | None = None
     config_file: Path | None = None
@@ -80,6 +80,7 @@ class Request:
     first_seed: int = 0
     attention_heads: int = DEFAULT_HEADS
     token_resolved: bool | None = None
+    spread: bool = False
     grad_boundary: str = "measured"
     measured: Path | None = None
     merge: tuple[Path, ...] = ()
@@ -283,7 +284,7 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved,
                                   plan=plan)
     tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
-    profile = prediction.profile(progress=tick)
+    profile = prediction.profile(progress=tick, spread=request.spread)
     diagnosis = record_diagnosis(profile)
     run = PredictRun(config, profile, diagnosis, notes)
     _write(profile, request, lambda path: plot_profiles(path, predicted=profile, title=request.title("prediction")),

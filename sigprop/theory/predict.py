@@ -253,10 +253,27 @@ class Prediction:
 
     # -- the profile ---------------------------------------------------------------------------------------------
     def profile(self, grad_top: GradMoments | None = None, gradients: bool = True,
-                progress: Callable[[int], None] | None = None) -> Profile:
+                progress: Callable[[int], None] | None = None, spread: bool = False) -> Profile:
         """The predicted :class:`~sigprop.core.profile.Profile`: the forward sweeps (run once), and with
         ``gradients`` the backward sweep from ``grad_top`` (the gradient at the last layer's output), or from the
-        loss when it is None. ``gradients=False`` gives the forward rows only (every gradient column 0 / NaN)."""
+        loss when it is None. ``gradients=False`` gives the forward rows only (every gradient column 0 / NaN).
+        ``spread``: also each layer row's predicted seed-to-seed spread (:func:`predict`)."""
+        profile = self._moments_profile(grad_top, gradients, progress)
+        if not spread:
+            return profile
+        from .spread import predict_spread
+
+        return predict_spread(self.model, profile, self.context, self.sequences, self.L).apply(profile)
+
+    @property
+    def sequences(self) -> int:
+        """B, the sequences of the batch the prediction is of: the token ids' (or images') rows, else
+        ``batch_size``."""
+        batch_input = self.images if self.config.input == "patches" else self.token_ids
+        return int(batch_input.shape[0]) if batch_input is not None and batch_input.ndim > 1 else self.batch_size
+
+    def _moments_profile(self, grad_top: GradMoments | None, gradients: bool,
+                         progress: Callable[[int], None] | None) -> Profile:
         if grad_top is not None and not isinstance(grad_top, GradMoments):
             raise ValueError(f"grad_top must be a GradMoments (got {type(grad_top).__name__})")
         self.forward(progress)
@@ -346,7 +363,7 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
             decoder_token_ids: torch.Tensor | None = None, attention_heads: int = DEFAULT_HEADS,
             attention_seed: int = 0, token_resolved: bool | None = None,
             progress: Callable[[int], None] | None = None, gradients: bool = True,
-            images: torch.Tensor | None = None) -> Profile:
+            images: torch.Tensor | None = None, spread: bool = False) -> Profile:
     """The predicted profile of a freshly initialised model: every site's moments, from theory alone.
 
     The theory's model (weights on the meta device: nothing is drawn) is walked layer by layer with its components'
@@ -418,6 +435,11 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
             an encoder's backward sweep only when True; where it is more accurate, and where not:
             :func:`resolved_labels`).
         progress: ``progress(k)`` is called after every k layers of each sweep (:func:`prediction_steps` in all).
+        spread: also predict, per layer row, the seed-to-seed standard deviation of the log forward variance
+            (``fwd_var_log_sd``, given the embedding) and of the log gradient variance relative to the top layer
+            (``grad_var_log_sd``): the finite-width departure of one weight draw from the expectation, which
+            compounds with depth (:mod:`sigprop.theory.spread`: each layer's fresh fluctuation, a Monte Carlo of
+            one layer, accumulated with the rules' linear response). One stack only (not an encoder–decoder).
 
     Returns:
         The predicted :class:`~sigprop.core.profile.Profile`: a row per site (the embedding output as layer −1,
@@ -446,7 +468,7 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
                             segment_ids=segment_ids, decoder_token_ids=decoder_token_ids,
                             attention_heads=attention_heads, attention_seed=attention_seed,
                             token_resolved=token_resolved)
-    return prediction.profile(grad_top, gradients, progress)
+    return prediction.profile(grad_top, gradients, progress, spread=spread)
 
 
 def _profile(config: TransformerConfig, fwd_rows: dict, grad_rows: dict, meta: dict, plan: InitPlan) -> Profile:

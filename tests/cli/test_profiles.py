@@ -205,3 +205,18 @@ def test_profile_to_frame():
     assert list(frame.columns) == ["layer", "site", "fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"]
     assert frame["layer"].tolist() == [-1, 0, 1] and frame["fwd_var"].tolist() == [1.0, 1.5, 2.0]
     assert frame["grad_var"].isna().tolist() == [True, False, False]
+
+
+def test_predict_spread_adds_the_seed_to_seed_columns(tmp_path):
+    out = tmp_path / "p.json"
+    result = run_cli(["predict", *SMALL, "--spread", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    rows = {r["layer"]: r for r in data["per_layer"]}
+    assert rows[2]["grad_var_log_sd"] == 0.0 and rows[0]["grad_var_log_sd"] > 0  # relative to the top layer
+    assert rows[-1]["fwd_var_log_sd"] == 0.0  # given the embedding
+    assert "anchor_layers" in data["meta"]["spread"]
+    assert "sd log σ²_g/top theory" in result.output
+    plain = run_cli(["predict", *SMALL, "--json", str(tmp_path / "q.json")])
+    assert "grad_var_log_sd" not in json.loads((tmp_path / "q.json").read_text())["per_layer"][0]
+    assert "sd log" not in plain.output

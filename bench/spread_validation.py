@@ -1,0 +1,197 @@
+"""The predicted seed-to-seed spread (``predict(..., spread=True)``) against the spread measured over many seeds.
+
+For each cell (a model family at one width and depth) it measures, for every seed, log σ²_g(l)/σ²_g(top) and
+log σ²_x(l)/σ²_x(input) at every layer (one model per seed, train mode, dropout 0.1, a real batch of the default
+corpus, masked-LM loss), and compares their standard deviation across seeds at the first layer with the
+prediction's ``grad_var_log_sd`` and ``fwd_var_log_sd``.
+
+Criterion, stated before any run: in every cell whose measured sd exceeds 0.1, the predicted sd lies within 20 %
+(relative) or 2.5 standard errors of the measured one, whichever is larger; the standard error of an sd from n seeds
+is sd/√(2(n − 1)).
+
+    python bench/spread_validation.py measure [--cells NAME ...] [--seeds 64]   # resumable: a line per seed
+    python bench/spread_validation.py predict                                   # the predictions, per cell
+    python bench/spread_validation.py report                                    # table (markdown) and figure
+
+Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
+interrupted run resumes where it stopped. One thread per process; run two processes on disjoint ``--cells``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "results" / "spread"
+SEQUENCES, LENGTH = 2, 32
+#: family → (norm position, init)
+FAMILIES = {"postln-xavier": ("post", "xavier"), "dslm-post": ("post", "dslm"), "preln-xavier": ("pre", "xavier")}
+CELLS = [("postln-xavier", 64, 24), ("postln-xavier", 64, 96), ("postln-xavier", 64, 192),
+         ("postln-xavier", 128, 96), ("postln-xavier", 256, 96), ("postln-xavier", 512, 24),
+         ("dslm-post", 64, 24), ("dslm-post", 64, 96), ("dslm-post", 64, 192), ("dslm-post", 128, 96),
+         ("dslm-post", 256, 96),
+         ("preln-xavier", 64, 24), ("preln-xavier", 64, 96), ("preln-xavier", 64, 192), ("preln-xavier", 128, 96),
+         ("preln-xavier", 256, 24)]
+RELATIVE, STANDARD_ERRORS, FLOOR = 0.20, 2.5, 0.1
+
+
+def cell_name(family: str, width: int, depth: int) -> str:
+    return f"{family}-d{width}-n{depth}"
+
+
+def config_of(family: str, width: int, depth: int):
+    from sigprop.model.config import TransformerConfig
+
+    norm, init = FAMILIES[family]
+    return TransformerConfig(norm_position=norm, init=init, n_layers=depth, d_model=width,
+                             n_heads=max(1, width // 64), seq_len=LENGTH, max_len=LENGTH)
+
+
+def batch_of(config):
+    from sigprop.model.batches import token_batch
+
+    return token_batch(config, batch_size=SEQUENCES)
+
+
+def measure_cell(family: str, width: int, depth: int, seeds: int) -> None:
+    import torch
+
+    from sigprop.measurement.hooks import measure
+    from sigprop.model.transformer import Transformer
+
+    config = config_of(family, width, depth)
+    batch = batch_of(config)
+    path = OUT / "cells" / f"{cell_name(family, width, depth)}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = {json.loads(line)["seed"] for line in path.read_text().splitlines()} if path.exists() else set()
+    top = depth - 1
+    for s in range(seeds):
+        if s in done:
+            continue
+        t = time.time()
+        model = Transformer(config, generator=torch.Generator().manual_seed(s))
+        model.train()
+        torch.manual_seed(10_000 + s)  # dropout masks, as sigprop.measurement.seeds.measure_seeds
+        rows = measure(model, batch).lookup()
+        del model
+        grad = [math.log(rows[(k, "layer")].grad_var / rows[(top, "layer")].grad_var) for k in range(depth)]
+        fwd = [math.log(rows[(k, "layer")].fwd_var / rows[(-1, "input")].fwd_var) for k in range(depth)]
+        with path.open("a") as f:
+            f.write(json.dumps({"seed": s, "grad_log_ratio": grad, "fwd_log_ratio": fwd,
+                                "seconds": round(time.time() - t, 2)}) + "\n")
+        print(f"{cell_name(family, width, depth)} seed {s}: {time.time() - t:.1f} s", flush=True)
+
+
+def predict_cell(family: str, width: int, depth: int) -> dict:
+    from sigprop.analysis.experiment import batch_prediction
+
+    config = config_of(family, width, depth)
+    t = time.time()
+    prediction = batch_prediction(config, batch_of(config), SEQUENCES)
+    prediction.profile()
+    plain = time.time() - t
+    t = time.time()
+    profile = prediction.profile(spread=True)
+    spread = time.time() - t
+    rows = profile.site("layer")
+    return {"grad_var_log_sd": [r.grad_var_log_sd for r in rows], "fwd_var_log_sd": [r.fwd_var_log_sd for r in rows],
+            "seconds_plain": round(plain, 2), "seconds_spread": round(spread, 2), "meta": profile.meta["spread"]}
+
+
+def verdict(predicted: float, measured: float, n: int) -> tuple[str, float]:
+    """("pass" / "FAIL" / "n/a", the allowed difference) by the pre-stated criterion."""
+    se = measured / math.sqrt(2 * (n - 1))
+    allowed = max(RELATIVE * measured, STANDARD_ERRORS * se)
+    if measured <= FLOOR:
+        return "n/a", allowed
+    return ("pass" if abs(predicted - measured) <= allowed else "FAIL"), allowed
+
+
+def report() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    predictions = json.loads((OUT / "predictions.json").read_text())
+    lines = ["| family | d | layers | seeds | quantity | measured sd ± SE | predicted | ratio | allowed | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    points = []
+    for family, width, depth in CELLS:
+        name = cell_name(family, width, depth)
+        path = OUT / "cells" / f"{name}.jsonl"
+        if not path.exists() or name not in predictions:
+            continue
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        n = len(records)
+        if n < 3:
+            continue
+        quantities = [("grad", "grad_log_ratio", "grad_var_log_sd")]
+        if family == "preln-xavier":
+            quantities.append(("fwd", "fwd_log_ratio", "fwd_var_log_sd"))
+        for label, key, column in quantities:
+            layer = 0 if label == "grad" else depth - 1
+            x = np.array([r[key][layer] for r in records])
+            sd = float(x.std(ddof=1))
+            pred = predictions[name][column][layer]
+            v, allowed = verdict(pred, sd, n)
+            se = sd / math.sqrt(2 * (n - 1))
+            where = "layer 0 / top" if label == "grad" else f"layer {layer} / input"
+            lines.append(f"| {family} | {width} | {depth} | {n} | {label} ({where}) | {sd:.3f} ± {se:.3f} | "
+                         f"{pred:.3f} | {pred / sd:.2f} | {allowed:.3f} | {v} |")
+            points.append((family, label, sd, se, pred))
+    (OUT / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    markers = {"postln-xavier": "o", "dslm-post": "s", "preln-xavier": "^"}
+    for family, label, sd, se, pred in points:
+        ax.errorbar(sd, pred, xerr=se, fmt=markers[family], color="C0" if label == "grad" else "C1",
+                    label=f"{family}, {label}")
+    top = max([p[2] for p in points] + [p[4] for p in points]) * 1.2
+    grid = np.linspace(0, top, 50)
+    ax.plot(grid, grid, "k-", lw=0.8)
+    ax.fill_between(grid, 0.8 * grid, 1.2 * grid, color="0.9")
+    ax.set_xlabel("measured sd across seeds (log variance)")
+    ax.set_ylabel("predicted sd (spread=True)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=7)
+    ax.set_title("seed-to-seed spread: predicted vs measured", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(OUT / "spread.png", dpi=120)
+
+
+def main() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("action", choices=["measure", "predict", "report"])
+    ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
+    ap.add_argument("--seeds", type=int, default=64)
+    args = ap.parse_args()
+    cells = [c for c in CELLS if not args.cells or cell_name(*c) in args.cells]
+    if args.action == "measure":
+        for c in cells:
+            measure_cell(*c, args.seeds)
+    elif args.action == "predict":
+        path = OUT / "predictions.json"
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        for c in cells:
+            stored[cell_name(*c)] = predict_cell(*c)
+            print(cell_name(*c), stored[cell_name(*c)]["grad_var_log_sd"][0], stored[cell_name(*c)]["seconds_plain"],
+                  stored[cell_name(*c)]["seconds_spread"], flush=True)
+            OUT.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(stored, indent=1))
+    else:
+        report()
+
+
+if __name__ == "__main__":
+    main()

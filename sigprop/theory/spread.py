@@ -1,0 +1,218 @@
+"""The seed-to-seed spread of one model's log-variances: how far a single weight draw's profile departs from the
+expectation :func:`sigprop.predict` gives, at finite width, layer by layer.
+
+What is predicted, per layer row l of a model of N layers:
+
+* ``fwd_var_log_sd``: the standard deviation over weight draws of log σ²_x(l), the stream's variance after layer l,
+  given the embedding's output (0 at the input row);
+* ``grad_var_log_sd``: the standard deviation of log σ²_g(l)/σ²_g(N − 1), the gradient's variance relative to the
+  top layer's (0 at the top; the top's own randomness is the loss's).
+
+Model (a linear-noise approximation, van Kampen's system-size expansion with 1/width as the small parameter).
+Write ε_k = log σ²_x(k) − E log σ²_x(k) and the log gains of layer k as in :mod:`sigprop.theory.layer_noise`:
+log φ_k (forward) and log γ_k (backward). To first order in the fluctuations,
+
+    ε_k          = A_k ε_{k−1} + η^f_k,                  ε_{−1} = 0,
+    δ log γ_k    = B_k ε_{k−1} + η^g_k,
+
+where (η^f_k, η^g_k) is the fresh noise layer k's own weights add at a fixed input (covariance from
+:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`), independent between layers (each layer's weights are drawn
+independently), and A_k = ∂ log σ²_x(k)/∂ log σ²_x(k−1), B_k = ∂ log γ_k/∂ log σ²_x(k−1) are the linear response of
+the *expected* gains to the layer's input variance, taken from the component rules themselves (a central difference
+of the walker over one layer, :func:`response`). The gradient's log-ratio at row l is S_l = Σ_{k>l} δ log γ_k, so
+
+    Var ε_l = Σ_j E_{lj}² v^f_j,      E_{kj} = Π_{j<i≤k} A_i  (j ≤ k),
+    Var S_l = Σ_j c_{lj}² v^f_j + Σ_{k>l} (v^g_k + 2 c_{lk} v^{fg}_k),      c_{lj} = Σ_{k>max(l, j)} B_k E_{k−1, j},
+
+v^f, v^g, v^{fg} being the fresh noise's variances and covariance. Post-LN ends each layer in a norm: its output
+variance is fixed (v^f = 0) and the gradient's spread is the sum of its layers' fresh noise, the product of
+independent random factors whose log tends to a Gaussian (Hanin & Nica 2019; Li, Nica & Roy 2021: variance ∝
+depth/width). Pre-LN's stream variance is a sum over layers, each branch's share falling like 1/k; its fluctuation
+enters every later layer's gain through B (the norm divides by σ_x), which is what couples the layers.
+
+Assumptions, each a source of error stated where it acts:
+
+1. first order: the log-gains' fluctuations are small per layer (their variance is O(1/width)); their sum over
+   depth need not be;
+2. the fresh noise of a layer is sampled with Gaussian rows of the *expected* moments and one correlation for every
+   token pair (:mod:`~sigprop.theory.layer_noise`); the realised Gram matrices of a deep model's rows, and the
+   correlation fluctuations they carry from layer to layer (Noci et al. 2023's covariance SDE), are left out;
+3. only the variance's fluctuation is propagated between layers; the token correlation's is not;
+4. the noise is sampled at a few anchor layers (:func:`anchor_layers`: dense near both ends, where the moments
+   change fastest) and interpolated linearly in the layer index between them.
+
+Cost: the Monte Carlo runs ``inputs × draws_per_input`` forward and backward passes of one layer per distinct anchor
+key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses three walks of one layer per anchor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..components.draws import layer_context
+from ..core.moments import GradMoments, Moments
+from ..core.profile import Profile, Row
+from ..model.transformer import Transformer
+from ..walk.exchangeable import EXCHANGEABLE
+from ..walk.protocol import rules_of
+from ..walk.walker import Flow, GradFlow, Walker
+from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
+
+__all__ = ["SpreadColumns", "predict_spread", "accumulate", "anchor_layers", "response", "DEFAULT_ANCHORS",
+           "RESPONSE_STEP"]
+
+#: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
+DEFAULT_ANCHORS = 10
+#: The step in log-variance of the central difference of :func:`response`.
+RESPONSE_STEP = 0.05
+
+
+@dataclass(frozen=True)
+class SpreadColumns:
+    """Per "layer" row l (0 … N−1) and the input row (−1): the predicted standard deviations of the log forward
+    variance (``fwd``) and of the log gradient ratio to the top (``grad``), as {layer: value}; ``meta``: how they
+    were computed."""
+
+    fwd: dict[int, float]
+    grad: dict[int, float]
+    meta: dict[str, Any]
+
+    def apply(self, profile: Profile) -> Profile:
+        """``profile`` with the columns set on its "layer" and "input" rows (other sites keep NaN) and
+        ``meta["spread"]``."""
+        rows = []
+        for r in profile.rows:
+            if r.site in ("layer", "input") and r.layer in self.fwd:
+                r = Row(r.layer, r.site, r.fwd_mean, r.fwd_var, r.fwd_corr, r.grad_var, r.grad_corr,
+                        fwd_var_log_sd=self.fwd[r.layer], grad_var_log_sd=self.grad.get(r.layer, math.nan))
+            rows.append(r)
+        return Profile(profile.kind, profile.config, tuple(rows), {**profile.meta, "spread": self.meta})
+
+
+def anchor_layers(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> list[int]:
+    """Layers at which the noise is sampled: Chebyshev–Lobatto nodes over 0 … n_layers − 1 (both ends included,
+    dense near them), every layer when there are no more than ``anchors``.
+
+    Example:
+        >>> anchor_layers(4), anchor_layers(192, 5)
+        ([0, 1, 2, 3], [0, 28, 96, 163, 191])
+    """
+    if n_layers <= anchors:
+        return list(range(n_layers))
+    nodes = (n_layers - 1) * (1 - np.cos(np.pi * np.arange(anchors) / (anchors - 1))) / 2
+    return sorted({int(round(v)) for v in nodes})
+
+
+def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context: dict[str, Any],
+             step: float = RESPONSE_STEP) -> tuple[float, float]:
+    """(A, B): the derivatives of the expected log forward gain's output, log σ²_x(out), and of the expected log
+    gradient gain, log σ²_g(in)/σ²_g(out), of ``layer`` of ``model`` with respect to its input's log-variance, by a
+    central difference of ``step`` through the component rules (the exchangeable state)."""
+    module = model.layers[layer]
+    source = rules_of(list(model.layers[layer - 1].children())[-1]) if layer > 0 else None
+    walker = Walker(EXCHANGEABLE, layer_context(context, layer))
+    out = []
+    for sign in (1.0, -1.0):
+        scaled = Moments(mean=m.mean, var=m.var * math.exp(sign * step), corr=m.corr, corr_hidden=m.corr_hidden)
+        flow, tape = walker.forward(module, Flow(scaled, source))
+        back = walker.backward(module, GradFlow(g), tape)
+        gain = float(np.asarray(back.value.var * back.scale)) / float(np.asarray(g.var))
+        out.append((math.log(float(np.asarray(flow.value.var))), math.log(gain)))
+    return (out[0][0] - out[1][0]) / (2 * step), (out[0][1] - out[1][1]) / (2 * step)
+
+
+def accumulate(vf: np.ndarray, vg: np.ndarray, cov: np.ndarray, A: np.ndarray,
+               B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The variances of ε_l and S_l (module docstring) for l = −1 … N−1, from the per-layer fresh noise (``vf``,
+    ``vg``, ``cov``) and responses (``A``, ``B``), arrays over the N layers. Returns (Var ε, Var S), each of length
+    N + 1, index 0 being the input row.
+
+    Example:
+        >>> import numpy as np
+        >>> zero, one = np.zeros(3), np.ones(3)
+        >>> fwd, grad = accumulate(zero, 0.1 * one, zero, zero, zero)  # independent gradient factors only
+        >>> np.round(grad, 12).tolist()  # S_l sums the layers above l: 3, 2, 1, 0 of them
+        [0.3, 0.2, 0.1, 0.0]
+    """
+    n = len(vf)
+    E = np.zeros((n + 1, n))  # E[k + 1, j]: the coefficient of η^f_j in ε_k (row 0: ε_{-1} = 0)
+    for k in range(n):
+        E[k + 1] = A[k] * E[k]
+        E[k + 1, k] = 1.0
+    fwd = (E**2) @ vf
+    grad = np.zeros(n + 1)
+    c = np.zeros(n)  # coefficients of η^f in S_l, built from the top down
+    fresh = 0.0
+    for l in range(n - 1, -2, -1):
+        grad[l + 1] = float(c**2 @ vf) + fresh + 2.0 * float(c[l + 1:] @ cov[l + 1:])
+        if l >= 0:  # S_{l-1} = S_l + δ log γ_l = S_l + B_l ε_{l-1} + η^g_l
+            c = c + B[l] * E[l]
+            fresh += vg[l]
+    return fwd, grad
+
+
+def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any], sequences: int, length: int,
+                   anchors: int = DEFAULT_ANCHORS, inputs: int = DEFAULT_INPUTS, draws_per_input: int = DEFAULT_DRAWS,
+                   seed: int = 0) -> SpreadColumns:
+    """The seed-to-seed spread of ``profile`` (the predicted profile of the theory's ``model``, walked under the
+    sweep's ``context``) on a batch of ``sequences`` × ``length`` tokens (module docstring).
+
+    Args:
+        model: the theory's model (:func:`~sigprop.theory.predict.theory_model`); its plan gives the layers' draws.
+        profile: its predicted profile: each layer's input moments and output gradient moments are read from it.
+        context: the sweep's rule context (``L``, ``attention_heads``, ``attention_seed``).
+        sequences: B, sequences in the batch.
+        length: L, tokens per sequence.
+        anchors: layers at which the noise is sampled (:func:`anchor_layers`).
+        inputs: input batches per anchor (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`).
+        draws_per_input: weight draws per input batch.
+        seed: the Monte Carlo's seed.
+
+    Returns:
+        The :class:`SpreadColumns`.
+
+    Raises:
+        ValueError: an encoder–decoder (one stack only).
+
+    Example:
+        >>> import sigprop
+        >>> from sigprop.theory.predict import theory_model
+        >>> config = sigprop.TransformerConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+        ...                                    norm_position="post")
+        >>> columns = predict_spread(theory_model(config), sigprop.predict(config), {"L": 8}, 1, 8, inputs=2,
+        ...                          draws_per_input=3)
+        >>> columns.grad[2], columns.grad[0] > columns.grad[1] > 0  # relative to the top; grows down the stack
+        (0.0, True)
+    """
+    config = model.config
+    n = config.n_layers
+    rows = profile.lookup()
+    sampler = LayerNoiseSampler(config, model.plan, sequences, length, inputs, draws_per_input, seed)
+    at = anchor_layers(n, anchors)
+    gradients = all(math.isfinite(rows[(k, "layer")].grad_var) and rows[(k, "layer")].grad_var > 0
+                    for k in range(n))
+    table = np.zeros((len(at), 5))
+    for i, k in enumerate(at):
+        below = rows[(k - 1, "layer" if k > 0 else "input")]
+        m = Moments(mean=below.fwd_mean, var=below.fwd_var, corr=float(np.clip(below.fwd_corr, -1.0, 1.0)))
+        out = rows[(k, "layer")]
+        g = (GradMoments(var=out.grad_var, corr=float(np.clip(out.grad_corr, -1.0, 1.0))) if gradients
+             else GradMoments(var=1.0, corr=0.0))
+        noise = sampler.noise(k, m, g)
+        A, B = response(model, k, m, g, context)
+        table[i] = (noise.fwd, noise.grad, noise.cov, A, B)
+    per_layer = [np.interp(np.arange(n), at, table[:, q]) for q in range(5)]
+    fwd, grad = accumulate(*per_layer)
+    layers = range(-1, n)
+    meta = {"method": "linear noise: each layer's fresh fluctuation (Monte Carlo of one layer on Gaussian rows of "
+                      "its expected moments) accumulated with the rules' linear response (sigprop.theory.spread)",
+            "anchor_layers": at, "keys_sampled": sampler.samples, "draws_per_key": inputs * draws_per_input,
+            "batch": [int(sequences), int(length)]}
+    return SpreadColumns({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, fwd, strict=True)},
+                         ({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, grad, strict=True)}
+                          if gradients else {}),
+                         meta)

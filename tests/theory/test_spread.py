@@ -1,0 +1,113 @@
+"""The seed-to-seed spread (sigprop.theory.spread, sigprop.theory.layer_noise): the accumulation along depth against
+a simulation of its linear model, the one-layer Monte Carlo's bookkeeping, and predict(spread=...) leaving every
+other number as it was."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import sigprop
+from sigprop.core.profile import Profile
+from sigprop.theory.layer_noise import LayerNoiseSampler, NoiseKey, gaussian_rows
+from sigprop.theory.spread import accumulate, anchor_layers
+
+SMALL = dict(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8, max_len=8)
+
+
+def test_accumulate_identities():
+    n, v = 5, 0.02
+    zero, ones = np.zeros(n), np.ones(n)
+    fwd, grad = accumulate(v * ones, v * ones, zero, zero, zero)  # no coupling: each layer's own noise
+    assert fwd.tolist() == pytest.approx([0.0] + [v] * n)  # A = 0: ε_l is layer l's fresh noise only
+    assert grad.tolist() == pytest.approx([v * k for k in range(n, -1, -1)])
+    fwd, _ = accumulate(v * ones, zero, zero, ones, zero)  # A = 1: the forward noise adds up
+    assert fwd.tolist() == pytest.approx([v * k for k in range(n + 1)])
+
+
+def test_accumulate_against_a_simulation_of_the_linear_model():
+    """Var ε_l and Var S_l of the linear model ε_k = A_k ε_{k−1} + η^f_k, δlog γ_k = B_k ε_{k−1} + η^g_k with
+    correlated (η^f_k, η^g_k), simulated: within z standard errors of a variance (relative SE √(2/(n − 1)))."""
+    rng = np.random.default_rng(0)
+    n, draws = 6, 40_000
+    vf, vg = rng.uniform(0.01, 0.05, n), rng.uniform(0.01, 0.05, n)
+    cov = 0.6 * np.sqrt(vf * vg) * rng.choice([-1, 1], n)
+    A, B = rng.uniform(0.3, 1.0, n), rng.uniform(-0.8, 0.8, n)
+    fwd, grad = accumulate(vf, vg, cov, A, B)
+    eta = np.stack([rng.multivariate_normal([0, 0], [[vf[k], cov[k]], [cov[k], vg[k]]], draws) for k in range(n)])
+    eps = np.zeros((n + 1, draws))
+    gain = np.zeros((n, draws))
+    for k in range(n):
+        gain[k] = B[k] * eps[k] + eta[k, :, 1]
+        eps[k + 1] = A[k] * eps[k] + eta[k, :, 0]
+    S = np.array([gain[l + 1:].sum(axis=0) for l in range(-1, n)])
+    for predicted, simulated in ((fwd, eps), (grad, S)):
+        for p, x in zip(predicted, simulated, strict=True):
+            var = x.var(ddof=1)
+            assert abs(p - var) <= 4.4 * max(var, 1e-12) * math.sqrt(2 / (draws - 1)) + 1e-15
+
+
+def test_anchor_layers_cover_both_ends():
+    assert anchor_layers(3) == [0, 1, 2]
+    at = anchor_layers(100, 6)
+    assert at[0] == 0 and at[-1] == 99 and at == sorted(set(at)) and len(at) == 6
+
+
+def test_gaussian_rows_moments():
+    gen = torch.Generator().manual_seed(0)
+    x = gaussian_rows(0.5, 2.0, 0.3, 4000, 2, 8, gen)
+    centred = x - 0.5
+    assert float(x.mean()) == pytest.approx(0.5, abs=4.4 * math.sqrt(2.0 / x.numel()) * 3)
+    corr = float((centred[:, 0] * centred[:, 1]).mean() / centred.pow(2).mean())
+    assert corr == pytest.approx(0.3, abs=4.4 * math.sqrt(2 / (4000 * 8)))
+    across = gaussian_rows(0.0, 1.0, 1.0, 3, 2, 8, gen, across=True)
+    assert bool((across == across[:1, :1]).all())  # one vector for the whole batch
+
+
+def test_sampler_caches_per_key_and_leaves_the_global_random_state():
+    config = sigprop.TransformerConfig(**SMALL, norm_position="pre")
+    sampler = LayerNoiseSampler(config, sigprop.plan_for(config), sequences=2, length=8, inputs=2, draws_per_input=3)
+    state = torch.get_rng_state()
+    m, g = sigprop.Moments(var=1.0, corr=0.4), sigprop.GradMoments(var=3.0, corr=0.2)
+    first = sampler.noise(1, m, g)
+    assert torch.equal(state, torch.get_rng_state())
+    again = sampler.noise(1, sigprop.Moments(var=1.0 + 1e-4, corr=0.4 + 1e-3), sigprop.GradMoments(var=9.0, corr=0.2))
+    assert again is first and sampler.samples == 1  # the same key: rounded moments, the gradient's scale dropped
+    assert NoiseKey.of(1, m, g) != NoiseKey.of(2, m, g)
+    assert first.dof == 4 and first.fwd > 0 and first.grad > 0
+
+
+def test_sampler_refuses_an_encoder_decoder():
+    config = sigprop.TransformerConfig(**SMALL, arch="encoder_decoder", n_decoder_layers=2)
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        LayerNoiseSampler(config, sigprop.plan_for(config), sequences=1, length=8)
+
+
+def test_spread_false_leaves_the_prediction_bit_identical_and_spread_true_adds_columns():
+    config = sigprop.TransformerConfig(**SMALL, norm_position="post")
+    plain = sigprop.predict(config)
+    assert plain.to_json() == sigprop.predict(config, spread=False).to_json()
+    assert not plain.has_spread
+    assert all("grad_var_log_sd" not in r and "fwd_var_log_sd" not in r for r in plain.to_json()["per_site"])
+    spread = sigprop.predict(config, spread=True)
+    keep = ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr")
+    for a, b in zip(plain.rows, spread.rows, strict=True):
+        assert [getattr(a, q) for q in keep] == pytest.approx([getattr(b, q) for q in keep], rel=0, abs=0,
+                                                              nan_ok=True)
+    layers = spread.site("layer")
+    assert layers[-1].grad_var_log_sd == 0.0  # relative to the top
+    assert layers[0].grad_var_log_sd > layers[1].grad_var_log_sd > 0
+    assert all(r.fwd_var_log_sd < 1e-3 for r in layers)  # Post-LN: each layer ends in a norm
+    assert all(math.isnan(r.grad_var_log_sd) for r in spread.rows if r.site not in ("layer", "input"))
+    back = Profile.from_json(spread.to_json())
+    assert back.column("grad_var_log_sd") == spread.column("grad_var_log_sd") and back.has_spread
+    assert spread.meta["spread"]["anchor_layers"] == [0, 1, 2]
+
+
+def test_pre_ln_forward_spread_is_positive_from_the_first_layer():
+    """Pre-LN's stream is a sum of branches: its variance carries every layer's fresh noise (none at the input)."""
+    config = sigprop.TransformerConfig(**{**SMALL, "n_layers": 4}, norm_position="pre")
+    profile = sigprop.predict(config, spread=True)
+    assert profile.site("input")[0].fwd_var_log_sd == 0.0
+    assert all(r.fwd_var_log_sd > 0 for r in profile.site("layer"))

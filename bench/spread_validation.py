@@ -12,6 +12,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py measure [--cells NAME ...] [--seeds 64]   # resumable: a line per seed
     python bench/spread_validation.py predict                                   # the predictions, per cell
     python bench/spread_validation.py report                                    # table (markdown) and figure
+    python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
 interrupted run resumes where it stopped. One thread per process; run two processes on disjoint ``--cells``.
@@ -167,12 +168,59 @@ def report() -> None:
     fig.savefig(OUT / "spread.png", dpi=120)
 
 
+def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
+    """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
+    few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
+    and not the gradient's: sigprop.theory.layer_noise)."""
+    import torch
+
+    from sigprop.model.transformer import Transformer
+
+    config = config_of(family, width, depth)
+    batch = batch_of(config)
+
+    def within_across(t: torch.Tensor) -> tuple[float, float]:
+        t = t - t.mean()
+        b, length, _ = t.shape
+        gram = torch.einsum("btd,csd->btcs", t, t)
+        var = t.pow(2).sum() / (b * length)
+        off = ~torch.eye(length, dtype=torch.bool)
+        within = torch.stack([gram[i, :, i, :][off].mean() for i in range(b)]).mean() / var
+        across = torch.stack([gram[i, :, j, :].mean() for i in range(b) for j in range(b) if i != j]).mean() / var
+        return float(within), float(across)
+
+    layers = [0, depth // 4, depth // 2, 3 * depth // 4, depth - 1]
+    print(f"{cell_name(family, width, depth)}, {SEQUENCES} x {LENGTH} tokens: correlation within a sequence / "
+          "across sequences, of the stream x and of its gradient g")
+    for s in range(seeds):
+        model = Transformer(config, generator=torch.Generator().manual_seed(s))
+        model.train()
+        torch.manual_seed(10_000 + s)
+        store: dict[int, torch.Tensor] = {}
+
+        def keep(k: int, into: dict[int, torch.Tensor]):
+            def hook(module, args, out):
+                out.retain_grad()
+                into[k] = out
+            return hook
+
+        hooks = [model.layers[k].register_forward_hook(keep(k, store)) for k in layers]
+        model.loss(batch).backward()
+        for h in hooks:
+            h.remove()
+        cells = []
+        for k in layers:
+            (xw, xa), (gw, ga) = within_across(store[k].detach()), within_across(store[k].grad)
+            cells.append(f"layer {k}: x {xw:.2f}/{xa:.2f} g {gw:.2f}/{ga:+.2f}")
+        print(f"seed {s}: " + "; ".join(cells), flush=True)
+
+
 def main() -> None:
     import torch
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["measure", "predict", "report"])
+    ap.add_argument("action", choices=["measure", "predict", "report", "correlations"])
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     args = ap.parse_args()
@@ -189,6 +237,8 @@ def main() -> None:
                   stored[cell_name(*c)]["seconds_spread"], flush=True)
             OUT.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(stored, indent=1))
+    elif args.action == "correlations":
+        correlations()
     else:
         report()
 

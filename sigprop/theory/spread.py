@@ -62,8 +62,8 @@ from ..walk.protocol import rules_of
 from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
-__all__ = ["SpreadColumns", "predict_spread", "accumulate", "anchor_layers", "response", "DEFAULT_ANCHORS",
-           "RESPONSE_STEP"]
+__all__ = ["SpreadColumns", "predict_spread", "accumulate", "anchor_layers", "response", "gradient_ratio_interval",
+           "DEFAULT_ANCHORS", "RESPONSE_STEP"]
 
 #: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
@@ -99,7 +99,7 @@ def anchor_layers(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> list[int]:
 
     Example:
         >>> anchor_layers(4), anchor_layers(192, 5)
-        ([0, 1, 2, 3], [0, 28, 96, 163, 191])
+        ([0, 1, 2, 3], [0, 28, 95, 163, 191])
     """
     if n_layers <= anchors:
         return list(range(n_layers))
@@ -183,8 +183,8 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         >>> from sigprop.theory.predict import theory_model
         >>> config = sigprop.TransformerConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
         ...                                    norm_position="post")
-        >>> columns = predict_spread(theory_model(config), sigprop.predict(config), {"L": 8}, 1, 8, inputs=2,
-        ...                          draws_per_input=3)
+        >>> columns = predict_spread(theory_model(config), sigprop.predict(config),
+        ...                          {"L": 8, "attention_seed": 0}, 1, 8, inputs=2, draws_per_input=3)
         >>> columns.grad[2], columns.grad[0] > columns.grad[1] > 0  # relative to the top; grows down the stack
         (0.0, True)
     """
@@ -216,3 +216,46 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
                          ({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, grad, strict=True)}
                           if gradients else {}),
                          meta)
+
+
+def gradient_ratio_interval(profile: Profile, layer: int = 0, level: float = 0.9) -> tuple[float, float]:
+    """The central ``level`` interval of one model's gradient ratio σ²_g(layer)/σ²_g(top), from a prediction with
+    spread: log-normal (the log of a product of many independent layer gains, module docstring) with the predicted
+    sd s = ``grad_var_log_sd`` and the mean-log that makes its expectation the predicted ratio R,
+    log R − s²/2.
+
+    Args:
+        profile: a predicted profile with spread (:func:`sigprop.predict` with ``spread=True``).
+        layer: the layer row whose ratio to the top is asked (default: the first layer).
+        level: the interval's probability, in (0, 1).
+
+    Returns:
+        (low, high): R e^{−s²/2 ∓ z s}, z the standard normal's (1 + level)/2 quantile.
+
+    Raises:
+        ValueError: a profile without spread, a layer it has no row for, or a level outside (0, 1).
+
+    Example:
+        >>> from sigprop.core.profile import Profile, Row
+        >>> rows = (Row(0, "layer", grad_var=4.0, grad_var_log_sd=0.5), Row(1, "layer", grad_var=1.0,
+        ...                                                                  grad_var_log_sd=0.0))
+        >>> low, high = gradient_ratio_interval(Profile("predicted", {}, rows))
+        >>> round(low, 3), round(high, 3)  # 4 e^{-0.125 ∓ 1.645·0.5}
+        (1.551, 8.034)
+    """
+    from statistics import NormalDist
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1) (got {level!r})")
+    if not profile.has_spread:
+        raise ValueError("the profile has no predicted spread: predict with spread=True")
+    rows = {r.layer: r for r in profile.site("layer")}
+    if layer not in rows:
+        raise ValueError(f"the profile has no layer row {layer} (layers {min(rows)}-{max(rows)})")
+    top = rows[max(rows)]
+    ratio, sd = rows[layer].grad_var / top.grad_var, rows[layer].grad_var_log_sd
+    if not (math.isfinite(ratio) and ratio > 0 and math.isfinite(sd)):
+        raise ValueError(f"layer {layer}: no gradient ratio or spread to bound (gradients=False, or a zero gradient)")
+    z = NormalDist().inv_cdf((1.0 + level) / 2.0)
+    centre = math.log(ratio) - sd * sd / 2.0
+    return math.exp(centre - z * sd), math.exp(centre + z * sd)

@@ -111,3 +111,18 @@ def test_pre_ln_forward_spread_is_positive_from_the_first_layer():
     profile = sigprop.predict(config, spread=True)
     assert profile.site("input")[0].fwd_var_log_sd == 0.0
     assert all(r.fwd_var_log_sd > 0 for r in profile.site("layer"))
+
+
+def test_gradient_ratio_interval():
+    from sigprop.core.profile import Row
+    from sigprop.theory.spread import gradient_ratio_interval
+
+    rows = (Row(0, "layer", grad_var=8.0, grad_var_log_sd=0.4), Row(1, "layer", grad_var=2.0, grad_var_log_sd=0.0))
+    low, high = gradient_ratio_interval(Profile("predicted", {}, rows), level=0.9)
+    z = 1.6448536269514722
+    assert (low, high) == pytest.approx((4 * math.exp(-0.08 - z * 0.4), 4 * math.exp(-0.08 + z * 0.4)), rel=1e-12)
+    assert math.sqrt(low * high) * math.exp(0.08) == pytest.approx(4.0)  # the log-normal's mean is the ratio
+    with pytest.raises(ValueError, match="spread=True"):
+        gradient_ratio_interval(Profile("predicted", {}, (Row(0, "layer", grad_var=1.0),)))
+    with pytest.raises(ValueError, match="level"):
+        gradient_ratio_interval(Profile("predicted", {}, rows), level=1.0)

@@ -120,7 +120,9 @@ def report() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    predictions = json.loads((OUT / "predictions.json").read_text())
+    predictions: dict = {}
+    for path in sorted(OUT.glob("predictions*.json")):
+        predictions.update(json.loads(path.read_text()))
     lines = ["| family | d | layers | seeds | quantity | measured sd ± SE | predicted | ratio | allowed | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     points = []
@@ -223,13 +225,15 @@ def main() -> None:
     ap.add_argument("action", choices=["measure", "predict", "report", "correlations"])
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
+    ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
+                    "report reads every predictions*.json), for predict processes run side by side")
     args = ap.parse_args()
     cells = [c for c in CELLS if not args.cells or cell_name(*c) in args.cells]
     if args.action == "measure":
         for c in cells:
             measure_cell(*c, args.seeds)
     elif args.action == "predict":
-        path = OUT / "predictions.json"
+        path = OUT / (args.file or "predictions.json")
         stored = json.loads(path.read_text()) if path.exists() else {}
         for c in cells:
             stored[cell_name(*c)] = predict_cell(*c)

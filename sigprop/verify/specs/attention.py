@@ -42,7 +42,9 @@ from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Estimate, Param
 from .common import as_quantities, correlation_and_gradient_params
 
-__all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES"]
+__all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES", "in_chunks",
+           "query_inputs", "two_pass_gradients", "output_moments", "gradient_statistics", "replicate_estimates",
+           "attention_moments"]
 
 #: Query rows evaluated per sequence.
 N_QUERIES = 128

@@ -335,6 +335,15 @@ def _xavier(d_in: Stat, d_out: Stat) -> float:
     return math.sqrt(2.0 / (d_in + d_out))
 
 
+def _register_scales(module: SingleHeadAttention | MultiHeadAttention, default: float,
+                     *scales: float | np.ndarray | torch.Tensor | None) -> None:
+    """Register σ_q, σ_k, σ_v (``default`` where None; each positive) as buffers over ``module.batch_shape``."""
+    for name, val in zip(("sigma_q", "sigma_k", "sigma_v"), scales, strict=True):
+        val = default if val is None else val
+        check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
+        module.register_buffer(name, _as_tensor(val, module.batch_shape))
+
+
 class SingleHeadAttention(nn.Module):
     """Single-head attention y = Dropout_p(softmax(X W_Q (X_kv W_K)ᵀ/√d_k)) X_kv W_V (X_kv = X by default).
 
@@ -367,11 +376,7 @@ class SingleHeadAttention(nn.Module):
             raise ValueError(f"approx must be one of {ATTENTION_APPROX} (got {approx!r})")
         self.d_in, self.d_k, self.causal, self.approx = int(d_in), int(d_k), bool(causal), approx
         self.batch_shape = tuple(int(b) for b in batch_shape)
-        x = _xavier(d_in, d_k)
-        for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
-            val = x if val is None else val
-            check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
-            self.register_buffer(name, _as_tensor(val, self.batch_shape))
+        _register_scales(self, _xavier(d_in, d_k), sigma_q, sigma_k, sigma_v)
         check_range(np.asarray(torch.as_tensor(dropout_p)), "dropout p", lo=0.0, hi=1.0, hi_open=True)
         self.register_buffer("dropout_p", _as_tensor(dropout_p, self.batch_shape))
         shape = self.batch_shape + (self.d_in, self.d_k)
@@ -516,11 +521,7 @@ class MultiHeadAttention(nn.Module):
         self.rule_used: str | None = None  # the attention rule the last moment call used ("auto" resolved)
         self.dropout_p = float(check_range(dropout_p, "dropout p", lo=0.0, hi=1.0, hi_open=True))
         self.batch_shape = tuple(int(b) for b in batch_shape)
-        x = _xavier(d_in, d_head)
-        for name, val in (("sigma_q", sigma_q), ("sigma_k", sigma_k), ("sigma_v", sigma_v)):
-            val = x if val is None else val
-            check_range(_host(val), name, lo=0.0, lo_open=True, allowed="(0, inf)")
-            self.register_buffer(name, _as_tensor(val, self.batch_shape))
+        _register_scales(self, _xavier(d_in, d_head), sigma_q, sigma_k, sigma_v)
         kv_shape = self.batch_shape + (self.d_in, self.n_kv_heads * self.d_head)
         self.w_q = nn.Parameter(torch.empty(self.batch_shape + (self.d_in, self.n_heads * self.d_head)))
         self.w_k = nn.Parameter(torch.empty(kv_shape))

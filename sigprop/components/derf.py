@@ -94,6 +94,20 @@ def _check_approx(approx: str) -> None:
         raise ValueError(f"approx must be one of {APPROXES} (got {approx!r})")
 
 
+def _check_rule(approx: str, alpha: Stat, gamma: Stat) -> tuple[Stat, Stat]:
+    """The arguments every DyT / Derf rule takes, checked: a known ``approx``, α ≠ 0 and γ ≠ 0. Returns (α, γ)."""
+    _check_approx(approx)
+    return _check_nonzero(alpha, "alpha"), _check_nonzero(gamma, "gamma")
+
+
+def _check_shift(shift: Stat, approx: str, equation: str) -> Stat:
+    """The shift s, finite, and 0 under ``approx="alekseev"`` (Alekseev's ``equation`` has none)."""
+    shift = check_range(shift, "shift s")
+    if approx == "alekseev" and np.any(np.asarray(shift) != 0.0):
+        raise ValueError(f"approx='alekseev' ({equation}) assumes shift s = 0; use approx='exact'")
+    return shift
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # closed-form Gaussian expectations of erf
 # ----------------------------------------------------------------------------------------------------------------
@@ -267,14 +281,10 @@ def derf_forward(m: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0, 
     broadcast with the fields of ``m``). Raises ``ValueError`` for α = 0, γ = 0, non-finite values or an unknown
     ``approx``.
     """
-    _check_approx(approx)
-    alpha = _check_nonzero(alpha, "alpha")
-    gamma = _check_nonzero(gamma, "gamma")
+    alpha, gamma = _check_rule(approx, alpha, gamma)
     beta = check_range(beta, "beta")
-    shift = check_range(shift, "shift s")
+    shift = _check_shift(shift, approx, "Eq. 89")
     if approx == "alekseev":
-        if np.any(np.asarray(shift) != 0.0):
-            raise ValueError("approx='alekseev' (Eq. 89) assumes shift s = 0; use approx='exact'")
         q = m.second_moment
         qt = erf_q_tilde(q, alpha)
         mean = 0.0 * q
@@ -303,13 +313,9 @@ def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat = 0.0,
     Assumes: Gaussian input; output gradient zero-mean and independent of the input (mean-field). β does not
     enter. Raises ``ValueError`` for α = 0, γ = 0 or an unknown ``approx``.
     """
-    _check_approx(approx)
-    alpha = _check_nonzero(alpha, "alpha")
-    gamma = _check_nonzero(gamma, "gamma")
-    shift = check_range(shift, "shift s")
+    alpha, gamma = _check_rule(approx, alpha, gamma)
+    shift = _check_shift(shift, approx, "Eq. 90")
     if approx == "alekseev":
-        if np.any(np.asarray(shift) != 0.0):
-            raise ValueError("approx='alekseev' (Eq. 90) assumes shift s = 0; use approx='exact'")
         q = m_in.second_moment
         qh = erf_q_hat(q, alpha)
         return GradMoments(var=gamma**2 * g.var * qh,

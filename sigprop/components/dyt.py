@@ -46,8 +46,7 @@ from .derf import (
     PhiExpectations,
     _assemble_backward,
     _assemble_forward,
-    _check_approx,
-    _check_nonzero,
+    _check_rule,
     _param,
     _rule_value,
     erf_cov,
@@ -273,9 +272,7 @@ def dyt_forward(m: Moments, alpha: Stat, gamma: Stat = 1.0, beta: Stat = 0.0, ap
     Assumes: Gaussian input, elements sharing one mean; γ, β, α scalars (or per-configuration arrays broadcasting
     with the fields of ``m``). Raises ``ValueError`` for α = 0, γ = 0, non-finite values or an unknown ``approx``.
     """
-    _check_approx(approx)
-    alpha = _check_nonzero(alpha, "alpha")
-    gamma = _check_nonzero(gamma, "gamma")
+    alpha, gamma = _check_rule(approx, alpha, gamma)
     beta = check_range(beta, "beta")
     mh, vh, r, rd = _pre_activation(m, alpha, approx)
     var_phi = _tanh_cov(mh, vh, np.ones_like(np.asarray(r, dtype=np.float64)))
@@ -297,9 +294,7 @@ def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat = 1.0, 
     Assumes: Gaussian input; output gradient zero-mean and independent of the input (mean-field). β does not
     enter. Raises ``ValueError`` for α = 0, γ = 0 or an unknown ``approx``.
     """
-    _check_approx(approx)
-    alpha = _check_nonzero(alpha, "alpha")
-    gamma = _check_nonzero(gamma, "gamma")
+    alpha, gamma = _check_rule(approx, alpha, gamma)
     mh, vh, r, _ = _pre_activation(m_in, alpha, approx)
     d1 = _expect_local(lambda x: _sech4(x), mh, vh)
     d12 = _sech2_pair(mh, vh, r)

@@ -32,8 +32,7 @@ from torch import nn
 from ..core.gaussian import bvn_cdf, norm_cdf, norm_pdf
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_approx, clip_corr
-from ..walk.protocol import TOKEN_WISE
-from .relu import check_standardized_mean, truncated_bvn_moments
+from .relu import ActivationMoments, check_standardized_mean, truncated_bvn_moments
 
 __all__ = [
     "GELU",
@@ -274,20 +273,14 @@ def gelu_backward(g: GradMoments, m_in: Moments, approx: str = "exact") -> GradM
     return GradMoments(var=e2 * g.var, corr=clip_corr(cross / e2 * g.corr))
 
 
-class GELU(nn.GELU):
+class GELU(ActivationMoments, nn.GELU):
     """``torch.nn.GELU`` in its exact erf form (x·Φ(x)) that also transforms moments (:func:`gelu_forward`,
     :func:`gelu_backward`). The tanh approximation is not offered: the rules are for the erf form."""
 
-    rules = TOKEN_WISE
+    moment_rules = (gelu_forward, gelu_backward)
 
     def __init__(self) -> None:
         super().__init__(approximate="none")
-
-    def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:
-        return gelu_forward(m, approx=approx)
-
-    def backward_moments(self, g: GradMoments, m_in: Moments, approx: str = "exact") -> GradMoments:
-        return gelu_backward(g, m_in, approx=approx)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102 (inherited behaviour)
         return super().forward(x)

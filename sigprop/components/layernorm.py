@@ -38,7 +38,7 @@ from scipy import special
 from torch import nn
 
 from ..core.moments import GradMoments, Moments, Stat
-from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
+from ..core.validate import NormChecks, check_range, clip_corr
 from ..walk.protocol import Rules
 
 __all__ = ["LayerNorm", "layernorm_forward", "layernorm_backward", "layernorm_forward_postnorm",
@@ -51,20 +51,7 @@ LAYERNORM_APPROX = ("exact", "kedia", "kedia_table1")
 MIN_WIDTH = 8
 
 
-def _check_d(d: Stat) -> Stat:
-    return check_range(d, "layernorm d", lo=MIN_WIDTH, allowed=f"[{MIN_WIDTH}, inf)")
-
-
-def _check_eps(eps: Stat) -> Stat:
-    return check_range(eps, "layernorm eps", lo=0.0)
-
-
-def _check_approx(approx: str) -> str:
-    return check_approx(approx, LAYERNORM_APPROX, "layernorm")
-
-
-def _check_corr_hidden(c: Stat, d: Stat) -> Stat:
-    return check_corr_hidden(c, d, "a LayerNorm")
+_CHECKS = NormChecks("layernorm", "a LayerNorm", MIN_WIDTH, LAYERNORM_APPROX)
 
 
 def _gamma_ratio_sq(a: Stat, b: Stat) -> Stat:
@@ -163,9 +150,7 @@ def layernorm_forward(m: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exac
     initial values (γ = 1, β = 0, which Kedia et al. note do not change the derivation). Raises ``ValueError`` for
     d < 8, eps < 0, an unknown ``approx``, or corr_hidden outside [−1/(d−1), 1) (exact form).
     """
-    d = _check_d(d)
-    eps = _check_eps(eps)
-    _check_approx(approx)
+    d, eps = _CHECKS.rule(d, eps, approx)
     zero = np.zeros(np.broadcast(m.mean, m.var, m.corr, m.corr_hidden, d).shape)
     corr_hidden = clip_corr(zero - 1.0 / (d - 1.0))
     if approx == "kedia":
@@ -173,7 +158,7 @@ def layernorm_forward(m: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exac
                        corr_hidden=corr_hidden)
     if approx == "kedia_table1":
         return Moments(mean=zero, var=zero + 1.0, corr=clip_corr(zero + m.corr), corr_hidden=corr_hidden)
-    _check_corr_hidden(m.corr_hidden, d)
+    _CHECKS.corr_hidden(m.corr_hidden, d)
     var_eff = m.var * (1.0 - m.corr_hidden)
     var = 1.0 - d * eps / (var_eff * (d - 3.0)) + zero
     corr = expected_cosine(d - 1.0, m.corr) + zero
@@ -255,9 +240,9 @@ def layernorm_backward_postnorm(g: GradMoments, skip: Moments, branch: Moments, 
     lam = np.asarray(lam, dtype=np.float64)
     beta = np.asarray(beta, dtype=np.float64)
     phi = check_range(skip_fraction, "skip_fraction", lo=0.0, hi=1.0)
-    d = _check_d(d)
+    d = _CHECKS.width(d)
     m_in = residual_forward(skip, branch, lam, beta)
-    _check_corr_hidden(m_in.corr_hidden, d)
+    _CHECKS.corr_hidden(m_in.corr_hidden, d)
     P = lam**2 * skip.var * (1.0 - skip.corr_hidden)
     Q = beta**2 * branch.var * (1.0 - branch.corr_hidden)
     A = P + Q
@@ -286,13 +271,11 @@ def layernorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = 1e-5,
     Assumes: Gaussian input (moments ``m_in``), zero-mean output gradient independent of x with i.i.d. hidden
     units. Raises ``ValueError`` as :func:`layernorm_forward`.
     """
-    d = _check_d(d)
-    eps = _check_eps(eps)
-    _check_approx(approx)
+    d, eps = _CHECKS.rule(d, eps, approx)
     zero = np.zeros(np.broadcast(g.var, g.corr, m_in.var, m_in.corr, m_in.corr_hidden, d).shape)
     if approx in ("kedia", "kedia_table1"):
         return GradMoments(var=g.var / m_in.var + zero, corr=clip_corr(g.corr + zero))
-    _check_corr_hidden(m_in.corr_hidden, d)
+    _CHECKS.corr_hidden(m_in.corr_hidden, d)
     var_eff = m_in.var * (1.0 - m_in.corr_hidden)
     var = g.var * (d - 2.0) / (var_eff * (d - 3.0)) * (1.0 - d * eps / (var_eff * (d - 5.0))) + zero
     corr = g.corr * normalised_grad_corr(d - 1.0, m_in.corr) + zero
@@ -312,8 +295,8 @@ class LayerNorm(nn.LayerNorm):
                  elementwise_affine: bool = True, bias: bool = True,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None,
                  approx: str = "exact") -> None:
-        _check_eps(eps)
-        _check_approx(approx)
+        _CHECKS.eps(eps)
+        _CHECKS.approx(approx)
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, bias=bias,
                          device=device, dtype=dtype)
         self.approx = approx

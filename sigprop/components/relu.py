@@ -11,6 +11,9 @@ correlation ρ truncated to {Z₁ > −a, Z₂ > −a} (Rosenbaum 1961), given i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 import numpy as np
 import torch
 from torch import nn
@@ -22,6 +25,7 @@ from ..walk.protocol import TOKEN_WISE
 
 __all__ = [
     "ReLU",
+    "ActivationMoments",
     "relu_forward",
     "relu_backward",
     "relu_cross_moment",
@@ -179,16 +183,24 @@ def relu_backward(g: GradMoments, m_in: Moments, approx: str = "exact") -> GradM
     return GradMoments(var=p * g.var, corr=clip_corr(both / p * g.corr))
 
 
-class ReLU(nn.ReLU):
-    """``torch.nn.ReLU`` that also transforms moments (:func:`relu_forward`, :func:`relu_backward`)."""
+class ActivationMoments:
+    """The moment rules of an activation module, from its class's ``moment_rules``: its forward and backward rule
+    (each taking ``approx``). A mixin, before the torch activation the module extends."""
 
     rules = TOKEN_WISE
+    moment_rules: ClassVar[tuple[Callable[..., Moments], Callable[..., GradMoments]]]
 
     def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:
-        return relu_forward(m, approx=approx)
+        return self.moment_rules[0](m, approx=approx)
 
     def backward_moments(self, g: GradMoments, m_in: Moments, approx: str = "exact") -> GradMoments:
-        return relu_backward(g, m_in, approx=approx)
+        return self.moment_rules[1](g, m_in, approx=approx)
+
+
+class ReLU(ActivationMoments, nn.ReLU):
+    """``torch.nn.ReLU`` that also transforms moments (:func:`relu_forward`, :func:`relu_backward`)."""
+
+    moment_rules = (relu_forward, relu_backward)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102 (inherited behaviour)
         return super().forward(x)

@@ -42,7 +42,7 @@ from scipy import special
 from torch import nn
 
 from ..core.moments import GradMoments, Moments, Stat
-from ..core.validate import check_approx, check_corr_hidden, check_range, clip_corr
+from ..core.validate import NormChecks, clip_corr
 from ..walk.protocol import Rules
 from .layernorm import expected_cosine, normalised_grad_corr
 
@@ -61,20 +61,7 @@ MIN_WIDTH = 16
 _CHUNK_POINTS = 2_000_000  # quadrature points evaluated per numpy batch (bounds memory to ~100 MB)
 
 
-def _check_d(d: Stat) -> Stat:
-    return check_range(d, "rmsnorm d", lo=MIN_WIDTH, allowed=f"[{MIN_WIDTH}, inf)")
-
-
-def _check_eps(eps: Stat) -> Stat:
-    return check_range(eps, "rmsnorm eps", lo=0.0)
-
-
-def _check_approx(approx: str) -> str:
-    return check_approx(approx, RMSNORM_APPROX, "rmsnorm")
-
-
-def _check_corr_hidden(c: Stat, d: Stat) -> Stat:
-    return check_corr_hidden(c, d, "an RMSNorm")
+_CHECKS = NormChecks("rmsnorm", "an RMSNorm", MIN_WIDTH, RMSNORM_APPROX)
 
 
 @lru_cache(maxsize=64)
@@ -260,10 +247,8 @@ def rmsnorm_forward(m: Moments, d: Stat, eps: Stat = DEFAULT_EPS, approx: str = 
     initial value 1. Raises ``ValueError`` for d < 16, eps < 0, an unknown ``approx`` or corr_hidden outside
     [−1/(d−1), 1).
     """
-    d = _check_d(d)
-    eps = _check_eps(eps)
-    _check_approx(approx)
-    _check_corr_hidden(m.corr_hidden, d)
+    d, eps = _CHECKS.rule(d, eps, approx)
+    _CHECKS.corr_hidden(m.corr_hidden, d)
     zero = np.zeros(np.broadcast(m.mean, m.var, m.corr, m.corr_hidden, d, eps).shape)
     if approx == "large_d":
         q = m.second_moment + eps
@@ -295,10 +280,8 @@ def rmsnorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = DEFAULT
     Assumes: Gaussian input (moments ``m_in``); zero-mean output gradient independent of x with i.i.d. hidden
     units. Raises ``ValueError`` as :func:`rmsnorm_forward`.
     """
-    d = _check_d(d)
-    eps = _check_eps(eps)
-    _check_approx(approx)
-    _check_corr_hidden(m_in.corr_hidden, d)
+    d, eps = _CHECKS.rule(d, eps, approx)
+    _CHECKS.corr_hidden(m_in.corr_hidden, d)
     zero = np.zeros(np.broadcast(g.var, g.corr, m_in.mean, m_in.var, m_in.corr, m_in.corr_hidden, d, eps).shape)
     if approx == "large_d":
         return GradMoments(var=g.var / (m_in.second_moment + eps) + zero, corr=clip_corr(g.corr + zero))
@@ -333,8 +316,8 @@ class RMSNorm(nn.Module):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(int(s) for s in normalized_shape)
         if eps is not None:
-            _check_eps(eps)
-        _check_approx(approx)
+            _CHECKS.eps(eps)
+        _CHECKS.approx(approx)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.approx = approx

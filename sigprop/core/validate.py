@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = ["check_choice", "check_integer", "check_number", "integer_value", "check_range", "check_approx",
-           "check_corr_hidden", "as_float64", "clip_corr"]
+           "check_corr_hidden", "NormChecks", "as_float64", "clip_corr"]
 
 _Checked = TypeVar("_Checked")
 
@@ -145,6 +146,55 @@ def check_corr_hidden(c: _Checked, d: npt.ArrayLike, what: str) -> _Checked:
         got = c_arr[bad].flat[0] if c_arr.ndim else float(c_arr)
         raise ValueError(f"Moments.corr_hidden must be in [-1/(d-1), 1) for {what} input (got {got!r})")
     return c
+
+
+@dataclass(frozen=True)
+class NormChecks:
+    """The checks of a normaliser's rule arguments, each message naming the normaliser.
+
+    Attributes:
+        name: the normaliser in the messages on its arguments ("layernorm": "layernorm d must be in …").
+        article: the normaliser in the message on its input ("a LayerNorm": "… for a LayerNorm input").
+        min_width: the smallest width d its rules accept.
+        approxes: the approximations its rules offer.
+
+    Example:
+        >>> checks = NormChecks("layernorm", "a LayerNorm", 8, ("exact",))
+        >>> checks.rule(256, 1e-5, "exact")
+        (256.0, 1e-05)
+        >>> checks.width(4)
+        Traceback (most recent call last):
+        ...
+        ValueError: layernorm d must be in [8, inf) (got 4.0)
+    """
+
+    name: str
+    article: str
+    min_width: int
+    approxes: tuple[str, ...]
+
+    def width(self, d: npt.ArrayLike) -> float | np.ndarray:
+        """The width d, at least :attr:`min_width`."""
+        return check_range(d, f"{self.name} d", lo=self.min_width, allowed=f"[{self.min_width}, inf)")
+
+    def eps(self, eps: npt.ArrayLike) -> float | np.ndarray:
+        """The eps added to the variance, at least 0."""
+        return check_range(eps, f"{self.name} eps", lo=0.0)
+
+    def approx(self, approx: str) -> str:
+        """One of :attr:`approxes`."""
+        return check_approx(approx, self.approxes, self.name)
+
+    def corr_hidden(self, c: _Checked, d: npt.ArrayLike) -> _Checked:
+        """The input's hidden correlation, as :func:`check_corr_hidden`."""
+        return check_corr_hidden(c, d, self.article)
+
+    def rule(self, d: npt.ArrayLike, eps: npt.ArrayLike, approx: str) -> tuple[float | np.ndarray, float | np.ndarray]:
+        """The arguments every rule of the normaliser takes: (d, eps) checked, and ``approx``."""
+        d = self.width(d)
+        eps = self.eps(eps)
+        self.approx(approx)
+        return d, eps
 
 
 @overload

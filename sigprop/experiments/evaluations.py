@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.figures import pyplot, save_figure
-from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic, write_text_atomic
+from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic
 from .init_theory import evaluate_init_theory, write_init_theory
 from .ladder_report import evaluate_ladder, write_ladder
-from .summary import SUMMARY_FILES, THEORY_FILES, fates_cell, table_row, write_evaluation
+from .summary import SUMMARY_FILES, THEORY_FILES, fates_cell, finish_axes, markdown_table, table_row, write_evaluation
 from .summary import mean_se_cell as _cell
 
 __all__ = ["EVALUATIONS", "evaluate_fp8", "evaluate_apjn", "evaluate_entropy"]
@@ -93,20 +93,21 @@ def evaluate_fp8(summary: dict, results, runs_dir, out, say=print) -> dict:
 
 def fp8_table(table: dict, title: str, intro: str) -> str:
     """The FP8 table as markdown."""
-    lines = [f"# {title}", "", intro, "",
-             "| model | best LR | seeds | float32 | E4M3 | Δ E4M3 | E5M2 | Δ E5M2 | saturated (E4M3) | "
-             "flushed to 0 (E4M3 / E5M2) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table["rows"]:
-        if not r["seeds"]:
-            lines.append(f"| {r['model']} | – | 0 | no run trained | | | | | | |")
-            continue
-        lines.append(table_row(
-            r["model"], format(r["best_lr"], "g"), r["seeds"], _cell(r["fp32_mean"], r["fp32_se"]),
-            _cell(r["e4m3_mean"], r["e4m3_se"]), _cell(r["e4m3_delta_mean"], r["e4m3_delta_se"], signed=True),
-            _cell(r["e5m2_mean"], r["e5m2_se"]), _cell(r["e5m2_delta_mean"], r["e5m2_delta_se"], signed=True),
-            _cell(r["e4m3_overflow"], None, ".2e"),
-            f"{_cell(r['e4m3_underflow'], None, '.2e')} / {_cell(r['e5m2_underflow'], None, '.2e')}"))
-    return "\n".join(lines) + "\n"
+    return markdown_table(
+        title, intro, "| model | best LR | seeds | float32 | E4M3 | Δ E4M3 | E5M2 | Δ E5M2 | saturated (E4M3) | "
+        "flushed to 0 (E4M3 / E5M2) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        (_fp8_row(r) for r in table["rows"]))
+
+
+def _fp8_row(r: dict) -> str:
+    if not r["seeds"]:
+        return f"| {r['model']} | – | 0 | no run trained | | | | | | |"
+    return table_row(
+        r["model"], format(r["best_lr"], "g"), r["seeds"], _cell(r["fp32_mean"], r["fp32_se"]),
+        _cell(r["e4m3_mean"], r["e4m3_se"]), _cell(r["e4m3_delta_mean"], r["e4m3_delta_se"], signed=True),
+        _cell(r["e5m2_mean"], r["e5m2_se"]), _cell(r["e5m2_delta_mean"], r["e5m2_delta_se"], signed=True),
+        _cell(r["e4m3_overflow"], None, ".2e"),
+        f"{_cell(r['e4m3_underflow'], None, '.2e')} / {_cell(r['e5m2_underflow'], None, '.2e')}")
 
 
 def fp8_figure(table: dict, path: Path, title: str) -> Path:
@@ -204,16 +205,14 @@ def _final_accuracy(run_dir: Path) -> float | None:
 
 def apjn_table(table: dict, title: str, intro: str) -> str:
     """The APJN table as markdown."""
-    lines = [f"# {title}: the APJN theory beside the trained models", "", intro, "",
-             "| model | depth N | α | σ_21, σ_OV | best LR | final accuracy (mean ± se) | fates | "
-             "theory: log 𝒥^{out,0} | λ⁻¹ | N/λ |", "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
-    for r in table["rows"]:
-        lines.append(table_row(
-            r["model"], r["depth"], _cell(r["alpha"], None, "g"), f"{r['sigma_21']:g}, {r['sigma_ov']:g}",
-            _cell(r["best_lr"], None, "g"), _cell(r["accuracy_mean"], r["accuracy_se"], ".3f"), fates_cell(r["fates"]),
-            _cell(r["log_apjn"], None, ".2f"), _cell(r["lambda_inv"], None, ".3g"),
-            _cell(r["depth_over_lambda"], None, ".2f")))
-    return "\n".join(lines) + "\n"
+    return markdown_table(
+        f"{title}: the APJN theory beside the trained models", intro,
+        "| model | depth N | α | σ_21, σ_OV | best LR | final accuracy (mean ± se) | fates | "
+        "theory: log 𝒥^{out,0} | λ⁻¹ | N/λ |", "|---|---:|---:|---|---:|---:|---|---:|---:|---:|",
+        (table_row(r["model"], r["depth"], _cell(r["alpha"], None, "g"), f"{r['sigma_21']:g}, {r['sigma_ov']:g}",
+                   _cell(r["best_lr"], None, "g"), _cell(r["accuracy_mean"], r["accuracy_se"], ".3f"),
+                   fates_cell(r["fates"]), _cell(r["log_apjn"], None, ".2f"), _cell(r["lambda_inv"], None, ".3g"),
+                   _cell(r["depth_over_lambda"], None, ".2f")) for r in table["rows"]))
 
 
 def apjn_figure(table: dict, path: Path, title: str) -> Path:
@@ -237,9 +236,7 @@ def apjn_figure(table: dict, path: Path, title: str) -> Path:
             ax.axvline(1.0 / rows[0]["lambda_inv"], color=f"C{i % 10}", ls=":", lw=1)
     ax.set(xscale="log", xlabel="depth N (blocks)", ylabel="final validation accuracy",
            title=f"{title} (dotted: the theory's depth scale λ)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    finish_axes(ax, fontsize=8)
     return save_figure(fig, path, dpi=110, crop=True)
 
 
@@ -267,14 +264,13 @@ def evaluate_entropy(summary: dict, results, runs_dir, out, say=print) -> dict:
 
 
 def entropy_table(table: dict, title: str, intro: str) -> str:
-    lines = [f"# {title}: attention entropy at the end of every run", "", intro, "",
-             "| model | LR | seed | fate | final val | tracked at step | entropy, lowest layer | entropy, mean |",
-             "|---|---:|---:|---|---:|---:|---:|---:|"]
-    for r in table["rows"]:
-        lines.append(f"| {r['model']} | {r['lr']:g} | {r['seed']} | {r['fate']} | {_cell(r['final_val'], None)} | "
-                     f"{'–' if r['track_step'] is None else r['track_step']} | "
-                     f"{_cell(r['entropy_min'], None, '.3f')} | {_cell(r['entropy_mean'], None, '.3f')} |")
-    return "\n".join(lines) + "\n"
+    return markdown_table(
+        f"{title}: attention entropy at the end of every run", intro,
+        "| model | LR | seed | fate | final val | tracked at step | entropy, lowest layer | entropy, mean |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+        (f"| {r['model']} | {r['lr']:g} | {r['seed']} | {r['fate']} | {_cell(r['final_val'], None)} | "
+         f"{'–' if r['track_step'] is None else r['track_step']} | "
+         f"{_cell(r['entropy_min'], None, '.3f')} | {_cell(r['entropy_mean'], None, '.3f')} |" for r in table["rows"]))
 
 
 def entropy_figure(table: dict, path: Path, title: str) -> Path:
@@ -290,19 +286,15 @@ def entropy_figure(table: dict, path: Path, title: str) -> Path:
                     ax.plot(range(len(r["entropy"])), r["entropy"], "o-", ms=2, color=f"C{i % 10}",
                             label=model if r["seed"] == 0 else None)
         ax.set(xlabel="layer", ylabel="attention entropy / max", title=f"lr {lr:g}", ylim=(0, 1.05))
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        finish_axes(ax)
     fig.suptitle(title)
     return save_figure(fig, path, dpi=110, crop=True)
 
 
 def write_entropy(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
     """``entropy.json``, ``entropy.md`` and ``entropy.png`` in ``out`` (beside the experiment's own table)."""
-    out = Path(out)
-    return (write_json_atomic(out / "entropy.json", table),
-            write_text_atomic(out / "entropy.md", entropy_table(table, title, intro)),
-            entropy_figure(table, out / "entropy.png", title))
+    return write_evaluation(out, ("entropy.json", "entropy.md", "entropy.png"), table,
+                            entropy_table(table, title, intro), lambda path: entropy_figure(table, path, title))
 
 
 #: Evaluation name → (evaluate, write).

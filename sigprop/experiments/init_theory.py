@@ -28,7 +28,7 @@ import numpy as np
 
 from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic
-from .summary import THEORY_FILES, fates_cell, mean_se_cell, table_row, write_evaluation
+from .summary import THEORY_FILES, fates_cell, markdown_table, mean_se_cell, table_row, write_evaluation
 
 __all__ = ["evaluate_init_theory", "write_init_theory"]
 
@@ -90,16 +90,15 @@ def evaluate_init_theory(summary: dict, results, runs_dir, out, say=print) -> di
 
 def init_theory_table(table: dict, title: str, intro: str) -> str:
     """The init-theory table as markdown."""
-    lines = [f"# {title}: sigprop's prediction at initialisation beside the trained models", "", intro, "",
-             "| model | best LR | final val (mean ± se) | fates | σ²_x last layer | σ²_x last ÷ first | "
-             "σ²_g first ÷ last | ρ last layer |", "|---|---:|---:|---|---:|---:|---:|---:|"]
-    for r in table["rows"]:
-        lines.append(table_row(
-            r["model"], mean_se_cell(r["best_lr"], None, "g"), mean_se_cell(r["final_val_mean"], r["final_val_se"]),
-            fates_cell(r["fates"]) or "not run yet", mean_se_cell(r["fwd_var_last"], None, ".3g"),
-            mean_se_cell(r["fwd_growth"], None, ".3g"), mean_se_cell(r["grad_ratio"], None, ".3g"),
-            mean_se_cell(r["corr_last"], None, ".3f")))
-    return "\n".join(lines) + "\n"
+    return markdown_table(
+        f"{title}: sigprop's prediction at initialisation beside the trained models", intro,
+        "| model | best LR | final val (mean ± se) | fates | σ²_x last layer | σ²_x last ÷ first | "
+        "σ²_g first ÷ last | ρ last layer |", "|---|---:|---:|---|---:|---:|---:|---:|",
+        (table_row(r["model"], mean_se_cell(r["best_lr"], None, "g"),
+                   mean_se_cell(r["final_val_mean"], r["final_val_se"]), fates_cell(r["fates"]) or "not run yet",
+                   mean_se_cell(r["fwd_var_last"], None, ".3g"), mean_se_cell(r["fwd_growth"], None, ".3g"),
+                   mean_se_cell(r["grad_ratio"], None, ".3g"), mean_se_cell(r["corr_last"], None, ".3f"))
+         for r in table["rows"]))
 
 
 def init_theory_figure(table: dict, path: Path, title: str) -> Path:

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.figures import save_figure
-from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
+from ..core.jsonio import finite_or_null
 from .ladder import Role, ladder_model
 from .ladder_stats import IntervalKind, PairedGap, Trend, fit_trend, paired_gap
+from .summary import finish_axes, write_evaluation
 
 __all__ = ["RULES", "evaluate_ladder", "write_ladder", "judge"]
 
@@ -234,17 +235,11 @@ def ladder_figure(table: dict, path: Path, title: str) -> Path:
     ax.set_xscale("log")
     ax.set(xlabel="non-embedding parameters P", ylabel="Δ final validation loss vs 2 × d Xavier (nats)",
            title=title)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no rung finished yet", transform=ax.transAxes, ha="center")
+    finish_axes(ax, "no rung finished yet")
     return save_figure(fig, path, dpi=110, crop=True)
 
 
 def write_ladder(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
     """``ladder.json``, ``ladder.md`` and ``ladder.png`` in ``out`` (beside the experiment's own table)."""
-    out = Path(out)
-    return (write_json_atomic(out / "ladder.json", table),
-            write_text_atomic(out / "ladder.md", ladder_markdown(table, title, intro)),
-            ladder_figure(table, out / "ladder.png", title))
+    return write_evaluation(out, ("ladder.json", "ladder.md", "ladder.png"), table,
+                            ladder_markdown(table, title, intro), lambda path: ladder_figure(table, path, title))

@@ -5,6 +5,7 @@ against tokens, one curve per model)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,21 @@ def write_evaluation(out, names: tuple[str, str, str], table: dict, markdown: st
             draw(out / figure_name))
 
 
+def markdown_table(heading: str, intro: str, columns: str, align: str, rows: Iterable[str]) -> str:
+    """A page of one table: the ``heading``, the ``intro`` and the table (its ``columns`` row, its alignment row
+    ``align``, then ``rows``)."""
+    return "\n".join([f"# {heading}", "", intro, "", columns, align, *rows]) + "\n"
+
+
+def finish_axes(ax, empty: str | None = None, fontsize: int = 7) -> None:
+    """A panel's grid, and its legend where it has labelled lines (else ``empty``, if given, across the panel)."""
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize)
+    elif empty is not None:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center")
+
+
 def fates_cell(fates: dict) -> str:
     """The fates of a model's runs as a table cell: "trained 5, stalled 2" ("" for none)."""
     return ", ".join(f"{k} {v}" for k, v in fates.items())
@@ -222,11 +238,7 @@ def _figure(summary: dict, path: Path, results) -> Path:
     for u in unigram:
         ax.axhline(u, color="0.6", ls=":", lw=1)
     ax.set(xlabel="tokens", ylabel="validation loss", title=f"{summary['experiment']} ({summary['scale']} scale)")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no run trained yet", transform=ax.transAxes, ha="center")
+    finish_axes(ax, "no run trained yet")
     return save_figure(fig, path, dpi=110, crop=True)
 
 

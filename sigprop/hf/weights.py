@@ -65,10 +65,12 @@ def _layout(model, slots: list, biases: list, norms: list, final_norm) -> HFWeig
     return HFWeights(tuple(slots), tuple(biases), tuple(norms), final_norm, head)
 
 
-def _llama_norms(i: int, block) -> list:
-    """A Llama-style block's two norms (before attention, before the MLP)."""
-    return [(f"layers.{i}.input_layernorm", block.input_layernorm),
-            (f"layers.{i}.post_attention_layernorm", block.post_attention_layernorm)]
+#: A Llama-style block's two norms (before attention, before the MLP).
+_LLAMA_NORMS = ("input_layernorm", "post_attention_layernorm")
+#: A Llama-style block's linear maps: (path in the block, role), in drawing order.
+_LLAMA_PROJECTIONS = (("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"),
+                      ("self_attn.o_proj", "o"), ("mlp.gate_proj", "w1"), ("mlp.up_proj", "w3"),
+                      ("mlp.down_proj", "w2"))
 
 
 def _gpt2(model) -> HFWeights:
@@ -89,12 +91,21 @@ def _gpt2(model) -> HFWeights:
     return _layout(model, slots, biases, norms, base.ln_f)
 
 
-def _add_projections(slots: list, biases: list, layer: int, prefix: str, named) -> None:
-    """Append the slot of each linear map of layer ``layer`` in ``named`` ((name under ``prefix``, module, role),
-    …) to ``slots`` and its bias entry (``prefix.name``) to ``biases``."""
-    for name, proj, role in named:
-        slots.append(Slot(role, layer, proj.weight))
-        biases.append((f"{prefix}.{name}", proj))
+def _blocks(slots: list, layers, projections: tuple[tuple[str, str], ...], norms: tuple[str, ...],
+            prefix: str = "layers", short_names: bool = False) -> tuple[list, list]:
+    """The blocks of a stack in which each weight of a role is one linear map's: block by block, the slot of each
+    of ``projections`` ((its path in the block, its role), in drawing order) appended to ``slots``, its bias and the
+    block's ``norms`` (their paths) named under ``prefix.i`` (a bias by the map's own name alone with
+    ``short_names``). Returns (biases, norms)."""
+    biases: list = []
+    block_norms: list = []
+    for i, block in enumerate(layers):
+        for path, role in projections:
+            proj = block.get_submodule(path)
+            slots.append(Slot(role, i, proj.weight))
+            biases.append((f"{prefix}.{i}.{path.rsplit('.', 1)[-1] if short_names else path}", proj))
+        block_norms += [(f"{prefix}.{i}.{path}", block.get_submodule(path)) for path in norms]
+    return biases, block_norms
 
 
 def _llama(model) -> HFWeights:
@@ -102,14 +113,7 @@ def _llama(model) -> HFWeights:
     down_proj = W_2."""
     base = getattr(model, "model", model)
     slots = [Slot("token", None, base.embed_tokens.weight)]
-    biases, norms = [], []
-    for i, block in enumerate(base.layers):
-        attn, mlp = block.self_attn, block.mlp
-        _add_projections(slots, biases, i, f"layers.{i}", (
-            ("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"), ("v_proj", attn.v_proj, "v"),
-            ("o_proj", attn.o_proj, "o"), ("gate_proj", mlp.gate_proj, "w1"), ("up_proj", mlp.up_proj, "w3"),
-            ("down_proj", mlp.down_proj, "w2")))
-        norms += _llama_norms(i, block)
+    biases, norms = _blocks(slots, base.layers, _LLAMA_PROJECTIONS, _LLAMA_NORMS, short_names=True)
     return _layout(model, slots, biases, norms, base.norm)
 
 
@@ -151,14 +155,9 @@ def _phi(model) -> HFWeights:
     ``input_layernorm`` per block (read by both branches), ``final_layernorm``, an untied ``lm_head`` with a bias."""
     base = getattr(model, "model", model)
     slots = [Slot("token", None, base.embed_tokens.weight)]
-    biases, norms = [], []
-    for i, block in enumerate(base.layers):
-        attn, mlp = block.self_attn, block.mlp
-        _add_projections(slots, biases, i, f"layers.{i}", (
-            ("self_attn.q_proj", attn.q_proj, "q"), ("self_attn.k_proj", attn.k_proj, "k"),
-            ("self_attn.v_proj", attn.v_proj, "v"), ("self_attn.dense", attn.dense, "o"), ("mlp.fc1", mlp.fc1, "w1"),
-            ("mlp.fc2", mlp.fc2, "w2")))
-        norms.append((f"layers.{i}.input_layernorm", block.input_layernorm))
+    biases, norms = _blocks(slots, base.layers, (
+        ("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"), ("self_attn.dense", "o"),
+        ("mlp.fc1", "w1"), ("mlp.fc2", "w2")), ("input_layernorm",))
     head = _head(model)
     if head is not None and getattr(head, "bias", None) is not None:
         biases.append(("lm_head", head))
@@ -172,16 +171,10 @@ def _vit(model) -> HFWeights:
     emb = base.embeddings
     slots = [Slot("patch", None, emb.patch_embeddings.projection.weight), Slot("cls", None, emb.cls_token),
              Slot("position", None, emb.position_embeddings)]
-    biases = [("embeddings.patch_embeddings.projection", emb.patch_embeddings.projection)]
-    norms = []
-    for i, block in enumerate(base.layers):
-        attn, mlp = block.attention, block.mlp
-        _add_projections(slots, biases, i, f"layers.{i}", (
-            ("attention.q_proj", attn.q_proj, "q"), ("attention.k_proj", attn.k_proj, "k"),
-            ("attention.v_proj", attn.v_proj, "v"), ("attention.o_proj", attn.o_proj, "o"), ("mlp.fc1", mlp.fc1, "w1"),
-            ("mlp.fc2", mlp.fc2, "w2")))
-        norms += [(f"layers.{i}.layernorm_before", block.layernorm_before),
-                  (f"layers.{i}.layernorm_after", block.layernorm_after)]
+    biases, norms = _blocks(slots, base.layers, (
+        ("attention.q_proj", "q"), ("attention.k_proj", "k"), ("attention.v_proj", "v"), ("attention.o_proj", "o"),
+        ("mlp.fc1", "w1"), ("mlp.fc2", "w2")), ("layernorm_before", "layernorm_after"))
+    biases.insert(0, ("embeddings.patch_embeddings.projection", emb.patch_embeddings.projection))
     head = getattr(model, "classifier", None)
     if isinstance(head, nn.Linear):
         slots.append(Slot("head", None, head.weight))
@@ -206,15 +199,11 @@ def _post_ln_encoder(model, base, head: str, transform: nn.Module, transform_nor
     slots = [Slot("token", None, emb.word_embeddings.weight), Slot("position", None, emb.position_embeddings.weight)]
     if getattr(model.config, "type_vocab_size", 0):
         slots.append(Slot("segment", None, emb.token_type_embeddings.weight))
-    biases, norms = [], [("embeddings.LayerNorm", emb.LayerNorm)]
-    for i, block in enumerate(base.encoder.layer):
-        attn = block.attention
-        _add_projections(slots, biases, i, f"encoder.layer.{i}", (
-            ("attention.self.query", attn.self.query, "q"), ("attention.self.key", attn.self.key, "k"),
-            ("attention.self.value", attn.self.value, "v"), ("attention.output.dense", attn.output.dense, "o"),
-            ("intermediate.dense", block.intermediate.dense, "w1"), ("output.dense", block.output.dense, "w2")))
-        norms += [(f"encoder.layer.{i}.attention.output.LayerNorm", attn.output.LayerNorm),
-                  (f"encoder.layer.{i}.output.LayerNorm", block.output.LayerNorm)]
+    biases, norms = _blocks(slots, base.encoder.layer, (
+        ("attention.self.query", "q"), ("attention.self.key", "k"), ("attention.self.value", "v"),
+        ("attention.output.dense", "o"), ("intermediate.dense", "w1"), ("output.dense", "w2")),
+        ("attention.output.LayerNorm", "output.LayerNorm"), prefix="encoder.layer")
+    norms.insert(0, ("embeddings.LayerNorm", emb.LayerNorm))
     slots.append(Slot("transform", None, transform.weight))
     biases += [(f"{head}.{'transform.dense' if head == 'cls.predictions' else 'dense'}", transform),
                (head, head_bias)]
@@ -254,7 +243,7 @@ def _phi3(model) -> HFWeights:
         biases += [(f"layers.{i}.{name}", m) for name, m in (("qkv_proj", attn.qkv_proj), ("o_proj", attn.o_proj),
                                                               ("gate_up_proj", mlp.gate_up_proj),
                                                               ("down_proj", mlp.down_proj))]
-        norms += _llama_norms(i, block)
+        norms += [(f"layers.{i}.{path}", block.get_submodule(path)) for path in _LLAMA_NORMS]
     return _layout(model, slots, biases, norms, base.norm)
 
 
@@ -266,14 +255,9 @@ def _opt(model) -> HFWeights:
                          "Post-LN blocks, which are not mapped to a scheme's weights yet")
     base = model.model.decoder if hasattr(model, "model") else model.decoder
     slots = [Slot("token", None, base.embed_tokens.weight), Slot("position", None, base.embed_positions.weight)]
-    biases, norms = [], []
-    for i, block in enumerate(base.layers):
-        attn = block.self_attn
-        _add_projections(slots, biases, i, f"layers.{i}", (
-            ("q_proj", attn.q_proj, "q"), ("k_proj", attn.k_proj, "k"), ("v_proj", attn.v_proj, "v"),
-            ("out_proj", attn.out_proj, "o"), ("fc1", block.fc1, "w1"), ("fc2", block.fc2, "w2")))
-        norms += [(f"layers.{i}.self_attn_layer_norm", block.self_attn_layer_norm),
-                  (f"layers.{i}.final_layer_norm", block.final_layer_norm)]
+    biases, norms = _blocks(slots, base.layers, (
+        ("self_attn.q_proj", "q"), ("self_attn.k_proj", "k"), ("self_attn.v_proj", "v"), ("self_attn.out_proj", "o"),
+        ("fc1", "w1"), ("fc2", "w2")), ("self_attn_layer_norm", "final_layer_norm"), short_names=True)
     return _layout(model, slots, biases, norms, getattr(base, "final_layer_norm", None))
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
+from torch.func import functional_call, vmap
 
 from ..core.stats import MomentSums, moment_sums
 from .spec import Estimate
 
-__all__ = ["correlated_gaussian", "column", "estimates", "forward_backward_estimates"]
+__all__ = ["correlated_gaussian", "column", "estimates", "forward_backward_estimates", "linear_weights",
+           "simulate_weight_draws"]
 
 
 def column(values, ndim: int, dtype=torch.float64) -> torch.Tensor:
@@ -92,3 +95,34 @@ def linear_weights(n_configs: int, draws: int, d_out: int, d_in: int, std, gener
         c = (torch.special.ndtri(u) * np.sqrt(d_in)).to(z.dtype).reshape(n_configs, draws, d_out, 1)
         z = z - z.mean(dim=-1, keepdim=True) + c / d_in
     return z.mul_(column(std, 4, z.dtype))
+
+
+def simulate_weight_draws(module: nn.Module, weights: dict[str, torch.Tensor], params: dict, width: int, rows: int,
+                          tokens: int, replicates: int, generator: torch.Generator) -> dict[str, Estimate]:
+    """Output and input-gradient moments of ``module`` over many independent weight draws per configuration.
+
+    ``weights`` maps names of the module's parameters (or buffers) to tensors (C, draws, …): one value per
+    configuration and draw. Each draw sees ``rows`` sequences of ``tokens`` Gaussian tokens of ``width`` units with
+    the configuration's ``mean`` (0 if absent), ``var`` and ``corr``, and sends back a Gaussian output gradient with
+    ``grad_var`` and ``grad_corr``, independent of the input. The real module runs once per (configuration, draw)
+    under ``vmap``, random operations (dropout) drawing differently in each; the replicates behind the standard
+    errors are blocks of whole weight draws (``draws`` a multiple of ``replicates``).
+    """
+    n = len(params["var"])
+    draws = next(iter(weights.values())).shape[1]
+    mean = params.get("mean", np.zeros(n))
+    x = correlated_gaussian(n, draws, rows, tokens, width, mean, params["var"], params["corr"], generator)
+    x.requires_grad_(True)
+
+    def run(w, xi):
+        return functional_call(module, w, (xi,))
+
+    y = vmap(vmap(run, randomness="different"), randomness="different")(weights, x)
+    g = correlated_gaussian(n, draws, rows, tokens, y.shape[-1], np.zeros(n), params["grad_var"], params["grad_corr"],
+                            generator)
+    y.backward(g)
+
+    def regroup(t):  # (C, draws, rows, T, D) -> (C, K, draws/K * rows, T, D): replicates of whole weight draws
+        return t.reshape(n, replicates, (draws // replicates) * rows, tokens, t.shape[-1])
+
+    return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))

@@ -32,6 +32,7 @@ Standard errors come from the spread of the K independent replicates (sequences)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -39,9 +40,11 @@ import torch
 from ...components.attention import SingleHeadAttention, attention_backward, attention_forward
 from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Estimate, Param
-from .common import CORR_MAX
+from .common import as_quantities, correlation_and_gradient_params
 
-__all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES"]
+__all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES", "in_chunks",
+           "query_inputs", "two_pass_gradients", "output_moments", "gradient_statistics", "replicate_estimates",
+           "attention_moments"]
 
 #: Query rows evaluated per sequence.
 N_QUERIES = 128
@@ -118,6 +121,97 @@ def _extrapolate(s: dict, L: int, nq: int) -> tuple:
     return ind_var, com_var, ind_cov, com_cov
 
 
+def in_chunks(params: dict, chunk: int, simulate_chunk: Callable[[dict], dict]) -> dict:
+    """``simulate_chunk`` over consecutive slices of at most ``chunk`` configurations of ``params``, its
+    per-replicate arrays (configurations first) assembled for all of them."""
+    n = len(params["L"])
+    out: dict = {}
+    for start in range(0, n, chunk):
+        sl = slice(start, min(n, start + chunk))
+        res = simulate_chunk({key: np.asarray(v)[sl] for key, v in params.items()})
+        for q in res:
+            out.setdefault(q, np.zeros((n,) + res[q].shape[1:]))[sl] = res[q]
+    return out
+
+
+def query_inputs(L: int, d: int, k: int, nq: int, no: int, rho, tau, gen: torch.Generator) -> tuple:
+    """The input x (1, K, L, d), shared part of variance ``rho`` and independent part ``tau`` per configuration,
+    and the leaves autograd differentiates (step 1 of the module docstring): the query copy of the first ``nq`` rows,
+    the key/value rows whose gradients enter the statistics (the first ``nq + no``) and the key/value blocks
+    (those rows, and the rest if any). Returns (x, queries, rows, blocks)."""
+    # common random numbers: the configurations of a chunk share the standard normal draws of the input
+    shared = torch.randn(1, k, 1, d, generator=gen)
+    x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
+    # the query rows enter the module twice (as queries and as keys/values): a separate leaf for the query copy,
+    # whose gradient is added back to those rows (the chain rule of x_q = x[:n_q])
+    rows = nq + no
+    xq = x[..., :nq, :].clone().requires_grad_(True)
+    # key/value rows in two blocks: the first ``rows`` (whose gradients enter the statistics) and the rest, which
+    # needs no gradient; the module projects blocks separately, so autograd skips the second
+    x_rows = x[..., :rows, :].clone().requires_grad_(True)
+    blocks = (x_rows, x[..., rows:, :]) if rows < L else (x_rows,)
+    return x, xq, x_rows, blocks
+
+
+def two_pass_gradients(y: torch.Tensor, x_rows: torch.Tensor, xq: torch.Tensor, nq: int,
+                       gen: torch.Generator) -> tuple:
+    """The two backward passes of step 1 (module docstring) through the output ``y`` (C, K, n_q, width): output
+    gradients with independent rows, then one vector ξ on every row. Returns ((output gradient, input gradient of
+    the key/value rows with the query copy's added), …) for the two passes."""
+    c, k, _, width = y.shape
+    g1 = torch.randn(c, k, nq, width, generator=gen)
+    xi = torch.randn(c, k, 1, width, generator=gen).expand(c, k, nq, width)
+    passes = []
+    for gout, keep_graph in ((g1, True), (xi, False)):
+        gkv, gq = torch.autograd.grad(y, (x_rows, xq), gout, retain_graph=keep_graph)
+        gkv[..., :nq, :] += gq
+        passes.append((gout, gkv))
+    return tuple(passes)
+
+
+def output_moments(y: torch.Tensor, ys: torch.Tensor, nq: int) -> tuple:
+    """Per-replicate (mean, var, cov) per element of the output ``y`` (C, K, n_q, width) less its surrogate ``ys``
+    (step 2 of the module docstring; the surrogate's expectations are still to be added to var and cov)."""
+    width = y.shape[-1]
+    ymean = (y - ys).mean(dim=(-2, -1)).double()
+    sy = (y * y).sum(dim=(-2, -1)).double()
+    sys_ = (ys * ys).sum(dim=(-2, -1)).double()
+    col, cols = y.sum(-2), ys.sum(-2)
+    var_y = (sy - sys_) / (nq * width)
+    cov_y = ((col * col).sum(-1).double() - sy - (cols * cols).sum(-1).double() + sys_) / (nq * (nq - 1) * width)
+    return ymean, var_y, cov_y
+
+
+def gradient_statistics(passes: tuple, nq: int, surrogate: Callable[[torch.Tensor], torch.Tensor] | None,
+                        expected: dict) -> tuple[dict, dict]:
+    """The class statistics of both passes' input gradients (keys of :func:`surrogate_expectations`: "S1_in", …),
+    each less the statistic of ``surrogate(output gradient)`` plus its exact expectation in ``expected`` (no
+    control variate where ``surrogate`` is None). Returns them and the surrogate's own statistics."""
+    stats, sur = {}, {}
+    for tag, (gout, gx) in zip("12", passes, strict=True):
+        st = _class_stats(gx, nq)
+        if surrogate is not None:
+            ss = _class_stats(surrogate(gout), nq)
+            for key, v in ss.items():
+                sur[key[0] + tag + key[1:]] = v.numpy()
+            for key in st:
+                st[key] = st[key] - ss[key] + expected[key[0] + tag + key[1:]]
+        for key, v in st.items():
+            stats[key[0] + tag + key[1:]] = v.numpy()
+    return stats, sur
+
+
+def replicate_estimates(prm: dict, ymean, var_y, cov_y, stats: dict, L: int, nq: int) -> dict:
+    """The per-replicate arrays (C, K) a simulation returns: the output's, and the full-sequence gradient's of
+    the configurations' output-gradient variance and correlation (from the two passes' statistics)."""
+    ind_var, com_var, ind_cov, com_cov = _extrapolate(stats, L, nq)
+    gvar = np.asarray(prm["grad_var"])[:, None]
+    rg = np.asarray(prm["grad_corr"])[:, None]
+    return {"mean": ymean.numpy(), "var": var_y.numpy(), "cov": cov_y.numpy(),
+            "grad_var": gvar * ((1 - rg) * ind_var + rg * com_var),
+            "grad_cov": gvar * ((1 - rg) * ind_cov + rg * com_cov)}
+
+
 def simulate_attention(params: dict, replicates: int, generator: torch.Generator, nq_max: int = N_QUERIES,
                        n_out: int = N_OUT_ROWS, control_variates: bool = True, parts: bool = False) -> dict:
     """Per-replicate estimates (arrays (C, K)) of y mean/var/cov and the gradient var/cov of a full self-attention,
@@ -128,19 +222,12 @@ def simulate_attention(params: dict, replicates: int, generator: torch.Generator
     :func:`surrogate_expectations`), to test their expectations.
     """
     L, d, e = (int(params[k][0]) for k in ("L", "d_in", "d_k"))
-    n = len(params["L"])
     nq = min(nq_max, L // 2)
     no = min(n_out, L - nq)
     k = replicates
-    out: dict = {}
     chunk = max(1, int(_CHUNK_FLOATS // (k * L * d)))
-    for start in range(0, n, chunk):
-        sl = slice(start, min(n, start + chunk))
-        sub = {key: np.asarray(v)[sl] for key, v in params.items()}
-        res = _simulate_chunk(sub, L, d, e, nq, no, k, generator, control_variates, parts)
-        for q in res:
-            out.setdefault(q, np.zeros((n, k)))[sl] = res[q]
-    return {q: out[q] for q in res}
+    return in_chunks(params, chunk,
+                     lambda sub: _simulate_chunk(sub, L, d, e, nq, no, k, generator, control_variates, parts))
 
 
 def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
@@ -156,37 +243,19 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
                               batch_shape=(c, k))
     mod.reset_parameters(generator=gen)
     mod.requires_grad_(False)
-    # common random numbers: the configurations of a chunk share the standard normal draws of the input
-    shared = torch.randn(1, k, 1, d, generator=gen)
-    x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
-    # the query rows enter the module twice (as queries and as keys/values): a separate leaf for the query copy,
-    # whose gradient is added back to those rows (the chain rule of x_q = x[:n_q])
-    rows = nq + no
-    xq = x[..., :nq, :].clone().requires_grad_(True)
-    # key/value rows in two blocks: the first ``rows`` (whose gradients enter the statistics) and the rest, which
-    # needs no gradient; the module projects blocks separately, so autograd skips the second
-    x_rows = x[..., :rows, :].clone().requires_grad_(True)
-    blocks = (x_rows, x[..., rows:, :]) if rows < L else (x_rows,)
+    x, xq, x_rows, blocks = query_inputs(L, d, k, nq, no, rho, tau, gen)
     keep = torch.rand(c, k, nq, L, generator=gen) >= _col(p, 3)
     y = mod(xq, blocks, dropout_mask=keep)
-    g1 = torch.randn(c, k, nq, e, generator=gen)
-    xi = torch.randn(c, k, 1, e, generator=gen).expand(c, k, nq, e)
-    grads = []
-    for gout, keep_graph in ((g1, True), (xi, False)):
-        gkv, gq = torch.autograd.grad(y, (x_rows, xq), gout, retain_graph=keep_graph)
-        gkv[..., :nq, :] += gq
-        grads.append(gkv)
-    gx1, gx2 = grads
+    passes = two_pass_gradients(y, x_rows, xq, nq, gen)
     with torch.no_grad():
         y = y.detach()
-        xd = x
         e_sur = {key: torch.as_tensor(v[:, None]) for key, v in
                  surrogate_expectations(L, d, e, nq, sq**4, sv**2, p, rho, tau).items()}
         wq, wk, wv = mod.w_q, mod.w_k, mod.w_v
         u = keep.float() / _col((1.0 - p) * L, 3)
         if cv:
-            a = (xd[..., :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(e)
-            ys = (u @ xd + _col(tau, 3) * a) @ wv
+            a = (x[..., :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(e)
+            ys = (u @ x + _col(tau, 3) * a) @ wv
         else:
             ys = torch.zeros_like(y)
         sur = {}
@@ -195,37 +264,21 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
             cs = ys.sum(-2)
             sur["y_cov"] = (((cs * cs).sum(-1).double() - (ys * ys).sum(dim=(-2, -1)).double())
                             / (nq * (nq - 1) * e)).numpy()
-        ymean = (y - ys).mean(dim=(-2, -1)).double()
-        sy = (y * y).sum(dim=(-2, -1)).double()
-        sys_ = (ys * ys).sum(dim=(-2, -1)).double()
-        col, cols = y.sum(-2), ys.sum(-2)
-        var_y = (sy - sys_) / (nq * e)
-        cov_y = ((col * col).sum(-1).double() - sy - (cols * cols).sum(-1).double() + sys_) / (nq * (nq - 1) * e)
+        ymean, var_y, cov_y = output_moments(y, ys, nq)
         if cv:
             var_y = var_y + e_sur["y_var"]
             cov_y = cov_y + e_sur["y_cov"]
-        stats = {}
-        for tag, gx, gout in (("1", gx1, g1), ("2", gx2, xi)):
-            st = _class_stats(gx, nq)
-            if cv:
-                w = gout @ wv.transpose(-1, -2)  # rows w_i = W_V g_i
-                gs = u[..., :rows].transpose(-1, -2) @ w  # uniform-attention value path on the sampled rows
-                gs[..., :nq, :] += _col(tau, 3) * ((w @ wk) @ wq.transpose(-1, -2) / math.sqrt(e))  # τ M w_k
-                ss = _class_stats(gs, nq)
-                for key, v in ss.items():
-                    sur[key[0] + tag + key[1:]] = v.numpy()
-                for key in st:
-                    st[key] = st[key] - ss[key] + e_sur[key[0] + tag + key[1:]]
-            for key, v in st.items():
-                stats[key[0] + tag + key[1:]] = v.numpy()
+
+        def surrogate(gout):
+            w = gout @ wv.transpose(-1, -2)  # rows w_i = W_V g_i
+            gs = u[..., :nq + no].transpose(-1, -2) @ w  # uniform-attention value path on the sampled rows
+            gs[..., :nq, :] += _col(tau, 3) * ((w @ wk) @ wq.transpose(-1, -2) / math.sqrt(e))  # τ M w_k
+            return gs
+
+        stats, grad_sur = gradient_statistics(passes, nq, surrogate if cv else None, e_sur)
         if parts:
-            return sur
-        ind_var, com_var, ind_cov, com_cov = _extrapolate(stats, L, nq)
-    gvar = np.asarray(prm["grad_var"])[:, None]
-    rg = np.asarray(prm["grad_corr"])[:, None]
-    return {"mean": ymean.numpy(), "var": var_y.numpy(), "cov": cov_y.numpy(),
-            "grad_var": gvar * ((1 - rg) * ind_var + rg * com_var),
-            "grad_cov": gvar * ((1 - rg) * ind_cov + rg * com_cov)}
+            return {**sur, **grad_sur}
+    return replicate_estimates(prm, ymean, var_y, cov_y, stats, L, nq)
 
 
 def _pooled(v: np.ndarray) -> Estimate:
@@ -251,15 +304,23 @@ def _simulate(params, budget, generator):
     return estimates_from_replicates(simulate_attention(params, REPLICATES, generator, nq_max=nq))
 
 
-def _predict(params, approx="exact"):
+def attention_moments(params: dict) -> tuple:
+    """The rules' arguments common to the attention sweeps: the input moments (μ = 0, σ² = ``var`` or 1), the
+    output-gradient moments, and σ²_q = σ²_k and σ²_v from ``q_scale`` and ``v_scale`` over d_in."""
     d = params["d_in"]
     sq2 = (params["q_scale"] ** 2) / d
     sv2 = (params["v_scale"] ** 2) / d
     m = Moments(0.0, params.get("var", 1.0), params["corr"])
     g = GradMoments(params["grad_var"], params["grad_corr"])
+    return m, g, sq2, sv2
+
+
+def _predict(params, approx="exact"):
+    m, g, sq2, sv2 = attention_moments(params)
+    d = params["d_in"]
     f = attention_forward(m, d, params["d_k"], params["L"], sq2, sq2, sv2, params["p"], approx=approx)
     b = attention_backward(g, m, d, params["d_k"], params["L"], sq2, sq2, sv2, params["p"], approx=approx)
-    return {"mean": f.mean, "var": f.var, "corr": f.corr, "grad_var": b.var, "grad_corr": b.corr}
+    return as_quantities(f, b)
 
 
 def attention_params(extra=()) -> tuple:
@@ -268,9 +329,7 @@ def attention_params(extra=()) -> tuple:
               doc="σ_q = σ_k = q_scale/√d_in (the paper's code: log-spaced in [0.1, 0.6])"),
         Param("v_scale", 10**-0.5, 10**0.5, scale="log", doc="σ_v = v_scale/√d_in (paper's code: [10^−0.5, 10^0.5])"),
         Param("p", 0.0, 0.9, doc="attention dropout p; Table 22: [0, 1), swept to 0.9 (the paper's code: ≤ 2/3)"),
-        Param("corr", 0.0, CORR_MAX, doc="input token correlation r (Table 22: [0, 1))"),
-        Param("grad_var", 0.1, 10.0, scale="log", doc="output-gradient variance σ²_g"),
-        Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g (Table 22: [0, 1))"),
+        *correlation_and_gradient_params(table_22=True),
         Param("d_in", 100, 1000, scale="log", levels=4, integer=True, doc="d_in ∈ [100, 1000], 4 log levels"),
     ) + tuple(extra) + (
         Param("L", 300, 10000, scale="log", levels=6, integer=True,

@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from torch.func import functional_call, vmap
 
 from ...components.attention_block import AttentionBlock
-from ..sampling import correlated_gaussian, forward_backward_estimates, linear_weights
-from ..spec import ComponentSpec, Param
-from .common import FORWARD_BACKWARD, gaussian_input_params, predict_each
+from ..sampling import linear_weights
+from ..spec import Param
+from .common import predict_each
+from .weighted import weighted_spec
 
 #: Full budget per configuration: output elements, and independent weight draws (a multiple of the replicates).
 ELEMENTS = 2**19
@@ -36,18 +36,19 @@ def _batch(d, length, budget):
     return draws, max(1, math.ceil(ELEMENTS * budget.scale / (draws * length * d)))
 
 
-def _max_group(shape, budget):
+def _sizes(shape, budget):
+    return _batch(int(shape["d"]), int(shape["seq_len"]), budget)
+
+
+def _elements(shape, seqs):
+    """The weights plus the activations, the attention scores and their gradients of one draw."""
     d, length = int(shape["d"]), int(shape["seq_len"])
-    draws, seqs = _batch(d, length, budget)
-    return CHUNK_ELEMENTS // (draws * (4 * d * d + 6 * seqs * length * d + seqs * length * length))
+    return 4 * d * d + 6 * seqs * length * d + seqs * length * length
 
 
-def _simulate(params, budget, generator):
-    d, h, length = _shape(params)
-    n, k = len(params["var"]), budget.replicates
-    draws, seqs = _batch(d, length, budget)
-    block = _block(params).train()
-    dh = d // h
+def _weights(params, draws, generator, k):
+    d, h, _ = _shape(params)
+    n, dh = len(params["var"]), d // h
     weights = {
         "attn.w_q": linear_weights(n, draws, d, h * dh, np.sqrt(params["qk_gain"] / d), generator, k, False),
         "attn.w_k": linear_weights(n, draws, d, h * dh, np.sqrt(params["qk_gain"] / d), generator, k, False),
@@ -57,31 +58,17 @@ def _simulate(params, budget, generator):
     weights["attn.w_q"] = weights["attn.w_q"].transpose(-1, -2)  # MultiHeadAttention stores (d_in, H·d_head)
     weights["attn.w_k"] = weights["attn.w_k"].transpose(-1, -2)
     weights["attn.w_v"] = weights["attn.w_v"].transpose(-1, -2)
-    x = correlated_gaussian(n, draws, seqs, length, d, params["mean"], params["var"], params["corr"], generator)
-    x.requires_grad_(True)
-
-    def run(w, xi):
-        return functional_call(block, w, (xi,))
-
-    y = vmap(vmap(run, randomness="different"), randomness="different")(weights, x)
-    g = correlated_gaussian(n, draws, seqs, length, d, np.zeros(n), params["grad_var"], params["grad_corr"],
-                            generator)
-    y.backward(g)
-
-    def regroup(t):
-        return t.reshape(n, k, (draws // k) * seqs, length, d)
-
-    return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))
+    return weights
 
 
 def _predict(params):
     return predict_each(params, lambda prm, i: (_block(prm, i), {"L": _shape(prm, i)[2]}))
 
 
-SPEC = ComponentSpec(
-    name="attention_block",
-    title="Attention block (pre-LayerNorm)",
-    params=gaussian_input_params(mean=(-10.0, 10.0)) + (
+SPEC = weighted_spec(
+    "attention_block", "Attention block (pre-LayerNorm)", lambda prm: _block(prm).train(), _weights, _sizes,
+    _elements, CHUNK_ELEMENTS,
+    params=(
         Param("d", 32, 128, scale="log", levels=3, integer=True, doc="model width d = heads × d_head"),
         Param("heads", 1, 4, values=(1.0, 4.0), doc="number of heads"),
         Param("seq_len", 32, 256, scale="log", levels=4, integer=True, doc="sequence length L"),
@@ -90,11 +77,9 @@ SPEC = ComponentSpec(
         Param("v_gain", 0.3, 3.0, scale="log", doc="σ²_v·d"),
         Param("o_gain", 0.3, 3.0, scale="log", doc="σ²_o·d"),
     ),
-    quantities=FORWARD_BACKWARD,
-    simulate=_simulate,
-    predict=_predict,
     shape_params=("d", "heads", "seq_len", "p"),
-    max_group=_max_group,
+    predict=_predict,
+    tokens="seq_len",
     n_configs=1024,
     note="Whole sequences through the real block (LayerNorm, SDPA multi-head attention, projection, dropout), "
          "32 independent weight draws per configuration; predictions walk the block's children with their rules. "

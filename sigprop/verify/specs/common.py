@@ -7,7 +7,8 @@ import numpy as np
 from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, Param
 
-__all__ = ["FORWARD_BACKWARD", "CORR_MAX", "gaussian_input_params", "as_quantities", "predict_each"]
+__all__ = ["FORWARD_BACKWARD", "CORR_MAX", "gaussian_input_params", "correlation_and_gradient_params",
+           "as_quantities", "predict_each"]
 
 FORWARD_BACKWARD = QUANTITIES
 
@@ -23,13 +24,21 @@ def gaussian_input_params(mean=(0.0, 0.0), var=(0.1, 10.0), grad_var=(0.1, 10.0)
     params = []
     if mean != (0.0, 0.0):
         params.append(Param("mean", mean[0], mean[1], doc="input mean μ"))
-    params += [
-        Param("var", var[0], var[1], scale="log", doc="input variance σ²"),
-        Param("corr", 0.0, CORR_MAX, doc="input token correlation r (Table 22: [0, 1))"),
-        Param("grad_var", grad_var[0], grad_var[1], scale="log", doc="output-gradient variance σ²_g"),
-        Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g (Table 22: [0, 1))"),
-    ]
+    params += [Param("var", var[0], var[1], scale="log", doc="input variance σ²"),
+               *correlation_and_gradient_params(grad_var, table_22=True)]
     return tuple(params)
+
+
+def correlation_and_gradient_params(grad_var=(0.1, 10.0), table_22: bool = False) -> tuple[Param, ...]:
+    """The input's token correlation r ∈ [0, 0.99], the output gradient's variance σ²_g (log-uniform over
+    ``grad_var``) and its token correlation r_g ∈ [0, 0.99]; ``table_22``: the correlations' docs name Table 22's
+    range, which they come from."""
+    source = " (Table 22: [0, 1))" if table_22 else ""
+    return (
+        Param("corr", 0.0, CORR_MAX, doc="input token correlation r" + source),
+        Param("grad_var", grad_var[0], grad_var[1], scale="log", doc="output-gradient variance σ²_g"),
+        Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g" + source),
+    )
 
 
 def as_quantities(fwd: Moments, bwd: GradMoments) -> dict:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import torch
 
 from ...components.derf import Derf, derf_backward, derf_forward
-from ...core.moments import GradMoments, Moments
 from ..sampling import column
-from ..spec import ComponentSpec, Param
-from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
+from ..spec import Param
+from ..tokenwise import ELEMENTWISE_NOTE
+from .dynamic import dynamic_spec
 
 #: Range of the scaled input mean αμ (see NOTE); the shift s adds to it.
 PRE_MEAN_MAX = 1.0
@@ -32,35 +31,15 @@ NOTE = (
 )
 
 
-def _input_mean(params):
-    return params["pre_mean"] / params["alpha"]
-
-
-def _simulate(params, budget, generator):
-    module = Derf(alpha=column(params["alpha"], 5, torch.float32),
-                  shift=column(params["shift"], 5, torch.float32)).requires_grad_(False)
-    return simulate_tokenwise(module, dict(params, mean=_input_mean(params)), budget, generator, ELEMENTWISE_HIDDEN)
-
-
-def _predict(params):
-    m = Moments(_input_mean(params), params["var"], params["corr"])
-    fwd = derf_forward(m, params["alpha"], params["shift"])
-    bwd = derf_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["alpha"], params["shift"])
-    return as_quantities(fwd, bwd)
-
-
-SPEC = ComponentSpec(
-    name="derf",
-    title="Derf (dynamic erf)",
-    params=gaussian_input_params() + (
+SPEC = dynamic_spec(
+    "derf", "Derf (dynamic erf)",
+    module=lambda prm: Derf(alpha=column(prm["alpha"], 5, torch.float32), shift=column(prm["shift"], 5, torch.float32)),
+    forward=derf_forward, backward=derf_backward, rule_args=lambda prm: (prm["alpha"], prm["shift"]),
+    params=(
         Param("alpha", 0.1, 2.0, doc="Derf scale α (not in Table 22; Alekseev: 0.3–1.9)"),
         Param("pre_mean", -PRE_MEAN_MAX, PRE_MEAN_MAX,
               doc="scaled input mean αμ; the input mean is μ = pre_mean/α (see SPEC.note)"),
         Param("shift", -SHIFT_MAX, SHIFT_MAX, doc="Derf shift s (not in Table 22)"),
     ),
-    quantities=FORWARD_BACKWARD,
-    simulate=_simulate,
-    predict=_predict,
-    max_group=CHUNK,
     note=NOTE,
 )

@@ -8,11 +8,10 @@ from __future__ import annotations
 import torch
 
 from ...components.dyt import DyT, dyt_backward, dyt_forward
-from ...core.moments import GradMoments, Moments
 from ..sampling import column
-from ..spec import ComponentSpec, Param
-from ..tokenwise import CHUNK, ELEMENTWISE_HIDDEN, ELEMENTWISE_NOTE, simulate_tokenwise
-from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
+from ..spec import Param
+from ..tokenwise import ELEMENTWISE_NOTE
+from .dynamic import dynamic_spec
 
 #: Range of the pre-activation mean αμ (see NOTE).
 PRE_MEAN_MAX = 2.0
@@ -29,34 +28,14 @@ NOTE = (
 )
 
 
-def _input_mean(params):
-    return params["pre_mean"] / params["alpha"]
-
-
-def _simulate(params, budget, generator):
-    module = DyT(alpha=column(params["alpha"], 5, torch.float32)).requires_grad_(False)
-    return simulate_tokenwise(module, dict(params, mean=_input_mean(params)), budget, generator, ELEMENTWISE_HIDDEN)
-
-
-def _predict(params):
-    m = Moments(_input_mean(params), params["var"], params["corr"])
-    fwd = dyt_forward(m, params["alpha"])
-    bwd = dyt_backward(GradMoments(params["grad_var"], params["grad_corr"]), m, params["alpha"])
-    return as_quantities(fwd, bwd)
-
-
-SPEC = ComponentSpec(
-    name="dyt",
-    title="DyT (dynamic tanh)",
-    params=gaussian_input_params() + (
+SPEC = dynamic_spec(
+    "dyt", "DyT (dynamic tanh)",
+    module=lambda prm: DyT(alpha=column(prm["alpha"], 5, torch.float32)),
+    forward=dyt_forward, backward=dyt_backward, rule_args=lambda prm: (prm["alpha"],),
+    params=(
         Param("alpha", 0.1, 2.0, doc="DyT scale α (not in Table 22; Alekseev: 0.3–1.9, Zhu et al. default 0.5)"),
         Param("pre_mean", -PRE_MEAN_MAX, PRE_MEAN_MAX,
               doc="pre-activation mean αμ; the input mean is μ = pre_mean/α (see SPEC.note)"),
     ),
-    quantities=FORWARD_BACKWARD,
-    simulate=_simulate,
-    predict=_predict,
-    max_group=CHUNK,
     note=NOTE,
 )
-

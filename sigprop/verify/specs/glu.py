@@ -12,17 +12,15 @@ independent weight draws per configuration (the rules are expectations over the 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
-from torch.func import functional_call, vmap
 
 from ...components.glu import GLU, glu_backward, glu_forward
 from ...core.moments import GradMoments, Moments
-from ..sampling import correlated_gaussian, forward_backward_estimates
-from ..spec import ComponentSpec, Param
-from .common import CORR_MAX, FORWARD_BACKWARD, as_quantities
+from ..spec import Param
+from .common import FORWARD_BACKWARD, as_quantities, correlation_and_gradient_params
+from .linear import draws_and_rows
+from .weighted import weighted_spec
 
 __all__ = ["SPEC"]
 
@@ -33,47 +31,29 @@ CHUNK_ELEMENTS = 2**24
 GATES = ("swiglu", "geglu")
 
 
-def _draws_and_rows(d_in, d_ff, scale, k):
-    draws = max(k, math.ceil(WEIGHTS * scale / (d_in * d_ff)))
-    draws = k * math.ceil(draws / k)
-    rows = max(1, math.ceil(TOKEN_SAMPLES * scale / (2 * min(d_in, d_ff) * draws)))
-    return draws, rows
+def _sizes(shape, budget):
+    return draws_and_rows(int(shape["d_in"]), int(shape["d_ff"]), budget.scale, budget.replicates, WEIGHTS,
+                          TOKEN_SAMPLES)
 
 
-def _max_group(shape, budget) -> int:
+def _elements(shape, rows):
+    """The two weight matrices plus the activations and their gradients of one draw."""
     d_in, d_ff = int(shape["d_in"]), int(shape["d_ff"])
-    draws, rows = _draws_and_rows(d_in, d_ff, budget.scale, budget.replicates)
-    return max(1, CHUNK_ELEMENTS // (draws * (2 * d_in * d_ff + 6 * rows * (d_in + d_ff))))
+    return 2 * d_in * d_ff + 6 * rows * (d_in + d_ff)
 
 
-def _simulate(params, budget, generator):
-    d_in, d_ff = int(params["d_in"][0]), int(params["d_ff"][0])
-    gate = GATES[int(params["gate"][0])]
-    k = budget.replicates
-    draws, rows = _draws_and_rows(d_in, d_ff, budget.scale, k)
-    n = len(params["var"])
-    module = GLU(d_in, d_ff, gate)
+def _module(params):
+    return GLU(int(params["d_in"][0]), int(params["d_ff"][0]), GATES[int(params["gate"][0])])
 
-    def weights(gain):
+
+def _weights(params, draws, generator, k):
+    n, d_in, d_ff = len(params["var"]), int(params["d_in"][0]), int(params["d_ff"][0])
+
+    def draw(gain):
         std = torch.as_tensor(np.sqrt(np.asarray(gain) / d_in), dtype=torch.float32)[:, None, None, None]
         return torch.randn(n, draws, d_in, d_ff, generator=generator) * std
 
-    w_gate, w_up = weights(params["gate_gain"]), weights(params["up_gain"])
-    x = correlated_gaussian(n, draws, rows, 2, d_in, np.zeros(n), params["var"], params["corr"], generator)
-    x.requires_grad_(True)
-
-    def run(wg, wu, xi):
-        return functional_call(module, {"w_gate": wg, "w_up": wu}, (xi,))
-
-    y = vmap(vmap(run))(w_gate, w_up, x)  # the real module, one weight draw per (configuration, draw)
-    g = correlated_gaussian(n, draws, rows, 2, d_ff, np.zeros(n), params["grad_var"], params["grad_corr"],
-                            generator)
-    y.backward(g)
-
-    def regroup(t):  # replicates of whole weight draws
-        return t.reshape(n, k, (draws // k) * rows, 2, t.shape[-1])
-
-    return forward_backward_estimates(regroup(y.detach()), regroup(x.grad))
+    return {"w_gate": draw(params["gate_gain"]), "w_up": draw(params["up_gain"])}
 
 
 def _predict(params):
@@ -93,14 +73,11 @@ def _predict(params):
     return out
 
 
-SPEC = ComponentSpec(
-    name="glu",
-    title="Gated linear unit (SwiGLU, GeGLU)",
+SPEC = weighted_spec(
+    "glu", "Gated linear unit (SwiGLU, GeGLU)", _module, _weights, _sizes, _elements, CHUNK_ELEMENTS,
+    inputs=(Param("var", 0.25, 4.0, scale="log", doc="input variance σ² (μ = 0: a norm's output)"),
+            *correlation_and_gradient_params()),
     params=(
-        Param("var", 0.25, 4.0, scale="log", doc="input variance σ² (μ = 0: a norm's output)"),
-        Param("corr", 0.0, CORR_MAX, doc="input token correlation r"),
-        Param("grad_var", 0.1, 10.0, scale="log", doc="output-gradient variance σ²_g"),
-        Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g"),
         Param("gate_gain", 0.25, 4.0, scale="log", doc="σ²_gate·d_in (s_a = gate_gain·σ² ∈ [1/16, 16])"),
         Param("up_gain", 0.25, 4.0, scale="log", doc="σ²_up·d_in"),
         Param("d_in", 256, 1024, values=(256, 512, 1024), doc="input width (O(2/d_in) length-spread bias)"),
@@ -108,10 +85,9 @@ SPEC = ComponentSpec(
         Param("gate", 0, 1, values=(0, 1), doc="0: SwiGLU (SiLU gate), 1: GeGLU (GELU gate)"),
     ),
     quantities=("var", "corr", "grad_var", "grad_corr"),
-    simulate=_simulate,
-    predict=_predict,
     shape_params=("d_in", "d_ff", "gate"),
-    max_group=_max_group,
+    predict=_predict,
+    width="d_in",
     n_configs=600,
     quick_configs=48,
     note="No paper row: ranges ours (module docstring). The output mean is exactly 0 (b is zero-mean and independent "

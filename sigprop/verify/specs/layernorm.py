@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ...components.layernorm import LayerNorm, layernorm_backward, layernorm_forward
@@ -10,7 +12,7 @@ from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
 
-__all__ = ["SPEC", "NORM_NOTE", "width_param", "frozen"]
+__all__ = ["SPEC", "NORM_NOTE", "width_param", "frozen", "norm_spec"]
 
 NORM_NOTE = (
     "A per-token normaliser sees the tokens of a sequence one at a time, so the sequence length L of Table 22 does "
@@ -34,9 +36,19 @@ def frozen(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def _simulate(params, budget, generator):
-    d = int(params["d"][0])  # d is a shape parameter: one real nn.LayerNorm per batch of configurations
-    return simulate_tokenwise(frozen(LayerNorm(d, elementwise_affine=True)), params, budget, generator, hidden=d)
+def norm_spec(name: str, title: str, module: Callable[[int], torch.nn.Module], predict, paper: dict,
+              note: str) -> ComponentSpec:
+    """The sweep of a per-token normaliser of width d: Table 22's LayerNorm ranges (μ ∈ [−10, 10], the width on
+    :func:`width_param`'s levels), ``module(d)`` the real module simulated for each width, ``note`` after
+    :data:`NORM_NOTE`."""
+
+    def simulate(params, budget, generator):
+        d = int(params["d"][0])  # d is a shape parameter: one real module per batch of configurations
+        return simulate_tokenwise(frozen(module(d)), params, budget, generator, hidden=d)
+
+    return ComponentSpec(name=name, title=title, params=gaussian_input_params(mean=(-10.0, 10.0)) + (width_param(),),
+                         quantities=FORWARD_BACKWARD, simulate=simulate, predict=predict, shape_params=("d",),
+                         max_group=CHUNK, paper=paper, note=NORM_NOTE + " " + note)
 
 
 def predict(params, approx: str = "exact"):
@@ -47,16 +59,9 @@ def predict(params, approx: str = "exact"):
     return as_quantities(fwd, bwd)
 
 
-SPEC = ComponentSpec(
-    name="layernorm",
-    title="LayerNorm",
-    params=gaussian_input_params(mean=(-10.0, 10.0)) + (width_param(),),
-    quantities=FORWARD_BACKWARD,
-    simulate=_simulate,
-    predict=predict,
-    shape_params=("d",),
-    max_group=CHUNK,
+SPEC = norm_spec(
+    "layernorm", "LayerNorm", lambda d: LayerNorm(d, elementwise_affine=True), predict,
     paper={"mean": (0.0, 0.0, 0.0), "var": (0.0, 0.0, 0.0), "grad_var": (0.4, 1.5, 3.2), "corr": (0.1, 0.5, 1.0),
            "grad_corr": (0.2, 0.9, 2.2)},
-    note=NORM_NOTE + " Module: torch.nn.LayerNorm(d) (eps = 1e-5, elementwise affine at its initial values).",
+    note="Module: torch.nn.LayerNorm(d) (eps = 1e-5, elementwise affine at its initial values).",
 )

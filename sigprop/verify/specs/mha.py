@@ -23,10 +23,20 @@ import numpy as np
 import torch
 
 from ...components.attention import MultiHeadAttention, mha_backward, mha_forward
-from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Param
-from .attention import _class_stats, _col, _extrapolate, estimates_from_replicates, surrogate_expectations
-from .common import CORR_MAX
+from .attention import (
+    _col,
+    attention_moments,
+    estimates_from_replicates,
+    gradient_statistics,
+    in_chunks,
+    output_moments,
+    query_inputs,
+    replicate_estimates,
+    surrogate_expectations,
+    two_pass_gradients,
+)
+from .common import as_quantities, correlation_and_gradient_params
 
 __all__ = ["SPEC", "make_spec", "simulate_mha", "sdpa_dropout_mask"]
 
@@ -50,19 +60,11 @@ def simulate_mha(params: dict, replicates: int, generator: torch.Generator, nq_m
     self-attention, for configurations sharing (L, d_in, d_head, n_heads, p)."""
     L, d, dh, h = (int(params[k][0]) for k in ("L", "d_in", "d_head", "n_heads"))
     p = float(params["p"][0])
-    n = len(params["L"])
     nq = min(max(32, nq_max // h), L // 2)
     no = min(n_out, L - nq)
     k = replicates
-    out: dict = {}
     chunk = max(1, int(_CHUNK_FLOATS // (k * L * max(d, h * dh))))
-    for start in range(0, n, chunk):
-        sl = slice(start, min(n, start + chunk))
-        sub = {key: np.asarray(v)[sl] for key, v in params.items()}
-        res = _chunk(sub, L, d, dh, h, p, nq, no, k, generator)
-        for q in res:
-            out.setdefault(q, np.zeros((n, k)))[sl] = res[q]
-    return out
+    return in_chunks(params, chunk, lambda sub: _chunk(sub, L, d, dh, h, p, nq, no, k, generator))
 
 
 def _per_head(w: torch.Tensor, h: int, dh: int) -> torch.Tensor:
@@ -81,60 +83,36 @@ def _chunk(prm, L, d, dh, h, p, nq, no, k, gen):
                              batch_shape=(c, k)).train()
     mod.reset_parameters(generator=gen)
     mod.requires_grad_(False)
-    shared = torch.randn(1, k, 1, d, generator=gen)
-    x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
-    rows = nq + no
-    xq = x[..., :nq, :].clone().requires_grad_(True)
-    x_rows = x[..., :rows, :].clone().requires_grad_(True)
-    blocks = (x_rows, x[..., rows:, :]) if rows < L else (x_rows,)
+    x, xq, x_rows, blocks = query_inputs(L, d, k, nq, no, rho, tau, gen)
     seed = int(torch.randint(0, 2**62, (1,), generator=gen))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         y = mod(xq, blocks)
         torch.manual_seed(seed)
         keep = sdpa_dropout_mask((c, k, h, nq, L), p)
-    he = h * dh
-    g1 = torch.randn(c, k, nq, he, generator=gen)
-    xi = torch.randn(c, k, 1, he, generator=gen).expand(c, k, nq, he)
-    grads = []
-    for gout, keep_graph in ((g1, True), (xi, False)):
-        gkv, gq = torch.autograd.grad(y, (x_rows, xq), gout, retain_graph=keep_graph)
-        gkv[..., :nq, :] += gq
-        grads.append(gkv)
+    passes = two_pass_gradients(y, x_rows, xq, nq, gen)
     with torch.no_grad():
         y = y.detach()
-        xd = x
         wq, wk, wv = (_per_head(w, h, dh) for w in (mod.w_q, mod.w_k, mod.w_v))  # (c, k, H, d, dh)
         u = keep.float() / ((1.0 - p) * L)  # (c, k, H, nq, L)
         tau_t = _col(tau, 4)
-        a = (xd[..., None, :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(dh)  # (c, k, H, nq, d)
-        ys = ((u @ xd[..., None, :, :] + tau_t * a) @ wv).transpose(-2, -3).flatten(-2)  # (c, k, nq, H·dh)
-        sy = (y * y).sum(dim=(-2, -1)).double()
-        sys_ = (ys * ys).sum(dim=(-2, -1)).double()
-        col, cols = y.sum(-2), ys.sum(-2)
+        a = (x[..., None, :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(dh)  # (c, k, H, nq, d)
+        ys = ((u @ x[..., None, :, :] + tau_t * a) @ wv).transpose(-2, -3).flatten(-2)  # (c, k, nq, H·dh)
         e_sur = {key: torch.as_tensor(np.asarray(v)[:, None]) for key, v in
                  surrogate_expectations(L, d, dh, nq, sq**4, sv**2, p, rho, tau).items()}
-        var_y = (sy - sys_) / (nq * he) + e_sur["y_var"]
-        cov_y = (((col * col).sum(-1).double() - sy - (cols * cols).sum(-1).double() + sys_) / (nq * (nq - 1) * he)
-                 + e_sur["y_cov"])
-        ymean = (y - ys).mean(dim=(-2, -1)).double()
-        stats = {}
-        for tag, gx, gout in (("1", grads[0], g1), ("2", grads[1], xi)):
-            st = _class_stats(gx, nq)
+        ymean, var_y, cov_y = output_moments(y, ys, nq)
+        var_y = var_y + e_sur["y_var"]
+        cov_y = cov_y + e_sur["y_cov"]
+
+        def surrogate(gout):
             w = gout.unflatten(-1, (h, dh)).transpose(-2, -3) @ wv.transpose(-1, -2)  # (c, k, H, nq, d)
-            gs = (u[..., :rows].transpose(-1, -2) @ w).sum(dim=2)  # uniform value paths, summed over heads
+            gs = (u[..., :nq + no].transpose(-1, -2) @ w).sum(dim=2)  # uniform value paths, summed over heads
             gs[..., :nq, :] += (tau_t * ((w @ wk) @ wq.transpose(-1, -2) / math.sqrt(dh))).sum(dim=2)
-            ss = _class_stats(gs, nq)
-            for key in st:
-                st[key] = st[key] - ss[key] + h * e_sur[key[0] + tag + key[1:]]
-            for key, v in st.items():
-                stats[key[0] + tag + key[1:]] = v.numpy()
-        ind_var, com_var, ind_cov, com_cov = _extrapolate(stats, L, nq)
-    gvar = np.asarray(prm["grad_var"])[:, None]
-    rg = np.asarray(prm["grad_corr"])[:, None]
-    return {"mean": ymean.numpy(), "var": var_y.numpy(), "cov": cov_y.numpy(),
-            "grad_var": gvar * ((1 - rg) * ind_var + rg * com_var),
-            "grad_cov": gvar * ((1 - rg) * ind_cov + rg * com_cov)}
+            return gs
+
+        # every head's surrogate has the single-head expectation: their sum, h times it
+        stats, _ = gradient_statistics(passes, nq, surrogate, {key: h * v for key, v in e_sur.items()})
+    return replicate_estimates(prm, ymean, var_y, cov_y, stats, L, nq)
 
 
 def _simulate(params, budget, generator):
@@ -142,15 +120,9 @@ def _simulate(params, budget, generator):
 
 
 def _predict(params, approx="exact"):
-    d = params["d_in"]
-    sq2 = params["q_scale"] ** 2 / d
-    sv2 = params["v_scale"] ** 2 / d
-    m = Moments(0.0, 1.0, params["corr"])
-    g = GradMoments(params["grad_var"], params["grad_corr"])
-    args = (params["n_heads"], d, params["d_head"], params["L"], sq2, sq2, sv2, params["p"])
-    f = mha_forward(m, *args, approx=approx)
-    b = mha_backward(g, m, *args, approx=approx)
-    return {"mean": f.mean, "var": f.var, "corr": f.corr, "grad_var": b.var, "grad_corr": b.corr}
+    m, g, sq2, sv2 = attention_moments(params)
+    args = (params["n_heads"], params["d_in"], params["d_head"], params["L"], sq2, sq2, sv2, params["p"])
+    return as_quantities(mha_forward(m, *args, approx=approx), mha_backward(g, m, *args, approx=approx))
 
 
 def make_spec(approx: str = "exact") -> ComponentSpec:
@@ -160,9 +132,7 @@ def make_spec(approx: str = "exact") -> ComponentSpec:
         params=(
             Param("q_scale", 0.1, 0.6, scale="log", doc="σ_q = σ_k = q_scale/√d_in (as the single-head sweep)"),
             Param("v_scale", 10**-0.5, 10**0.5, scale="log", doc="σ_v = v_scale/√d_in"),
-            Param("corr", 0.0, CORR_MAX, doc="input token correlation r"),
-            Param("grad_var", 0.1, 10.0, scale="log", doc="output-gradient variance σ²_g"),
-            Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g"),
+            *correlation_and_gradient_params(),
             Param("p", 0.0, 0.9, values=(0.0, 0.45, 0.9), doc="dropout p: SDPA takes one float, 3 levels in [0, 0.9]"),
             Param("n_heads", 1, 16, values=(1, 2, 4, 8, 16), doc="heads H"),
             Param("d_head", 32, 256, values=(32, 64, 128, 256), doc="head width (the single-head d_k values)"),

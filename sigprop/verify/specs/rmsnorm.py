@@ -8,15 +8,8 @@ from __future__ import annotations
 
 from ...components.rmsnorm import RMSNorm, rmsnorm_backward, rmsnorm_forward
 from ...core.moments import GradMoments, Moments
-from ..spec import ComponentSpec
-from ..tokenwise import CHUNK, simulate_tokenwise
-from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
-from .layernorm import NORM_NOTE, frozen, width_param
-
-
-def _simulate(params, budget, generator):
-    d = int(params["d"][0])  # d is a shape parameter: one RMSNorm module per batch of configurations
-    return simulate_tokenwise(frozen(RMSNorm(d)), params, budget, generator, hidden=d)
+from .common import as_quantities
+from .layernorm import norm_spec
 
 
 def _predict(params):
@@ -27,16 +20,8 @@ def _predict(params):
     return as_quantities(fwd, bwd)
 
 
-SPEC = ComponentSpec(
-    name="rmsnorm",
-    title="RMSNorm",
-    params=gaussian_input_params(mean=(-10.0, 10.0)) + (width_param(),),
-    quantities=FORWARD_BACKWARD,
-    simulate=_simulate,
-    predict=_predict,
-    shape_params=("d",),
-    max_group=CHUNK,
-    paper={},
-    note=NORM_NOTE + " Ranges: LayerNorm's row of Table 22 (the paper has no RMSNorm). Module: sigprop's "
-         "RMSNorm(d) (torch.nn.RMSNorm's interface and default eps = finfo(float32).eps, weight 1).",
+SPEC = norm_spec(
+    "rmsnorm", "RMSNorm", RMSNorm, _predict, paper={},
+    note="Ranges: LayerNorm's row of Table 22 (the paper has no RMSNorm). Module: sigprop's RMSNorm(d) "
+         "(torch.nn.RMSNorm's interface and default eps = finfo(float32).eps, weight 1).",
 )

@@ -27,7 +27,7 @@ import torch
 from ...components.attention import MultiHeadAttention, mha_backward, mha_forward
 from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec, Estimate, Param
-from .common import CORR_MAX
+from .common import correlation_and_gradient_params
 
 __all__ = ["SPEC"]
 
@@ -107,9 +107,7 @@ SPEC = ComponentSpec(
     params=(
         Param("q_scale", 0.3, 2.0, scale="log", doc="σ_q = σ_k = q_scale/√d_in (s² = (1 − r)·q_scale⁴)"),
         Param("v_scale", 10**-0.5, 10**0.5, scale="log", doc="σ_v = v_scale/√d_in"),
-        Param("corr", 0.0, CORR_MAX, doc="input token correlation r"),
-        Param("grad_var", 0.1, 10.0, scale="log", doc="output-gradient variance σ²_g"),
-        Param("grad_corr", 0.0, CORR_MAX, doc="output-gradient token correlation r_g"),
+        *correlation_and_gradient_params(),
         Param("n_heads", 2, 4, values=(2, 4), doc="query heads H"),
         Param("kv_group", 2, 4, values=(2, 4), doc="query heads per key/value head (H/kv_group kv heads, ≥ 1)"),
         Param("d_head", 32, 64, values=(32, 64), doc="head width"),

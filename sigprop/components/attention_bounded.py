@@ -88,10 +88,11 @@ def bounded_heads(heads: int, L: int, d_in: int, d_k: int) -> int:
 def bounded_numbers(heads: int, L: int, d_in: int, d_k: int, queries: int = DEFAULT_QUERIES) -> int:
     """Float64-sized numbers the bounded rule holds at once, for one head (heads are drawn one after another): its
     L × a tokens, keys, the queries' scores and probabilities, three input gradients and their float64 sums, and
-    autograd's saved tensors, about 14 L × a in all; the memory estimate's unit (:mod:`sigprop.model.size`; against
-    the measured peak: docs/results/scale.md)."""
+    autograd's saved tensors, about 14 L × a in all, and the a × 2d_k factor R of the weights (drawn in float32, used
+    in float64: twice its size), which dominates only where a head is far wider than the sequence is long; the
+    memory estimate's unit (:mod:`sigprop.model.size`; against the measured peak: docs/results/scale.md)."""
     a, m = min(int(d_in), 2 * int(d_k)), min(int(queries), int(L))
-    return int(L) * (14 * a + 2 * int(d_k) + 6 * m)
+    return int(L) * (14 * a + 2 * int(d_k) + 6 * m) + 2 * a * 2 * int(d_k)
 
 
 def _bartlett(a: int, n: int, d: int, gen: torch.Generator) -> torch.Tensor:

@@ -17,6 +17,8 @@ _MODULE = "an nn.Module constructor taking the component's hyper-parameters by n
 _RULE = ("a moment rule of attention: a pure function of the component's declared hyper-parameters (σ_q, σ_k, σ_v, "
          "heads, widths, dropout, causal, the sampling's draws), passed by name from the module")
 _OPTIONS = "carries run_experiment's options (which mirror `sigprop experiment`'s) to the part that runs them"
+_SPEC = ("a verify spec's constructor: its keywords are the fields of the ComponentSpec it builds "
+         "(sigprop/verify/specs/common.py), each named at the call")
 _SDE = "a figure of Noci et al. 2023 or its simulation: its keywords are the paper's settings, as `sigprop sde` sets"
 
 JUSTIFIED = {
@@ -36,12 +38,17 @@ JUSTIFIED = {
                      "components.attention_sampled._sample_heads", "components.attention_sampled._sample",
                      "components.attention_sampled.sample_attention", "components.attention_sampled.sampled_forward",
                      "components.attention_sampled.sampled_backward",
+                     "components.attention_bounded._one_head", "components.attention_bounded._sample",
+                     "components.attention_bounded.bounded_forward", "components.attention_bounded.bounded_backward",
+                     "components.attention_bounded.bounded_backward.one",
+                     "components.attention_bounded.sample_bounded",
                      "components.attention_sampled.sampled_backward.one", "components.cross_attention._one.call",
                      "components.cross_attention.cross_forward", "components.cross_attention.cross_backward",
                      "components.cross_attention.cross_memory_backward", "components.cross_attention._sample_cross",
                      "components.cross_attention.sample_cross_attention",
                      "components.shaped_attention.shaped_attention_forward"], _RULE),
     **dict.fromkeys(["experiments.run._train", "experiments.run._run_evaluation"], _OPTIONS),
+    "verify.specs.weighted.weighted_spec": _SPEC,
     **dict.fromkeys(["sde.experiments._attention_vs_sde", "sde.experiments.figure1", "sde.experiments.figure3",
                      "sde.experiments.figure5", "sde.experiments.figure7", "sde.experiments.figure8",
                      "sde.experiments.figure_options", "sde.experiments.simulate_sde", "sde.gradients.figure2",

@@ -101,7 +101,7 @@ def sweep_steps(config, inits: Sequence[str], depths: Sequence[int], batch: dict
     from ..theory.predict import prediction_steps
 
     given = batch is not None
-    size = len(batch["inputs"]) if given else 1
+    size = len(batch.inputs) if given else 1
     return len(inits) * sum(prediction_steps(config.replace(n_layers=n), given, token_resolved, labels_given=given,
                                              batch_size=size) for n in depths)
 

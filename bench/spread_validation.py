@@ -12,6 +12,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py measure [--cells NAME ...] [--seeds 64]   # resumable: a line per seed
     python bench/spread_validation.py predict                                   # the predictions, per cell
     python bench/spread_validation.py report                                    # table (markdown) and figure
+    python bench/spread_validation.py coverage   # the doctor's 90% interval of one model's gradient ratio, per cell
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -170,6 +171,56 @@ def report() -> None:
     fig.savefig(OUT / "spread.png", dpi=120)
 
 
+def expected_ratio(family: str, width: int, depth: int) -> float:
+    """The predicted expectation of σ²_g(0)/σ²_g(top) of a cell, on the cell's batch (as ``predict`` makes it)."""
+    from sigprop.analysis.experiment import batch_prediction
+
+    config = config_of(family, width, depth)
+    rows = {r.layer: r for r in batch_prediction(config, batch_of(config), SEQUENCES).profile().site("layer")}
+    return rows[0].grad_var / rows[depth - 1].grad_var
+
+
+def coverage(level: float = 0.9) -> None:
+    """Per cell, how many of the measured seeds' ratios σ²_g(0)/σ²_g(top) fall in the interval the doctor gives for
+    one model (:class:`sigprop.analysis.doctor.GradientInterval`: log-normal with the predicted sd, mean-matched to
+    the predicted expectation), with a Wilson 95% interval of the coverage. The expectations are cached in
+    docs/results/spread/expected.json (a prediction per cell)."""
+    from statistics import NormalDist
+
+    from sigprop.core.profile import Profile, Row
+    from sigprop.theory.spread import gradient_ratio_interval
+
+    predictions: dict = {}
+    for path in sorted(OUT.glob("predictions*.json")):
+        predictions.update(json.loads(path.read_text()))
+    cache = OUT / "expected.json"
+    expected = json.loads(cache.read_text()) if cache.exists() else {}
+    z = NormalDist().inv_cdf(0.975)
+    lines = [f"| family | d | layers | seeds | predicted sd | interval ({100 * level:g}%) | inside | coverage "
+             "(Wilson 95%) |", "|---|---|---|---|---|---|---|---|"]
+    for family, width, depth in CELLS:
+        name = cell_name(family, width, depth)
+        path = OUT / "cells" / f"{name}.jsonl"
+        if not path.exists() or name not in predictions:
+            continue
+        if name not in expected:
+            expected[name] = expected_ratio(family, width, depth)
+            cache.write_text(json.dumps(expected, indent=1))
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        n, sd = len(records), predictions[name]["grad_var_log_sd"][0]
+        rows = (Row(0, "layer", grad_var=expected[name], grad_var_log_sd=sd), Row(1, "layer", grad_var=1.0,
+                                                                                    grad_var_log_sd=0.0))
+        low, high = gradient_ratio_interval(Profile("predicted", {}, rows), 0, level)
+        inside = sum(low <= math.exp(r["grad_log_ratio"][0]) <= high for r in records)
+        p = inside / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        lines.append(f"| {family} | {width} | {depth} | {n} | {sd:.3f} | {low:.3g} – {high:.3g} | {inside} | "
+                     f"{100 * p:.0f}% ({100 * (centre - half):.0f}–{100 * (centre + half):.0f}%) |")
+        print(lines[-1], flush=True)
+    (OUT / "coverage.md").write_text("\n".join(lines) + "\n")
+
+
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
     """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
     few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
@@ -222,7 +273,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["measure", "predict", "report", "correlations"])
+    ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "correlations"])
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
@@ -243,6 +294,8 @@ def main() -> None:
             path.write_text(json.dumps(stored, indent=1))
     elif args.action == "correlations":
         correlations()
+    elif args.action == "coverage":
+        coverage()
     else:
         report()
 

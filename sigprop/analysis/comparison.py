@@ -30,6 +30,7 @@ import numpy as np
 from ..core.jsonio import finite_or_null, json_number, write_csv_atomic, write_json_atomic
 from ..core.profile import QUANTITIES, Profile
 from ..measurement.spread import heavy_tails
+from ..theory.spread import BAND_LEVEL, profile_bands
 from .diagnosis import diagnose, side_by_side
 
 __all__ = ["Comparison", "QuantitySummary", "compare", "summarise", "comparison_side", "measured_from_json",
@@ -53,18 +54,23 @@ class QuantitySummary:
     median_z: float = float("nan")
     r2_noise_ceiling: float = float("nan")
     median_rel_se: float = float("nan")  # the measurement's own standard error relative to it, median over rows
+    within_band: float = float("nan")  # share of the rows with a predicted spread whose measured value is in its band
+    band_rows: int = 0  # the rows judged against the band (a spread > 0)
 
     def to_dict(self) -> dict:
         return finite_or_null(dict(self.__dict__))
 
 
-def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
+def summarise(quantity: str, pred, meas, se=None, band=None) -> QuantitySummary:
     """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped); ``se``: the measurement's
-    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers)."""
+    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers);
+    ``band``: (low, high) per row, the predicted band of the measured seed mean (:func:`seed_mean_bands`; rows where
+    it is NaN or of zero width are left out of ``within_band``)."""
     p, m = np.asarray(pred, dtype=np.float64), np.asarray(meas, dtype=np.float64)
     e = np.full(p.shape, np.nan) if se is None else np.asarray(se, dtype=np.float64)
+    lo, hi = (np.full(p.shape, np.nan),) * 2 if band is None else (np.asarray(b, dtype=np.float64) for b in band)
     keep = np.isfinite(p) & np.isfinite(m)
-    p, m, e = p[keep], m[keep], e[keep]
+    p, m, e, lo, hi = p[keep], m[keep], e[keep], lo[keep], hi[keep]
     nan = float("nan")
     if p.size == 0:
         return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False)
@@ -86,9 +92,11 @@ def summarise(quantity: str, pred, meas, se=None) -> QuantitySummary:
     if not np.isnan(r2) and bool(np.all(has_se)):
         noise = e / m if use_log else e  # d log m = dm / m
         ceiling = 1.0 - float(np.sum(noise ** 2)) / ss_tot
+    banded = np.isfinite(lo) & np.isfinite(hi) & (hi > lo)
+    in_band = float(np.mean((m[banded] >= lo[banded]) & (m[banded] <= hi[banded]))) if banded.any() else nan
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
-                           use_log, within, median_z, ceiling, rel_se)
+                           use_log, within, median_z, ceiling, rel_se, in_band, int(banded.sum()))
 
 
 @dataclass(frozen=True)
@@ -108,8 +116,10 @@ class Comparison:
         summaries: quantity (``fwd_mean``, ``fwd_var``, ``fwd_corr``, ``grad_var``, ``grad_corr``) →
             :class:`QuantitySummary`: ``median_rel``, ``mean_rel``, ``p90_rel`` (relative error), ``max_abs``,
             ``median_abs``, ``r2`` (``r2_log``: over logs), and with standard errors ``within_2se``,
-            ``median_z``, ``r2_noise_ceiling``, ``median_rel_se``.
-        meta: ``"heavy_tails"``: the quantities whose seed mean is heavy-tailed at some layer, if any.
+            ``median_z``, ``r2_noise_ceiling``, ``median_rel_se``, and with a predicted spread ``within_band``,
+            ``band_rows``.
+        meta: ``"heavy_tails"``: the quantities whose seed mean is heavy-tailed at some layer, if any; ``"band"``:
+            with a predicted spread, its level, the seeds K and each row's (low, high) band of a K-seed mean.
         diagnoses: for the layer outputs, ``"predicted"`` and ``"measured"`` →
             :class:`~sigprop.analysis.diagnosis.Diagnosis` (in the JSON: ``meta["diagnosis"]``); else empty.
 
@@ -179,7 +189,10 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
     |pred − meas|/|meas|, the largest absolute error and R² = 1 − Σ(pred − meas)²/Σ(meas − mean(meas))² over the
     layers, on log values where the measured quantity spans more than a decade (as Kedia et al.'s Figures 2–3 are
     read); with the measurement's standard errors (a seed average: ``meta["stderr"]``), the share of rows within two
-    of them and R²'s noise ceiling. ``meta["heavy_tails"]`` lists the quantities whose seed mean is heavy-tailed at
+    of them and R²'s noise ceiling. With a prediction that carries the seed-to-seed spread (``spread=True``), each
+    variance is also judged against the predicted band of a K-seed mean, K the measurement's seeds
+    (:func:`~sigprop.theory.spread.profile_bands`): ``within_band``, the share of rows inside it, and
+    ``meta["band"]``. ``meta["heavy_tails"]`` lists the quantities whose seed mean is heavy-tailed at
     some layer (:func:`sigprop.measurement.spread.heavy_tails`), if any; for the layer outputs, ``diagnoses`` holds
     :func:`sigprop.analysis.diagnosis.diagnose` of each profile (in the JSON: ``meta["diagnosis"]``).
 
@@ -220,14 +233,27 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
     if not common:
         raise ValueError(f"the profiles share no rows of site {site!r}")
     stderr = measured.meta.get("stderr") or {}
+    seeds = max(1, len(measured.meta.get("seeds") or ()))
+    bands = profile_bands(predicted, seeds) if predicted.has_spread else {}
+    nan_band = (np.nan, np.nan)
     summaries = {q: summarise(q, [getattr(pred[(lyr, site)], q) for lyr in common],
                               [getattr(meas[(lyr, site)], q) for lyr in common],
-                              [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common])
+                              [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common],
+                              (tuple(zip(*(bands[q].get((lyr, site), nan_band) for lyr in common), strict=True))
+                               if q in bands else None))
                  for q in quantities}
+    meta: dict = {}
     tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
+    if tails:
+        meta["heavy_tails"] = tails
+    if bands:
+        meta["band"] = {"level": BAND_LEVEL, "seeds": seeds,
+                        "what": f"the predicted {100 * BAND_LEVEL:g}% band of a {seeds}-seed mean "
+                                "(sigprop.theory.spread.seed_mean_band)",
+                        "rows": {q: {f"{layer}:{s}": list(v) for (layer, s), v in by_row.items() if s == site}
+                                 for q, by_row in bands.items()}}
     diagnoses = {p.kind: diagnose(p) for p in (predicted, measured)} if site == "layer" else {}
-    return Comparison(predicted, measured, site, tuple(common), summaries, {"heavy_tails": tails} if tails else {},
-                      diagnoses)
+    return Comparison(predicted, measured, site, tuple(common), summaries, meta, diagnoses)
 
 
 def comparison_side(data: dict, kind: str) -> Profile:

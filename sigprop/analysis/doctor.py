@@ -44,8 +44,8 @@ from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, Diagnosis, diagnose
 
-__all__ = ["DoctorReport", "Recommendation", "SavedModel", "doctor", "doctor_measured", "recommend", "no_fix_reason",
-           "saved_plan", "measure_saved", "SOURCES"]
+__all__ = ["DoctorReport", "Recommendation", "SavedModel", "GradientInterval", "doctor", "doctor_measured",
+           "recommend", "no_fix_reason", "narrowing_text", "saved_plan", "measure_saved", "SOURCES", "INTERVAL_LEVEL"]
 
 #: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
 LEARNING_RATE_WARNING = (
@@ -55,6 +55,9 @@ LEARNING_RATE_WARNING = (
     "inside their "
     "grids, DeepScaleLM's best rate is 2× Xavier's; Kedia et al. Sec. 4.2: deeper-thinner models needed higher "
     "rates)")
+
+#: The probability of the interval the doctor gives for one model's first-layer gradient ratio (``spread=True``).
+INTERVAL_LEVEL = 0.9
 
 #: Where a doctored model came from: a sigprop configuration, a Hugging Face configuration or model, a training run.
 Source = Literal["sigprop", "hf", "run"]
@@ -116,6 +119,67 @@ class SavedModel:
         return cls(describe, lambda: model, read_plan)
 
 
+@dataclass(frozen=True)
+class GradientInterval:
+    """Where one freshly drawn model's first-layer gradient variance, relative to the last layer's, falls with
+    probability ``level`` (:func:`~sigprop.theory.spread.gradient_ratio_interval` of a prediction with spread).
+
+    Attributes:
+        expected: the predicted expectation of the ratio σ²_g(0)/σ²_g(top).
+        low: the interval's lower end.
+        high: its upper end.
+        level: its probability.
+        log_sd: the predicted seed-to-seed standard deviation of the ratio's log.
+
+    Example:
+        >>> interval = GradientInterval(expected=4.0, low=1.55, high=8.03, level=0.9, log_sd=0.5)
+        >>> round(interval.decades, 3)  # log10(8.03 / 1.55)
+        0.714
+    """
+
+    expected: float
+    low: float
+    high: float
+    level: float
+    log_sd: float
+
+    @property
+    def decades(self) -> float:
+        """The interval's width in decades, log10(high / low)."""
+        import math
+
+        return math.log10(self.high / self.low)
+
+    def describe(self) -> str:
+        return (f"one model's first-layer gradient, relative to the last layer's: {self.low:.3g} to {self.high:.3g} "
+                f"with {100 * self.level:g}% probability (expected {self.expected:.3g}, log-sd {self.log_sd:.3g})")
+
+    def to_dict(self) -> dict:
+        return finite_or_null({"expected": self.expected, "low": self.low, "high": self.high, "level": self.level,
+                               "log_sd": self.log_sd, "decades": self.decades})
+
+    @classmethod
+    def of(cls, predicted, level: float = INTERVAL_LEVEL) -> GradientInterval | None:
+        """The interval of a prediction with spread, or None where it has none (no spread, no gradient)."""
+        from ..theory.spread import gradient_ratio_interval
+
+        if predicted is None or not predicted.has_spread:
+            return None
+        try:
+            low, high = gradient_ratio_interval(predicted, 0, level)
+        except ValueError:
+            return None
+        rows = {r.layer: r for r in predicted.site("layer")}
+        return cls(rows[0].grad_var / rows[max(rows)].grad_var, low, high, level, rows[0].grad_var_log_sd)
+
+
+def narrowing_text(current: GradientInterval, fixed: GradientInterval) -> str:
+    """How the fix changes one model's interval: "the fix narrows it from 2.1 to 0.6 decades (1.3 to 3.9 …)"."""
+    verb = "narrows" if fixed.decades < current.decades else "does not narrow"
+    return (f"the fix {verb} it: {current.decades:.2g} → {fixed.decades:.2g} decades wide ({fixed.low:.3g} to "
+            f"{fixed.high:.3g}, expected {fixed.expected:.3g})")
+
+
 @dataclass
 class DoctorReport:
     """The current model's profiles and diagnosis and, when a fix is recommended, the fixed model's."""
@@ -138,6 +202,7 @@ class DoctorReport:
     measured_what: str = "fresh seeds"  # what the current model's measurement is of: fresh seeds or saved weights
     approximations: list = field(default_factory=list)  # where the theory of saved weights is an approximation
     theory: str | None = None  # why there is no theory (a model whose configuration sigprop cannot map)
+    intervals: dict = field(default_factory=dict)  # "current" / "fixed": GradientInterval (with spread=True)
 
     @property
     def no_fix(self) -> str | None:
@@ -176,6 +241,7 @@ class DoctorReport:
                 "fixed_config": None if self.fixed_config is None else self.fixed_config.to_dict(),
                 "fixed_diagnosis": None if self.fixed_diagnosis is None else self.fixed_diagnosis.to_dict(),
                 "agreement": self.agreement, "noise": finite_or_null(self.noise),
+                "gradient_interval": {k: v.to_dict() for k, v in self.intervals.items()},
                 "profiles": {"predicted": profile(self.predicted), "measured": profile(self.measured),
                              "fixed_predicted": profile(self.fixed_predicted),
                              "fixed_measured": profile(self.fixed_measured)}}
@@ -269,7 +335,7 @@ def _median_errors(comparison) -> tuple[dict, dict]:
 
 
 def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2, batch_size: int = 4,
-           progress=None, saved: SavedModel | None = None) -> DoctorReport:
+           progress=None, saved: SavedModel | None = None, spread: bool = False) -> DoctorReport:
     """Diagnose the model of ``config`` at initialisation, recommend a fix and show the fixed model's profile.
 
     Args:
@@ -280,12 +346,16 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
         progress: a :class:`~sigprop.core.progress.Progress` (or None).
         saved: a model with weights of its own: measured as it is (its one draw, whatever ``seeds``) and predicted
             from its weights (module docstring).
+        spread: predict the seed-to-seed spread too (:mod:`sigprop.theory.spread`): the report's ``intervals``
+            give where one freshly drawn model's first-layer gradient ratio falls with 90% probability
+            (:class:`GradientInterval`), for the current model (not for one with weights of its own: they are
+            drawn) and the fixed one.
 
     Returns:
         The :class:`DoctorReport`.
 
     Raises:
-        ValueError: an unknown source, a negative seed count.
+        ValueError: an unknown source, a negative seed count; with ``spread`` an encoder–decoder.
     """
     from ..core.progress import tasks
     from ..theory.predict import predict
@@ -295,14 +365,20 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
         raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 0:
         raise ValueError(f"seeds must be an integer >= 0 (got {seeds!r})")
+    if spread:
+        from ..theory.spread import check_spread
+
+        check_spread(config)
     progress = tasks(progress)
     approximations: list[str] = []
     tokenised_by: list[str] = []  # a saved model's own tokenizer, when it made the batch
 
     def look(cfg: TransformerConfig, what: str, own: SavedModel | None = None):
+        with_spread = spread and own is None
         if seeds == 0 and own is None:
-            progress.task(f"predict the {what} model ({cfg.total_layers} layers)", None)
-            return predict(cfg, batch_size=batch_size), None, {}, {}
+            progress.task(f"predict the {what} model ({cfg.total_layers} layers"
+                          f"{', spread' if with_spread else ''})", None)
+            return predict(cfg, batch_size=batch_size, spread=with_spread), None, {}, {}
         batch = measured = plan = None
         if own is not None and own.batch is not None:
             batch, tokenised = own.batch(cfg, batch_size)
@@ -317,13 +393,13 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
             plan = saved_plan(own, model, filled, approximations)
             measured = measure_saved(own, model, filled, batch)
         prediction = batch_prediction(filled, batch, plan=plan)
-        predict_tick = progress.task(f"predict the {what} model ({cfg.total_layers} layers, forward and backward)",
-                                     prediction.steps())
+        predict_tick = progress.task(f"predict the {what} model ({cfg.total_layers} layers, forward and backward"
+                                     f"{', spread' if with_spread else ''})", prediction.steps(spread=with_spread))
         measure_tick = None if own is not None else progress.task(
             f"measure the {what} model ({cfg.total_layers} layers × {seeds} seeds)", seeds)
         predicted, measured, comparison = compare_config(filled, batch, seeds, progress=measure_tick,
                                                          predict_progress=predict_tick, prediction=prediction,
-                                                         measured=measured)
+                                                         measured=measured, spread=with_spread)
         return predicted, measured, *_median_errors(comparison)
 
     predicted, measured, errors, noise = look(config, "current", saved)
@@ -335,6 +411,9 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
                           checks=checks, measured_what="fresh seeds" if saved is None else saved.describe + "".join(
                               f", on text tokenised by {t}" for t in tokenised_by),
                           approximations=approximations)
+    current = GradientInterval.of(predicted)
+    if current is not None:
+        report.intervals["current"] = current
     if report.recommendation is not None:
         fixed = config.replace(**report.recommendation.changes)
         f_pred, f_meas, f_errors, f_noise = look(fixed, "fixed")
@@ -343,6 +422,9 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
         report.fixed_checks = config_checks(fixed, f_pred)
         if f_errors:
             report.agreement["fixed"], report.noise["fixed"] = f_errors, f_noise
+        fixed_interval = GradientInterval.of(f_pred)
+        if fixed_interval is not None:
+            report.intervals["fixed"] = fixed_interval
     return report
 
 

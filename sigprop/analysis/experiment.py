@@ -120,7 +120,7 @@ def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 
                    grad_boundary: GradBoundary = "measured", progress: Callable[[int], None] | None = None, device=None,
                    predict_progress: Callable[[int], None] | None = None, attention_heads: int = DEFAULT_HEADS,
                    token_resolved: bool | None = None, measured: Profile | None = None,
-                   prediction: Prediction | None = None) -> tuple[Profile, Profile, Comparison]:
+                   prediction: Prediction | None = None, spread: bool = False) -> tuple[Profile, Profile, Comparison]:
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.boundaries.head_gradient_moments`). ``progress(k)``: k seeds measured;
@@ -131,7 +131,9 @@ def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 
     :func:`measure_seeds`. ``measured``: a measurement made before (e.g. on other machines, :func:`read_measured
     <sigprop.analysis.comparison.read_measured>`) of this ``config`` on this ``batch`` (:func:`check_same_batch`):
     nothing is measured and ``seeds``, ``device`` and ``progress`` are unused. ``prediction``: the
-    :func:`batch_prediction` of this config and batch, when the caller holds it already."""
+    :func:`batch_prediction` of this config and batch, when the caller holds it already. ``spread``: predict the
+    seed-to-seed spread too (:func:`sigprop.predict`), so that :func:`~sigprop.analysis.comparison.compare` judges
+    the measured seed means against its band."""
     from ..core.devices import parse_devices
 
     if grad_boundary not in GRAD_BOUNDARIES:
@@ -147,16 +149,16 @@ def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 
         device = parse_devices(device)  # a missing device stops the run before minutes of predicting
         # predict first: a model outside the rules' domain fails before minutes of measuring
         if grad_boundary == "theory":
-            predicted = prediction.profile(progress=predict_progress)
+            predicted = prediction.profile(progress=predict_progress, spread=spread)
         else:
             prediction.forward(predict_progress)
         measured = measure_seeds(config, batch, seeds, progress=progress, device=device)
     if grad_boundary == "measured":
-        predicted = prediction.profile(measured_boundary(measured), progress=predict_progress)
+        predicted = prediction.profile(measured_boundary(measured), progress=predict_progress, spread=spread)
         top_layer = measured.site("layer")[-1].layer
         predicted.meta["grad_source"] = f"measured at the output of layer {top_layer}: " + predicted.meta["grad_source"]
     elif predicted is None:
-        predicted = prediction.profile(progress=predict_progress)
+        predicted = prediction.profile(progress=predict_progress, spread=spread)
     return predicted, measured, compare(predicted, measured)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from .options import JsonOut
+from .options import JsonOut, Spread
 from .terminal import Display, console
 
 __all__ = ["doctor_command"]
@@ -28,6 +28,7 @@ def doctor_command(
     json_path: JsonOut = None,
     html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here (a .html path, "
                                    "checked before any work; figures embedded)."),
+    spread: Spread = False,
 ):
     """Diagnose a model at initialisation: forward growth, vanishing or exploding gradients with their per-layer
     law, rank collapse; recommend a fix (DeepScaleLM, Kedia et al. Sec. 3.5; dropout against rank collapse) and show
@@ -36,7 +37,7 @@ def doctor_command(
     from ..analysis.doctor import agreement_text
     from ..core.jsonio import write_json_atomic
     from ..core.outputs import check_output_path
-    from ..report.doctor import resolve_model, write_doctor_html
+    from ..report.doctor import interval_lines, resolve_model, write_doctor_html
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
@@ -47,7 +48,7 @@ def doctor_command(
     target = resolve_model(model, tuple(overrides or ()), fresh)
     config, name = target.config, target.name
     with Display() as display:
-        report = target.diagnose(seeds, progress=display)
+        report = target.diagnose(seeds, progress=display, spread=spread)
     shape = ("no theory" if config is None else
              f"{config.total_layers} layers, d = {config.d_model}, {config.norm_position}-LN, init {config.init}")
     console.print(f"[bold]{escape(name)}[/bold] ({shape}; measured: {escape(report.measured_what)}): "
@@ -74,6 +75,8 @@ def doctor_command(
                 console.print(f"    {line}")
             for check in report.fixed_checks:
                 console.print(f"    {check.name}: {check.message}")
+    for line in interval_lines(report):
+        console.print(escape(line))
     for which, errors in report.agreement.items():
         console.print(f"theory vs measurement ({which}, median relative error; noise: the measurement's own "
                       f"relative SE): {agreement_text(errors, report.noise.get(which, {}))}")

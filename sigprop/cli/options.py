@@ -45,7 +45,9 @@ Spread = Annotated[bool, typer.Option(
     "--spread",
     help="Also predict each layer's seed-to-seed spread at finite width: the standard deviation across weight draws "
          "of log σ²_x (given the embedding) and of log σ²_g relative to the top layer (a Monte Carlo of one layer "
-         "at a few depths, accumulated along the stack; an encoder or a decoder, not an encoder-decoder).")]
+         "at a few depths, accumulated along the stack; an encoder or a decoder, not an encoder-decoder). `compare` "
+         "then judges each measured seed mean against the predicted 95% band of a mean of that many seeds and draws "
+         "the band; `doctor` gives the interval of one model's first-layer gradient ratio.")]
 JsonOut = Annotated[Path, typer.Option("--json", help="Write the result as JSON here (checked before any work).")]
 HFModel = Annotated[Path, typer.Option(
     "--hf", help="A Hugging Face model: a local folder, its config.json or a model id in the local Hugging Face cache "

@@ -76,10 +76,14 @@ def profile_table(title: str, predicted=None, measured=None) -> Table:
 
 
 def summary_table(comparison, title: str = "agreement per quantity (layer outputs)") -> Table:
-    """Median / mean / p90 relative error, max abs error, R² and the share within 2 SE, per quantity."""
+    """Median / mean / p90 relative error, max abs error, R² and the share within 2 SE, per quantity; with a
+    predicted spread, also the layers within its band of the seed mean."""
     table = Table(title=title, title_justify="left")
-    for col in ("quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²", "R² noise ceiling",
-                "within 2 SE"):
+    band = comparison.meta.get("band")
+    columns = ["quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²", "R² noise ceiling", "within 2 SE"]
+    if band:
+        columns.append(f"within predicted {100 * band['level']:g}% band ({band['seeds']} seeds)")
+    for col in columns:
         table.add_column(col, justify="right" if col != "quantity" else "left")
     for q, s in comparison.summaries.items():
         if q == "fwd_mean":
@@ -87,8 +91,12 @@ def summary_table(comparison, title: str = "agreement per quantity (layer output
         r2 = "n/a (constant)" if s.r2 != s.r2 else f"{s.r2:.5f}" + (" (log)" if s.r2_log else "")
         within = "–" if s.within_2se != s.within_2se else f"{100 * s.within_2se:.0f}%"
         ceiling = "–" if s.r2_noise_ceiling != s.r2_noise_ceiling else f"{s.r2_noise_ceiling:.5f}"
-        table.add_row(q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
-                      f"{s.max_abs:.3g}", r2, ceiling, within)
+        cells = [q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
+                 f"{s.max_abs:.3g}", r2, ceiling, within]
+        if band:
+            cells.append("–" if not s.band_rows else
+                         f"{round(s.within_band * s.band_rows)} of {s.band_rows} layers")
+        table.add_row(*cells)
     return table
 
 
@@ -122,6 +130,21 @@ def _print_seed_spread(measured) -> None:
 
     for spread in heavy_tails(measured):
         note(spread.describe())
+
+
+def _print_band_verdict(comparison) -> None:
+    """With a predicted spread: per variance, whether the measured seed mean lies within the band the spread predicts
+    for a mean of that many seeds, layer by layer."""
+    band = comparison.meta.get("band")
+    if not band:
+        return
+    for q, s in comparison.summaries.items():
+        if not s.band_rows:
+            continue
+        inside = round(s.within_band * s.band_rows)
+        verdict = "within the predicted spread" if inside == s.band_rows else "outside it at some layers"
+        console.print(f"{q}: {inside} of {s.band_rows} layers' measured {band['seeds']}-seed means lie in the "
+                      f"predicted {100 * band['level']:g}% band: {verdict}")
 
 
 def predict_command(
@@ -240,6 +263,7 @@ def compare_command(
     hf: HFModel = None,
     run_dir: RunDir = None,
     fresh: Fresh = False,
+    spread: Spread = False,
 ):
     """Predict and measure the same model and report how well the theory predicts every layer.
 
@@ -260,7 +284,7 @@ def compare_command(
                       batch_size=batch_size, data=data, synthetic=synthetic, device=device,
                       attention_heads=attention_heads, token_resolved=token_resolved, grad_boundary=grad_boundary,
                       measured=measured_path, hf=hf, run=run_dir, fresh=fresh, json=json_path, csv=csv_path,
-                      plot=plot)
+                      plot=plot, spread=spread)
     with Display() as display:
         run = run_compare(request, display)
     for line in run.notes:
@@ -268,6 +292,7 @@ def compare_command(
     console.print(profile_table(f"theory vs measurement ({run.seeds} seeds; gradient boundary: "
                                 f"{run.predicted.meta.get('grad_source')})", run.predicted, run.measured))
     console.print(summary_table(run.comparison))
+    _print_band_verdict(run.comparison)
     _print_rules(run.predicted)
     _print_seed_spread(run.measured)
     print_diagnosis(*run.comparison.diagnosis_lines(), "diagnosis (measured, theory beside it)")

@@ -35,14 +35,17 @@ class DoctorTarget:
     theory: str | None = None  # why there is no theory: a Hugging Face model whose configuration is not mapped
     hf_path: Path | None = None  # the Hugging Face folder or config.json
 
-    def diagnose(self, seeds: int, progress=None):
-        """The :class:`~sigprop.analysis.doctor.DoctorReport` of this model: :func:`~sigprop.analysis.doctor.doctor`,
-        or for a model without a theory :func:`~sigprop.analysis.doctor.doctor_measured` (the saved model once, or
-        ``seeds`` fresh ones, on a batch built from its configuration)."""
+    def diagnose(self, seeds: int, progress=None, spread: bool = False):
+        """The :class:`~sigprop.analysis.doctor.DoctorReport` of this model: :func:`~sigprop.analysis.doctor.doctor`
+        (``spread``: with one model's gradient interval), or for a model without a theory
+        :func:`~sigprop.analysis.doctor.doctor_measured` (the saved model once, or ``seeds`` fresh ones, on a batch
+        built from its configuration; ``ValueError`` with ``spread``, a prediction)."""
         from ..analysis.doctor import doctor, doctor_measured
 
         if self.config is not None:
-            return doctor(self.config, self.source, seeds, progress=progress, saved=self.saved)
+            return doctor(self.config, self.source, seeds, progress=progress, saved=self.saved, spread=spread)
+        if spread:
+            raise ValueError(f"--spread predicts the seed-to-seed spread, and there is no theory: {self.theory}")
         from ..hf.measure import build_hf_model, hf_batch, hf_token_batch, load_hf_model, read_hf_source
 
         source = read_hf_source(self.hf_path)
@@ -190,6 +193,26 @@ def _agreement(errors: dict, noise: dict) -> str:
             f"{rows}</table>")
 
 
+def interval_lines(report) -> list[str]:
+    """The report's one-model gradient intervals (``spread``) as sentences: the current model's, and the fixed
+    one's with how much the fix narrows it."""
+    from ..analysis.doctor import narrowing_text
+
+    current, fixed = report.intervals.get("current"), report.intervals.get("fixed")
+    lines = []
+    if current is not None:
+        lines.append(f"predicted spread: {current.describe()}")
+    if fixed is not None:
+        lines.append(narrowing_text(current, fixed) if current is not None else
+                     f"the fixed model: {fixed.describe()}")
+    return lines
+
+
+def _intervals(report) -> list[str]:
+    lines = interval_lines(report)
+    return ["<h2>One model, not the average</h2>", *(f"<p>{html.escape(line)}.</p>" for line in lines)] if lines else []
+
+
 def write_doctor_html(report, path, name: str) -> Path:
     """Write ``report`` (a :class:`~sigprop.analysis.doctor.DoctorReport`) of the model called ``name`` as one HTML
     file at ``path``, atomically."""
@@ -221,6 +244,7 @@ def write_doctor_html(report, path, name: str) -> Path:
         parts.append(f"<h2>Recommendation</h2><p>None: {e(report.no_fix)}.</p>")
     else:
         parts.append("<h2>Recommendation</h2><p>None needed.</p>")
+    parts += _intervals(report)
     parts += ["<h2>The current model</h2>", _figure(report.predicted, report.measured, f"{name}: current")]
     if report.agreement.get("current"):
         parts.append(_agreement(report.agreement["current"], report.noise.get("current", {})))

@@ -11,6 +11,7 @@ import numpy as np
 from ..core.figures import pyplot, save_figure
 from ..core.profile import Profile
 from ..measurement.spread import heavy_tails
+from ..theory.spread import BAND_LEVEL, profile_bands
 
 __all__ = ["plot_profiles"]
 
@@ -50,7 +51,9 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
     its encoder, marked by a dashed line): forward variance, gradient variance (log axis when it spans more than a
     decade) and the token correlations of activations and gradients. Theory is a line, measurement points with ±1
     standard error bars (over seeds) where known, hollow where the seed mean is heavy-tailed
-    (:func:`sigprop.measurement.spread.heavy_tails`: that error bar understates it). ``summary`` (per quantity, from
+    (:func:`sigprop.measurement.spread.heavy_tails`: that error bar understates it). A prediction with spread draws
+    its band around the theory's line: where one model falls (predicted alone), or the measurement's K-seed mean
+    (:func:`~sigprop.theory.spread.profile_bands`). ``summary`` (per quantity, from
     :func:`sigprop.compare`) is printed in each panel's corner."""
     plt = pyplot()
 
@@ -58,6 +61,8 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
         raise ValueError("plot_profiles needs a predicted or a measured profile")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     tails = {note.quantity: note.layers for note in heavy_tails(measured)} if measured is not None else {}
+    seeds = max(1, len(measured.meta.get("seeds") or ())) if measured is not None else 1
+    bands = profile_bands(predicted, seeds) if predicted is not None and predicted.has_spread else {}
     panels = (("fwd_var", "forward variance σ²_x"), ("grad_var", "gradient variance σ²_g"),
               (("fwd_corr", "grad_corr"), "token correlation r"))
     for ax, (qs, label) in zip(axes, panels, strict=True):
@@ -69,6 +74,13 @@ def plot_profiles(path: str | os.PathLike, predicted: Profile | None = None, mea
             if x is not None:
                 ax.plot(x, y, "-", color=colour, lw=1.6, label=f"theory {name}".strip())
                 spans.append(y)
+            if q in bands:
+                keys = sorted(k for k in bands[q] if k[1] in ("input", "layer"))
+                low, high = (np.array([bands[q][k][i] for k in keys]) for i in (0, 1))
+                what = "one model" if seeds == 1 else f"the mean of {seeds} seeds"
+                ax.fill_between([k[0] for k in keys], low, high, color=colour, alpha=0.15, lw=0,
+                                label=f"predicted {100 * BAND_LEVEL:g}% band of {what}")
+                spans += [low, high]
             x, y, e = _series(measured, q)
             if x is not None:
                 flagged = np.isin(x, tails.get(q, ()))

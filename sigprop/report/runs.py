@@ -28,6 +28,7 @@ from ..measurement.seeds import measure_seeds
 from ..model.config import TransformerConfig
 from ..model.presets import Preset, resolve_config
 from ..model.size import check_fits, measure_bytes, theory_bytes
+from ..theory.spread import check_spread
 
 __all__ = ["Request", "PredictRun", "MeasureRun", "CompareRun", "InitsRun", "run_predict", "run_measure",
            "run_compare", "run_inits", "batch_source", "DEFAULT_SEEDS", "DEFAULT_BATCH_SIZE"]
@@ -271,6 +272,8 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     from .profiles import plot_profiles
 
     config, preset = request.model()
+    if request.spread:
+        check_spread(config)
     batch_size, notes = request.batch_size_for(preset), []
     use_batch = request.data is not None or request.real or request.synthetic or config.input == "patches"
     check_fits(theory_bytes(config, batch_size if use_batch else 0, request.attention_heads, request.token_resolved),
@@ -283,7 +286,8 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
         plan = _saved_plan(saved, saved.load(), config, notes)
     prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved,
                                   plan=plan)
-    tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
+    tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward"
+                                f"{', spread' if request.spread else ''})", prediction.steps(spread=request.spread))
     profile = prediction.profile(progress=tick, spread=request.spread)
     diagnosis = record_diagnosis(profile)
     run = PredictRun(config, profile, diagnosis, notes)
@@ -384,6 +388,8 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
     plan = None
     if request.measured is not None:
         config, stored, batch = stored_setup(request.measured, request.batch_size, request.data, request.synthetic)
+        if request.spread:
+            check_spread(config)
         seeds, measure_tick = len(stored.meta.get("seeds", [])), None
         if stored.meta.get("hf_weights") == "saved" and Path(stored.meta.get("hf_source", "")).exists():
             from .doctor import saved_hf_model
@@ -393,6 +399,8 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
     else:
         config, preset = request.model()
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
+        if request.spread:
+            check_spread(config)
         check_fits(max(measure_bytes(config, batch_size),
                        theory_bytes(config, batch_size, request.attention_heads, request.token_resolved)),
                    f"comparing a model of {config.total_layers} layers")
@@ -416,12 +424,13 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
                                 fresh=request.fresh)
     prediction = batch_prediction(config, batch, attention_heads=request.attention_heads,
                                   token_resolved=request.token_resolved, plan=plan)
-    predict_tick = progress.task(f"predict {config.total_layers} layers (forward, backward)", prediction.steps())
+    predict_tick = progress.task(f"predict {config.total_layers} layers (forward, backward"
+                                 f"{', spread' if request.spread else ''})", prediction.steps(spread=request.spread))
     measure_tick = None if stored is not None else progress.task(
         f"measure {config.total_layers} layers × {seeds} seeds", seeds)
     predicted, measured, comparison = compare_config(
         config, batch, seeds, request.grad_boundary, progress=measure_tick, device=request.device,
-        predict_progress=predict_tick, measured=stored, prediction=prediction)
+        predict_progress=predict_tick, measured=stored, prediction=prediction, spread=request.spread)
     if request.measured is None:
         measured.meta["batch_source"] = batch_source(request)
     run = CompareRun(config, predicted, measured, comparison, seeds, notes)

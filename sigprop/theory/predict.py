@@ -189,15 +189,19 @@ class Prediction:
         return reason is None
 
     # -- progress ------------------------------------------------------------------------------------------------
-    def steps(self, gradients: bool = True) -> int:
-        """The ``progress`` steps of :meth:`profile` from here on: a layer per sweep still to run."""
+    def steps(self, gradients: bool = True, spread: bool = False) -> int:
+        """The ``progress`` steps of :meth:`profile` from here on: a layer per sweep still to run, and with
+        ``spread`` one per anchor layer of the spread's Monte Carlo (:func:`~sigprop.theory.spread.anchor_layers`)."""
+        from .spread import anchor_layers
+
         n, total = self.config.n_layers, self.config.total_layers
+        extra = len(anchor_layers(n)) if spread else 0
         if self.both_resolved:
             fwd = 0 if self._gram_rows is not None else n
-            return fwd + (n if gradients and self._gram_grads is None else 0)
+            return fwd + (n if gradients and self._gram_grads is None else 0) + extra
         fwd = (0 if self._exchangeable is not None else total) + (n if self.resolved and self._gram_rows is None
                                                                  else 0)
-        return fwd + (total if gradients else 0)
+        return fwd + (total if gradients else 0) + extra
 
     # -- sweeps --------------------------------------------------------------------------------------------------
     def forward(self, progress: Callable[[int], None] | None = None) -> None:
@@ -257,13 +261,17 @@ class Prediction:
         """The predicted :class:`~sigprop.core.profile.Profile`: the forward sweeps (run once), and with
         ``gradients`` the backward sweep from ``grad_top`` (the gradient at the last layer's output), or from the
         loss when it is None. ``gradients=False`` gives the forward rows only (every gradient column 0 / NaN).
-        ``spread``: also each layer row's predicted seed-to-seed spread (:func:`predict`)."""
+        ``spread``: also each layer row's predicted seed-to-seed spread (:func:`predict`; ``ValueError`` before any
+        sweep for a model it does not cover: :func:`~sigprop.theory.spread.check_spread`)."""
+        from .spread import check_spread, predict_spread
+
+        if spread:
+            check_spread(self.config)
         profile = self._moments_profile(grad_top, gradients, progress)
         if not spread:
             return profile
-        from .spread import predict_spread
-
-        return predict_spread(self.model, profile, self.context, self.sequences, self.L).apply(profile)
+        return predict_spread(self.model, profile, self.context, self.sequences, self.L,
+                              progress=progress).apply(profile)
 
     @property
     def sequences(self) -> int:

@@ -48,6 +48,7 @@ key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses three walks o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +64,22 @@ from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
 __all__ = ["SpreadColumns", "predict_spread", "accumulate", "anchor_layers", "response", "gradient_ratio_interval",
-           "DEFAULT_ANCHORS", "RESPONSE_STEP"]
+           "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "RESPONSE_STEP",
+           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
 
 #: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
 #: The step in log-variance of the central difference of :func:`response`.
 RESPONSE_STEP = 0.05
+#: The statistic each predicted spread column is the log-sd of.
+SPREAD_OF = {"fwd_var": "fwd_var_log_sd", "grad_var": "grad_var_log_sd"}
+#: The probability of the band :func:`seed_mean_band` draws around a K-seed mean (as "within 2 SE" judges a normal).
+BAND_LEVEL = 0.95
+#: Monte Carlo draws of a K-seed mean per band (:func:`seed_mean_band`).
+BAND_DRAWS = 8192
+#: Values of s at which :func:`seed_mean_band` draws its Monte Carlo, the log-quantiles interpolated linearly between
+#: them (every distinct s when there are no more).
+BAND_NODES = 32
 
 
 @dataclass(frozen=True)
@@ -155,9 +166,28 @@ def accumulate(vf: np.ndarray, vg: np.ndarray, cov: np.ndarray, A: np.ndarray,
     return fwd, grad
 
 
+def check_spread(config) -> None:
+    """``ValueError`` for a model whose spread is not predicted (an encoder–decoder: one stack only), raised before
+    any sweep.
+
+    Args:
+        config: the model's :class:`~sigprop.model.config.TransformerConfig`.
+
+    Raises:
+        ValueError: an encoder–decoder.
+
+    Example:
+        >>> import sigprop
+        >>> check_spread(sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8))
+    """
+    if config.arch == "encoder_decoder":
+        raise ValueError("the seed-to-seed spread (--spread) is predicted for one stack (an encoder or a decoder), "
+                         "not an encoder-decoder")
+
+
 def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any], sequences: int, length: int,
                    anchors: int = DEFAULT_ANCHORS, inputs: int = DEFAULT_INPUTS, draws_per_input: int = DEFAULT_DRAWS,
-                   seed: int = 0) -> SpreadColumns:
+                   seed: int = 0, progress: Callable[[int], None] | None = None) -> SpreadColumns:
     """The seed-to-seed spread of ``profile`` (the predicted profile of the theory's ``model``, walked under the
     sweep's ``context``) on a batch of ``sequences`` × ``length`` tokens (module docstring).
 
@@ -171,6 +201,7 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         inputs: input batches per anchor (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`).
         draws_per_input: weight draws per input batch.
         seed: the Monte Carlo's seed.
+        progress: called with 1 after each anchor layer.
 
     Returns:
         The :class:`SpreadColumns`.
@@ -205,6 +236,8 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         noise = sampler.noise(k, m, g)
         A, B = response(model, k, m, g, context)
         table[i] = (noise.fwd, noise.grad, noise.cov, A, B)
+        if progress is not None:
+            progress(1)
     per_layer = [np.interp(np.arange(n), at, table[:, q]) for q in range(5)]
     fwd, grad = accumulate(*per_layer)
     layers = range(-1, n)
@@ -259,3 +292,93 @@ def gradient_ratio_interval(profile: Profile, layer: int = 0, level: float = 0.9
     z = NormalDist().inv_cdf((1.0 + level) / 2.0)
     centre = math.log(ratio) - sd * sd / 2.0
     return math.exp(centre - z * sd), math.exp(centre + z * sd)
+
+
+def seed_mean_band(expected, log_sd, seeds: int, level: float = BAND_LEVEL,
+                   draws: int = BAND_DRAWS) -> tuple[np.ndarray, np.ndarray]:
+    """The central ``level`` interval of the mean over ``seeds`` independent models of a statistic whose expectation
+    is ``expected`` and whose log has the seed-to-seed standard deviation ``log_sd`` (per row, arrays broadcast).
+
+    One model's value is taken log-normal, the law of a product of many independent layer gains (module docstring):
+    X = E·exp(s Z − s²/2), Z standard normal, so that E X = E. The mean of K such values has no closed form (the
+    Fenton–Wilkinson moment match is poor in the lower tail once s ≳ 1, where deep Post-LN gradients sit), so its
+    quantiles are taken from ``draws`` Monte Carlo means of K values, at each distinct s or, with more than
+    :data:`BAND_NODES` of them, on that many evenly spaced values of s with the log-quantiles interpolated linearly
+    between. The standard normals are one fixed stream (seed 0) shared by every row: the band is a deterministic
+    function of (E, s, K). A row with s = 0 gets [E, E]; a NaN s gives NaN bounds.
+
+    Args:
+        expected: the predicted expectation(s) E (> 0).
+        log_sd: the predicted sd(s) s ≥ 0 of log X (``fwd_var_log_sd`` / ``grad_var_log_sd``).
+        seeds: K ≥ 1, the models averaged (1: one model's own interval).
+        level: the band's probability, in (0, 1).
+        draws: Monte Carlo means per row.
+
+    Returns:
+        (low, high), arrays of the broadcast shape of ``expected`` and ``log_sd``.
+
+    Raises:
+        ValueError: ``seeds`` < 1, ``level`` outside (0, 1) or ``draws`` < 100.
+
+    Example:
+        >>> low, high = seed_mean_band([1.0, 1.0], [0.0, 0.5], seeds=1, level=0.9)
+        >>> low.round(2).tolist(), high.round(2).tolist()  # one model: e^{-s²/2 ∓ 1.645 s} = 0.387, 2.005
+        ([1.0, 0.39], [1.0, 2.01])
+    """
+    if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
+        raise ValueError(f"seeds must be an integer >= 1 (got {seeds!r})")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1) (got {level!r})")
+    if draws < 100:
+        raise ValueError(f"draws must be >= 100 (got {draws!r})")
+    e, s = np.broadcast_arrays(np.asarray(expected, dtype=np.float64), np.asarray(log_sd, dtype=np.float64))
+    usable = np.isfinite(e) & np.isfinite(s) & (s >= 0.0)
+    low, high = np.full(e.shape, np.nan), np.full(e.shape, np.nan)
+    if not usable.any():
+        return low, high
+    z = np.random.default_rng(0).standard_normal((draws, int(seeds)))
+    quantiles = ((1.0 - level) / 2.0, (1.0 + level) / 2.0)
+    values = np.unique(s[usable])
+    nodes = values if values.size <= BAND_NODES else np.linspace(0.0, float(values.max()), BAND_NODES)
+    log_q = np.zeros((nodes.size, 2))  # log of the quantiles of the mean relative to E, at each node's s
+    for i, si in enumerate(nodes):
+        if si > 0.0:
+            log_q[i] = np.log(np.quantile(np.exp(si * z - si * si / 2.0).mean(axis=1), quantiles))
+    su = s[usable]
+    low[usable] = e[usable] * np.exp(np.interp(su, nodes, log_q[:, 0]))
+    high[usable] = e[usable] * np.exp(np.interp(su, nodes, log_q[:, 1]))
+    return low, high
+
+
+def profile_bands(profile: Profile, seeds: int, level: float = BAND_LEVEL) -> dict[str, dict[tuple[int, str], tuple]]:
+    """The predicted band of a ``seeds``-model mean of each statistic with a spread (:data:`SPREAD_OF`), for every
+    row of ``profile`` that has one: {quantity: {(layer, site): (low, high)}} (:func:`seed_mean_band`).
+
+    The gradient's spread is that of its ratio to the top layer's; the band treats the top's own value as the
+    prediction's (with ``grad_boundary="measured"`` the measured seed mean, whose seed-to-seed spread is the loss's and
+    is left out).
+
+    Args:
+        profile: a predicted profile with spread (:func:`sigprop.predict` with ``spread=True``).
+        seeds: K, the models a measurement averages.
+        level: the band's probability.
+
+    Returns:
+        {quantity: {(layer, site): (low, high)}}; empty for a profile without spread.
+
+    Example:
+        >>> from sigprop.core.profile import Profile, Row
+        >>> rows = (Row(0, "layer", grad_var=4.0, fwd_var=1.0, grad_var_log_sd=0.5, fwd_var_log_sd=0.0),)
+        >>> bands = profile_bands(Profile("predicted", {}, rows), seeds=16)
+        >>> [round(v, 2) for v in bands["grad_var"][(0, "layer")]], bands["fwd_var"][(0, "layer")]
+        ([3.07, 5.14], (1.0, 1.0))
+    """
+    out: dict[str, dict[tuple[int, str], tuple]] = {}
+    for quantity, column in SPREAD_OF.items():
+        rows = [r for r in profile.rows if math.isfinite(getattr(r, column))]
+        if not rows:
+            continue
+        low, high = seed_mean_band([getattr(r, quantity) for r in rows], [getattr(r, column) for r in rows], seeds,
+                                   level)
+        out[quantity] = {(r.layer, r.site): (float(a), float(b)) for r, a, b in zip(rows, low, high, strict=True)}
+    return out

@@ -322,7 +322,7 @@ def seed_mean_band(expected, log_sd, seeds: int, level: float = BAND_LEVEL,
 
     Example:
         >>> low, high = seed_mean_band([1.0, 1.0], [0.0, 0.5], seeds=1, level=0.9)
-        >>> low.round(2).tolist(), high.round(2).tolist()  # one model: e^{-s²/2 ∓ 1.645 s} = 0.387, 2.005
+        >>> low.round(2).tolist(), high.round(2).tolist()  # one model: e^{-s²/2 ∓ 1.645·s} = 0.387, 2.005
         ([1.0, 0.39], [1.0, 2.01])
     """
     if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:

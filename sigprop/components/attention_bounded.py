@@ -65,7 +65,7 @@ import torch
 
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import clip_corr
-from .attention_sampled import SampledAttention, _checked_head, _checked_input, _each
+from .attention_sampled import SampledAttention, checked_head, checked_input, elementwise
 from .draws import standard_normal, uniform
 from .query_key import QueryKeyMap, query_key_map
 
@@ -265,8 +265,8 @@ def sample_bounded(var: float, corr: float, d_in: float, d_k: float, L: float, s
         >>> s.heads, s.fwd_var > 0.0
         (4, True)
     """
-    mean, var, corr = _checked_input(var, corr, mean)
-    d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
+    mean, var, corr = checked_input(var, corr, mean)
+    d_in, d_k, L, sq, sk, sv, p, heads = checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
     queries = int(queries)
     if queries < 2:
         raise ValueError(f"queries must be an integer >= 2 (got {queries})")
@@ -285,7 +285,7 @@ def bounded_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, 
         s = sample_bounded(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         return s.fwd_mean, s.fwd_var, min(max(s.fwd_cov / s.fwd_var, -1.0), 1.0)
 
-    mean, var, corr = _each(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
+    mean, var, corr = elementwise(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=0.0 * np.asarray(var))
 
 
@@ -303,6 +303,6 @@ def bounded_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: St
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)
         return v, min(max(c / v, -1.0), 1.0)
 
-    var, corr = _each(one, m_in.mean, m_in.var, m_in.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p,
+    var, corr = elementwise(one, m_in.mean, m_in.var, m_in.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p,
                       g.var, g.corr)
     return GradMoments(var=var, corr=clip_corr(corr))

@@ -87,8 +87,8 @@ def _interpolated_terms(ex: list[np.ndarray], n: np.ndarray, sqk2: np.ndarray, p
     """The per-query terms at every key count n = 1 … L from the quadrature at n = 1 … 64 and at :data:`_NODES`
     geometrically spaced counts up to L: the softmax's P2, K and Q (the only terms that depend on n) interpolated by
     a cubic spline in log n of their logarithms, which are smooth (P2 ~ e^{s²}/n, Q ~ P2², K ~ P2(1 − 1/n) at small
-    scores). The quadrature at every n costs O(L) Laplace integrals per layer; the
-    spline's relative error against it, tested at L = 2048: below 1e-7."""
+    scores). The quadrature at every n costs O(L) Laplace integrals per layer; the spline against it at every key
+    count of a 2048-token sequence: tests/components/test_attention_causal.py."""
     from dataclasses import fields
 
     from scipy.interpolate import CubicSpline

@@ -48,7 +48,8 @@ from ..core.validate import check_range, clip_corr
 from .draws import DEFAULT_HEADS, standard_normal, uniform
 from .query_key import QueryKeyMap, query_key_map
 
-__all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward"]
+__all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward", "checked_input",
+           "checked_head", "elementwise"]
 
 _CHUNK = 32  # heads per autograd pass (bounds memory at S·L² floats per chunk)
 
@@ -200,17 +201,57 @@ def _sample(var: float, corr: float, mean: float, d_in: int, d_k: int, L: int, s
                             **_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
 
 
-def _checked_input(var: float, corr: float, mean: float, what: str = "input") -> tuple[float, float, float]:
-    """(mean, var, corr) of a Gaussian input, validated (``ValueError`` naming the field)."""
+def checked_input(var: float, corr: float, mean: float, what: str = "input") -> tuple[float, float, float]:
+    """The moments of a sampled rule's Gaussian input, validated: every sampled attention rule
+    (:func:`sample_attention`, the bounded and the cross-attention rules) checks its input here.
+
+    Args:
+        var: the per-element variance, > 0.
+        corr: the token correlation, in [0, 1] (a shared plus an independent part).
+        mean: the per-element mean, finite.
+        what: the input's name in the messages ("input", "query input", "memory").
+
+    Returns:
+        (mean, var, corr) as floats.
+
+    Raises:
+        ValueError: naming the field outside its domain.
+
+    Example:
+        >>> checked_input(2.0, 0.5, 0.0)
+        (0.0, 2.0, 0.5)
+    """
     var = check_range(var, f"{what} variance", lo=0.0, lo_open=True, allowed="(0, inf)")
     corr = check_range(corr, f"{what} token correlation (Moments.corr)", lo=0.0, hi=1.0,
                        allowed="[0, 1] (the input is a shared plus an independent part)")
     return check_range(mean, f"{what} mean"), var, corr
 
 
-def _checked_head(d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float,
-                  heads: int) -> tuple[int, int, int, float, float, float, float, int]:
-    """The head's sizes, weight variances, dropout and sample size, validated (``ValueError`` naming the field)."""
+def checked_head(d_in: float, d_k: float, L: float, sigma_q2: float, sigma_k2: float, sigma_v2: float, p: float,
+                 heads: int) -> tuple[int, int, int, float, float, float, float, int]:
+    """A sampled head's sizes, weight variances, dropout and sample size, validated: every sampled attention rule
+    checks its head here.
+
+    Args:
+        d_in: the input width, an integer >= 1.
+        d_k: the head width, an integer >= 1.
+        L: the sequence length, >= 2.
+        sigma_q2: the query weights' variance, > 0.
+        sigma_k2: the key weights' variance, > 0.
+        sigma_v2: the value weights' variance, > 0.
+        p: the attention dropout, in [0, 1).
+        heads: the heads sampled, an integer >= 2 (a standard error needs two).
+
+    Returns:
+        (d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads), the sizes as integers.
+
+    Raises:
+        ValueError: naming the field outside its domain.
+
+    Example:
+        >>> checked_head(64, 16, 32, 1e-3, 1e-3, 1 / 64, 0.0, 8)
+        (64, 16, 32, 0.001, 0.001, 0.015625, 0.0, 8)
+    """
     d_in = int(check_range(d_in, "d_in", lo=1.0, allowed="integers >= 1"))
     d_k = int(check_range(d_k, "d_k", lo=1.0, allowed="integers >= 1"))
     L = int(check_range(L, "sequence length L", lo=2.0, allowed="[2, inf)"))
@@ -234,14 +275,27 @@ def sample_attention(var: float, corr: float, d_in: float, d_k: float, L: float,
     a :class:`~sigprop.components.query_key.QueryKeyMap` (QK-norm, partial rotation), or None. Raises
     ``ValueError`` naming the argument on invalid input.
     """
-    mean, var, corr = _checked_input(var, corr, mean)
-    d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
+    mean, var, corr = checked_input(var, corr, mean)
+    d_in, d_k, L, sq, sk, sv, p, heads = checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
     rope = query_key_map(rope)
     return _sample(var, corr, mean, d_in, d_k, L, sq, sk, sv, p, bool(causal), heads, int(seed), rope)
 
 
-def _each(fn: Callable[..., tuple[float, ...]], *arrays: Stat) -> tuple[float, ...] | list[np.ndarray]:
-    """Apply the scalar ``fn`` elementwise over broadcast ``arrays``; a float for scalar input."""
+def elementwise(fn: Callable[..., tuple[float, ...]], *arrays: Stat) -> tuple[float, ...] | list[np.ndarray]:
+    """Apply the scalar rule ``fn`` elementwise over the broadcast ``arrays`` (one sampled configuration per
+    element): how every sampled attention rule's array form calls its scalar form.
+
+    Args:
+        fn: a function of one float per array, returning a tuple of floats.
+        arrays: the arguments, broadcast against each other.
+
+    Returns:
+        ``fn``'s tuple for scalar arguments; else one array per element of that tuple, of the broadcast shape.
+
+    Example:
+        >>> elementwise(lambda a, b: (a + b, a * b), [1.0, 2.0], 3.0)
+        [array([4., 5.]), array([3., 6.])]
+    """
     b = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in arrays))
     outs = [fn(*(float(a[idx]) for a in b)) for idx in np.ndindex(b[0].shape)]
     if b[0].ndim == 0:
@@ -261,7 +315,7 @@ def sampled_forward(m: Moments, d_in: Stat, d_k: Stat, L: Stat, sigma_q2: Stat, 
         s = sample_attention(var, corr, di, dk, ll, sq, sk, sv, pp, causal, mean, heads, seed, rope)
         return s.fwd_mean, s.fwd_var, s.fwd_cov / s.fwd_var
 
-    mean, var, corr = _each(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
+    mean, var, corr = elementwise(one, m.mean, m.var, m.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p)
     return Moments(mean=mean, var=var, corr=clip_corr(corr), corr_hidden=0.0 * np.asarray(var))
 
 
@@ -280,6 +334,6 @@ def sampled_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_k: Stat, L: St
         c = gv * (gc * s.sh_cov + (1.0 - gc) * s.in_cov)
         return v, c / v
 
-    var, corr = _each(one, m_in.mean, m_in.var, m_in.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p,
+    var, corr = elementwise(one, m_in.mean, m_in.var, m_in.corr, d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p,
                       g.var, g.corr)
     return GradMoments(var=var, corr=clip_corr(corr))

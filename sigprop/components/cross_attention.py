@@ -48,11 +48,11 @@ from .attention import MultiHeadAttention
 from .attention_sampled import (
     DEFAULT_HEADS,
     SampledAttention,
-    _checked_head,
-    _checked_input,
-    _each,
     _fields,
     _sample_heads,
+    checked_head,
+    checked_input,
+    elementwise,
 )
 
 __all__ = ["SampledCrossAttention", "sample_cross_attention", "cross_forward", "cross_backward",
@@ -96,9 +96,9 @@ def sample_cross_attention(var: float, corr: float, mem_var: float, mem_corr: fl
     ``var``, token correlation ``corr``), keys and values from an independent one of ``L_mem`` tokens (``mem_*``);
     module docstring. Scalars only; cached (equal arguments return the same draw). ``ValueError`` names the
     argument on invalid input."""
-    q = _checked_input(var, corr, mean, "query input")
-    mem = _checked_input(mem_var, mem_corr, mem_mean, "memory")
-    d_in, d_k, L, sq, sk, sv, p, heads = _checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
+    q = checked_input(var, corr, mean, "query input")
+    mem = checked_input(mem_var, mem_corr, mem_mean, "memory")
+    d_in, d_k, L, sq, sk, sv, p, heads = checked_head(d_in, d_k, L, sigma_q2, sigma_k2, sigma_v2, p, heads)
     L_mem = int(check_range(L_mem, "memory length L_mem", lo=2.0, allowed="[2, inf)"))
     return _sample_cross(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, heads, int(seed))
 
@@ -113,7 +113,7 @@ def _one(m: Moments, mem: Moments, args: tuple[Stat, ...], extra: tuple[Stat, ..
         s = sample_cross_attention(vq, cq, vm, cm, di, dk, ll, lm, sq, sk, sv, pp, mq, mm, int(heads), int(seed))
         return fn(s, *rest)
 
-    return _each(call, m.mean, m.var, m.corr, mem.mean, mem.var, mem.corr, *args, *extra)
+    return elementwise(call, m.mean, m.var, m.corr, mem.mean, mem.var, mem.corr, *args, *extra)
 
 
 def cross_forward(m: Moments, memory: Moments, d_in: Stat, d_k: Stat, L: Stat, L_mem: Stat, sigma_q2: Stat,

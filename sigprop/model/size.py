@@ -66,16 +66,18 @@ def measure_bytes(config: TransformerConfig, batch_size: int) -> int:
     return int(4 * parameter_count(config) + SLACK * 4 * config.total_layers * per_layer)
 
 
-def gram_bytes(config: TransformerConfig, batch_size: int) -> int:
-    """Bytes of the token-resolved sweep's Gram matrices for a batch of ``batch_size`` sequences: three B × L × L
-    float64 matrices per layer, kept for the backward sweep."""
-    return int(config.total_layers * 3 * 8 * batch_size * config.seq_len**2)
+def gram_bytes(config: TransformerConfig, batch_size: int, length: int | None = None) -> int:
+    """Bytes of the token-resolved sweep's Gram matrices for a batch of ``batch_size`` sequences of ``length`` tokens
+    (default: ``config.seq_len``): three B × L × L float64 matrices per layer, kept for the backward sweep."""
+    L = config.seq_len if length is None else int(length)
+    return int(config.total_layers * 3 * 8 * batch_size * L**2)
 
 
-def resolved_by_default(config: TransformerConfig, batch_size: int) -> bool:
-    """Whether a prediction on a batch of ``batch_size`` sequences is token-resolved when not told: where its Gram
-    matrices (:func:`gram_bytes`) stay within :data:`RESOLVED_DEFAULT_BYTES`."""
-    return gram_bytes(config, batch_size) <= RESOLVED_DEFAULT_BYTES
+def resolved_by_default(config: TransformerConfig, batch_size: int, length: int | None = None) -> bool:
+    """Whether a prediction on a batch of ``batch_size`` sequences of ``length`` tokens (default:
+    ``config.seq_len``) is token-resolved when not told: where its Gram matrices (:func:`gram_bytes`) stay within
+    :data:`RESOLVED_DEFAULT_BYTES`."""
+    return gram_bytes(config, batch_size, length) <= RESOLVED_DEFAULT_BYTES
 
 
 def theory_bytes(config: TransformerConfig, batch_size: int = 0, heads: int = DEFAULT_HEADS,

@@ -181,8 +181,8 @@ class Prediction:
         if reason is not None and token_resolved:
             raise ValueError(f"token_resolved=True: not available for this model ({reason})")
         size = 0 if batch_input is None else len(batch_input)
-        if reason is None and token_resolved is None and not resolved_by_default(self.config, size):
-            gb = gram_bytes(self.config, size) / 1e9
+        if reason is None and token_resolved is None and not resolved_by_default(self.config, size, self.L):
+            gb = gram_bytes(self.config, size, self.L) / 1e9
             self.resolved_note = (f"exchangeable: the token-resolved sweep's Gram matrices would take {gb:.3g} GB "
                                   "(token_resolved=True, --token-resolved, asks for them)")
             return False

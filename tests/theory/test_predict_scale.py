@@ -77,3 +77,18 @@ def test_gpt3_175b_sized_causal_closed_form_is_fast():
                            causal=True, approx="auto")
     assert time.perf_counter() - start < 5.0
     assert float(f.var) > 0.0 and float(b.var) > 0.0
+
+
+def test_the_gram_matrices_are_sized_by_the_batch_not_the_config():
+    """A config of 8 tokens given a batch of 8192: the Gram matrices are the batch's, B × 8192 × 8192 per layer, so
+    the default sweep is exchangeable (the config's own length would have called them cheap)."""
+    from sigprop.model.config import TransformerConfig
+    from sigprop.model.size import gram_bytes, resolved_by_default
+
+    config = TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+                               max_len=8192)
+    ids = torch.randint(1, config.vocab_size, (1, 8192))
+    assert resolved_by_default(config, 1) and not resolved_by_default(config, 1, 8192)
+    default = Prediction(config, token_ids=ids)
+    assert not default.resolved
+    assert f"{gram_bytes(config, 1, 8192) / 1e9:.3g} GB" in default.resolved_note

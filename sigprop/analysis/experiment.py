@@ -19,10 +19,10 @@ from ..model.batches import batch_fingerprint, image_batch, token_batch
 from ..model.config import TransformerConfig
 from ..model.objective import PAD_ID
 from ..theory.boundaries import patch_input_correlation
-from ..theory.predict import Prediction, prediction_steps
+from ..theory.predict import Prediction
 from .comparison import Comparison, compare
 
-__all__ = ["measured_boundary", "batch_prediction", "predict_for_batch", "compare_config", "compare_steps",
+__all__ = ["measured_boundary", "batch_prediction", "predict_for_batch", "compare_config",
            "config_batch", "stored_setup",
            "with_batch_input_correlation", "check_same_batch", "GRAD_BOUNDARIES"]
 
@@ -97,13 +97,6 @@ def predict_for_batch(config: TransformerConfig, batch: Batch | dict | None = No
     return prediction.profile(grad_top, gradients, progress)
 
 
-def compare_steps(config: TransformerConfig, token_resolved: bool | None = None) -> int:
-    """The number of ``predict_progress`` steps :func:`compare_config` reports for a batch of ``config``'s input:
-    every sweep of one prediction, once (:func:`~sigprop.theory.predict.prediction_steps`), whatever the gradient
-    boundary (the forward sweeps run before measuring and are kept)."""
-    return prediction_steps(config, True, token_resolved, labels_given=True)  # a batch's ids or images
-
-
 def check_same_batch(measured: Profile, batch: Batch | dict) -> None:
     """``ValueError`` unless ``batch`` is the batch ``measured`` was measured on (its ``meta["batch_sha256"]``;
     a measurement without one, written before it was recorded, is taken on trust) and ``measured`` is of one
@@ -124,7 +117,8 @@ def compare_config(config: TransformerConfig, batch: Batch | dict, seeds: int = 
     """Measure, predict and compare. ``grad_boundary="measured"`` takes the gradient moments at the last layer's
     output from the measurement (the paper's practice; stated in the prediction's meta), ``"theory"`` derives
     them from the loss (:func:`sigprop.theory.boundaries.head_gradient_moments`). ``progress(k)``: k seeds measured;
-    ``predict_progress(k)``: k layer sweeps of the prediction done (:func:`compare_steps` in all). With the
+    ``predict_progress(k)``: k layer sweeps of the prediction done (``prediction.steps(spread=spread)`` in all, counted
+    before any sweep ran). With the
     measured boundary the forward sweeps run before the measurement (a model outside the rules' domain fails before
     minutes of measuring; the sampled attention draws and the token-resolved forward sweep are kept) and the backward
     sweeps after it. ``token_resolved`` as in :func:`sigprop.predict`; ``device`` (one or several) as in

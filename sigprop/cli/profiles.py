@@ -145,6 +145,8 @@ def _print_band_verdict(comparison) -> None:
         verdict = "within the predicted spread" if inside == s.band_rows else "outside it at some layers"
         console.print(f"{q}: {inside} of {s.band_rows} layers' measured {band['seeds']}-seed means lie in the "
                       f"predicted {100 * band['level']:g}% band: {verdict}")
+    note("the band is the spread of the layers' own weights: the embedding's and the loss's seed-to-seed spread "
+         "are left out (sigprop.theory.spread.profile_bands), so it is narrower than the measurement's")
 
 
 def predict_command(

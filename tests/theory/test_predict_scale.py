@@ -12,12 +12,14 @@ import pytest
 import torch
 
 from sigprop.model.presets import preset_config
+from sigprop.model.size import gram_bytes
 from sigprop.theory.predict import Prediction
 
 _CHILD = """
 import json, sys, time
 import sigprop
 from sigprop.model.presets import preset_config
+from sigprop.model.size import gram_bytes
 config = preset_config(sys.argv[1]).replace(**json.loads(sys.argv[2]))
 start = time.perf_counter()
 profile = sigprop.predict(config)
@@ -59,7 +61,7 @@ def test_a_long_batch_keeps_the_exchangeable_sweep_unless_asked():
     config = preset_config("llama-preln").replace(n_layers=8, seq_len=4096, max_len=4096)
     ids = torch.randint(1, config.vocab_size, (1, 4096))
     default = Prediction(config, token_ids=ids)
-    assert not default.resolved and "3.22 GB" in default.resolved_note
+    assert not default.resolved and f"{gram_bytes(config, 1) / 1e9:.3g} GB" in default.resolved_note
     assert Prediction(config, token_ids=ids, token_resolved=True).resolved
 
 
@@ -83,7 +85,7 @@ def test_the_gram_matrices_are_sized_by_the_batch_not_the_config():
     """A config of 8 tokens given a batch of 8192: the Gram matrices are the batch's, B × 8192 × 8192 per layer, so
     the default sweep is exchangeable (the config's own length would have called them cheap)."""
     from sigprop.model.config import TransformerConfig
-    from sigprop.model.size import gram_bytes, resolved_by_default
+    from sigprop.model.size import resolved_by_default
 
     config = TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
                                max_len=8192)

@@ -290,18 +290,22 @@ def test_a_held_prediction_runs_each_sweep_once_frees_the_grams_and_stays_exact(
     assert again.rows == fresh.rows and sum(steps) == 2 * config.n_layers
 
 
-@pytest.mark.parametrize("arch,grad_boundary,token_resolved", [("encoder", "measured", None),
-                                                                ("encoder", "measured", True),
-                                                                ("decoder", "measured", None),
-                                                                ("encoder", "theory", None)])
-def test_compare_reports_the_progress_it_announces(arch, grad_boundary, token_resolved):
-    """``compare_config``'s prediction progress adds up to :func:`compare_steps` on every route (forward sweeps
-    before measuring, the prediction after), so the CLI's bar ends full."""
-    from sigprop.analysis.experiment import compare_config, compare_steps
+@pytest.mark.parametrize("arch,grad_boundary,token_resolved,spread", [("encoder", "measured", None, False),
+                                                                       ("encoder", "measured", True, False),
+                                                                       ("decoder", "measured", None, False),
+                                                                       ("encoder", "theory", None, False),
+                                                                       ("decoder", "measured", None, True)])
+def test_compare_reports_the_progress_it_announces(arch, grad_boundary, token_resolved, spread):
+    """``compare_config``'s prediction progress adds up to what its prediction announced before any sweep
+    (``Prediction.steps``) on every route (forward sweeps before measuring, the prediction after, the spread's
+    anchors), so the CLI's bar ends full."""
+    from sigprop.analysis.experiment import batch_prediction, compare_config
 
     config = TransformerConfig(**{**(DECODER if arch == "decoder" else SMALL), "n_layers": 2})
     batch = token_batch(config, batch_size=2, synthetic=True)
+    prediction = batch_prediction(config, batch, token_resolved=token_resolved)
+    announced = prediction.steps(spread=spread)
     steps = []
     compare_config(config, batch, seeds=2, grad_boundary=grad_boundary, predict_progress=steps.append,
-                   token_resolved=token_resolved)
-    assert sum(steps) == compare_steps(config, token_resolved)
+                   prediction=prediction, spread=spread)
+    assert sum(steps) == announced

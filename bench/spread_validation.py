@@ -32,14 +32,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results" / "spread"
 SEQUENCES, LENGTH = 2, 32
-#: family → (norm position, init)
-FAMILIES = {"postln-xavier": ("post", "xavier"), "dslm-post": ("post", "dslm"), "preln-xavier": ("pre", "xavier")}
+#: family → (norm position, init, architecture): encoders with the masked-LM loss, whose gradient starts on the ~15%
+#: labelled tokens; the "-dec" families are causal decoders whose loss labels every token (the control of the page's
+#: "which tokens carry the gradient")
+FAMILIES = {"postln-xavier": ("post", "xavier", "encoder"), "dslm-post": ("post", "dslm", "encoder"),
+            "preln-xavier": ("pre", "xavier", "encoder"), "postln-xavier-dec": ("post", "xavier", "decoder"),
+            "dslm-post-dec": ("post", "dslm", "decoder"), "preln-xavier-dec": ("pre", "xavier", "decoder")}
 CELLS = [("postln-xavier", 64, 24), ("postln-xavier", 64, 96), ("postln-xavier", 64, 192),
          ("postln-xavier", 128, 96), ("postln-xavier", 256, 96), ("postln-xavier", 512, 24),
          ("dslm-post", 64, 24), ("dslm-post", 64, 96), ("dslm-post", 64, 192), ("dslm-post", 128, 96),
          ("dslm-post", 256, 96),
          ("preln-xavier", 64, 24), ("preln-xavier", 64, 96), ("preln-xavier", 64, 192), ("preln-xavier", 128, 96),
-         ("preln-xavier", 256, 24)]
+         ("preln-xavier", 256, 24),
+         ("postln-xavier-dec", 64, 24), ("dslm-post-dec", 64, 24), ("preln-xavier-dec", 64, 24)]
 RELATIVE, STANDARD_ERRORS, FLOOR = 0.20, 2.5, 0.1
 
 
@@ -50,8 +55,8 @@ def cell_name(family: str, width: int, depth: int) -> str:
 def config_of(family: str, width: int, depth: int):
     from sigprop.model.config import TransformerConfig
 
-    norm, init = FAMILIES[family]
-    return TransformerConfig(norm_position=norm, init=init, n_layers=depth, d_model=width,
+    norm, init, arch = FAMILIES[family]
+    return TransformerConfig(arch=arch, norm_position=norm, init=init, n_layers=depth, d_model=width,
                              n_heads=max(1, width // 64), seq_len=LENGTH, max_len=LENGTH)
 
 
@@ -137,7 +142,7 @@ def report() -> None:
         if n < 3:
             continue
         quantities = [("grad", "grad_log_ratio", "grad_var_log_sd")]
-        if family == "preln-xavier":
+        if family.startswith("preln-xavier"):
             quantities.append(("fwd", "fwd_log_ratio", "fwd_var_log_sd"))
         for label, key, column in quantities:
             layer = 0 if label == "grad" else depth - 1
@@ -153,7 +158,8 @@ def report() -> None:
     (OUT / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    markers = {"postln-xavier": "o", "dslm-post": "s", "preln-xavier": "^"}
+    markers = {"postln-xavier": "o", "dslm-post": "s", "preln-xavier": "^", "postln-xavier-dec": "P",
+               "dslm-post-dec": "D", "preln-xavier-dec": "v"}
     for family, label, sd, se, pred in points:
         ax.errorbar(sd, pred, xerr=se, fmt=markers[family], color="C0" if label == "grad" else "C1",
                     label=f"{family}, {label}")

@@ -53,10 +53,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..components.draws import layer_context
 from ..core.moments import GradMoments, Moments
 from ..core.profile import Profile, Row
+from ..model.config import TransformerConfig
 from ..model.transformer import Transformer
 from ..walk.exchangeable import EXCHANGEABLE
 from ..walk.protocol import rules_of
@@ -166,7 +168,7 @@ def accumulate(vf: np.ndarray, vg: np.ndarray, cov: np.ndarray, A: np.ndarray,
     return fwd, grad
 
 
-def check_spread(config) -> None:
+def check_spread(config: TransformerConfig) -> None:
     """``ValueError`` for a model whose spread is not predicted (an encoder–decoder: one stack only), raised before
     any sweep.
 
@@ -294,7 +296,7 @@ def gradient_ratio_interval(profile: Profile, layer: int = 0, level: float = 0.9
     return math.exp(centre - z * sd), math.exp(centre + z * sd)
 
 
-def seed_mean_band(expected, log_sd, seeds: int, level: float = BAND_LEVEL,
+def seed_mean_band(expected: ArrayLike, log_sd: ArrayLike, seeds: int, level: float = BAND_LEVEL,
                    draws: int = BAND_DRAWS) -> tuple[np.ndarray, np.ndarray]:
     """The central ``level`` interval of the mean over ``seeds`` independent models of a statistic whose expectation
     is ``expected`` and whose log has the seed-to-seed standard deviation ``log_sd`` (per row, arrays broadcast).

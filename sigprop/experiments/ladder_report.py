@@ -3,6 +3,9 @@ against shallow-wide) with their t intervals, the trend of Δ against log P and 
 by the rules fixed before the runs (:data:`RULES`); ``ladder.json``, ``ladder.md`` and ``ladder.png``.
 
 Each model's runs at its best rate are the seeds (every seed that trained); a gap pairs the seeds both models have.
+A gap is final only when both models are settled (their rate search and seeds finished:
+:func:`~sigprop.experiments.summary.settled`); before that it is shown as provisional and neither the verdict nor
+the trend reads it.
 """
 
 from __future__ import annotations
@@ -55,12 +58,17 @@ def _training_tokens(runs_dir) -> int | None:
     return None
 
 
-def _gap_record(gap: PairedGap | None) -> dict | None:
+def _gap_record(gap: PairedGap | None, final: bool) -> dict | None:
     if gap is None:
         return None
     return {"seeds": list(gap.seeds), "differences": list(gap.differences), "mean": gap.mean, "se": gap.se,
-            "dof": gap.dof, "low": gap.low, "high": gap.high, "level": gap.level,
+            "dof": gap.dof, "low": gap.low, "high": gap.high, "level": gap.level, "final": final,
             "decides": "deep side wins" if gap.below_zero else "shallow-wide wins" if gap.above_zero else "undecided"}
+
+
+def _final(gap: dict | None) -> bool:
+    """Whether a gap record has an interval and both its models are settled (records without the flag: final)."""
+    return gap is not None and gap["se"] is not None and gap.get("final", True)
 
 
 def _trend_record(trend: Trend | None) -> dict | None:
@@ -77,7 +85,7 @@ def _trend_record(trend: Trend | None) -> dict | None:
 
 def _trend_of(rungs: list[dict], key: str) -> Trend | None:
     points = [(math.log10(r["parameters"]), r[key]["mean"], r[key]["se"]) for r in rungs
-              if r.get(key) is not None and r[key]["se"] is not None and r[key]["se"] > 0]
+              if _final(r.get(key)) and r[key]["se"] > 0]
     if len(points) < 3:
         return None
     x, y, s = zip(*points, strict=True)
@@ -94,9 +102,10 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
     Returns:
         One paragraph.
     """
-    decided = [r for r in rungs if r.get("deep-thin") is not None and r["deep-thin"]["se"] is not None]
+    decided = [r for r in rungs if _final(r.get("deep-thin"))]
     if not decided:
-        return "No rung has a paired interval yet (a gap needs two seeds of both models)."
+        return ("No rung is finished yet (a rung decides once both models' rate searches and seeds are done); the "
+                "gaps in the table are provisional.")
     wins = [r for r in decided if r["deep-thin"]["decides"] == "deep side wins"]
     if wins and all(r["deep-thin"]["decides"] == "deep side wins" for r in decided if r["d"] >= wins[0]["d"]):
         first = wins[0]
@@ -149,7 +158,9 @@ def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
                              for role, name in names.items()}}
         for role in _COMPARED:
             if role in names:
-                record[role.value] = _gap_record(paired_gap(losses.get(names[role], {}), losses.get(wide, {})))
+                final = bool(row.get("settled", True) and rows[names[role]].get("settled", True))
+                record[role.value] = _gap_record(paired_gap(losses.get(names[role], {}), losses.get(wide, {})),
+                                                 final)
         rungs.append(record)
     trend = _trend_of(rungs, Role.DEEP_THIN.value)
     control = _trend_of(rungs, Role.CONTROL.value)
@@ -161,9 +172,11 @@ def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
 def _cell(gap: dict | None) -> str:
     if gap is None:
         return "–"
+    provisional = "" if gap.get("final", True) else " (provisional: tuning not finished)"
     if gap["se"] is None:
-        return f"{gap['mean']:+.3f} (1 seed)"
-    return f"{gap['mean']:+.3f} [{gap['low']:+.3f}, {gap['high']:+.3f}], {gap['dof']} dof: {gap['decides']}"
+        return f"{gap['mean']:+.3f} (1 seed){provisional}"
+    decides = gap["decides"] if not provisional else "not judged"
+    return f"{gap['mean']:+.3f} [{gap['low']:+.3f}, {gap['high']:+.3f}], {gap['dof']} dof: {decides}{provisional}"
 
 
 def ladder_markdown(table: dict, title: str, intro: str) -> str:

@@ -281,7 +281,7 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
     results = _finished_runs(whole, scale, seeds, out, corpus, refused)
     for why in refused:
         say(f"not pooled: {why}")
-    summary = summarise(whole, scale, every, results, unigram, params, tokens, command)
+    summary = summarise(whole, scale, every, results, unigram, params, tokens, command, seeds or spec.seeds)
     if refused:
         summary["not_pooled"] = refused
     files = write_summary(summary, out, results)

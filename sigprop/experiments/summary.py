@@ -14,8 +14,8 @@ from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 from .ladder_stats import PairedGap, paired_gap
 
-__all__ = ["best_learning_rates", "tuning_scores", "summarise", "write_summary", "mean_se_cell", "seed_losses",
-           "paired_gap_at_best"]
+__all__ = ["best_learning_rates", "tuning_scores", "summarise", "settled", "write_summary", "mean_se_cell",
+           "seed_losses", "paired_gap_at_best"]
 
 
 def tuning_scores(results) -> dict:
@@ -107,9 +107,45 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else math.nan
 
 
+def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
+    """Whether a model's rate search and seeds are finished: every rate of its first grid tuned, every rate tried
+    (extensions included) tuned on all ``scale.tuning_seeds`` seeds, its best rate interior to those tried where the
+    scale extends grids (a best rate still at an edge when the extensions run out is never settled), and ``seeds``
+    seeds trained at it. A table's gaps between models read as final only when both are settled.
+
+    Args:
+        spec: the model's :class:`~sigprop.experiments.spec.ModelSpec` (its first grid, ``lrs``).
+        mine: the model's finished runs (:class:`~sigprop.experiments.runner.RunResult`).
+        best: its best rate so far (None: none yet).
+        scale: the :class:`~sigprop.experiments.spec.Scale` (``tuning_seeds``, ``grid_extensions``).
+        seeds: the seeds every model trains at its best rate.
+
+    Returns:
+        True when nothing more would train for this model.
+
+    Example:
+        >>> from types import SimpleNamespace as Run
+        >>> spec, scale = Run(lrs=(1.0, 2.0, 4.0)), Run(tuning_seeds=2, grid_extensions=3)
+        >>> runs = [Run(lr=lr, tuning=True, fate="trained") for lr in (1.0, 2.0, 4.0) for _ in range(2)]
+        >>> settled(spec, runs, 2.0, scale, 3), settled(spec, runs + [Run(lr=2.0, tuning=False, fate="trained")],
+        ...                                                 2.0, scale, 3)
+        (False, True)
+    """
+    tuning = [r for r in mine if r.tuning]
+    tried = {r.lr for r in tuning}
+    if best is None or not set(spec.lrs) <= tried:
+        return False
+    if any(sum(r.lr == lr for r in tuning) < scale.tuning_seeds for lr in tried):
+        return False
+    if scale.grid_extensions > 0 and len(tried) > 1 and best in (min(tried), max(tried)):
+        return False
+    return sum(r.lr == best and r.fate == "trained" for r in mine) >= seeds
+
+
 def summarise(experiment, scale_name: str, scale, results, unigram: dict, parameters: dict, tokens: dict,
-              command: str) -> dict:
-    """The summary of ``results`` (every run so far): a row per model, in the scale's order."""
+              command: str, seeds: int | None = None) -> dict:
+    """The summary of ``results`` (every run so far): a row per model, in the scale's order; ``seeds``: the seeds
+    each model trains at its best rate (default: the scale's), for each row's ``settled`` (:func:`settled`)."""
     best = best_learning_rates(results)
     scores = tuning_scores(results)
     rows = []
@@ -130,6 +166,7 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
                                                          sorted({r.fate for r in mine})},
             "wall_per_run_s": float(np.mean([r.wall for r in mine])) if mine else math.nan,
             "diverged": [f"lr {r.lr:g} seed {r.seed}: {r.detail}" for r in mine if r.fate == "diverged"],
+            "settled": settled(spec, mine, lr, scale, seeds or scale.seeds),
         })
     return finite_or_null({"experiment": experiment.name, "scale": scale_name, "question": experiment.question,
                            "reference": experiment.reference, "note": scale.note, "command": command, "rows": rows,

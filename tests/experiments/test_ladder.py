@@ -16,7 +16,7 @@ import torch
 
 from sigprop.experiments import catalog
 from sigprop.experiments.ladder import Role, heads_for, ladder_model, rung_model_names
-from sigprop.experiments.ladder_report import evaluate_ladder, judge
+from sigprop.experiments.ladder_report import evaluate_ladder, judge, ladder_markdown
 from sigprop.experiments.run import _finished_runs, run_experiment
 from sigprop.experiments.runner import RunResult, corpus_mismatch
 from sigprop.experiments.spec import edge_rates, non_embedding_parameters, plan_runs
@@ -220,26 +220,67 @@ def test_the_verdict_follows_the_preregistered_rules():
     assert judge(mixed, None).startswith("Mixed")
 
 
-def test_the_ladder_table_pairs_seeds_at_each_model_s_best_rate(tmp_path):
-    """Fabricated results on three rungs: the table's gaps are the per-seed differences at each model's best rate
-    and the trend is fitted once three rungs have intervals."""
+def _fabricated_table(tmp_path, settled_rungs=None) -> dict:
+    """The ladder table of fabricated results on three rungs (gaps 0.3, 0.2, 0.1 plus 0.01 per seed), the rows of
+    the rungs in ``settled_rungs`` settled (default: every rung)."""
     summary = {"rows": []}
     results = []
     for d, gap in ((64, 0.3), (96, 0.2), (128, 0.1)):
         for m in _by_rung()[d].values():
             role = ladder_model(m.name).role
             summary["rows"].append({"model": m.name, "best_lr": 4e-3, "non_embedding_parameters": 100 * d * d,
-                                    "tokens_per_run": 2000 * d * d, "tokens_per_parameter": 20.0})
+                                    "tokens_per_run": 2000 * d * d, "tokens_per_parameter": 20.0,
+                                    "settled": settled_rungs is None or d in settled_rungs})
             for seed in (0, 1, 2):
                 base = 3.0 + 0.01 * seed * seed
                 val = base + (gap + 0.01 * seed if role is Role.DEEP_THIN else 0.05 if role is Role.CONTROL else 0.0)
                 results.append(_result(m.name, 4e-3, seed, val, tuning=seed < 2))
                 results.append(_result(m.name, 8e-3, seed, val - 1.0))  # not the best rate: not paired
-    table = evaluate_ladder(summary, results, tmp_path, tmp_path)
+    return evaluate_ladder(summary, results, tmp_path, tmp_path)
+
+
+def test_the_ladder_table_pairs_seeds_at_each_model_s_best_rate(tmp_path):
+    """Fabricated results on three rungs: the table's gaps are the per-seed differences at each model's best rate
+    and the trend is fitted once three rungs have intervals."""
+    table = _fabricated_table(tmp_path)
     gaps = [r["deep-thin"]["mean"] for r in table["rungs"]]
     assert gaps == [pytest.approx(0.31), pytest.approx(0.21), pytest.approx(0.11)]
     assert [r["control"]["mean"] for r in table["rungs"]] == [pytest.approx(0.05)] * 3
     assert table["trend"]["rungs"] == 3 and table["trend"]["slope_per_decade"] < 0
+
+
+def test_a_rung_whose_tuning_is_not_finished_is_provisional(tmp_path):
+    """Gaps of models whose rate search or seeds are unfinished are shown but neither judged nor fitted: with only
+    the first rung settled there is no trend, and the verdict reads that rung alone."""
+    table = _fabricated_table(tmp_path, settled_rungs={64})
+    finals = [r["deep-thin"]["final"] for r in table["rungs"]]
+    assert finals == [True, False, False] and table["trend"] is None
+    assert table["verdict"].startswith("Not reproduced up to 409,600")
+    markdown = ladder_markdown(table, "t", "i")
+    assert markdown.count("provisional: tuning not finished") >= 2
+    nothing = _fabricated_table(tmp_path, settled_rungs=set())
+    assert nothing["verdict"].startswith("No rung is finished yet")
+
+
+def test_a_model_is_settled_once_its_grid_is_interior_and_its_seeds_trained():
+    from types import SimpleNamespace as Run
+
+    from sigprop.experiments.summary import settled
+
+    scale = Run(tuning_seeds=2, grid_extensions=3)
+    spec = Run(lrs=(1.0, 2.0, 4.0))
+
+    def runs(lrs, seeds=2, extra=0, best=2.0):
+        tuned = [Run(lr=lr, tuning=True, fate="trained") for lr in lrs for _ in range(seeds)]
+        return tuned + [Run(lr=best, tuning=False, fate="trained")] * extra
+
+    assert settled(spec, runs((1.0, 2.0, 4.0), extra=1), 2.0, scale, 3)
+    assert not settled(spec, runs((1.0, 2.0), extra=1), 2.0, scale, 3)  # the first grid not all tried
+    assert not settled(spec, runs((1.0, 2.0, 4.0), seeds=1, extra=2), 2.0, scale, 3)  # a rate on one tuning seed
+    assert not settled(spec, runs((1.0, 2.0, 4.0), extra=1, best=4.0), 4.0, scale, 3)  # best at an edge
+    assert settled(spec, runs((1.0, 2.0, 4.0), extra=1, best=4.0), 4.0, Run(tuning_seeds=2, grid_extensions=0), 3)
+    assert not settled(spec, runs((1.0, 2.0, 4.0)), 2.0, scale, 3)  # the third seed not yet trained
+    assert not settled(spec, [], None, scale, 3)
 
 
 def _gpu_script():

@@ -14,7 +14,7 @@ from sigprop.train.checkpoint import latest_checkpoint, load_checkpoint, model_s
 from sigprop.train.run_dir import read_run  # noqa: E402
 from tests.helpers import CliResult, run_cli  # noqa: E402
 
-from .conftest import sigprop, tiny_args  # noqa: E402
+from .conftest import tiny_args  # noqa: E402
 
 #: The runs these tests fold: a Pre-LN decoder (GPT-2's), a Post-LN one (OPT's), a Post-LN encoder (BERT's) and a
 #: Llama-style decoder, all of 4 layers; and a DeepScaleLM decoder of 2 layers, whose λ = 0 leaves nothing to fold.
@@ -34,9 +34,9 @@ def trained(corpus, tmp_path_factory):
     def run(model: tuple[str, ...], steps: int):
         if (model, steps) not in runs:
             out = root / f"run-{len(runs)}"
-            done = sigprop("train", *tiny_args(corpus, f"steps={steps}", f"checkpoint_every={steps}", model=model),
-                           "--out", str(out))
-            assert done.returncode == 0, done.stderr
+            done = run_cli(["train", *tiny_args(corpus, f"steps={steps}", f"checkpoint_every={steps}", model=model),
+                            "--out", str(out)])
+            assert done.exit_code == 0, done.stderr
             runs[model, steps] = out
         return runs[model, steps]
 
@@ -44,7 +44,7 @@ def trained(corpus, tmp_path_factory):
 
 
 def fold(*args: str) -> CliResult:
-    """``sigprop fold ARGS`` in this process: folding needs no process of its own."""
+    """``sigprop fold ARGS`` in this process: neither folding nor training needs a process of its own."""
     return run_cli(["fold", *args])
 
 

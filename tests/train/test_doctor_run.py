@@ -8,13 +8,13 @@ import json
 
 from tests.helpers import run_cli
 
-from .conftest import sigprop, tiny_args
+from .conftest import tiny_args
 
 
 def test_doctor_reads_a_trained_run(corpus, tmp_path):
     run = tmp_path / "run"
-    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run)])
+    assert done.exit_code == 0, done.stderr
     out = tmp_path / "d.json"
     done = run_cli(["doctor", str(run), "--seeds", "0", "--json", str(out)])
     assert done.exit_code == 0, done.stderr

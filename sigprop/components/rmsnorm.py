@@ -121,10 +121,25 @@ def rmsnorm_expectations(mean: Stat, var: Stat, corr: Stat, corr_hidden: Stat, d
     """
     arrs = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (mean, var, corr, corr_hidden, d, eps)))
     shape = arrs[0].shape
-    mean, var, corr, c, d, eps = (a.reshape(-1) for a in arrs)
-    auto_single, auto_pair = quadrature_orders(d, c)
-    nodes_single = nodes_single or auto_single
-    nodes_pair = nodes_pair or auto_pair
+    rows = np.stack([a.reshape(-1) for a in arrs], axis=1)
+    auto_single, auto_pair = quadrature_orders(rows[:, 4], rows[:, 3])
+    # each configuration once (a token-resolved state repeats many: a pair and its mirror, equal tokens), and the
+    # same configurations once (a walk's backward step asks for its forward step's): each configuration's sums do
+    # not depend on which others share its batch, so both leave every number as it was
+    bits = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).reshape(-1)
+    _, first, back = np.unique(bits, return_index=True, return_inverse=True)
+    out = _unique_expectations(rows[first].tobytes(), pair, tuple(nodes_single or auto_single),
+                               tuple(nodes_pair or auto_pair))
+    return {k: v[back.reshape(-1)].reshape(shape) for k, v in out.items()}
+
+
+@lru_cache(maxsize=8)
+def _unique_expectations(rows: bytes, pair: bool, nodes_single: tuple[int, int],
+                         nodes_pair: tuple[int, int, int, int]) -> dict[str, np.ndarray]:
+    """:func:`rmsnorm_expectations` of the configurations ``rows`` (the float64 bytes of (mean, var, corr,
+    corr_hidden, d, eps) rows), by the quadrature of the given orders; cached, so the arrays returned are never
+    handed out (the caller indexes them)."""
+    mean, var, corr, c, d, eps = np.frombuffer(rows, dtype=np.float64).reshape(-1, 6).T
     n = d - 1.0
     wbar = np.sqrt(d) * mean / np.sqrt(var)  # E[w]/σ
     sw = np.sqrt(1.0 + (d - 1.0) * c)  # std of w / σ
@@ -192,7 +207,7 @@ def rmsnorm_expectations(mean: Stat, var: Stat, corr: Stat, corr_hidden: Stat, d
             gc[sl] = np.sum(weight * (col(d) - qt - qs + (p * inv) ** 2) * inv, axis=axes)
         out["eyy"] = eyy
         out["gc"] = gc
-    return {k: v.reshape(shape) for k, v in out.items()}
+    return out
 
 
 #: The centred closed form (:func:`_centred`) is used where d·eps/(σ²(d − 2)), its first-order eps term, is below

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +32,26 @@ def _experiment(corpus, lrs=(3e-3, 1e-2), tokens_per_parameter=0.3, seeds=2, sta
                   base_model=TINY, train={**TRAIN, "data": str(corpus)},
                   tokens_per_parameter=tokens_per_parameter, seeds=seeds, note="a test")
     return Experiment("tiny", "does the runner work?", "none", {"cpu": scale}, stall_margin=stall_margin)
+
+
+#: The command the finished tiny experiment of :func:`finished` records.
+FIRST_COMMAND = "the command"
+
+
+@pytest.fixture(scope="module")
+def finished(corpus, tmp_path_factory):
+    """The tiny experiment (two rates, two seeds) run once, two runs at a time, for the module's tests: its result
+    and its folder, which they only read (a test that runs into it again works on a copy)."""
+    out = tmp_path_factory.mktemp("finished") / "e"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(catalog.EXPERIMENTS, "tiny", _experiment(corpus))
+        result = run_experiment("tiny", out=out, workers=2, say=lambda s: None, command=FIRST_COMMAND)
+    return result, out
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
 
 
 @pytest.fixture
@@ -64,10 +85,10 @@ def test_runs_see_the_tokens_per_parameter_asked(corpus):
     assert len({r.run_id for r in runs}) == 2
 
 
-def test_an_experiment_tunes_then_runs_the_seeds_then_skips_what_finished(tiny, tmp_path):
+def test_an_experiment_tunes_then_runs_the_seeds_then_skips_what_finished(finished, tiny, tmp_path):
     tiny()
-    said = []
-    result = run_experiment("tiny", out=tmp_path / "e", workers=2, say=said.append)
+    result, folder = finished
+    _copy(folder, tmp_path / "e")
     rows = result.summary["rows"]
     assert len(rows) == 1 and set(rows[0]["lr_grid"]) == {"0.003", "0.01"}
     best = rows[0]["best_lr"]
@@ -208,14 +229,13 @@ def test_the_extended_rates_are_tuning_runs_of_their_own(corpus):
     assert extra[0].run_id not in {r.run_id for r in plan_runs(e, "cpu")}
 
 
-def test_finished_runs_of_identical_spec_are_copied_from_another_experiment(tiny, tmp_path):
+def test_finished_runs_of_identical_spec_are_copied_from_another_experiment(finished, tiny, tmp_path):
     """``--runs-dir`` for an experiment that trains: a run finished in the other folder under the same id (a digest
     of both configs) is copied in whole, not trained again; a run that other folder lacks is trained."""
-    tiny()
-    first = run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    first, folder = finished
     tiny(lrs=(3e-3, 1e-2, 3e-2))  # one more rate: the two shared runs are reused, the new one trained
     said = []
-    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "a", say=said.append)
+    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=folder, say=said.append)
     started = [line for line in said if line.startswith("start")]
     assert any("copied from" in line for line in said)
     shared = {r["run_id"] for r in first.summary["runs"]}
@@ -223,7 +243,7 @@ def test_finished_runs_of_identical_spec_are_copied_from_another_experiment(tiny
     assert any("lr0.03-" in line for line in started)
     for run_id in shared & {r["run_id"] for r in second.summary["runs"]}:
         fate = run_id + "/fate.json"
-        assert (tmp_path / "b" / fate).read_bytes() == (tmp_path / "a" / fate).read_bytes()
+        assert (tmp_path / "b" / fate).read_bytes() == (folder / fate).read_bytes()
         assert list((tmp_path / "b" / run_id).glob("ckpt-*.safetensors"))  # whole: checkpoints too (for fp8)
     assert not list((tmp_path / "b").glob(".*.copying"))
 
@@ -305,21 +325,21 @@ def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_ex
     assert abs(np.mean(ratios) - 1) < 0.2
 
 
-def test_kept_records_let_an_experiment_continue_without_training_its_finished_runs_again(tiny, tmp_path):
+def test_kept_records_let_an_experiment_continue_without_training_its_finished_runs_again(finished, tiny, tmp_path):
     """``bench/experiment_records.py`` keeps each finished run's fate, configs and track (no checkpoints) and names
     its files relative to the experiment folder; a fresh folder given those records as ``--runs-dir`` trains nothing
     again and tables the same rows."""
     tiny()
-    first = run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    first, folder = finished
     script = Path(__file__).resolve().parents[2] / "bench" / "experiment_records.py"
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "a"), str(tmp_path / "records")],
+    done = subprocess.run([sys.executable, str(script), str(folder), str(tmp_path / "records")],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(script.parents[1])})
     assert done.returncode == 0, done.stderr
     kept = sorted(p.name for p in (tmp_path / "records").iterdir())
     assert kept == sorted(r["run_id"] for r in first.summary["runs"])
     assert not list((tmp_path / "records").glob("*/ckpt-*"))
     commands = {p.parent.name: json.loads(p.read_text())["command"] for p in (tmp_path / "records").glob("*/run.json")}
-    assert sorted(commands) == kept and not any(str(tmp_path) in c for c in commands.values()), commands
+    assert sorted(commands) == kept and not any(str(folder.parent) in c for c in commands.values()), commands
     assert all(f"--config specs/{run_id}.json --out {run_id} " in c for run_id, c in commands.items()), commands
     said = []
     again = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=tmp_path / "records", say=said.append)
@@ -327,19 +347,19 @@ def test_kept_records_let_an_experiment_continue_without_training_its_finished_r
     assert again.summary["rows"] == first.summary["rows"]
 
 
-def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(corpus, tmp_path, monkeypatch):
+def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(finished, corpus, tmp_path,
+                                                                          monkeypatch):
     """``ablations`` calls DSLM Post-LN at 32 × 32 "post-LN dslm, beta^2=2/N fixed", ``divergence`` "32x32 dslm
     post-LN": one run, copied under this experiment's name (its fate says where from); of several ``--runs-dir``
     folders each is searched."""
     first = _experiment(corpus)
-    monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", first)
-    run_experiment("tiny", out=tmp_path / "a", workers=2, say=lambda s: None)
+    folder = finished[1]
     scale = first.scale("cpu")
     renamed = replace(scale, models=(replace(scale.models[0], name="the same model"),))
     monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", replace(first, scales={"cpu": renamed}))
     (tmp_path / "empty").mkdir()
     said = []
-    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=[tmp_path / "empty", tmp_path / "a"],
+    second = run_experiment("tiny", out=tmp_path / "b", workers=2, runs_dir=[tmp_path / "empty", folder],
                             say=said.append)
     assert not any(line.startswith("start") for line in said)
     copied = [json.loads(p.read_text()) for p in (tmp_path / "b").glob("*/fate.json")]
@@ -362,14 +382,15 @@ def test_ablations_and_prior_methods_share_dslm_runs_with_depth_s_kept_records()
     assert tails("prior-methods") & kept == tails("ablations") & kept
 
 
-def test_table_only_tabulates_the_finished_runs_and_trains_nothing(tiny, tmp_path):
+def test_table_only_tabulates_the_finished_runs_and_trains_nothing(finished, tiny, tmp_path):
     tiny()
-    first = run_experiment("tiny", out=tmp_path / "e", workers=2, say=lambda s: None, command="the command")
+    first, folder = finished
+    _copy(folder, tmp_path / "e")
     (tmp_path / "e" / "table.md").unlink()
     said = []
     again = run_experiment("tiny", out=tmp_path / "e", say=said.append, command="a table", train=False)
     assert not any(line.startswith("start") for line in said) and not again.stopped
-    assert again.summary["rows"] == first.summary["rows"] and again.summary["command"] == "the command"
+    assert again.summary["rows"] == first.summary["rows"] and again.summary["command"] == FIRST_COMMAND
     assert "| 2x16 |" in (tmp_path / "e" / "table.md").read_text()
     with pytest.raises(ValueError, match="no such folder"):
         run_experiment("tiny", out=tmp_path / "none", train=False)

@@ -13,15 +13,21 @@ import torch
 from sigprop.model.config import config_from_dict
 from sigprop.model.transformer import Transformer
 from sigprop.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, model_state
+from tests.helpers import CliResult, run_cli
 
-from .conftest import sigprop, tiny_args
+from .conftest import tiny_args
+
+
+def train(*args: str) -> CliResult:
+    """``sigprop train ARGS`` in this process (what is checked is the run's files, its exit status and its stderr)."""
+    return run_cli(["train", *args])
 
 
 @pytest.fixture(scope="module")
 def run(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "base"
-    done = sigprop("train", *tiny_args(corpus, "steps=6", "checkpoint_every=3"), "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    done = train(*tiny_args(corpus, "steps=6", "checkpoint_every=3"), "--out", str(out))
+    assert done.exit_code == 0, done.stderr
     return out
 
 
@@ -32,7 +38,7 @@ def _copy(run, tmp_path):
 
 
 def _one_line_error(result, *needles):
-    assert result.returncode == 2, result.stderr
+    assert result.exit_code == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stderr
@@ -65,7 +71,7 @@ def test_a_truncated_tensors_file_is_refused_in_one_line(run, tmp_path):
     copy = _copy(run, tmp_path)
     f = latest_checkpoint(copy).with_suffix(".safetensors")
     f.write_bytes(f.read_bytes()[:1000])
-    _one_line_error(sigprop("train", "--resume", str(copy)), "SHA-256")
+    _one_line_error(train("--resume", str(copy)), "SHA-256")
 
 
 def test_a_tampered_tensors_file_is_refused_in_one_line(run, tmp_path):
@@ -74,14 +80,14 @@ def test_a_tampered_tensors_file_is_refused_in_one_line(run, tmp_path):
     data = bytearray(f.read_bytes())
     data[-5] ^= 0x40  # one bit of one weight
     f.write_bytes(bytes(data))
-    _one_line_error(sigprop("train", "--resume", str(copy)), "SHA-256")
+    _one_line_error(train("--resume", str(copy)), "SHA-256")
 
 
 def test_a_truncated_json_is_refused_in_one_line(run, tmp_path):
     copy = _copy(run, tmp_path)
     f = latest_checkpoint(copy)
     f.write_text(f.read_text()[:200])
-    _one_line_error(sigprop("train", "--resume", str(copy)), "truncated")
+    _one_line_error(train("--resume", str(copy)), "truncated")
 
 
 def test_an_edited_json_whose_hash_still_matches_is_refused_when_its_config_is_foreign(run, tmp_path):
@@ -90,21 +96,21 @@ def test_an_edited_json_whose_hash_still_matches_is_refused_when_its_config_is_f
     info = json.loads(f.read_text())
     info["model_config"]["n_layers"] = 3
     f.write_text(json.dumps(info))
-    _one_line_error(sigprop("train", "--resume", str(copy)), "another model", "n_layers")
+    _one_line_error(train("--resume", str(copy)), "another model", "n_layers")
 
 
 @pytest.mark.parametrize("change", ["n_layers=3", "vocab_size=280"])
 def test_a_checkpoint_of_another_model_or_vocabulary_is_refused_in_one_line(corpus, run, tmp_path, change):
     other = tmp_path / "other"
-    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=(change,)), "--out", str(other))
-    assert done.returncode == 0, done.stderr
+    done = train(*tiny_args(corpus, "steps=4", "checkpoint_every=4", model=(change,)), "--out", str(other))
+    assert done.exit_code == 0, done.stderr
     copy = _copy(run, tmp_path)
     for suffix in ("json", "safetensors"):  # the foreign checkpoint, renamed to be the newest
         shutil.copy(other / f"ckpt-00000004.{suffix}", copy / f"ckpt-00000009.{suffix}")
     info = json.loads((copy / "ckpt-00000009.json").read_text())
     info["tensors_file"] = "ckpt-00000009.safetensors"
     (copy / "ckpt-00000009.json").write_text(json.dumps(info))
-    _one_line_error(sigprop("train", "--resume", str(copy)), "another model", change.split("=")[0])
+    _one_line_error(train("--resume", str(copy)), "another model", change.split("=")[0])
 
 
 def test_a_foreign_tensors_file_is_refused_before_torch_sees_it(run, tmp_path):
@@ -120,8 +126,8 @@ def test_a_diverging_run_stops_with_the_step_and_keeps_its_last_good_checkpoint(
     out = tmp_path / "diverged"
     args = tiny_args(corpus, "steps=60", "checkpoint_every=2", "lr=1000", "warmup_steps=0", "clip=none",
                      "schedule=constant")
-    result = sigprop("train", *args, "--out", str(out))
-    assert result.returncode == 3, result.stderr
+    result = train(*args, "--out", str(out))
+    assert result.exit_code == 3, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.stderr
     step = int(errors[0].split("step ")[1].split(":")[0])
@@ -140,8 +146,8 @@ def test_a_diverging_run_stops_with_the_step_and_keeps_its_last_good_checkpoint(
 
 def test_a_model_that_overflows_at_initialisation_gets_the_theory_s_hint(corpus, tmp_path):
     args = tiny_args(corpus, "steps=3", model=("init=deepnorm", "n_layers=40", "dropout=0"))
-    result = sigprop("train", *args, "--out", str(tmp_path / "deepnet"))
-    assert result.returncode == 3
+    result = train(*args, "--out", str(tmp_path / "deepnet"))
+    assert result.exit_code == 3
     assert "step 1: the loss is not finite" in result.stderr and "--set init=dslm" in result.stderr
 
 
@@ -151,8 +157,8 @@ def test_a_checkpoint_from_before_a_field_was_added_still_resumes(run, tmp_path)
         info = json.loads((copy / name).read_text())
         del info["train_config"]["tensorboard"], info["model_config"]["shaped_gamma"]
         (copy / name).write_text(json.dumps(info))
-    result = sigprop("train", "--resume", str(copy))
-    assert result.returncode == 0, result.stderr
+    result = train("--resume", str(copy))
+    assert result.exit_code == 0, result.stderr
     assert "the run is complete (6 of 6 steps)" in result.stderr
 
 
@@ -162,8 +168,8 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(run,
         f.unlink()
     (copy / ".ckpt-00000003.safetensors.x.tmp").write_bytes(b"cut short")
     (copy / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
-    result = sigprop("train", "--resume", str(copy))
-    assert result.returncode == 0, result.stderr
+    result = train("--resume", str(copy))
+    assert result.exit_code == 0, result.stderr
     assert "starting it again from step 0" in result.stderr
     assert (copy / "metrics.jsonl").read_text().count("\n") == 6
     losses = [json.loads(line)["loss"] for line in (copy / "metrics.jsonl").read_text().splitlines()]

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 
-from .conftest import sigprop, tiny_args
+from tests.helpers import run_cli
+
+from .conftest import tiny_args
 
 
 def test_doctor_reads_a_trained_run(corpus, tmp_path):
     run = tmp_path / "run"
-    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run)])
+    assert done.exit_code == 0, done.stderr
     out = tmp_path / "d.json"
-    done = sigprop("doctor", str(run), "--seeds", "0", "--json", str(out))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["doctor", str(run), "--seeds", "0", "--json", str(out)])
+    assert done.exit_code == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["source"] == "run" and report["measured_what"].startswith("the newest checkpoint of")
     assert report["profiles"]["measured"] is not None
@@ -23,23 +25,23 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
     assert any("norms at their initial affine parameters" in a for a in report["approximations"])
     assert "theory approximate" in done.stdout
     fresh = tmp_path / "f.json"
-    done = sigprop("doctor", str(run), "--seeds", "0", "--fresh", "--json", str(fresh))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["doctor", str(run), "--seeds", "0", "--fresh", "--json", str(fresh)])
+    assert done.exit_code == 0, done.stderr
     assert json.loads(fresh.read_text())["measured_what"] == "fresh seeds"
-    done = sigprop("doctor", str(run), "--set", "n_layers=3")
-    assert done.returncode == 2 and "--fresh" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = run_cli(["doctor", str(run), "--set", "n_layers=3"])
+    assert done.exit_code == 2 and "--fresh" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     # measure and compare take the run's trained model the same way: its checkpoint measured once, the theory reading
     # its weights and saying where they make it approximate
     measured, compared = tmp_path / "m.json", tmp_path / "c.json"
-    done = sigprop("measure", "--run", str(run), "--batch-size", "2", "--json", str(measured))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["measure", "--run", str(run), "--batch-size", "2", "--json", str(measured)])
+    assert done.exit_code == 0, done.stderr
     assert json.loads(measured.read_text())["meta"]["seeds"] == [0]
     assert "newest checkpoint" in json.loads(measured.read_text())["meta"]["weights"]
-    done = sigprop("compare", "--run", str(run), "--batch-size", "2", "--json", str(compared))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["compare", "--run", str(run), "--batch-size", "2", "--json", str(compared)])
+    assert done.exit_code == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())
     assert "reads the standard deviations of the newest checkpoint" in said and "initial affine parameters" in said
-    done = sigprop("compare", "--run", str(run), "--preset", "fig1-preln")
-    assert done.returncode == 2 and "--run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    done = sigprop("measure", "--run", str(tmp_path))
-    assert done.returncode == 2 and "no run directory" in done.stderr
+    done = run_cli(["compare", "--run", str(run), "--preset", "fig1-preln"])
+    assert done.exit_code == 2 and "--run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = run_cli(["measure", "--run", str(tmp_path)])
+    assert done.exit_code == 2 and "no run directory" in done.stderr

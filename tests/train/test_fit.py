@@ -13,7 +13,7 @@ from sigprop.train.presets import resolve_train_configs
 from sigprop.train.tracking import read_track
 from tests.helpers import run_cli
 
-from .conftest import TINY_MODEL, TINY_TRAIN, sigprop, tiny_args
+from .conftest import TINY_MODEL, TINY_TRAIN, tiny_args
 
 
 def _configs(corpus, *train, model=()):
@@ -114,8 +114,8 @@ def test_compile_compiles_one_layer_for_every_layer_of_its_shape(corpus, tmp_pat
 def test_a_flagged_track_point_is_shown_while_the_run_goes_on(corpus, tmp_path):
     # DeepNet's skip scale compounds in a Pre-LN stack: the forward variance explodes, the final norm hides it
     args = tiny_args(corpus, "steps=2", "track_every=2", model=("init=deepnorm", "n_layers=8", "dropout=0"))
-    result = sigprop("train", *args, "--out", str(tmp_path / "flagged"))
-    assert result.returncode == 0, result.stderr
+    result = run_cli(["train", *args, "--out", str(tmp_path / "flagged")])
+    assert result.exit_code == 0, result.stderr
     assert "step 2, tracked: forward variance explodes" in result.stderr
 
 

@@ -12,8 +12,40 @@ from sigprop.model.config import config_from_dict  # noqa: E402
 from sigprop.model.transformer import Transformer  # noqa: E402
 from sigprop.train.checkpoint import latest_checkpoint, load_checkpoint, model_state  # noqa: E402
 from sigprop.train.run_dir import read_run  # noqa: E402
+from tests.helpers import CliResult, run_cli  # noqa: E402
 
-from .conftest import sigprop, tiny_args  # noqa: E402
+from .conftest import tiny_args  # noqa: E402
+
+#: The runs these tests fold: a Pre-LN decoder (GPT-2's), a Post-LN one (OPT's), a Post-LN encoder (BERT's) and a
+#: Llama-style decoder, all of 4 layers; and a DeepScaleLM decoder of 2 layers, whose λ = 0 leaves nothing to fold.
+PRE = ("n_layers=4",)
+POST = ("n_layers=4", "norm_position=post")
+ENCODER = ("n_layers=4", "norm_position=post", "arch=encoder")
+LLAMA = ("n_layers=4", "norm=rmsnorm", "position=rope", "activation=swiglu", "n_kv_heads=1", "tie_head=false")
+TWO_LAYERS = ()
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """``trained(model, steps)``: the folder of a tiny run of ``model`` (extra ``--set`` items) trained for
+    ``steps`` steps, trained once for the module's tests, which only read it."""
+    root, runs = tmp_path_factory.mktemp("runs"), {}
+
+    def run(model: tuple[str, ...], steps: int):
+        if (model, steps) not in runs:
+            out = root / f"run-{len(runs)}"
+            done = run_cli(["train", *tiny_args(corpus, f"steps={steps}", f"checkpoint_every={steps}", model=model),
+                            "--out", str(out)])
+            assert done.exit_code == 0, done.stderr
+            runs[model, steps] = out
+        return runs[model, steps]
+
+    return run
+
+
+def fold(*args: str) -> CliResult:
+    """``sigprop fold ARGS`` in this process: neither folding nor training needs a process of its own."""
+    return run_cli(["fold", *args])
 
 
 def _same_logits(run, out):
@@ -29,38 +61,30 @@ def _same_logits(run, out):
     return float((ours - theirs).norm() / ours.norm())
 
 
-def test_fold_a_trained_run_into_gpt2(corpus, tmp_path):
-    run = tmp_path / "run"
-    done = sigprop("train", *tiny_args(corpus, "steps=4", "checkpoint_every=4", model=("n_layers=4",)), "--out",
-                   str(run))
-    assert done.returncode == 0, done.stderr
+def test_fold_a_trained_run_into_gpt2(trained, tmp_path):
+    run = trained(PRE, 4)
     out = tmp_path / "gpt2"
-    done = sigprop("fold", str(run), str(out), "--to", "hf-gpt2")
-    assert done.returncode == 0, done.stderr
+    done = fold(str(run), str(out), "--to", "hf-gpt2")
+    assert done.exit_code == 0, done.output
     # trained λ, β are DSLM's constants; the fold is exact up to the norms' eps (1e-5): see tests/fix
     assert _same_logits(run, out) <= 1e-4
 
 
-def test_fold_errors(corpus, tmp_path):
-    done = sigprop("fold", str(tmp_path / "nowhere"), str(tmp_path / "out"))
-    assert done.returncode == 2 and "run directory" in done.stderr
-    run = tmp_path / "post"
-    post = ("norm_position=post", "n_layers=4")
-    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=post), "--out", str(run))
-    assert done.returncode == 0, done.stderr
-    done = sigprop("fold", str(run), str(tmp_path / "out"))
-    assert done.returncode == 2 and "norm_position" in done.stderr and not (tmp_path / "out").exists()
-    done = sigprop("fold", str(run), str(tmp_path / "opt"), "--to", "hf-opt")  # a Post-LN decoder is OPT's
-    assert done.returncode == 0, done.stderr
+def test_fold_errors(trained, tmp_path):
+    done = fold(str(tmp_path / "nowhere"), str(tmp_path / "out"))
+    assert done.exit_code == 2 and "run directory" in done.stderr
+    run = trained(POST, 2)
+    done = fold(str(run), str(tmp_path / "out"))
+    assert done.exit_code == 2 and "norm_position" in done.stderr and not (tmp_path / "out").exists()
+    done = fold(str(run), str(tmp_path / "opt"), "--to", "hf-opt")  # a Post-LN decoder is OPT's
+    assert done.exit_code == 0, done.output
     assert _same_logits(run, tmp_path / "opt") <= 1e-4
-    run = tmp_path / "two"  # DeepScaleLM at N = 2: λ = 0, no skip connection to fold
-    done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2"), "--out", str(run))
-    assert done.returncode == 0, done.stderr
-    done = sigprop("fold", str(run), str(tmp_path / "out"))
-    assert done.returncode == 2 and "λ = 0" in done.stderr and "Traceback" not in done.stderr
+    run = trained(TWO_LAYERS, 2)  # DeepScaleLM at N = 2: λ = 0, no skip connection to fold
+    done = fold(str(run), str(tmp_path / "out"))
+    assert done.exit_code == 2 and "λ = 0" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_export_carries_the_runs_tokenizer(corpus, tmp_path):
+def test_the_export_carries_the_runs_tokenizer(corpus, trained, tmp_path):
     """``AutoTokenizer.from_pretrained(OUT)`` encodes 1,000 lines of the run's corpus to the very ids sigprop's
     tokenizer gives them, special tokens included, for each export target; a Llama-style run exported as Llama
     gives the run's logits."""
@@ -69,16 +93,11 @@ def test_the_export_carries_the_runs_tokenizer(corpus, tmp_path):
     lines = [line for f in sorted(corpus.glob("*.py")) for line in f.read_text(encoding="utf-8").splitlines()
              if line.strip()][:1000]
     assert len(lines) == 1000
-    for target, model in (("hf-gpt2", ("n_layers=4",)), ("hf-opt", ("n_layers=4", "norm_position=post")),
-                          ("hf-bert", ("n_layers=4", "norm_position=post", "arch=encoder")),
-                          ("hf-llama", ("n_layers=4", "norm=rmsnorm", "position=rope", "activation=swiglu",
-                                        "n_kv_heads=1", "tie_head=false"))):
-        run = tmp_path / f"run-{target}"
-        done = sigprop("train", *tiny_args(corpus, "steps=2", "checkpoint_every=2", model=model), "--out", str(run))
-        assert done.returncode == 0, done.stderr
+    for target, model in (("hf-gpt2", PRE), ("hf-opt", POST), ("hf-bert", ENCODER), ("hf-llama", LLAMA)):
+        run = trained(model, 4 if model == PRE else 2)
         out = tmp_path / target
-        done = sigprop("fold", str(run), str(out), "--to", target)
-        assert done.returncode == 0, done.stderr
+        done = fold(str(run), str(out), "--to", target)
+        assert done.exit_code == 0, done.output
         assert "tokenizer.json" in done.stdout
         ours = load_or_train_tokenizer(corpus, config_from_dict(read_run(run)["model_config"]).vocab_size)
         theirs = transformers.AutoTokenizer.from_pretrained(str(out))

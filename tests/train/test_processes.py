@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from sigprop.train.checkpoint import latest_checkpoint
-from tests.helpers import processes_mentioning
+from tests.helpers import processes_mentioning, run_cli
 
-from .conftest import sigprop, tiny_args
+from .conftest import tiny_args
 
 ROOT = Path(__file__).resolve().parents[2]
 #: float32 addition in another order: a loss of ~6 summed over 2 × 32 tokens agrees to a few ulp (1.2e-7) per step,
@@ -54,7 +54,7 @@ def test_two_processes_train_as_one_at_the_same_global_batch(corpus, tmp_path, a
     # encoder: masked-LM labels fall unevenly between the processes, which the loss's global normalisation absorbs
     args = tiny_args(corpus, "steps=6", "eval_every=3", model=(f"arch={arch}", "dropout=0"))
     one, two = tmp_path / "one", tmp_path / "two"
-    assert sigprop("train", *args, "--out", str(one)).returncode == 0
+    assert run_cli(["train", *args, "--out", str(one)]).exit_code == 0  # one process: this one
     done = subprocess.run(_torchrun(2, "train", *args, "--out", str(two)), capture_output=True, text=True,
                           env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr
@@ -108,7 +108,7 @@ def test_a_checkpoint_of_one_process_resumes_on_two(corpus, tmp_path):
     # the global batches are the same whatever the world size; with dropout off only the reduction order changes
     args = tiny_args(corpus, "steps=8", "checkpoint_every=4", model=("dropout=0",))
     one = tmp_path / "one"
-    assert sigprop("train", *args, "--out", str(one)).returncode == 0
+    assert run_cli(["train", *args, "--out", str(one)]).exit_code == 0  # one process: this one
     cut = tmp_path / "cut"
     shutil.copytree(one, cut)
     for suffix in ("json", "safetensors"):

@@ -10,8 +10,9 @@ import sys
 import time
 
 from sigprop.train.checkpoint import latest_checkpoint
+from tests.helpers import run_cli
 
-from .conftest import sigprop, tiny_args
+from .conftest import tiny_args
 
 STEPS = 200
 
@@ -23,8 +24,8 @@ def _losses(run_dir) -> list[float]:
 def test_a_run_killed_with_sigkill_resumes_bit_for_bit(corpus, tmp_path):
     args = tiny_args(corpus, f"steps={STEPS}", "checkpoint_every=7", "keep_checkpoints=2")
     full = tmp_path / "full"
-    done = sigprop("train", *args, "--out", str(full))
-    assert done.returncode == 0, done.stderr
+    done = run_cli(["train", *args, "--out", str(full)])  # in this process: only the killed run needs its own
+    assert done.exit_code == 0, done.stderr
 
     killed = tmp_path / "killed"
     env_cmd = [sys.executable, "-m", "sigprop", "train", *args, "--out", str(killed)]
@@ -46,8 +47,8 @@ def test_a_run_killed_with_sigkill_resumes_bit_for_bit(corpus, tmp_path):
     logged = len(_losses(killed))
     assert logged >= stopped_at
 
-    resumed = sigprop("train", "--resume", str(killed))
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = run_cli(["train", "--resume", str(killed)])
+    assert resumed.exit_code == 0, resumed.stderr
     assert _losses(killed) == _losses(full)  # bit for bit, the lines logged past the checkpoint replaced
     assert len(_losses(full)) == STEPS
     last_full = json.loads((full / "metrics.jsonl").read_text().splitlines()[-1])

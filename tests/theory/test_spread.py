@@ -58,7 +58,11 @@ def test_gaussian_rows_moments():
     gen = torch.Generator().manual_seed(0)
     x = gaussian_rows(0.5, 2.0, 0.3, 4000, 2, 8, gen)
     centred = x - 0.5
-    assert float(x.mean()) == pytest.approx(0.5, abs=4.4 * math.sqrt(2.0 / x.numel()) * 3)
+    # the grand mean averages B·W independent (sequence, coordinate) means of L tokens that share √r c:
+    # its variance is σ²(r + (1 − r)/L)/(B·W)
+    sequences, length, width = x.shape
+    mean_se = math.sqrt(2.0 * (0.3 + 0.7 / length) / (sequences * width))
+    assert float(x.mean()) == pytest.approx(0.5, abs=4.4 * mean_se)
     corr = float((centred[:, 0] * centred[:, 1]).mean() / centred.pow(2).mean())
     assert corr == pytest.approx(0.3, abs=4.4 * math.sqrt(2 / (4000 * 8)))
     across = gaussian_rows(0.0, 1.0, 1.0, 3, 2, 8, gen, across=True)

@@ -125,6 +125,7 @@ SMALL = dict(d_model=64, n_heads=2, seq_len=32, max_len=32, vocab_size=512, drop
     ("pre", "dslm", "bounded", "bounded"),    # App. E.3
     ("post", "dslm", "bounded", "bounded"),   # App. E.4
 ])
+@pytest.mark.long
 def test_the_theory_of_each_architecture(norm_position, init, fwd, grad):
     """The paper's Table 3, read off sigprop's own predictions at 96 layers (exchangeable sweeps, seconds)."""
     config = TransformerConfig(n_layers=N, norm_position=norm_position, init=init, **SMALL)

@@ -28,6 +28,7 @@ def _screenshot(html_path, png_path):
     return np.asarray(Image.open(png_path).convert("L"), dtype=np.float64)
 
 
+@pytest.mark.long
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
 def test_report_renders_with_its_figures(tmp_path):
     report = doctor(TransformerConfig(**{**SMALL, "norm_position": "post", "init": "xavier"}), seeds=0)

@@ -146,6 +146,7 @@ BAD_OPTIONS = [  # (command and the options it needs, option, invalid values)
 ]
 
 
+@pytest.mark.long
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(FIELDS).flatmap(lambda name: st.tuples(st.just(name), _set_text(name))),
        st.sampled_from(["predict", "measure", "compare", "inits"]))

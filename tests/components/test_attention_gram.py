@@ -137,6 +137,7 @@ def test_gram_rule_matches_the_module_pair_by_pair(s2, causal, p, padded):
     assert same - other > Z * math.hypot(s_same, s_other)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("causal", [False, True])
 def test_fixed_length_rows_match_a_norm_output(causal):
     """Input rows of fixed length (a norm's output): the rule with ``fixed_norm`` matches the module pair by pair.

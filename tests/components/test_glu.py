@@ -89,6 +89,7 @@ def test_bad_gate_is_refused():
         GLU(4, 8, gate="relu")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("spread", "bound"), [(0.03, 1e-4), (4.0, 2e-3), (256.0, 2e-3)])
 def test_the_token_resolved_table_matches_the_rule_per_pair(spread, bound):
     """Many pairs (a token-resolved walk) go through an interpolated table: against the per-pair tensor rule, the

@@ -45,6 +45,7 @@ def test_no_skip_is_the_gaussian_rule_to_second_order():
     assert abs(float(a.corr) - float(b.corr)) < 1e-12 + 1.0 / (d - 1) ** 2
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("d,lam2,beta2,rx,rf,n_seq", [(128, 0.99, 0.01, 0.3, 0.9, 300_000),
                                                       (256, 0.9, 0.1, 0.5, 0.85, 200_000),
                                                       (256, 0.5, 0.5, 0.6, 0.2, 200_000)])

@@ -45,6 +45,7 @@ def test_the_command_tree_is_walked_into_its_groups():
     assert COMMANDS[("sigprop", "fold")].startswith("sigprop fold [OPTIONS]")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
 def test_every_command_has_a_generated_reference_entry(site, path):
     page = site / "reference" / "cli" / "index.html"
@@ -61,6 +62,7 @@ def shown_objects() -> dict[str, tuple[str, str]]:
     return {ident: (page.stem, ident) for page in API_PAGES for ident in _DIRECTIVE.findall(page.read_text())}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sigprop.__all__)
 def test_every_public_name_has_an_api_entry(site, name):
     public = getattr(sigprop, name)
@@ -76,12 +78,14 @@ def test_every_api_entry_names_an_object_that_exists():
         resolve(ident)  # raises, naming the path, where it does not
 
 
+@pytest.mark.long
 def test_the_home_page_is_the_readme_with_its_links_made_site_links(site):
     page = (site / "index.html").read_text(encoding="utf-8")
     assert "<!-- ci:step -->" in page and not re.findall(r'(?:href|src)="docs/', page)
     assert 'src="results/compare-fig1-preln.png"' in page
 
 
+@pytest.mark.long
 def test_every_results_figure_a_page_shows_is_copied(site):
     pngs = {p.relative_to(ROOT / "docs") for p in (ROOT / "docs" / "results").rglob("*.png")}
     assert pngs and all((site / p).is_file() for p in pngs)

@@ -32,6 +32,7 @@ def inked_rows(page, png) -> int:
     return int((np.asarray(Image.open(png).convert("L")) < 128).any(axis=1).sum())
 
 
+@pytest.mark.long
 @needs_chromium
 def test_the_home_page_renders_with_its_figure(site, tmp_path):
     page = site / "index.html"
@@ -42,6 +43,7 @@ def test_the_home_page_renders_with_its_figure(site, tmp_path):
     assert inked_rows(page, tmp_path / "home.png") > 400
 
 
+@pytest.mark.long
 @needs_chromium
 def test_an_api_page_renders_its_docstrings(site, tmp_path):
     page = site / "reference" / "api" / "theory" / "index.html"

@@ -22,6 +22,7 @@ def tiny_fp8(corpus, monkeypatch):
     monkeypatch.setitem(catalog.EXPERIMENTS, "tiny-fp8", fp8)
 
 
+@pytest.mark.long
 def test_fp8_evaluates_the_source_s_best_runs_and_reuses_them(tiny_fp8, tmp_path):
     said = []
     result = run_experiment("tiny-fp8", out=tmp_path / "fp8", runs_dir=tmp_path / "src", workers=2, say=said.append)
@@ -59,6 +60,7 @@ def test_a_folder_in_use_is_refused(tiny_fp8, tmp_path):
     assert not list((tmp_path / "e").glob("2x16*"))
 
 
+@pytest.mark.long
 def test_a_vit_experiment_gets_the_apjn_theory_beside_its_accuracy(monkeypatch, tmp_path):
     """The derf experiment's form on two tiny digits ViTs (Pre-LN and Derf, 10 steps): its table, and the theory's
     table with λ⁻¹ for the Derf model only, N/λ = N·λ⁻¹ its depth in units of λ, the accuracy of its best run."""
@@ -82,6 +84,7 @@ def test_a_vit_experiment_gets_the_apjn_theory_beside_its_accuracy(monkeypatch, 
     assert "| derf a=1 N=4 | 4 | 1 |" in (tmp_path / "d" / "theory.md").read_text()
 
 
+@pytest.mark.long
 def test_the_shaped_experiment_tabulates_every_run_s_attention_entropy(monkeypatch, tmp_path, corpus):
     """The shaped experiment's form on tiny encoders (Pre-LN and shaped, 8 steps, tracked every 4): a row per run
     with its last tracked entropies, each in [0, 1]."""

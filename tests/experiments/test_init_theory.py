@@ -14,6 +14,7 @@ from sigprop.theory.predict import predict
 from tests.experiments.test_runner import _experiment
 
 
+@pytest.mark.long
 def test_the_table_holds_each_model_s_prediction_beside_its_trained_loss(corpus, tmp_path, monkeypatch):
     e = replace(_experiment(corpus, lrs=(3e-3,), seeds=1), evaluation="init-theory")
     monkeypatch.setitem(catalog.EXPERIMENTS, "tiny", e)

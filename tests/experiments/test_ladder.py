@@ -178,6 +178,7 @@ def _tiny_ladder(corpus, monkeypatch):
     return tiny
 
 
+@pytest.mark.long
 def test_the_ladder_runs_end_to_end_at_a_tiny_size(corpus, tmp_path, monkeypatch):
     """One rung of d = 16, shallow-wide and deep-thin (``--rungs 16`` with ``--model``): two tuning seeds at one
     rate, a third seed, every run's record holding its data's fingerprint, the paired gap in ladder.md; a second

@@ -85,6 +85,7 @@ def test_runs_see_the_tokens_per_parameter_asked(corpus):
     assert len({r.run_id for r in runs}) == 2
 
 
+@pytest.mark.long
 def test_an_experiment_tunes_then_runs_the_seeds_then_skips_what_finished(finished, tiny, tmp_path):
     tiny()
     result, folder = finished
@@ -103,6 +104,7 @@ def test_an_experiment_tunes_then_runs_the_seeds_then_skips_what_finished(finish
     assert json.loads((tmp_path / "e" / "results.json").read_text())["rows"] == result.summary["rows"]
 
 
+@pytest.mark.long
 def test_fates_diverged_and_stalled_are_recorded(tiny, tmp_path):
     tiny(lrs=(1000.0,), stall_margin=10.0)  # lr 1000 diverges or, if not, a 10-nat margin calls it stalled
     result = run_experiment("tiny", out=tmp_path / "e", workers=1, train_overrides=["clip=none"],
@@ -114,6 +116,7 @@ def test_fates_diverged_and_stalled_are_recorded(tiny, tmp_path):
     assert result.summary["rows"][0]["best_lr"] is None and result.summary["rows"][0]["seeds"] == 0
 
 
+@pytest.mark.long
 def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
     out = tmp_path / "smoke"
     args = ["experiment", "smoke", "--train-set", f"data={corpus}", "--out", str(out)]
@@ -138,6 +141,7 @@ def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
     assert interrupted  # to be resumed by the next invocation
 
 
+@pytest.mark.long
 def test_runs_stop_when_the_runner_is_killed(corpus, tmp_path):
     out = tmp_path / "killed"
     wider = ["--set", "n_layers=6", "--set", "d_model=64", "--set", "n_heads=2"]  # runs of minutes, not seconds
@@ -229,6 +233,7 @@ def test_the_extended_rates_are_tuning_runs_of_their_own(corpus):
     assert extra[0].run_id not in {r.run_id for r in plan_runs(e, "cpu")}
 
 
+@pytest.mark.long
 def test_finished_runs_of_identical_spec_are_copied_from_another_experiment(finished, tiny, tmp_path):
     """``--runs-dir`` for an experiment that trains: a run finished in the other folder under the same id (a digest
     of both configs) is copied in whole, not trained again; a run that other folder lacks is trained."""
@@ -281,6 +286,7 @@ def test_model_patterns_select_models_whose_runs_keep_their_ids():
     assert chosen.scale("cpu") == depth.scale("cpu")  # the other scales untouched
 
 
+@pytest.mark.long
 def test_the_table_holds_every_finished_run_in_the_folder_whichever_invocation_ran_it(corpus, tmp_path,
                                                                                       monkeypatch):
     """Two ``--model`` invocations into one folder give one table of both models; a run of other configs in the
@@ -325,6 +331,7 @@ def test_the_cpu_cost_estimate_is_near_the_measured_wall_time_of_the_finished_ex
     assert abs(np.mean(ratios) - 1) < 0.2
 
 
+@pytest.mark.long
 def test_kept_records_let_an_experiment_continue_without_training_its_finished_runs_again(finished, tiny, tmp_path):
     """``bench/experiment_records.py`` keeps each finished run's fate, configs and track (no checkpoints) and names
     its files relative to the experiment folder; a fresh folder given those records as ``--runs-dir`` trains nothing
@@ -347,6 +354,7 @@ def test_kept_records_let_an_experiment_continue_without_training_its_finished_r
     assert again.summary["rows"] == first.summary["rows"]
 
 
+@pytest.mark.long
 def test_a_run_of_identical_configs_is_shared_whatever_the_model_is_called(finished, corpus, tmp_path,
                                                                           monkeypatch):
     """``ablations`` calls DSLM Post-LN at 32 × 32 "post-LN dslm, beta^2=2/N fixed", ``divergence`` "32x32 dslm
@@ -382,6 +390,7 @@ def test_ablations_and_prior_methods_share_dslm_runs_with_depth_s_kept_records()
     assert tails("prior-methods") & kept == tails("ablations") & kept
 
 
+@pytest.mark.long
 def test_table_only_tabulates_the_finished_runs_and_trains_nothing(finished, tiny, tmp_path):
     tiny()
     first, folder = finished

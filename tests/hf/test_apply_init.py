@@ -24,6 +24,7 @@ CLASSES = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForC
            "phi": transformers.PhiForCausalLM, "gemma": transformers.GemmaForCausalLM}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("family,scheme", [("gpt2", "dslm"), ("llama", "dslm"), ("gpt2", "xavier"), ("opt", "dslm"),
                                            ("phi3", "dslm"), ("qwen3", "dslm"), ("gpt_neox", "dslm"),
                                            ("phi", "dslm"), ("gemma", "dslm")])

@@ -141,6 +141,7 @@ def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path)
 
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("family", list(SMALL_LM_CONFIGS))
 def test_hf_model_measures_like_the_mapped_sigprop_model(family):
     """Every layer's forward and gradient variance of the Hugging Face model, measured through sigprop with padding
@@ -173,6 +174,7 @@ def test_hf_model_measures_like_the_mapped_sigprop_model(family):
         assert bool((gap <= tol).all()), (family, what, hf[k], ours[k], tol)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("family", list(SMALL_LM_CONFIGS))
 def test_hf_model_against_the_prediction_of_the_mapped_config(family):
     """sigprop's prediction for the mapped config (token-resolved, from the batch's own ids and labels) against the

@@ -25,6 +25,7 @@ def _doctor(tmp_path, hf_config) -> dict:
     return json.loads((tmp_path / "d.json").read_text())
 
 
+@pytest.mark.long
 def test_a_deep_xavier_bert_loses_its_gradient_and_gets_dslm(tmp_path):
     """A BERT of 192 Post-LN layers with Xavier's standard deviation for its d × d matrices as initializer_range:
     the gradient shrinks exponentially towards the input (Kedia et al. App. E.2, Fig. 3), flagged; DSLM bounds it."""
@@ -74,6 +75,7 @@ def _doctor_folder(tmp_path, folder, *extra) -> dict:
     return json.loads(out_file.read_text())
 
 
+@pytest.mark.long
 def test_a_saved_model_is_diagnosed_as_it_is(tmp_path):
     """A saved GPT-2 whose c_proj weights were multiplied by 300 by hand: measured as it is (its weights the one
     draw), the theory reading their standard deviations (×300 on W_O and W_2), the growth flagged with a fix; the
@@ -95,6 +97,7 @@ def test_a_saved_model_is_diagnosed_as_it_is(tmp_path):
     assert fresh["verdict"] == ok["verdict"]
 
 
+@pytest.mark.long
 def test_a_model_object_is_diagnosed_as_it_is():
     """``doctor(from_hf(model), "hf", saved=SavedModel.of(model))``: a Hugging Face model in memory, scaled by hand,
     is measured as it is and flagged; its unscaled twin is not."""

@@ -25,6 +25,7 @@ def _table(profile):
     return np.array([[getattr(r, q) for q in ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr")]
                      for r in profile.rows])
 
+@pytest.mark.long
 def test_two_processes_give_the_one_process_profile():
     batch = token_batch(SMALL, batch_size=2, synthetic=True)
     ticks = []
@@ -41,6 +42,7 @@ def test_two_processes_give_the_one_process_profile():
     assert parallel.meta["seeds"] == [3, 4, 5, 6, 7] and parallel.meta["devices"] == ["cpu", "cpu"]
     assert parallel.meta["stderr"] == serial.meta["stderr"]
 
+@pytest.mark.long
 def test_a_failing_process_stops_the_run_with_its_error():
     batch = token_batch(SMALL, batch_size=2, synthetic=True)
     bad = dataclasses.replace(batch, inputs=batch.inputs + SMALL.vocab_size)  # token ids beyond the embedding
@@ -89,6 +91,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sig,status,said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGKILL, -9, None)])
 def test_stopping_a_multi_device_measurement_leaves_no_process_behind(sig, status, said):

@@ -90,6 +90,7 @@ def test_the_predicted_stream_keeps_the_embedding_s_second_moment(family):
         assert abs(row.fwd_var + row.fwd_mean**2 - q0) <= 0.03 * q0, (family, row.layer, row.fwd_var)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("family", ["llama", "derf", "causal"])
 def test_the_measured_stream_keeps_unit_variance(family):
     """Real models (16 seeds) of the families DSLM's closed forms miss: every layer's measured forward variance

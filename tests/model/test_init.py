@@ -310,6 +310,7 @@ def f32(v: float) -> torch.Tensor:
 # the acceptance test: every parameter's sampled std against its plan, for every scheme
 # ----------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.long
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_parameter_sampled_and_declared_from_plan(scheme, config_name):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -35,6 +36,7 @@ def _worker(rank: int, world: int, init: str, out: str):
         dist.destroy_process_group()
 
 
+@pytest.mark.long
 def test_only_rank_0_probes_and_the_ranks_stay_in_step(tmp_path):
     mp.spawn(_worker, args=(2, f"file://{tmp_path / 'init'}", str(tmp_path)), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import sigprop.report.demo as demo
 import sigprop.report.demo_training as demo_training
 from sigprop.model.config import TransformerConfig
@@ -13,6 +15,7 @@ from tests.train.conftest import corpus, own_cache  # noqa: F401 - fixtures
 SMALL = dict(n_layers=12, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16, dropout=0.1)
 
 
+@pytest.mark.long
 def test_demo_writes_a_report_with_seed_spread_notes(tmp_path, monkeypatch):
     """A narrow Post-LN stack's gradient variance spreads log-normally across seeds (as in
     tests/cli/test_profiles.py), so its note reaches demo.md; the Pre-LN stand-in runs beside it."""
@@ -37,6 +40,7 @@ def test_demo_writes_a_report_with_seed_spread_notes(tmp_path, monkeypatch):
     assert json.loads(results["small-pre"]["json"].read_text())["meta"]["diagnosis"]["measured"]["findings"]
 
 
+@pytest.mark.long
 def test_demo_training_section_trains_both_models_side_by_side(tmp_path, monkeypatch, corpus):  # noqa: F811
     """The training section on tiny stand-ins: both runs get a fate, the figure and the table are written, every
     step is reported to the progress, and a second call reuses the finished runs."""

@@ -73,6 +73,7 @@ def test_exact_attention_gram_averages_over_the_weights():
         assert abs(per[:, i].mean() - ref[i]) <= Z * math.hypot(se[i], rule_se), (i, per[:, i].mean(), ref[i])
 
 
+@pytest.mark.long
 def test_attention_rule_variance_holds_at_the_models_own_input(setup):
     """The attention rule's output variance at the seeds' mean input equals the seeds' exact expectation (within Z
     jackknife standard errors) at every layer; and the FFN's Jensen term has the sign of a convex kernel (the ReLU
@@ -90,6 +91,7 @@ def test_attention_rule_variance_holds_at_the_models_own_input(setup):
                    "lowers the output correlation by O(1/d) (docs/results/accuracy.md, "
                    "'Each rule at the model's own input'); "
                    "the state carries expectations only")
+@pytest.mark.long
 def test_attention_rule_correlation_at_the_models_own_input(setup):
     """At d = 64 the rule's output correlation reads ~0.002–0.006 high at these layers (z ≈ 6 each)."""
     attention = setup[-1]

@@ -73,11 +73,13 @@ def _within_noise(config, seeds=24, batch_size=4, quantities=QUANTITIES, checked
     dict(norm_position="post", init="deepnorm"),
     dict(norm_position="pre", init="bert"),
 ])
+@pytest.mark.long
 def test_small_deep_model_prediction_within_measurement_noise(overrides):
     bad = _within_noise(TransformerConfig(**{**SMALL, **overrides}))
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_decoder_within_measurement_noise(norm_position):
     """A decoder (causal attention; token-resolved sweeps both ways, :mod:`sigprop.theory.resolved`): every
@@ -97,6 +99,7 @@ def test_decoder_within_measurement_noise(norm_position):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("norm_position", ["pre", "post"])
 def test_encoder_decoder_within_measurement_noise(norm_position):
     """An encoder–decoder (cross-attention, sampled rule). The encoder's every quantity: its gradient arrives only

@@ -49,6 +49,7 @@ def reinitialised():
     return config, batch, predicted, average_profiles(measured, config.to_dict(), {})
 
 
+@pytest.mark.long
 def test_a_reinitialised_model_is_predicted_as_it_is(reinitialised):
     """The seeds' mean prediction (each model's plan read from its own weights) within Z standard errors of the
     seeds' mean measurement at every layer output (forward and gradient variance, token correlations)."""
@@ -66,6 +67,7 @@ def test_a_reinitialised_model_is_predicted_as_it_is(reinitialised):
     assert not bad, bad
 
 
+@pytest.mark.long
 def test_the_schemes_plan_would_have_been_wrong(reinitialised):
     """The check above can fail: the config's own (Xavier) plan misses the re-initialised models' gradient by far."""
     config, batch, _, meas = reinitialised
@@ -74,6 +76,7 @@ def test_the_schemes_plan_would_have_been_wrong(reinitialised):
     assert abs(xavier[(0, "layer")].grad_var - ml[(0, "layer")].grad_var) > 10 * Z * se["0:layer"]["grad_var"]
 
 
+@pytest.mark.long
 def test_the_plan_read_from_the_weights_is_the_hand_made_one(reinitialised):
     """Each role's read std is the root mean square of its weights: within the Monte Carlo error of an RMS of
     n Gaussian entries (relative SE 1/√(2n)) of the std they were drawn with."""

@@ -113,6 +113,7 @@ def _forward_z(config, seeds=24, token_resolved=None):
     return {k: abs(v) for k, v in z.items()}, pred
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),
                                        dict(norm_position="post", init="xavier")])
 def test_resolved_prediction_within_measurement_noise(overrides):

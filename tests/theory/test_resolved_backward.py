@@ -101,6 +101,7 @@ def test_head_gradient_gram_pools_to_the_exchangeable_boundary():
         head_gradient_gram(model, top, labels[:, :-1])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fields", [{}, {"head_transform": True, "activation": "gelu", "final_norm": True}])
 def test_head_gradient_gram_matches_autograd_pair_by_pair(fields):
     """The loss's gradient at the top of a one-layer decoder without a final norm, by autograd over 200 seeds: its
@@ -154,6 +155,7 @@ def test_resolved_decoder_gradients_within_measurement_noise():
     assert not bad, bad
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("overrides", [dict(norm_position="pre", init="dslm"),
                                        dict(norm_position="post", init="xavier")])
 def test_resolved_encoder_gradients_within_measurement_noise(overrides):

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import run_cli
 
 from .conftest import tiny_args
 
 
+@pytest.mark.long
 def test_doctor_reads_a_trained_run(corpus, tmp_path):
     run = tmp_path / "run"
     done = run_cli(["train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run)])

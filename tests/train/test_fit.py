@@ -95,6 +95,7 @@ def test_tensorboard_scalars_hold_the_metrics(corpus, tmp_path):
     assert {"lr", "grad_norm", "val_loss"} <= set(events.Tags()["scalars"])
 
 
+@pytest.mark.long
 def test_compile_compiles_one_layer_for_every_layer_of_its_shape(corpus, tmp_path):
     import torch
     from torch._dynamo.utils import counters

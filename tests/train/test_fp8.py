@@ -189,6 +189,7 @@ def test_sigprop_eval_prints_both_losses_and_writes_json(run, tmp_path):
     assert data["format"] == "e4m3" and data["step"] == 3
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("args", [["--fp8", "e3m4"], ["--json", "out.txt"], ["NO_RUN"]], ids=["format", "json",
                                                                                                "not-a-run"])
 def test_sigprop_eval_refuses_bad_input_with_one_error_line(run, tmp_path, args):

@@ -49,6 +49,7 @@ def _wait_for_steps(run_dir: Path, n: int, proc, timeout: float = 120) -> None:
     raise AssertionError(f"no {n} steps within {timeout} s")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("arch", ["encoder", "decoder"])
 def test_two_processes_train_as_one_at_the_same_global_batch(corpus, tmp_path, arch):
     # encoder: masked-LM labels fall unevenly between the processes, which the loss's global normalisation absorbs
@@ -65,6 +66,7 @@ def test_two_processes_train_as_one_at_the_same_global_batch(corpus, tmp_path, a
     assert done.stdout.count("run directory:") == 1  # one report per run, rank 0's
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_writes_a_checkpoint_and_exits_cleanly(corpus, tmp_path, sig, status):
     out = tmp_path / "stopped"
@@ -84,6 +86,7 @@ def test_a_signal_writes_a_checkpoint_and_exits_cleanly(corpus, tmp_path, sig, s
     assert latest_checkpoint(out).name == f"ckpt-{last_step:08d}.json"
 
 
+@pytest.mark.long
 def test_sigterm_to_torchrun_checkpoints_and_leaves_no_process(corpus, tmp_path):
     out = tmp_path / "ddp-stopped"
     proc = subprocess.Popen(_torchrun(2, "train", *tiny_args(corpus, "steps=100000", "checkpoint_every=100000"),
@@ -104,6 +107,7 @@ def test_sigterm_to_torchrun_checkpoints_and_leaves_no_process(corpus, tmp_path)
     assert processes_mentioning(str(out)) == []
 
 
+@pytest.mark.long
 def test_a_checkpoint_of_one_process_resumes_on_two(corpus, tmp_path):
     # the global batches are the same whatever the world size; with dropout off only the reduction order changes
     args = tiny_args(corpus, "steps=8", "checkpoint_every=4", model=("dropout=0",))

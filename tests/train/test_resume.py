@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sigprop.train.checkpoint import latest_checkpoint
 from tests.helpers import run_cli
 
@@ -21,6 +23,7 @@ def _losses(run_dir) -> list[float]:
     return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long
 def test_a_run_killed_with_sigkill_resumes_bit_for_bit(corpus, tmp_path):
     args = tiny_args(corpus, f"steps={STEPS}", "checkpoint_every=7", "keep_checkpoints=2")
     full = tmp_path / "full"

@@ -2,6 +2,7 @@
 (32 replicates, two-sided 1e-5), and the rotary grouped-query attention sweep end to end on a few configurations."""
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from sigprop.verify.harness import ROUNDOFF, run_component
@@ -20,6 +21,7 @@ def test_glu_rules_within_noise():
         assert not bad.any(), (q, err[bad], noise[bad], {k: v[np.flatnonzero(bad)[0]] for k, v in res.params.items()})
 
 
+@pytest.mark.long
 def test_rope_gqa_sweep_runs_and_agrees():
     """Three configurations at the quick budget: every quantity within 5 module standard errors plus the sampled
     rule's own noise (512 heads: ~1% on the variances, ~0.5 points on the correlations)."""

@@ -43,6 +43,7 @@ from ..model.batch import Batch
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
 from .diagnosis import DEPTH_VERDICTS, Diagnosis, diagnose
+from .fix_cases import fix_evidence
 
 __all__ = ["DoctorReport", "Recommendation", "SavedModel", "GradientInterval", "doctor", "doctor_measured",
            "recommend", "no_fix_reason", "narrowing_text", "saved_plan", "measure_saved", "SOURCES", "INTERVAL_LEVEL"]
@@ -66,14 +67,17 @@ SOURCES: tuple[Source, ...] = get_args(Source)
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The fix: the config fields it sets (``changes``), why, and how to apply it in the model's language."""
+    """The fix: the config fields it sets (``changes``), why, how to apply it in the model's language, and what
+    training measured of fixes of its kind (``evidence``: :func:`~sigprop.analysis.fix_cases.fix_evidence`)."""
 
     changes: dict
     reasons: tuple[str, ...]
     apply: str
+    evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"changes": dict(self.changes), "reasons": list(self.reasons), "apply": self.apply}
+        return {"changes": dict(self.changes), "reasons": list(self.reasons), "apply": self.apply,
+                "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,8 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
             apply = f"sigprop.apply_init(model, {changes['init']!r})" + (f", then set {extra}" if extra else "")
     else:
         apply = " ".join(f"--set {k}={'none' if v is None else v}" for k, v in changes.items())
-    return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply)
+    return Recommendation(changes=changes, reasons=tuple(reasons), apply=apply,
+                          evidence=fix_evidence(config, changes))
 
 
 def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:

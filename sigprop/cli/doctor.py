@@ -68,6 +68,8 @@ def doctor_command(
     if rec is not None:
         console.print("[bold]fix[/bold]: " + "; ".join(rec.reasons))
         console.print(f"  apply it: {rec.apply}")
+        for sentence in rec.evidence:
+            console.print(f"  trained: {escape(sentence)}")
         if report.fixed_diagnosis is not None:
             still = report.fixed_diagnosis.flagged or any(c.flagged for c in report.fixed_checks)
             console.print(f"  the fixed model: {'still flagged' if still else 'nothing flagged'}")

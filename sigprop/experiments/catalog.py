@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -495,3 +496,37 @@ SHAPE_LADDER = Experiment(
     evaluation="shape-ladder",
 )
 EXPERIMENTS[SHAPE_LADDER.name] = SHAPE_LADDER
+
+
+# The doctor's fixes trained (sigprop.analysis.fix_cases): each flagged model beside its twin with the fix applied.
+_FIX_TRAIN = dict(data="pinned:python-v1", steps=600, batch_size=16, warmup_steps=60, schedule="cosine",
+                  final_lr_fraction=0.1, clip=1.0, weight_decay=0.01, eval_every=150, eval_batches=64,
+                  checkpoint_every=150, keep_checkpoints=1)
+
+
+def _fix_models() -> tuple[ModelSpec, ...]:
+    """Each of :data:`~sigprop.analysis.fix_cases.FIX_CASES` as two models, "CASE: flagged" and "CASE: fixed"."""
+    from ..analysis.fix_cases import FIX_CASES
+
+    return tuple(model for case in FIX_CASES for model in (
+        ModelSpec(f"{case.name}: flagged", case.flagged, case.flagged_lrs),
+        ModelSpec(f"{case.name}: fixed", case.fixed, case.fixed_lrs)))
+
+
+DOCTOR_FIXES = Experiment(
+    name="doctor-fixes",
+    question="For each kind of model the doctor flags and fixes (Post-LN Xavier at depth -> DeepScaleLM, Pre-LN "
+             "Xavier -> DeepScaleLM, a Llama-style N(0, 0.02²) model -> init=auto, Q/K at 2× -> 1×), does the fixed "
+             "twin reach a lower validation loss than the flagged model at the same budget, each at its best rate?",
+    reference="Kedia et al. Sec. 3.3 (Q/K), Sec. 3.5 and Tables 4, 13 (DeepScaleLM against Post-LN and Pre-LN "
+              "baselines); the doctor's recommendations (sigprop.analysis.doctor.recommend)",
+    scales={"cpu": Scale(
+        models=_fix_models(), base_model=dict(arch="decoder", vocab_size=2048, seq_len=64, max_len=64, dropout=0.1),
+        train=_FIX_TRAIN, tokens_per_parameter=None, seeds=2, tuning_seeds=2, grid_extensions=2,
+        lr_step=math.sqrt(2.0), lr_anchor=1e-3,
+        note="causal LM on the pinned corpus `pinned:python-v1`, 600 steps of 16 × 64 tokens for every model (the "
+             "same budget for a flagged model and its twin), dropout 0.1; rates on the √2 lattice 10⁻³·√2^k, two "
+             "seeds at each, the grid extended past an edge (twice at most) until the best (mean of the two) is "
+             "interior.")},
+)
+EXPERIMENTS[DOCTOR_FIXES.name] = DOCTOR_FIXES

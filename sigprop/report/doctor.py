@@ -234,7 +234,8 @@ def write_doctor_html(report, path, name: str) -> Path:
     rec = report.recommendation
     if rec is not None:
         parts += ["<h2>Recommendation</h2><ul>", *(f"<li>{e(r)}</li>" for r in rec.reasons), "</ul>",
-                  f"<p>Apply it: <code>{e(rec.apply)}</code></p>"]
+                  f"<p>Apply it: <code>{e(rec.apply)}</code></p>",
+                  "<p>Trained:</p><ul>", *(f"<li>{e(t)}</li>" for t in rec.evidence), "</ul>"]
         if report.fixed_diagnosis is not None:
             still = report.fixed_diagnosis.flagged or any(c.flagged for c in report.fixed_checks)
             verdict = "still flagged" if still else "nothing flagged"

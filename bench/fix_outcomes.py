@@ -1,0 +1,66 @@
+"""Keep what `sigprop experiment doctor-fixes` measured as the doctor's evidence: each case's flagged and fixed model
+at its best rate (final validation loss, fates), read from the experiment's stored summary and written to
+``sigprop/analysis/fix_outcomes.json`` (package data: an installed sigprop's doctor reads it too).
+
+    PYTHONPATH=. python bench/fix_outcomes.py [--results docs/results/experiments/doctor-fixes/results.json]
+
+Only a case whose two models are both settled (their best rate interior and the scale's seeds trained at it:
+:func:`sigprop.experiments.summary.settled`) is kept; the doctor says "not measured in training" of the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sigprop.analysis.fix_cases import FIX_CASES, OUTCOMES_FILE, FixOutcome, load_outcomes
+from sigprop.core.jsonio import write_json_atomic
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "experiments" / "doctor-fixes" / "results.json"
+
+
+def shape(fields: dict) -> str:
+    """A model's shape as the tables write it, e.g. "64 × 64 post-LN xavier"."""
+    return f"{fields['n_layers']} × {fields['d_model']} {fields['norm_position']}-LN {fields.get('init', 'xavier')}"
+
+
+def outcomes(summary: dict) -> list[FixOutcome]:
+    """The settled cases of ``summary`` (an experiment summary's dict) as outcomes, in :data:`FIX_CASES`' order."""
+    rows = {row["model"]: row for row in summary["rows"]}
+    kept = []
+    for case in FIX_CASES:
+        flagged, fixed = rows.get(f"{case.name}: flagged"), rows.get(f"{case.name}: fixed")
+        if flagged is None or fixed is None or not (flagged.get("settled") and fixed.get("settled")):
+            continue
+        kept.append(FixOutcome(case.name, flagged["final_val_mean"], fixed["final_val_mean"], flagged["fates"],
+                               fixed["fates"], min(flagged["seeds"], fixed["seeds"]),
+                               f"sigprop experiment doctor-fixes, {shape(case.flagged)}"))
+    return kept
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the experiment's results.json")
+    parser.add_argument("--out", type=Path, default=OUTCOMES_FILE, help="the outcomes file the doctor reads")
+    args = parser.parse_args(argv)
+    if not args.results.is_file():
+        print(f"error: {args.results} does not exist (run `sigprop experiment doctor-fixes` first)", file=sys.stderr)
+        return 2
+    summary = json.loads(args.results.read_text())
+    if summary.get("experiment") != "doctor-fixes":
+        print(f"error: {args.results} holds experiment {summary.get('experiment')!r}, not 'doctor-fixes'",
+              file=sys.stderr)
+        return 2
+    kept = outcomes(summary)
+    write_json_atomic(args.out, [o.__dict__ for o in kept])
+    load_outcomes(args.out)  # what was written reads back
+    print(f"{len(kept)} of {len(FIX_CASES)} cases settled: {args.out}")
+    for o in kept:
+        print(f"  {o.case}: {o.sentence()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

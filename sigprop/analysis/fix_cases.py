@@ -1,0 +1,178 @@
+"""The doctor's fixes and the training evidence behind them: each kind of model the doctor flags and fixes, at a
+shape the `doctor-fixes` experiment trains beside its fixed twin, and what that training measured.
+
+The doctor's recommendation (:func:`sigprop.analysis.doctor.recommend`) is derived from the theory at
+initialisation: DeepScaleLM keeps the variances bounded (Kedia et al. Sec. 3.5, App. E.3–E.4), Q/K at their scheme's
+std keep the softmax's gradient from exploding (Sec. 3.3). Whether the fixed model then *trains* better is a separate,
+empirical question. Each :class:`FixCase` is one kind of fix at one flagged configuration; `sigprop experiment
+doctor-fixes` trains the flagged model and its twin with the fix applied, at the same budget, each at its best
+learning rate (chosen on the mean of two seeds). ``bench/fix_outcomes.py`` keeps the table's losses and fates in
+``fix_outcomes.json`` beside this file (package data, so an installed sigprop reads it too), and the doctor cites
+them, or says that a kind of fix is not measured.
+
+A recommendation is of a case's kind when it sets every field the case's fix sets, to the same value, and the model
+has the case's normalisation position (:meth:`FixCase.matches`): a 96-layer Post-LN BERT-initialised model moved to
+DeepScaleLM is of the kind "post-LN xavier → dslm" measured at 64 × 64 Xavier. The evidence is of that kind at the
+experiment's size, not of the user's model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.config import TransformerConfig
+
+__all__ = ["FixCase", "FixOutcome", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes", "fix_evidence", "NOT_MEASURED"]
+
+#: The measured outcomes, package data written by ``bench/fix_outcomes.py`` from the experiment's stored results.
+OUTCOMES_FILE = Path(__file__).with_name("fix_outcomes.json")
+
+#: What the doctor says of a kind of fix that no training has measured.
+NOT_MEASURED = "not measured in training"
+
+_DECODER = dict(arch="decoder", vocab_size=2048, seq_len=64, max_len=64, dropout=0.1)
+_LLAMA = dict(_DECODER, n_heads=4, n_kv_heads=2, activation="swiglu", norm="rmsnorm", norm_eps=1e-6,
+              position="rope", tie_head=False, init="bert", initializer_range=0.02)
+
+
+@dataclass(frozen=True)
+class FixCase:
+    """One kind of fix: its ``name``, the flagged model's :class:`TransformerConfig` fields (``flagged``), the
+    doctor's ``fix`` on it (the config changes :func:`~sigprop.analysis.doctor.recommend` makes, None meaning "the
+    scheme's default"), and the learning-rate grids of the flagged model and of its fixed twin."""
+
+    name: str
+    flagged: dict
+    fix: dict
+    flagged_lrs: tuple[float, ...]
+    fixed_lrs: tuple[float, ...]
+
+    @property
+    def fixed(self) -> dict:
+        """The fixed twin's fields: the flagged model's with the fix applied."""
+        return {**self.flagged, **self.fix}
+
+    def matches(self, config: TransformerConfig, changes: dict) -> bool:
+        """Whether a recommendation of ``changes`` for ``config`` is of this case's kind (module docstring).
+
+        Args:
+            config: the flagged model's configuration.
+            changes: the recommendation's config changes.
+
+        Returns:
+            True when ``changes`` sets each field this case's fix sets to a value (not None) to that value, and
+            ``config`` has this case's normalisation position.
+
+        Example:
+            >>> FIX_CASES[0].matches(TransformerConfig(norm_position="post", init="bert", n_layers=96),
+            ...                      {"init": "dslm"})
+            True
+        """
+        if config.norm_position != self.flagged.get("norm_position", config.norm_position):
+            return False
+        return all(changes.get(key) == value for key, value in self.fix.items() if value is not None)
+
+
+#: The doctor's fixes, each at a shape where the doctor flags it (a test checks that it still does, and that its
+#: recommendation is the case's fix). Rates on the √2 lattice 10⁻³·√2^k, centred on `depth`'s best at a nearby shape.
+FIX_CASES: tuple[FixCase, ...] = (
+    FixCase("post-LN xavier -> dslm", dict(_DECODER, n_layers=64, d_model=64, n_heads=2, norm_position="post",
+                                            init="xavier"),
+            {"init": "dslm"}, (7.07e-4, 1e-3, 1.41e-3), (1.41e-3, 2e-3, 2.83e-3)),
+    FixCase("pre-LN xavier -> dslm", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
+                                           init="xavier"),
+            {"init": "dslm"}, (8e-3, 1.13e-2, 1.6e-2), (1.6e-2, 2.26e-2, 3.2e-2)),
+    FixCase("llama N(0, 0.02^2) -> auto", dict(_LLAMA, n_layers=32, d_model=64, d_ff=192, norm_position="pre"),
+            {"init": "auto"}, (2.83e-3, 4e-3, 5.66e-3), (2.83e-3, 4e-3, 5.66e-3)),
+    FixCase("Q/K at 2x -> 1x", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre", init="dslm",
+                                    qk_gain=2.0),
+            {"qk_gain": 1.0}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2)),
+)
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    """What training measured for one case: each model's final validation loss at its best rate (the mean over
+    ``seeds``; None where no rate trained), its fates over the runs at that rate, and where it was trained."""
+
+    case: str
+    flagged_loss: float | None
+    fixed_loss: float | None
+    flagged_fates: dict
+    fixed_fates: dict
+    seeds: int
+    where: str
+
+    def sentence(self) -> str:
+        """The outcome in one sentence, e.g. "trained (doctor-fixes, …): flagged 4.21, fixed 3.95 nats; the fix
+        lowered the loss by 0.26"."""
+
+        def one(loss, fates):
+            said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
+            return ("no rate trained" if loss is None else f"{loss:.3f}") + (f" ({said})" if said else "")
+
+        head = (f"training evidence ({self.where}, {self.seeds} seeds at each model's best rate): flagged "
+                f"{one(self.flagged_loss, self.flagged_fates)}, fixed {one(self.fixed_loss, self.fixed_fates)}")
+        if self.flagged_loss is None or self.fixed_loss is None:
+            return head
+        gap = self.flagged_loss - self.fixed_loss
+        return head + (f"; the fix lowered the final loss by {gap:.3f} nats" if gap > 0 else
+                       f"; the fix did not lower the final loss (it rose by {-gap:.3f} nats)")
+
+
+def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
+    """The measured outcomes by case name, read from ``path`` (JSON written by ``bench/fix_outcomes.py``); empty
+    when the file does not exist (nothing measured yet).
+
+    Args:
+        path: the outcomes file.
+
+    Returns:
+        Case name → :class:`FixOutcome`.
+
+    Raises:
+        ValueError: the file is not a list of outcomes, or holds a loss that is not finite.
+
+    Example:
+        >>> isinstance(load_outcomes(), dict)
+        True
+    """
+    if not path.is_file():
+        return {}
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list):
+        raise ValueError(f"{path} must hold a list of outcomes")
+    outcomes = {}
+    for row in rows:
+        outcome = FixOutcome(**row)
+        for loss in (outcome.flagged_loss, outcome.fixed_loss):
+            if loss is not None and not math.isfinite(loss):
+                raise ValueError(f"{path}: case {outcome.case!r} holds a loss that is not finite")
+        outcomes[outcome.case] = outcome
+    return outcomes
+
+
+def fix_evidence(config: TransformerConfig, changes: dict,
+                 outcomes: dict[str, FixOutcome] | None = None) -> tuple[str, ...]:
+    """What training says of a recommendation of ``changes`` for ``config``: a sentence per matching case (its
+    measured outcome, or that it is not measured), or one sentence saying no case of its kind was trained.
+
+    Args:
+        config: the flagged model's configuration.
+        changes: the recommendation's config changes.
+        outcomes: the measured outcomes (:func:`load_outcomes` when None).
+
+    Returns:
+        Sentences, each naming its case.
+
+    Example:
+        >>> fix_evidence(TransformerConfig(norm_position="pre", init="dslm", qk_gain=2.0), {"qk_gain": 1.0}, {})
+        ('Q/K at 2x -> 1x: not measured in training',)
+    """
+    outcomes = load_outcomes() if outcomes is None else outcomes
+    said = [f"{case.name}: " + (outcomes[case.name].sentence() if case.name in outcomes else NOT_MEASURED)
+            for case in FIX_CASES if case.matches(config, changes)]
+    return tuple(said) or (f"a fix of this kind: {NOT_MEASURED}",)

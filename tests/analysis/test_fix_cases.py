@@ -1,0 +1,102 @@
+"""The doctor's fixes and their training evidence (sigprop.analysis.fix_cases): each case is what the doctor flags
+and fixes, the experiment trains exactly those two models, and the doctor's text says what the stored outcome says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bench.fix_outcomes as fix_outcomes
+from sigprop.analysis.doctor import doctor, recommend
+from sigprop.analysis.fix_cases import FIX_CASES, NOT_MEASURED, FixOutcome, fix_evidence, load_outcomes
+from sigprop.experiments.catalog import get_experiment
+from sigprop.model.config import TransformerConfig
+
+CASE_IDS = [c.name for c in FIX_CASES]
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("case", FIX_CASES, ids=CASE_IDS)
+def test_each_case_is_flagged_and_its_fix_is_the_doctors(case):
+    """The doctor (theory only) flags the case's model and recommends the case's fix: the fields the fix sets, to
+    those values, and nothing beyond the scheme's own residual scales."""
+    report = doctor(TransformerConfig(**case.flagged), seeds=0)
+    assert report.flagged and report.recommendation is not None
+    set_to_values = {k: v for k, v in report.recommendation.changes.items() if v is not None}
+    assert set_to_values == {k: v for k, v in case.fix.items() if v is not None}
+    assert case.matches(report.config, report.recommendation.changes)
+
+
+def test_the_experiment_trains_each_case_and_its_twin():
+    models = {m.name: m for m in get_experiment("doctor-fixes").scales["cpu"].models}
+    assert len(models) == 2 * len(FIX_CASES)
+    for case in FIX_CASES:
+        flagged, fixed = models[f"{case.name}: flagged"], models[f"{case.name}: fixed"]
+        assert fixed.model == {**flagged.model, **case.fix}
+        assert set(fixed.model) - set(case.fix) == set(flagged.model) - set(case.fix)
+
+
+def test_a_recommendation_cites_the_measured_outcome_of_its_kind():
+    qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    outcome = FixOutcome(qk.name, 4.5, 4.25, {"trained": 2}, {"trained": 2}, 2, "a test")
+    config = TransformerConfig(**qk.flagged)
+    said = fix_evidence(config, {"qk_gain": 1.0}, {qk.name: outcome})
+    assert said == (f"{qk.name}: " + outcome.sentence(),)
+    assert "4.500" in said[0] and "4.250" in said[0] and "lowered the final loss by 0.250" in said[0]
+    worse = FixOutcome(qk.name, 4.0, 4.1, {"trained": 2}, {"stalled": 1, "trained": 1}, 2, "a test")
+    assert "did not lower" in worse.sentence() and "stalled" in worse.sentence()
+
+
+def test_an_unmeasured_kind_says_so():
+    post = next(c for c in FIX_CASES if c.flagged["norm_position"] == "post")
+    config = TransformerConfig(**post.flagged)
+    assert fix_evidence(config, {"init": "dslm", "lam": None}, {}) == (f"{post.name}: {NOT_MEASURED}",)
+    # no case of this kind: a Post-LN model given dropout
+    assert fix_evidence(config, {"dropout": 0.1}, {}) == (f"a fix of this kind: {NOT_MEASURED}",)
+    # the Pre-LN case does not speak for a Post-LN model
+    assert all("pre-LN" not in s for s in fix_evidence(config, {"init": "dslm"}, {}))
+
+
+def test_the_doctors_recommendation_carries_the_stored_evidence():
+    """What the doctor's recommendation says is what the outcomes file (the experiment's table) says."""
+    qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    config = TransformerConfig(**qk.flagged)
+    rec = recommend(config, doctor_diagnosis_exploding(config))
+    assert rec is not None and rec.evidence == fix_evidence(config, rec.changes, load_outcomes())
+    assert rec.to_dict()["evidence"] == list(rec.evidence)
+
+
+def doctor_diagnosis_exploding(config):
+    """A diagnosis that flags the gradient's depth law, from a hand-made profile (no prediction needed): the
+    gradient grows ×1.1 per layer towards the input."""
+    from sigprop.analysis.diagnosis import diagnose
+    from sigprop.core.profile import Profile, Row
+
+    n = config.n_layers
+    rows = tuple(Row(layer, "layer", 0.0, 1.0, 0.3, 1.1 ** (n - layer), 0.5) for layer in range(n))
+    return diagnose(Profile("predicted", config.to_dict(), rows))
+
+
+def test_the_outcomes_file_is_read_back_and_bad_files_are_refused(tmp_path):
+    qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    summary = {"experiment": "doctor-fixes", "rows": [
+        {"model": f"{qk.name}: flagged", "settled": True, "final_val_mean": 4.5, "fates": {"trained": 6}, "seeds": 2},
+        {"model": f"{qk.name}: fixed", "settled": True, "final_val_mean": 4.2, "fates": {"trained": 6}, "seeds": 2},
+        {"model": f"{FIX_CASES[0].name}: flagged", "settled": False, "final_val_mean": 5.0, "fates": {}, "seeds": 1},
+    ]}
+    results, out = tmp_path / "results.json", tmp_path / "fix_outcomes.json"
+    results.write_text(json.dumps(summary))
+    assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 0
+    read = load_outcomes(out)
+    assert list(read) == [qk.name]  # the unsettled case is not kept
+    assert read[qk.name].flagged_loss == 4.5 and read[qk.name].seeds == 2
+    assert load_outcomes(tmp_path / "absent.json") == {}
+    out.write_text(json.dumps({"not": "a list"}))
+    with pytest.raises(ValueError, match="list of outcomes"):
+        load_outcomes(out)
+    out.write_text(json.dumps([dict(read[qk.name].__dict__, fixed_loss=float("nan"))]))
+    with pytest.raises(ValueError, match="not finite"):
+        load_outcomes(out)
+    results.write_text(json.dumps({"experiment": "depth", "rows": []}))
+    assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 2

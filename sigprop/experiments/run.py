@@ -245,9 +245,10 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "experiment.json", {"experiment": name, "scale": scale, "command": command,
                                                     "runs_planned": len(tuning), "seeds": seeds or spec.seeds})
-        say(f"{name} at {scale} scale: {len(spec.models)} models, {len(tuning)} tuning runs (seed 0 at each rate of "
-            f"a model's grid), then {(seeds or spec.seeds) - 1} more seed(s) at each best rate; {workers} run(s) at a "
-            f"time; into {out}")
+        tuners = min(spec.tuning_seeds, seeds or spec.seeds)
+        say(f"{name} at {scale} scale: {len(spec.models)} models, {len(tuning)} tuning runs "
+            f"({'seed 0' if tuners == 1 else f'seeds 0–{tuners - 1}'} at each rate of a model's grid), then "
+            f"{(seeds or spec.seeds) - tuners} more seed(s) at each best rate; {workers} run(s) at a time; into {out}")
     else:
         say(f"{name}: the table of the runs finished in {out} (training nothing)")
         with contextlib.suppress(OSError, ValueError, KeyError):  # the table names the command that trained
@@ -364,7 +365,8 @@ def estimate(name: str, scale: str) -> dict:
     total_tokens, cpu_seconds = 0.0, 0.0
     for m in spec.models:
         config = _config(spec, m)
-        per_run = (spec.tokens_per_parameter * non_embedding_parameters(config) if spec.tokens_per_parameter is not None
+        per_parameter = m.tokens_per_parameter_at(spec)
+        per_run = (per_parameter * non_embedding_parameters(config) if per_parameter is not None
                    else _fixed_tokens(spec, m, config))
         count = len(m.lrs) * spec.tuning_seeds + spec.seeds - spec.tuning_seeds
         total_tokens += per_run * count

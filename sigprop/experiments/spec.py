@@ -28,13 +28,19 @@ SCALES: tuple[ScaleName, ...] = get_args(ScaleName)
 @dataclass(frozen=True)
 class ModelSpec:
     """One model of an experiment: its ``name`` (a row of the table), its :class:`TransformerConfig` fields over
-    the scale's, its learning-rate grid, and :class:`TrainConfig` fields of its own over the scale's (e.g. no
-    warmup)."""
+    the scale's, its learning-rate grid, :class:`TrainConfig` fields of its own over the scale's (e.g. no
+    warmup), and where set the tokens its runs see per non-embedding parameter instead of the scale's (more steps at
+    the same batch)."""
 
     name: str
     model: dict
     lrs: tuple[float, ...]
     train: dict = field(default_factory=dict)
+    tokens_per_parameter: float | None = None
+
+    def tokens_per_parameter_at(self, scale: Scale) -> float | None:
+        """The tokens per non-embedding parameter this model's runs see at ``scale`` (None: the train's steps)."""
+        return self.tokens_per_parameter if self.tokens_per_parameter is not None else scale.tokens_per_parameter
 
 
 @dataclass(frozen=True)
@@ -160,10 +166,11 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
         model = config_from_dict({**scale.base_model, **spec.model})
         base = train_config_from_dict({**scale.train, **spec.train})
         tokens_per_step = base.batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
-        if scale.tokens_per_parameter is None:
+        per_parameter = spec.tokens_per_parameter_at(scale)
+        if per_parameter is None:
             steps = base.steps
         else:
-            steps = max(1, math.ceil(scale.tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
+            steps = max(1, math.ceil(per_parameter * non_embedding_parameters(model) / tokens_per_step))
         if extra_lrs is not None:
             chosen = [(s, lr, True) for lr in extra_lrs.get(spec.name, ()) for s in tuning_seeds]
         elif best_lr is None:

@@ -14,7 +14,8 @@ then, with the time left, every other model of both. ``--plan rest`` runs the ot
 (``prior-methods`` and ``depth-mlm`` first, then ``ablations`` and ``shaped``); ``prior-methods`` and ``ablations``
 reuse the DSLM runs at 32 × 64 of ``depth`` and ``divergence`` (their folders under ``--work``, and ``depth``'s kept
 records in docs/results/experiments/depth/gpu/runs). ``--plan cpu-shapes --scale cpu`` runs those four at their CPU
-shapes, many runs sharing the GPU.
+shapes, many runs sharing the GPU; ``--plan fixes --scale cpu`` runs ``doctor-fixes`` and ``depth-budget`` the same
+way.
 
 ``--plan ladder`` runs the rungs of ``shape-ladder`` (``--rungs``, default 192,256,384,512) one after another,
 smallest first (``--order largest``: largest first), as many as the budget holds by an estimate of each rung's
@@ -97,6 +98,9 @@ PLANS = {
         (0.5, [("prior-methods", (), 8), ("ablations", (), 8)]),
         (1.0, [("prior-methods", (), 4), ("ablations", (), 4), ("shaped", (), 4), ("depth-mlm", (), 4)]),
     ],
+    # the doctor's fixes and the depth pair's budget rows at their CPU configuration (``--scale cpu``; bf16 on the
+    # GPU, so their tables are the GPU's own): ~5e8 tokens in all
+    "fixes": [(1.0, [("doctor-fixes", (), 8), ("depth-budget", (), 8)])],
     "smoke": [(0.5, [("smoke", ("2x32",), 1)]), (1.0, [("smoke", (), 2)])],
 }
 

@@ -177,8 +177,8 @@ def _headline_steps(tokens_per_parameter: float = 20.0) -> int:
 
 def _budget_models() -> tuple[ModelSpec, ...]:
     """The headline pair as `depth` trains it, then (a) 4× the steps on the same tokens (batches of 8), (b) 40 tokens
-    per parameter (twice the steps), (c) the paper's schedule: warmup over 1% of the steps, linear decay to 0
-    (Kedia et al. App. N, Table 25); each model's grid √2 apart around its best rate in `depth`."""
+    per parameter (twice the steps), (c) the paper's schedule: warmup over the first hundredth of the steps, linear
+    decay to 0 (Kedia et al. App. N, Table 25); each model's grid √2 apart around its best rate in `depth`."""
     rows = (("", {}, None),
             (", 4x steps (batch 8)", dict(batch_size=8), None),
             (", 40 tokens/param", {}, 40.0),

@@ -1,15 +1,16 @@
 """One layer's finite-width fluctuation, by Monte Carlo: how much a fresh draw of one transformer layer's weights
 moves the log of its forward and backward gains on a batch, at the model's width and the layer's input moments.
 
-A model's expectation (:func:`sigprop.predict`) averages over weight draws; one model is one draw. Layer k maps
-the stream's variance σ²_x(k−1) to σ²_x(k) and the gradient's σ²_g(k) to σ²_g(k−1); the logs of these two gains,
+A model's expectation (:func:`sigprop.predict`) averages over weight draws; one model is one draw. Layer k maps the
+stream's variance σ²_x(k−1) to σ²_x(k) and the gradient's σ²_g(k) to σ²_g(k−1); the logs of these two gains,
 
     log φ_k = log σ²_x(k)/σ²_x(k−1),      log γ_k = log σ²_g(k−1)/σ²_g(k)
 
 (variances over the batch's tokens and features, as the measurement pools them), are random through the layer's
-weights (and dropout masks). This module estimates, for one layer, the covariance of (log φ_k, log γ_k) over its
-weights *at a fixed input*: the fresh noise each layer adds, which :mod:`sigprop.theory.spread` accumulates along
-depth.
+weights (and dropout masks), and so are the token correlations of the layer's output, r_x(k), and of the gradient it
+passes down, r_g (as the measurement defines them: :func:`sigprop.core.stats.moment_sums`). This module estimates,
+for one layer, the covariance of (log φ_k, r_x(k), log γ_k, r_g) over its weights *at a fixed input*: the fresh
+noise each layer adds, which :mod:`sigprop.theory.spread` accumulates along depth.
 
 Method: ``inputs`` batches X of Gaussian rows with the layer's input moments (mean μ, variance σ², correlation r,
 :func:`gaussian_rows`) and output gradients G with the gradient's (σ²_g, r_g). The exchangeable state's r is a
@@ -22,9 +23,9 @@ token's gradient within its sequence only, so across sequences the gradients are
 each, ``draws_per_input`` fresh draws of the layer's weights (from the plan's standard deviations for that layer)
 and dropout masks, one forward and one backward of the real layer each. The covariance *within* each input, pooled
 over the inputs (the law of total covariance: E_X Cov_W[· | X]), is what is returned: the spread of the inputs
-themselves is the lower layers' (through the variance, :mod:`sigprop.theory.spread` carries it by linear response)
-and is not counted twice. The sample covariance of n draws in g groups has n − g degrees of freedom; its relative
-standard error is about √(2/(n − g)).
+themselves is the lower layers' (through the variance and the correlation, :mod:`sigprop.theory.spread` carries it
+by linear response) and is not counted twice. The sample covariance of n draws in g groups has n − g degrees of
+freedom; its relative standard error is about √(2/(n − g)).
 
 What it leaves out, by construction: the batch's rows are Gaussian with *expected* moments, one correlation for
 every token pair. A real model's rows at depth carry their own realised Gram matrices (which tokens carry the
@@ -47,12 +48,14 @@ import numpy as np
 import torch
 
 from ..core.moments import GradMoments, Moments
+from ..core.stats import moment_sums
 from ..model.config import TransformerConfig
 from ..model.init import InitPlan
 from ..model.roles import weight_roles
 from ..model.transformer import Transformer
 
-__all__ = ["LayerNoise", "NoiseKey", "LayerNoiseSampler", "gaussian_rows", "DEFAULT_INPUTS", "DEFAULT_DRAWS"]
+__all__ = ["LayerNoise", "NoiseKey", "LayerNoiseSampler", "gaussian_rows", "DEFAULT_INPUTS", "DEFAULT_DRAWS",
+           "NOISE_OF"]
 
 #: Input batches per layer, and weight draws per input batch.
 DEFAULT_INPUTS = 4
@@ -60,17 +63,34 @@ DEFAULT_DRAWS = 12
 #: The grid the input moments are rounded to before sampling (the cache's key): log-variance, correlation.
 LOG_VAR_STEP = 0.05
 CORR_STEP = 0.02
+#: What each row and column of :attr:`LayerNoise.covariance` is the fluctuation of.
+NOISE_OF = ("log forward gain", "output token correlation", "log backward gain", "input gradient's token correlation")
 
 
 @dataclass(frozen=True)
 class LayerNoise:
-    """The fresh fluctuation of one layer: ``fwd`` = Var[log φ], ``grad`` = Var[log γ], ``cov`` = their covariance
-    (module docstring), each within a fixed input; ``dof``: the degrees of freedom of the estimate."""
+    """The fresh fluctuation of one layer within a fixed input (module docstring): ``covariance``, the 4 × 4
+    covariance of (log φ, r_x(out), log γ, r_g(in)), the log forward gain, the output's token correlation, the log
+    backward gain and the input gradient's token correlation, in that order (:data:`NOISE_OF`); ``dof``: the degrees
+    of freedom of the estimate."""
 
-    fwd: float
-    grad: float
-    cov: float
+    covariance: np.ndarray
     dof: int
+
+    @property
+    def fwd(self) -> float:
+        """Var[log φ]."""
+        return float(self.covariance[0, 0])
+
+    @property
+    def grad(self) -> float:
+        """Var[log γ]."""
+        return float(self.covariance[2, 2])
+
+    @property
+    def cov(self) -> float:
+        """Cov[log φ, log γ]."""
+        return float(self.covariance[0, 2])
 
 
 @dataclass(frozen=True)
@@ -200,7 +220,7 @@ class LayerNoiseSampler:
         block = model.layers[0]
         roles = [(r.weight, self.plan.std(r.role, key.layer)) for r in weight_roles(model) if r.layer == 0]
         d, B, L = self.config.d_model, self.sequences, self.length
-        logs = np.empty((self.inputs, self.draws_per_input, 2))
+        logs = np.empty((self.inputs, self.draws_per_input, 4))
         seed = hash((self.seed, key)) % (2**31)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # dropout masks
@@ -216,9 +236,9 @@ class LayerNoiseSampler:
                     x = x0.clone().requires_grad_(True)
                     y = block(x)
                     (gx,) = torch.autograd.grad(y, x, g)
-                    logs[i, j] = (math.log(float(_centred_var(y.detach()) / vx)),
-                                  math.log(float(_centred_var(gx) / vg)))
+                    logs[i, j] = (math.log(float(_centred_var(y.detach()) / vx)), float(moment_sums(y.detach()).corr()),
+                                  math.log(float(_centred_var(gx) / vg)), float(moment_sums(gx).corr()))
         within = logs - logs.mean(axis=1, keepdims=True)
         dof = self.inputs * (self.draws_per_input - 1)
         c = np.einsum("ijk,ijl->kl", within, within) / dof
-        return LayerNoise(fwd=float(c[0, 0]), grad=float(c[1, 1]), cov=float(c[0, 1]), dof=dof)
+        return LayerNoise(covariance=c, dof=dof)

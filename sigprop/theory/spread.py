@@ -9,40 +9,46 @@ What is predicted, per layer row l of a model of N layers:
   top layer's (0 at the top; the top's own randomness is the loss's).
 
 Model (a linear-noise approximation, van Kampen's system-size expansion with 1/width as the small parameter).
-Write ε_k = log σ²_x(k) − E log σ²_x(k) and the log gains of layer k as in :mod:`sigprop.theory.layer_noise`:
-log φ_k (forward) and log γ_k (backward). To first order in the fluctuations,
+The state whose fluctuations are carried is what each layer's expected gains read: forward, the stream's
+log-variance and token correlation, u_k = (ε_k, ρ_k) with ε_k = log σ²_x(k) − E log σ²_x(k) and ρ_k = r_x(k) −
+E r_x(k); backward, the gradient's token correlation at layer k's output, v_k = r_g(k) − E r_g(k). With log φ_k
+(forward) and log γ_k (backward) the log gains of layer k as in :mod:`sigprop.theory.layer_noise`, to first order
+in the fluctuations
 
-    ε_k          = A_k ε_{k−1} + η^f_k,                  ε_{−1} = 0,
-    δ log γ_k    = B_k ε_{k−1} + η^g_k,
+    u_k          = M_k u_{k−1} + ξ_k,                          u_{−1} = 0 (given the embedding),
+    v_{k−1}      = P_k v_k + q_k · u_{k−1} + ω_k,               v_{N−1} = 0 (given the loss),
+    δ log γ_k    = b_k · u_{k−1} + β_k v_k + η^g_k,
 
-where (η^f_k, η^g_k) is the fresh noise layer k's own weights add at a fixed input (covariance from
-:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`), independent between layers (each layer's weights are drawn
-independently), and A_k = ∂ log σ²_x(k)/∂ log σ²_x(k−1), B_k = ∂ log γ_k/∂ log σ²_x(k−1) are the linear response of
-the *expected* gains to the layer's input variance, taken from the component rules themselves (a central difference
-of the walker over one layer, :func:`response`). The gradient's log-ratio at row l is S_l = Σ_{k>l} δ log γ_k, so
+where ζ_k = (ξ_k, η^g_k, ω_k), the fresh noise layer k's own weights add at a fixed input (covariance from
+:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`), is independent between layers (each layer's weights are
+drawn independently), and M_k, P_k, q_k, b_k, β_k are the linear response of the *expected* layer map to its input
+state, taken from the component rules themselves (central differences of the walker over one layer,
+:func:`response`). Every quantity is then linear in the ζ_j: the gradient's log-ratio at row l,
+S_l = Σ_{k>l} δ log γ_k = Σ_j c_{lj} · ζ_j, has variance Σ_j c_{lj}ᵀ Cov(ζ_j) c_{lj} (:func:`accumulate_state`).
 
-    Var ε_l = Σ_j E_{lj}² v^f_j,      E_{kj} = Π_{j<i≤k} A_i  (j ≤ k),
-    Var S_l = Σ_j c_{lj}² v^f_j + Σ_{k>l} (v^g_k + 2 c_{lk} v^{fg}_k),      c_{lj} = Σ_{k>max(l, j)} B_k E_{k−1, j},
-
-v^f, v^g, v^{fg} being the fresh noise's variances and covariance. Post-LN ends each layer in a norm: its output
-variance is fixed (v^f = 0) and the gradient's spread is the sum of its layers' fresh noise, the product of
-independent random factors whose log tends to a Gaussian (Hanin & Nica 2019; Li, Nica & Roy 2021: variance ∝
-depth/width). Pre-LN's stream variance is a sum over layers, each branch's share falling like 1/k; its fluctuation
-enters every later layer's gain through B (the norm divides by σ_x), which is what couples the layers.
+Post-LN ends each layer in a norm: its output variance is fixed, and without the correlations the gradient's spread
+would be the sum of its layers' fresh noise, the product of independent random factors whose log tends to a
+Gaussian (Hanin & Nica 2019; Li, Nica & Roy 2021: variance ∝ depth/width). Pre-LN's stream variance is a sum over
+layers, each branch's share falling like 1/k; its fluctuation enters every later layer's gain (the norm divides by
+σ_x). The token correlations are what make one seed's layers move together: a seed whose stream ends up more
+correlated than the expectation has every later layer's gain shifted the same way (attention averages over tokens),
+and a gradient more correlated than expected passes through each attention layer with a larger gain. Carrying them
+is what brings DeepScaleLM's and Pre-LN's predicted spread to the measured one (docs/results/spread.md).
 
 Assumptions, each a source of error stated where it acts:
 
-1. first order: the log-gains' fluctuations are small per layer (their variance is O(1/width)); their sum over
-   depth need not be;
+1. first order: the fluctuations are small per layer (their variance is O(1/width)); their sum over depth need
+   not be;
 2. the fresh noise of a layer is sampled with Gaussian rows of the *expected* moments and one correlation for every
-   token pair (:mod:`~sigprop.theory.layer_noise`); the realised Gram matrices of a deep model's rows, and the
-   correlation fluctuations they carry from layer to layer (Noci et al. 2023's covariance SDE), are left out;
-3. only the variance's fluctuation is propagated between layers; the token correlation's is not;
+   token pair (:mod:`~sigprop.theory.layer_noise`); the realised Gram matrices' departures from one correlation per
+   pair (which tokens carry the gradient, how strongly), beyond the pooled correlation carried here, are left out;
+3. the embedding's and the loss's own fluctuations are not carried (the forward spread is given the embedding's
+   output, the gradient's relative to the top layer's);
 4. the noise is sampled at a few anchor layers (:func:`anchor_layers`: dense near both ends, where the moments
    change fastest) and interpolated linearly in the layer index between them.
 
 Cost: the Monte Carlo runs ``inputs × draws_per_input`` forward and backward passes of one layer per distinct anchor
-key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses three walks of one layer per anchor.
+key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses six walks of one layer per anchor.
 """
 
 from __future__ import annotations
@@ -65,14 +71,17 @@ from ..walk.protocol import rules_of
 from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
-__all__ = ["SpreadColumns", "predict_spread", "accumulate", "anchor_layers", "response", "gradient_ratio_interval",
+__all__ = ["SpreadColumns", "predict_spread", "accumulate", "accumulate_state", "anchor_layers", "response",
+           "gradient_ratio_interval",
            "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "RESPONSE_STEP",
-           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
+           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES", "CORR_RESPONSE_STEP"]
 
 #: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
 #: The step in log-variance of the central difference of :func:`response`.
 RESPONSE_STEP = 0.05
+#: The step in token correlation of the central difference of :func:`response`.
+CORR_RESPONSE_STEP = 0.02
 #: The statistic each predicted spread column is the log-sd of.
 SPREAD_OF = {"fwd_var": "fwd_var_log_sd", "grad_var": "grad_var_log_sd"}
 #: The probability of the band :func:`seed_mean_band` draws around a K-seed mean (as "within 2 SE" judges a normal).
@@ -121,28 +130,110 @@ def anchor_layers(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> list[int]:
 
 
 def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context: dict[str, Any],
-             step: float = RESPONSE_STEP) -> tuple[float, float]:
-    """(A, B): the derivatives of the expected log forward gain's output, log σ²_x(out), and of the expected log
-    gradient gain, log σ²_g(in)/σ²_g(out), of ``layer`` of ``model`` with respect to its input's log-variance, by a
-    central difference of ``step`` through the component rules (the exchangeable state)."""
+             step: float = RESPONSE_STEP, corr_step: float = CORR_RESPONSE_STEP) -> np.ndarray:
+    """The linear response of ``layer`` of ``model``: the 4 × 3 matrix of derivatives of its expected
+    (log σ²_x(out), r_x(out), log γ, r_g(in)) (rows: the output's log-variance and token correlation, the log
+    gradient gain log σ²_g(in)/σ²_g(out), the input gradient's token correlation) with respect to
+    (log σ²_x(in), r_x(in), r_g(out)) (columns: the input's log-variance and token correlation, the output gradient's
+    token correlation), by central differences through the component rules (the exchangeable state): ``step`` in
+    log-variance, ``corr_step`` in a correlation (kept inside the rules' range, [0, 1] forward and [−1, 1] backward,
+    the difference then taken over the span that remains).
+
+    Args:
+        model: the theory's model.
+        layer: the layer's index.
+        m: its input's moments.
+        g: its output gradient's moments.
+        context: the sweep's rule context.
+        step: the half-step in log-variance.
+        corr_step: the half-step in a token correlation.
+
+    Returns:
+        The (4, 3) float64 matrix J of the module docstring's responses: M = J[:2, :2], b = J[2, :2], β = J[2, 2],
+        q = J[3, :2], P = J[3, 2].
+
+    Example:
+        >>> import sigprop
+        >>> from sigprop.theory.predict import theory_model
+        >>> config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+        ...                                    norm_position="post")
+        >>> J = response(theory_model(config), 1, sigprop.Moments(var=1.0, corr=0.3),
+        ...              sigprop.GradMoments(var=1.0, corr=0.2), {"L": 8, "attention_seed": 0})
+        >>> J.shape, bool(abs(J[0, 0]) < 1e-6)  # Post-LN: the layer ends in a norm, its output variance is fixed
+        ((4, 3), True)
+    """
     module = model.layers[layer]
     source = rules_of(list(model.layers[layer - 1].children())[-1]) if layer > 0 else None
     walker = Walker(EXCHANGEABLE, layer_context(context, layer))
-    out = []
-    for sign in (1.0, -1.0):
-        scaled = Moments(mean=m.mean, var=m.var * math.exp(sign * step), corr=m.corr, corr_hidden=m.corr_hidden)
-        flow, tape = walker.forward(module, Flow(scaled, source))
-        back = walker.backward(module, GradFlow(g), tape)
-        gain = float(np.asarray(back.value.var * back.scale)) / float(np.asarray(g.var))
-        out.append((math.log(float(np.asarray(flow.value.var))), math.log(gain)))
-    return (out[0][0] - out[1][0]) / (2 * step), (out[0][1] - out[1][1]) / (2 * step)
+    g_var = float(np.asarray(g.var))
+
+    def walk(var: float, corr: float, grad_corr: float) -> np.ndarray:
+        state = Moments(mean=m.mean, var=var, corr=corr, corr_hidden=m.corr_hidden)
+        flow, tape = walker.forward(module, Flow(state, source))
+        back = walker.backward(module, GradFlow(GradMoments(var=g_var, corr=grad_corr)), tape)
+        gain = float(np.asarray(back.value.var * back.scale)) / g_var
+        return np.array([math.log(float(np.asarray(flow.value.var))), float(np.asarray(flow.value.corr)),
+                         math.log(gain), float(np.asarray(back.value.corr))])
+
+    var, corr, grad_corr = float(np.asarray(m.var)), float(np.asarray(m.corr)), float(np.asarray(g.corr))
+    out = np.empty((4, 3))
+    out[:, 0] = (walk(var * math.exp(step), corr, grad_corr)
+                 - walk(var * math.exp(-step), corr, grad_corr)) / (2 * step)
+    low, high = max(corr - corr_step, 0.0), min(corr + corr_step, 1.0)
+    out[:, 1] = (walk(var, high, grad_corr) - walk(var, low, grad_corr)) / (high - low)
+    low, high = max(grad_corr - corr_step, -1.0), min(grad_corr + corr_step, 1.0)
+    out[:, 2] = (walk(var, corr, high) - walk(var, corr, low)) / (high - low)
+    return out
+
+
+def accumulate_state(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The variances of ε_l and of S_l (module docstring) for l = −1 … N−1, from the layers' fresh noise and
+    linear responses: the forward state u_k = (ε_k, ρ_k) walked up from u_{−1} = 0, the backward state v_k (the
+    fluctuation of the gradient's token correlation at layer k's output) walked down from v_{N−1} = 0, both linear in
+    every layer's fresh noise ζ_j; S_l's variance is that of its coefficients on the ζ_j, independent between layers.
+
+    Args:
+        noise: (N, 4, 4), layer k's fresh covariance of ζ_k = (log φ_k, r_x(k), log γ_k, r_g(in of k)) at a fixed
+            input (:class:`~sigprop.theory.layer_noise.LayerNoise`).
+        J: (N, 4, 3), layer k's responses (:func:`response`).
+
+    Returns:
+        (Var ε, Var S), each of length N + 1, index 0 being the input row.
+
+    Example:
+        >>> import numpy as np
+        >>> noise = np.zeros((3, 4, 4)); noise[:, 1, 1] = 0.01; noise[:, 2, 2] = 0.1
+        >>> J = np.zeros((3, 4, 3)); J[:, 0, 0] = J[:, 1, 1] = 1.0; J[:, 2, 1] = 1.0  # the gain reads ρ
+        >>> fwd, grad = accumulate_state(noise, J)
+        >>> np.round(grad, 12).tolist()  # S_{-1} = Σ η^g + ρ_0 + ρ_1 = Σ η^g + 2 ξ_0 + ξ_1: 0.3 + 0.04 + 0.01
+        [0.35, 0.25, 0.12, 0.0]
+    """
+    n, q = noise.shape[0], noise.shape[1]
+    unit = np.eye(q)
+    U = np.zeros((n + 1, 2, n, q))  # U[k + 1]: u_k's coefficients on every ζ_j (row 0: u_{-1} = 0)
+    for k in range(n):
+        U[k + 1] = np.einsum("ab,bjq->ajq", J[k, :2, :2], U[k])
+        U[k + 1, :, k] += unit[:2]
+    V = np.zeros((n + 1, n, q))  # V[k + 1]: v_k's coefficients (v_{N-1} = 0)
+    for k in range(n - 1, -1, -1):  # v_{k-1} = J[k, 3, 2] v_k + J[k, 3, :2] · u_{k-1} + ω_k
+        V[k] = J[k, 3, 2] * V[k + 1] + np.einsum("a,ajq->jq", J[k, 3, :2], U[k])
+        V[k, k] += unit[3]
+    fwd = np.einsum("kjq,jqr,kjr->k", U[:, 0], noise, U[:, 0])
+    grad = np.zeros(n + 1)
+    c = np.zeros((n, q))  # S_l's coefficients, summed from the top down
+    for l in range(n - 1, -1, -1):  # δ log γ_l = J[l, 2, :2] · u_{l-1} + J[l, 2, 2] v_l + η^g_l
+        c = c + np.einsum("a,ajq->jq", J[l, 2, :2], U[l]) + J[l, 2, 2] * V[l + 1]
+        c[l] += unit[2]
+        grad[l] = float(np.einsum("jq,jqr,jr->", c, noise, c))
+    return fwd, grad
 
 
 def accumulate(vf: np.ndarray, vg: np.ndarray, cov: np.ndarray, A: np.ndarray,
                B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The variances of ε_l and S_l (module docstring) for l = −1 … N−1, from the per-layer fresh noise (``vf``,
-    ``vg``, ``cov``) and responses (``A``, ``B``), arrays over the N layers. Returns (Var ε, Var S), each of length
-    N + 1, index 0 being the input row.
+    """:func:`accumulate_state` with the variance alone as the state: the per-layer fresh noise (``vf``, ``vg``,
+    ``cov``: Var log φ, Var log γ and their covariance) and responses (``A`` = ∂ log σ²_x(out)/∂ log σ²_x(in),
+    ``B`` = ∂ log γ/∂ log σ²_x(in)), arrays over the N layers; no correlation fluctuates. Returns (Var ε, Var S),
+    each of length N + 1, index 0 being the input row.
 
     Example:
         >>> import numpy as np
@@ -151,21 +242,12 @@ def accumulate(vf: np.ndarray, vg: np.ndarray, cov: np.ndarray, A: np.ndarray,
         >>> np.round(grad, 12).tolist()  # S_l sums the layers above l: 3, 2, 1, 0 of them
         [0.3, 0.2, 0.1, 0.0]
     """
-    n = len(vf)
-    E = np.zeros((n + 1, n))  # E[k + 1, j]: the coefficient of η^f_j in ε_k (row 0: ε_{-1} = 0)
-    for k in range(n):
-        E[k + 1] = A[k] * E[k]
-        E[k + 1, k] = 1.0
-    fwd = (E**2) @ vf
-    grad = np.zeros(n + 1)
-    c = np.zeros(n)  # coefficients of η^f in S_l, built from the top down
-    fresh = 0.0
-    for l in range(n - 1, -2, -1):
-        grad[l + 1] = float(c**2 @ vf) + fresh + 2.0 * float(c[l + 1:] @ cov[l + 1:])
-        if l >= 0:  # S_{l-1} = S_l + δ log γ_l = S_l + B_l ε_{l-1} + η^g_l
-            c = c + B[l] * E[l]
-            fresh += vg[l]
-    return fwd, grad
+    vf, vg, cov, A, B = (np.asarray(v, dtype=np.float64) for v in (vf, vg, cov, A, B))
+    noise = np.zeros((len(vf), 4, 4))
+    noise[:, 0, 0], noise[:, 2, 2], noise[:, 0, 2], noise[:, 2, 0] = vf, vg, cov, cov
+    J = np.zeros((len(vf), 4, 3))
+    J[:, 0, 0], J[:, 2, 0] = A, B
+    return accumulate_state(noise, J)
 
 
 def check_spread(config: TransformerConfig) -> None:
@@ -228,23 +310,23 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
     at = anchor_layers(n, anchors)
     gradients = all(math.isfinite(rows[(k, "layer")].grad_var) and rows[(k, "layer")].grad_var > 0
                     for k in range(n))
-    table = np.zeros((len(at), 5))
+    table = np.zeros((len(at), 28))  # per anchor: the 4 × 4 fresh covariance, then the 4 × 3 response
     for i, k in enumerate(at):
         below = rows[(k - 1, "layer" if k > 0 else "input")]
-        m = Moments(mean=below.fwd_mean, var=below.fwd_var, corr=float(np.clip(below.fwd_corr, -1.0, 1.0)))
+        m = Moments(mean=below.fwd_mean, var=below.fwd_var, corr=float(np.clip(below.fwd_corr, 0.0, 1.0)))
         out = rows[(k, "layer")]
         g = (GradMoments(var=out.grad_var, corr=float(np.clip(out.grad_corr, -1.0, 1.0))) if gradients
              else GradMoments(var=1.0, corr=0.0))
-        noise = sampler.noise(k, m, g)
-        A, B = response(model, k, m, g, context)
-        table[i] = (noise.fwd, noise.grad, noise.cov, A, B)
+        table[i, :16] = sampler.noise(k, m, g).covariance.ravel()
+        table[i, 16:] = response(model, k, m, g, context).ravel()
         if progress is not None:
             progress(1)
-    per_layer = [np.interp(np.arange(n), at, table[:, q]) for q in range(5)]
-    fwd, grad = accumulate(*per_layer)
+    per_layer = np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(28)], -1)
+    fwd, grad = accumulate_state(per_layer[:, :16].reshape(n, 4, 4), per_layer[:, 16:].reshape(n, 4, 3))
     layers = range(-1, n)
-    meta = {"method": "linear noise: each layer's fresh fluctuation (Monte Carlo of one layer on Gaussian rows of "
-                      "its expected moments) accumulated with the rules' linear response (sigprop.theory.spread)",
+    meta = {"method": "linear noise: each layer's fresh fluctuation of its log gains and output token correlation "
+                      "(Monte Carlo of one layer on Gaussian rows of its expected moments) accumulated with the rules' "
+                      "linear response to the input's variance and correlation (sigprop.theory.spread)",
             "anchor_layers": at, "keys_sampled": sampler.samples, "draws_per_key": inputs * draws_per_input,
             "batch": [int(sequences), int(length)]}
     return SpreadColumns({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, fwd, strict=True)},

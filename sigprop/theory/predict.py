@@ -191,11 +191,11 @@ class Prediction:
     # -- progress ------------------------------------------------------------------------------------------------
     def steps(self, gradients: bool = True, spread: bool = False) -> int:
         """The ``progress`` steps of :meth:`profile` from here on: a layer per sweep still to run, and with
-        ``spread`` one per anchor layer of the spread's Monte Carlo (:func:`~sigprop.theory.spread.anchor_layers`)."""
-        from .spread import anchor_layers
+        ``spread`` the spread's (:func:`~sigprop.theory.spread.spread_steps`)."""
+        from .spread import spread_steps
 
         n, total = self.config.n_layers, self.config.total_layers
-        extra = len(anchor_layers(n)) if spread else 0
+        extra = spread_steps(n) if spread else 0
         if self.both_resolved:
             fwd = 0 if self._gram_rows is not None else n
             return fwd + (n if gradients and self._gram_grads is None else 0) + extra
@@ -270,8 +270,8 @@ class Prediction:
         profile = self._moments_profile(grad_top, gradients, progress)
         if not spread:
             return profile
-        return predict_spread(self.model, profile, self.context, self.sequences, self.L,
-                              progress=progress).apply(profile)
+        return predict_spread(self.model, profile, self.context, self.sequences, self.L, progress=progress,
+                              gradient_correlation=not self.both_resolved).apply(profile)
 
     @property
     def sequences(self) -> int:

@@ -45,10 +45,13 @@ Assumptions, each a source of error stated where it acts:
 3. the embedding's and the loss's own fluctuations are not carried (the forward spread is given the embedding's
    output, the gradient's relative to the top layer's);
 4. the noise is sampled at a few anchor layers (:func:`anchor_layers`: dense near both ends, where the moments
-   change fastest) and interpolated linearly in the layer index between them.
+   change fastest) and interpolated linearly in the layer index between them (the responses, cheap, are taken at
+   every layer);
+5. the gradient correlation's channel is carried only where the profile's backward state is the exchangeable one
+   (:func:`predict_spread`'s ``gradient_correlation``).
 
 Cost: the Monte Carlo runs ``inputs × draws_per_input`` forward and backward passes of one layer per distinct anchor
-key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses six walks of one layer per anchor.
+key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses six walks of one layer at every layer.
 """
 
 from __future__ import annotations
@@ -71,10 +74,9 @@ from ..walk.protocol import rules_of
 from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
-__all__ = ["SpreadColumns", "predict_spread", "accumulate", "accumulate_state", "anchor_layers", "response",
-           "gradient_ratio_interval",
-           "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "RESPONSE_STEP",
-           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES", "CORR_RESPONSE_STEP"]
+__all__ = ["SpreadColumns", "predict_spread", "spread_steps", "accumulate", "accumulate_state", "anchor_layers",
+           "response", "gradient_ratio_interval", "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF",
+           "DEFAULT_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP", "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
 
 #: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
@@ -269,9 +271,21 @@ def check_spread(config: TransformerConfig) -> None:
                          "not an encoder-decoder")
 
 
+def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> int:
+    """The progress steps of :func:`predict_spread` for ``n_layers`` layers: one per anchor's Monte Carlo, one per
+    layer's response.
+
+    Example:
+        >>> spread_steps(4), spread_steps(192)
+        (8, 202)
+    """
+    return len(anchor_layers(n_layers, anchors)) + n_layers
+
+
 def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any], sequences: int, length: int,
                    anchors: int = DEFAULT_ANCHORS, inputs: int = DEFAULT_INPUTS, draws_per_input: int = DEFAULT_DRAWS,
-                   seed: int = 0, progress: Callable[[int], None] | None = None) -> SpreadColumns:
+                   seed: int = 0, progress: Callable[[int], None] | None = None,
+                   gradient_correlation: bool = True) -> SpreadColumns:
     """The seed-to-seed spread of ``profile`` (the predicted profile of the theory's ``model``, walked under the
     sweep's ``context``) on a batch of ``sequences`` × ``length`` tokens (module docstring).
 
@@ -285,7 +299,12 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         inputs: input batches per anchor (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`).
         draws_per_input: weight draws per input batch.
         seed: the Monte Carlo's seed.
-        progress: called with 1 after each anchor layer.
+        progress: called with 1 after each anchor layer's Monte Carlo and after each layer's response
+            (:func:`spread_steps` calls in all).
+        gradient_correlation: carry the fluctuation of the gradient's token correlation (v_k). The responses are the
+            exchangeable rules': where the profile's backward sweep is token-resolved (a decoder's gradient, whose
+            positions are not exchangeable), its gains do not follow the pooled correlation, and the channel is left
+            out (v_k ≡ 0; ``meta["gradient_correlation"]`` says so).
 
     Returns:
         The :class:`SpreadColumns`.
@@ -310,24 +329,37 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
     at = anchor_layers(n, anchors)
     gradients = all(math.isfinite(rows[(k, "layer")].grad_var) and rows[(k, "layer")].grad_var > 0
                     for k in range(n))
-    table = np.zeros((len(at), 28))  # per anchor: the 4 × 4 fresh covariance, then the 4 × 3 response
-    for i, k in enumerate(at):
+
+    def moments_at(k: int) -> tuple[Moments, GradMoments]:
         below = rows[(k - 1, "layer" if k > 0 else "input")]
         m = Moments(mean=below.fwd_mean, var=below.fwd_var, corr=float(np.clip(below.fwd_corr, 0.0, 1.0)))
         out = rows[(k, "layer")]
         g = (GradMoments(var=out.grad_var, corr=float(np.clip(out.grad_corr, -1.0, 1.0))) if gradients
              else GradMoments(var=1.0, corr=0.0))
-        table[i, :16] = sampler.noise(k, m, g).covariance.ravel()
-        table[i, 16:] = response(model, k, m, g, context).ravel()
+        return m, g
+
+    table = np.zeros((len(at), 16))  # per anchor: the 4 × 4 fresh covariance
+    for i, k in enumerate(at):
+        table[i] = sampler.noise(k, *moments_at(k)).covariance.ravel()
         if progress is not None:
             progress(1)
-    per_layer = np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(28)], -1)
-    fwd, grad = accumulate_state(per_layer[:, :16].reshape(n, 4, 4), per_layer[:, 16:].reshape(n, 4, 3))
+    noise = np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(16)], -1).reshape(n, 4, 4)
+    J = np.empty((n, 4, 3))  # at every layer: the state changes fastest near the input, where one anchor is too few
+    for k in range(n):
+        J[k] = response(model, k, *moments_at(k), context)
+        if progress is not None:
+            progress(1)
+    if not gradient_correlation:  # v_k ≡ 0: no fresh noise, no response feeds it or reads it
+        noise[:, 3, :] = noise[:, :, 3] = 0.0
+        J[:, 3, :] = J[:, 2, 2] = 0.0
+    fwd, grad = accumulate_state(noise, J)
     layers = range(-1, n)
     meta = {"method": "linear noise: each layer's fresh fluctuation of its log gains and output token correlation "
                       "(Monte Carlo of one layer on Gaussian rows of its expected moments) accumulated with the rules' "
                       "linear response to the input's variance and correlation (sigprop.theory.spread)",
             "anchor_layers": at, "keys_sampled": sampler.samples, "draws_per_key": inputs * draws_per_input,
+            "gradient_correlation": ("carried" if gradient_correlation else
+                                     "not carried (the profile's backward state is token-resolved)"),
             "batch": [int(sequences), int(length)]}
     return SpreadColumns({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, fwd, strict=True)},
                          ({l: float(math.sqrt(max(v, 0.0))) for l, v in zip(layers, grad, strict=True)}

@@ -46,9 +46,6 @@ def test_spread_of_an_encoder_decoder_is_refused_before_any_work():
 
 
 @pytest.mark.long
-@pytest.mark.xfail(strict=True, reason="the predicted spread falls short of the measured one at small widths "
-                   "(docs/results/spread.md, 'What the failures say'), so the interval covers fewer seeds than it "
-                   "states (docs/results/spread.md, 'One model's interval')")
 def test_the_interval_covers_per_seed_measurements_at_its_level():
     """128 freshly drawn models of the small stack, measured on the prediction's batch (train mode, each seed's own
     dropout masks): the share whose σ²_g(0)/σ²_g(top) lies in the 90% interval is within three binomial standard

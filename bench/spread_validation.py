@@ -13,6 +13,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py predict                                   # the predictions, per cell
     python bench/spread_validation.py report                                    # table (markdown) and figure
     python bench/spread_validation.py coverage   # the doctor's 90% interval of one model's gradient ratio, per cell
+    python bench/spread_validation.py states     # the token correlations' own spread, measured against predicted
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -227,6 +228,58 @@ def coverage(level: float = 0.9) -> None:
     (OUT / "coverage.md").write_text("\n".join(lines) + "\n")
 
 
+#: The cells whose token correlations' seed-to-seed spread ``states`` measures (the two families whose gradient
+#: spread the correlations carry, at the shallowest and the deepest Pre-LN cell).
+STATE_CELLS = [("preln-xavier", 64, 24), ("preln-xavier", 64, 192), ("dslm-post", 64, 24)]
+
+
+def states(seeds: int) -> None:
+    """The correlations the spread carries, checked on their own: per cell of :data:`STATE_CELLS`, the measured
+    seed-to-seed standard deviation of the stream's and the gradient's token correlation after each layer (one model
+    per seed, as ``measure``; resumable, a line per seed in spread/states/CELL.jsonl) against the prediction's
+    ``fwd_corr_sd`` / ``grad_corr_sd`` (the ``predict`` files' meta); the table goes to spread/states.md."""
+    import torch
+
+    from sigprop.measurement.hooks import measure
+    from sigprop.model.transformer import Transformer
+
+    predictions: dict = {}
+    for path in sorted(OUT.glob("predictions*.json")):
+        predictions.update(json.loads(path.read_text()))
+    lines = ["| cell | layer | stream: measured sd ± SE | predicted | gradient: measured sd ± SE | predicted |",
+             "|---|---|---|---|---|---|"]
+    for family, width, depth in STATE_CELLS:
+        name = cell_name(family, width, depth)
+        config = config_of(family, width, depth)
+        batch = batch_of(config)
+        path = OUT / "states" / f"{name}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        done = {json.loads(line)["seed"] for line in path.read_text().splitlines()} if path.exists() else set()
+        for s in range(seeds):
+            if s in done:
+                continue
+            model = Transformer(config, generator=torch.Generator().manual_seed(s))
+            model.train()
+            torch.manual_seed(10_000 + s)
+            rows = measure(model, batch).lookup()
+            with path.open("a") as f:
+                f.write(json.dumps({"seed": s, "fwd_corr": [rows[(k, "layer")].fwd_corr for k in range(depth)],
+                                    "grad_corr": [rows[(k, "layer")].grad_corr for k in range(depth)]}) + "\n")
+            print(f"{name} seed {s}", flush=True)
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        fwd = np.array([r["fwd_corr"] for r in records])
+        grad = np.array([r["grad_corr"] for r in records])
+        n = len(records)
+        meta = predictions[name]["meta"]
+        for k in sorted({0, 1, 2, 6, depth // 4, depth // 2, depth - 2}):
+            mf, mg = fwd[:, k].std(ddof=1), grad[:, k].std(ddof=1)
+            se = 1 / math.sqrt(2 * (n - 1))
+            lines.append(f"| {name} | {k} | {mf:.4f} ± {mf * se:.4f} | {meta['fwd_corr_sd'][k + 1]:.4f} | "
+                         f"{mg:.4f} ± {mg * se:.4f} | {meta['grad_corr_sd'][k + 1]:.4f} |")
+            print(lines[-1], flush=True)
+    (OUT / "states.md").write_text("\n".join(lines) + "\n")
+
+
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
     """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
     few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
@@ -279,7 +332,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "correlations"])
+    ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "correlations"])
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
@@ -302,6 +355,8 @@ def main() -> None:
         correlations()
     elif args.action == "coverage":
         coverage()
+    elif args.action == "states":
+        states(args.seeds)
     else:
         report()
 

@@ -45,13 +45,13 @@ Assumptions, each a source of error stated where it acts:
 3. the embedding's and the loss's own fluctuations are not carried (the forward spread is given the embedding's
    output, the gradient's relative to the top layer's);
 4. the noise is sampled at a few anchor layers (:func:`anchor_layers`: dense near both ends, where the moments
-   change fastest) and interpolated linearly in the layer index between them (the responses, cheap, are taken at
-   every layer);
+   change fastest) and interpolated linearly in the layer index between them; the responses likewise, on a denser
+   set (:data:`RESPONSE_ANCHORS`: every layer of a model of up to 40);
 5. the gradient correlation's channel is carried only where the profile's backward state is the exchangeable one
    (:func:`predict_spread`'s ``gradient_correlation``).
 
 Cost: the Monte Carlo runs ``inputs × draws_per_input`` forward and backward passes of one layer per distinct anchor
-key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses six walks of one layer at every layer.
+key (:class:`~sigprop.theory.layer_noise.NoiseKey`), the responses six walks of one layer per response anchor.
 """
 
 from __future__ import annotations
@@ -74,12 +74,17 @@ from ..walk.protocol import rules_of
 from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
-__all__ = ["SpreadColumns", "predict_spread", "spread_steps", "accumulate", "accumulate_state", "anchor_layers",
+__all__ = ["SpreadColumns", "predict_spread", "spread_steps", "accumulate", "accumulate_state", "state_spread",
+           "anchor_layers",
            "response", "gradient_ratio_interval", "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF",
-           "DEFAULT_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP", "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
+           "DEFAULT_ANCHORS", "RESPONSE_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP", "BAND_LEVEL", "BAND_DRAWS",
+           "BAND_NODES"]
 
-#: Anchor layers at which the noise and the response are computed (at most; a shallower model: every layer).
+#: Anchor layers at which the noise is sampled (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
+#: Anchor layers at which the responses are taken (at most): cheaper than the noise, and needed denser, since a
+#: correlation's response changes fast over the first layers (the input's correlation is near 0).
+RESPONSE_ANCHORS = 40
 #: The step in log-variance of the central difference of :func:`response`.
 RESPONSE_STEP = 0.05
 #: The step in token correlation of the central difference of :func:`response`.
@@ -99,7 +104,8 @@ BAND_NODES = 32
 class SpreadColumns:
     """Per "layer" row l (0 … N−1) and the input row (−1): the predicted standard deviations of the log forward
     variance (``fwd``) and of the log gradient ratio to the top (``grad``), as {layer: value}; ``meta``: how they
-    were computed."""
+    were computed, and the predicted standard deviations of the stream's and the gradient's token correlations
+    (``fwd_corr_sd``, ``grad_corr_sd``: lists over the rows −1 … N−1)."""
 
     fwd: dict[int, float]
     grad: dict[int, float]
@@ -188,6 +194,44 @@ def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context
     return out
 
 
+def _state_coefficients(J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(U, V): U[k + 1] (2, N, 4) the coefficients of u_k on every layer's fresh noise ζ_j (U[0] = 0: u_{−1}),
+    V[k + 1] (N, 4) those of v_k (V[N] = 0: v_{N−1}), from the responses J (N, 4, 3) (module docstring)."""
+    n = J.shape[0]
+    unit = np.eye(4)
+    U = np.zeros((n + 1, 2, n, 4))
+    for k in range(n):
+        U[k + 1] = np.einsum("ab,bjq->ajq", J[k, :2, :2], U[k])
+        U[k + 1, :, k] += unit[:2]
+    V = np.zeros((n + 1, n, 4))
+    for k in range(n - 1, -1, -1):  # v_{k-1} = J[k, 3, 2] v_k + J[k, 3, :2] · u_{k-1} + ω_k
+        V[k] = J[k, 3, 2] * V[k + 1] + np.einsum("a,ajq->jq", J[k, 3, :2], U[k])
+        V[k, k] += unit[3]
+    return U, V
+
+
+def state_spread(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The variances of the token correlations' fluctuations the spread carries: of ρ_l (the stream's, after layer
+    l) and of v_l (the gradient's, at layer l's output), for l = −1 … N−1 (index 0: the input row).
+
+    Args:
+        noise: (N, 4, 4), as :func:`accumulate_state`.
+        J: (N, 4, 3), as :func:`accumulate_state`.
+
+    Returns:
+        (Var ρ, Var v), each of length N + 1.
+
+    Example:
+        >>> import numpy as np
+        >>> noise = np.zeros((3, 4, 4)); noise[:, 1, 1] = 0.01
+        >>> J = np.zeros((3, 4, 3)); J[:, 1, 1] = 1.0  # the stream's correlation persists
+        >>> np.round(state_spread(noise, J)[0], 12).tolist()
+        [0.0, 0.01, 0.02, 0.03]
+    """
+    U, V = _state_coefficients(J)
+    return (np.einsum("kjq,jqr,kjr->k", U[:, 1], noise, U[:, 1]), np.einsum("kjq,jqr,kjr->k", V, noise, V))
+
+
 def accumulate_state(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The variances of ε_l and of S_l (module docstring) for l = −1 … N−1, from the layers' fresh noise and
     linear responses: the forward state u_k = (ε_k, ρ_k) walked up from u_{−1} = 0, the backward state v_k (the
@@ -212,14 +256,7 @@ def accumulate_state(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.n
     """
     n, q = noise.shape[0], noise.shape[1]
     unit = np.eye(q)
-    U = np.zeros((n + 1, 2, n, q))  # U[k + 1]: u_k's coefficients on every ζ_j (row 0: u_{-1} = 0)
-    for k in range(n):
-        U[k + 1] = np.einsum("ab,bjq->ajq", J[k, :2, :2], U[k])
-        U[k + 1, :, k] += unit[:2]
-    V = np.zeros((n + 1, n, q))  # V[k + 1]: v_k's coefficients (v_{N-1} = 0)
-    for k in range(n - 1, -1, -1):  # v_{k-1} = J[k, 3, 2] v_k + J[k, 3, :2] · u_{k-1} + ω_k
-        V[k] = J[k, 3, 2] * V[k + 1] + np.einsum("a,ajq->jq", J[k, 3, :2], U[k])
-        V[k, k] += unit[3]
+    U, V = _state_coefficients(J)
     fwd = np.einsum("kjq,jqr,kjr->k", U[:, 0], noise, U[:, 0])
     grad = np.zeros(n + 1)
     c = np.zeros((n, q))  # S_l's coefficients, summed from the top down
@@ -273,13 +310,13 @@ def check_spread(config: TransformerConfig) -> None:
 
 def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> int:
     """The progress steps of :func:`predict_spread` for ``n_layers`` layers: one per anchor's Monte Carlo, one per
-    layer's response.
+    response anchor's responses (:data:`RESPONSE_ANCHORS`).
 
     Example:
         >>> spread_steps(4), spread_steps(192)
-        (8, 202)
+        (8, 48)
     """
-    return len(anchor_layers(n_layers, anchors)) + n_layers
+    return len(anchor_layers(n_layers, anchors)) + len(anchor_layers(n_layers, RESPONSE_ANCHORS))
 
 
 def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any], sequences: int, length: int,
@@ -299,7 +336,7 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         inputs: input batches per anchor (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`).
         draws_per_input: weight draws per input batch.
         seed: the Monte Carlo's seed.
-        progress: called with 1 after each anchor layer's Monte Carlo and after each layer's response
+        progress: called with 1 after each anchor layer's Monte Carlo and after each response anchor's responses
             (:func:`spread_steps` calls in all).
         gradient_correlation: carry the fluctuation of the gradient's token correlation (v_k). The responses are the
             exchangeable rules': where the profile's backward sweep is token-resolved (a decoder's gradient, whose
@@ -344,20 +381,26 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         if progress is not None:
             progress(1)
     noise = np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(16)], -1).reshape(n, 4, 4)
-    J = np.empty((n, 4, 3))  # at every layer: the state changes fastest near the input, where one anchor is too few
-    for k in range(n):
-        J[k] = response(model, k, *moments_at(k), context)
+    at_response = anchor_layers(n, RESPONSE_ANCHORS)
+    responses = np.empty((len(at_response), 12))
+    for i, k in enumerate(at_response):
+        responses[i] = response(model, k, *moments_at(k), context).ravel()
         if progress is not None:
             progress(1)
+    J = np.stack([np.interp(np.arange(n), at_response, responses[:, q]) for q in range(12)], -1).reshape(n, 4, 3)
     if not gradient_correlation:  # v_k ≡ 0: no fresh noise, no response feeds it or reads it
         noise[:, 3, :] = noise[:, :, 3] = 0.0
         J[:, 3, :] = J[:, 2, 2] = 0.0
     fwd, grad = accumulate_state(noise, J)
+    fwd_corr, grad_corr = state_spread(noise, J)
     layers = range(-1, n)
-    meta = {"method": "linear noise: each layer's fresh fluctuation of its log gains and output token correlation "
-                      "(Monte Carlo of one layer on Gaussian rows of its expected moments) accumulated with the rules' "
-                      "linear response to the input's variance and correlation (sigprop.theory.spread)",
-            "anchor_layers": at, "keys_sampled": sampler.samples, "draws_per_key": inputs * draws_per_input,
+    meta = {"method": "linear noise: each layer's fresh fluctuation of its log gains and of the token correlations of "
+                      "its output and of the gradient it passes down (Monte Carlo of one layer on Gaussian rows of its "
+                      "expected moments), accumulated with the rules' linear response (sigprop.theory.spread)",
+            "anchor_layers": at, "response_anchors": len(at_response), "keys_sampled": sampler.samples,
+            "draws_per_key": inputs * draws_per_input,
+            "fwd_corr_sd": [round(float(math.sqrt(max(v, 0.0))), 6) for v in fwd_corr],
+            "grad_corr_sd": [round(float(math.sqrt(max(v, 0.0))), 6) for v in grad_corr] if gradients else [],
             "gradient_correlation": ("carried" if gradient_correlation else
                                      "not carried (the profile's backward state is token-resolved)"),
             "batch": [int(sequences), int(length)]}

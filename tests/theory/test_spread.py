@@ -11,7 +11,7 @@ import torch
 import sigprop
 from sigprop.core.profile import Profile
 from sigprop.theory.layer_noise import LayerNoiseSampler, NoiseKey, gaussian_rows
-from sigprop.theory.spread import accumulate, accumulate_state, anchor_layers
+from sigprop.theory.spread import accumulate, accumulate_state, anchor_layers, state_spread
 
 SMALL = dict(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8, max_len=8)
 
@@ -51,7 +51,8 @@ def test_accumulate_against_a_simulation_of_the_linear_model():
 def test_accumulate_state_against_a_simulation_of_the_coupled_linear_model():
     """The forward state u_k = (ε_k, ρ_k) walked up, the gradient correlation's fluctuation v_k walked down, and the
     log gains reading both (accumulate_state's docstring), each layer's fresh noise ζ_k correlated within the layer:
-    Var ε_l and Var S_l simulated, within z standard errors of a variance (relative SE √(2/(n − 1)))."""
+    Var ε_l, Var S_l and the correlations' Var ρ_l, Var v_l simulated, within z standard errors of a variance
+    (relative SE √(2/(n − 1)))."""
     rng = np.random.default_rng(1)
     n, draws = 5, 40_000
     noise = np.empty((n, 4, 4))
@@ -72,7 +73,8 @@ def test_accumulate_state_against_a_simulation_of_the_coupled_linear_model():
         v[k] = J[k, 3, 2] * v[k + 1] + u[k] @ J[k, 3, :2] + zeta[k, :, 3]
     gain = np.stack([u[k] @ J[k, 2, :2] + J[k, 2, 2] * v[k + 1] + zeta[k, :, 2] for k in range(n)])
     S = np.array([gain[l + 1:].sum(axis=0) for l in range(-1, n)])
-    for predicted, simulated in ((fwd, u[:, :, 0]), (grad, S)):
+    rho, grad_corr = state_spread(noise, J)
+    for predicted, simulated in ((fwd, u[:, :, 0]), (grad, S), (rho, u[:, :, 1]), (grad_corr, v)):
         for p, x in zip(predicted, simulated, strict=True):
             var = x.var(ddof=1)
             assert abs(p - var) <= 4.4 * max(var, 1e-12) * math.sqrt(2 / (draws - 1)) + 1e-15

@@ -14,6 +14,8 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py report                                    # table (markdown) and figure
     python bench/spread_validation.py coverage   # the doctor's 90% interval of one model's gradient ratio, per cell
     python bench/spread_validation.py states     # the token correlations' own spread, measured against predicted
+    python bench/spread_validation.py additivity # a seed's layers move together: Var S_0 against its layers' sum
+    python bench/spread_validation.py ablation [--cells NAME ...]   # without the gradient correlation's channel
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -280,6 +282,35 @@ def states(seeds: int) -> None:
     (OUT / "states.md").write_text("\n".join(lines) + "\n")
 
 
+def additivity() -> None:
+    """Per cell, the measured variance of log σ²_g(0)/σ²_g(top) across seeds against the sum of its layers' own
+    variances (each layer's log gain S_{k−1} − S_k): a ratio above 1 says that one seed's layers move together."""
+    print("| cell | Var S_0 | Σ_k Var(layer k's log gain) | ratio |")
+    print("|---|---|---|---|")
+    for family, width, depth in CELLS:
+        name = cell_name(family, width, depth)
+        path = OUT / "cells" / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        S = np.array([json.loads(line)["grad_log_ratio"] for line in path.read_text().splitlines()])
+        total, parts = S[:, 0].var(ddof=1), np.diff(S, axis=1).var(axis=0, ddof=1).sum()
+        print(f"| {name} | {total:.3f} | {parts:.3f} | {total / parts:.2f} |", flush=True)
+
+
+def ablation(cells: list) -> None:
+    """The predicted sd of log σ²_g(0)/σ²_g(top) without the gradient correlation's channel (the stream's variance
+    and token correlation carried only), per cell: what that channel adds."""
+    from sigprop.analysis.experiment import batch_prediction
+    from sigprop.theory.spread import predict_spread
+
+    for family, width, depth in cells:
+        config = config_of(family, width, depth)
+        prediction = batch_prediction(config, batch_of(config), SEQUENCES)
+        columns = predict_spread(prediction.model, prediction.profile(), prediction.context, prediction.sequences,
+                                 prediction.L, gradient_correlation=False)
+        print(f"{cell_name(family, width, depth)}: {columns.grad[0]:.3f} without the gradient correlation", flush=True)
+
+
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
     """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
     few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
@@ -332,7 +363,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "correlations"])
+    ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "additivity", "ablation",
+                                        "correlations"])
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
@@ -357,6 +389,10 @@ def main() -> None:
         coverage()
     elif args.action == "states":
         states(args.seeds)
+    elif args.action == "additivity":
+        additivity()
+    elif args.action == "ablation":
+        ablation(cells)
     else:
         report()
 

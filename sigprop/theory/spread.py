@@ -144,8 +144,8 @@ def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context
     gradient gain log σ²_g(in)/σ²_g(out), the input gradient's token correlation) with respect to
     (log σ²_x(in), r_x(in), r_g(out)) (columns: the input's log-variance and token correlation, the output gradient's
     token correlation), by central differences through the component rules (the exchangeable state): ``step`` in
-    log-variance, ``corr_step`` in a correlation (kept inside the rules' range, [0, 1] forward and [−1, 1] backward,
-    the difference then taken over the span that remains).
+    log-variance, ``corr_step`` in a correlation (kept inside the rules' range, [0, 1) forward and (−1, 1) backward,
+    a quarter step from ±1, the difference then taken over the span that remains).
 
     Args:
         model: the theory's model.
@@ -187,9 +187,10 @@ def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context
     out = np.empty((4, 3))
     out[:, 0] = (walk(var * math.exp(step), corr, grad_corr)
                  - walk(var * math.exp(-step), corr, grad_corr)) / (2 * step)
-    low, high = max(corr - corr_step, 0.0), min(corr + corr_step, 1.0)
+    edge = corr_step / 4  # a correlation of exactly ±1 is a degenerate state some rules cannot take
+    low, high = max(corr - corr_step, 0.0), min(corr + corr_step, 1.0 - edge)
     out[:, 1] = (walk(var, high, grad_corr) - walk(var, low, grad_corr)) / (high - low)
-    low, high = max(grad_corr - corr_step, -1.0), min(grad_corr + corr_step, 1.0)
+    low, high = max(grad_corr - corr_step, -1.0 + edge), min(grad_corr + corr_step, 1.0 - edge)
     out[:, 2] = (walk(var, corr, high) - walk(var, corr, low)) / (high - low)
     return out
 

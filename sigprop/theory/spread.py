@@ -144,8 +144,9 @@ def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context
     gradient gain log σ²_g(in)/σ²_g(out), the input gradient's token correlation) with respect to
     (log σ²_x(in), r_x(in), r_g(out)) (columns: the input's log-variance and token correlation, the output gradient's
     token correlation), by central differences through the component rules (the exchangeable state): ``step`` in
-    log-variance, ``corr_step`` in a correlation (kept inside the rules' range, [0, 1) forward and (−1, 1) backward,
-    a quarter step from ±1, the difference then taken over the span that remains).
+    log-variance, ``corr_step`` in a correlation (kept inside the states that exist: [0, 1) forward, and backward
+    above three quarters of −1/(L − 1), the least correlation L exchangeable tokens can share; a quarter step below
+    1; the difference then taken over the span that remains).
 
     Args:
         model: the theory's model.
@@ -190,7 +191,9 @@ def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context
     edge = corr_step / 4  # a correlation of exactly ±1 is a degenerate state some rules cannot take
     low, high = max(corr - corr_step, 0.0), min(corr + corr_step, 1.0 - edge)
     out[:, 1] = (walk(var, high, grad_corr) - walk(var, low, grad_corr)) / (high - low)
-    low, high = max(grad_corr - corr_step, -1.0 + edge), min(grad_corr + corr_step, 1.0 - edge)
+    length = int(context.get("L", 0))  # L exchangeable tokens cannot all be more anti-correlated than −1/(L − 1)
+    floor = -1.0 / (length - 1) if length > 1 else -1.0
+    low, high = max(grad_corr - corr_step, 0.75 * floor), min(grad_corr + corr_step, 1.0 - edge)
     out[:, 2] = (walk(var, corr, high) - walk(var, corr, low)) / (high - low)
     return out
 

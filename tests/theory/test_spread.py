@@ -162,3 +162,18 @@ def test_gradient_ratio_interval():
         gradient_ratio_interval(Profile("predicted", {}, (Row(0, "layer", grad_var=1.0),)))
     with pytest.raises(ValueError, match="level"):
         gradient_ratio_interval(Profile("predicted", {}, rows), level=1.0)
+
+
+@pytest.mark.parametrize("corr, grad_corr", [(1.0, 0.0), (0.999, -0.004), (0.5, 1.0)])
+def test_response_stays_inside_the_states_that_exist(corr, grad_corr):
+    """Near a correlation of 1 (a Post-LN stream near rank collapse) or a gradient correlation near 0 at a long
+    sequence (where L tokens cannot share less than −1/(L − 1)), the central differences step only into states the
+    rules accept, and every response is finite."""
+    from sigprop.theory.predict import theory_model
+    from sigprop.theory.spread import response
+
+    config = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=128, max_len=128,
+                                       norm_position="post")
+    J = response(theory_model(config), 1, sigprop.Moments(var=1.0, corr=corr),
+                 sigprop.GradMoments(var=1.0, corr=grad_corr), {"L": 128, "attention_seed": 0})
+    assert J.shape == (4, 3) and np.isfinite(J).all()

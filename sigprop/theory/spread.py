@@ -74,11 +74,10 @@ from ..walk.protocol import rules_of
 from ..walk.walker import Flow, GradFlow, Walker
 from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
-__all__ = ["SpreadColumns", "predict_spread", "spread_steps", "accumulate", "accumulate_state", "state_spread",
-           "anchor_layers",
-           "response", "gradient_ratio_interval", "seed_mean_band", "profile_bands", "check_spread", "SPREAD_OF",
-           "DEFAULT_ANCHORS", "RESPONSE_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP", "BAND_LEVEL", "BAND_DRAWS",
-           "BAND_NODES"]
+__all__ = ["SpreadColumns", "NoiseSampling", "predict_spread", "spread_steps", "accumulate", "accumulate_state",
+           "state_spread", "anchor_layers", "response", "gradient_ratio_interval", "seed_mean_band", "profile_bands",
+           "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "RESPONSE_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP",
+           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
 
 #: Anchor layers at which the noise is sampled (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
@@ -323,9 +322,20 @@ def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> int:
     return len(anchor_layers(n_layers, anchors)) + len(anchor_layers(n_layers, RESPONSE_ANCHORS))
 
 
+@dataclass(frozen=True)
+class NoiseSampling:
+    """How the layers' fresh noise is sampled (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`): at most
+    ``anchors`` anchor layers (:func:`anchor_layers`), ``inputs`` input batches per anchor, ``draws_per_input``
+    weight draws per input batch, every draw derived from ``seed``."""
+
+    anchors: int = DEFAULT_ANCHORS
+    inputs: int = DEFAULT_INPUTS
+    draws_per_input: int = DEFAULT_DRAWS
+    seed: int = 0
+
+
 def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any], sequences: int, length: int,
-                   anchors: int = DEFAULT_ANCHORS, inputs: int = DEFAULT_INPUTS, draws_per_input: int = DEFAULT_DRAWS,
-                   seed: int = 0, progress: Callable[[int], None] | None = None,
+                   sampling: NoiseSampling = NoiseSampling(), progress: Callable[[int], None] | None = None,
                    gradient_correlation: bool = True) -> SpreadColumns:
     """The seed-to-seed spread of ``profile`` (the predicted profile of the theory's ``model``, walked under the
     sweep's ``context``) on a batch of ``sequences`` × ``length`` tokens (module docstring).
@@ -336,10 +346,7 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         context: the sweep's rule context (``L``, ``attention_heads``, ``attention_seed``).
         sequences: B, sequences in the batch.
         length: L, tokens per sequence.
-        anchors: layers at which the noise is sampled (:func:`anchor_layers`).
-        inputs: input batches per anchor (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`).
-        draws_per_input: weight draws per input batch.
-        seed: the Monte Carlo's seed.
+        sampling: how the layers' fresh noise is sampled (:class:`NoiseSampling`).
         progress: called with 1 after each anchor layer's Monte Carlo and after each response anchor's responses
             (:func:`spread_steps` calls in all).
         gradient_correlation: carry the fluctuation of the gradient's token correlation (v_k). The responses are the
@@ -359,15 +366,16 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         >>> config = sigprop.TransformerConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
         ...                                    norm_position="post")
         >>> columns = predict_spread(theory_model(config), sigprop.predict(config),
-        ...                          {"L": 8, "attention_seed": 0}, 1, 8, inputs=2, draws_per_input=3)
+        ...                          {"L": 8, "attention_seed": 0}, 1, 8, NoiseSampling(inputs=2, draws_per_input=3))
         >>> columns.grad[2], columns.grad[0] > columns.grad[1] > 0  # relative to the top; grows down the stack
         (0.0, True)
     """
     config = model.config
     n = config.n_layers
     rows = profile.lookup()
-    sampler = LayerNoiseSampler(config, model.plan, sequences, length, inputs, draws_per_input, seed)
-    at = anchor_layers(n, anchors)
+    sampler = LayerNoiseSampler(config, model.plan, sequences, length, sampling.inputs, sampling.draws_per_input,
+                                sampling.seed)
+    at = anchor_layers(n, sampling.anchors)
     gradients = all(math.isfinite(rows[(k, "layer")].grad_var) and rows[(k, "layer")].grad_var > 0
                     for k in range(n))
 
@@ -402,7 +410,7 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
                       "its output and of the gradient it passes down (Monte Carlo of one layer on Gaussian rows of its "
                       "expected moments), accumulated with the rules' linear response (sigprop.theory.spread)",
             "anchor_layers": at, "response_anchors": len(at_response), "keys_sampled": sampler.samples,
-            "draws_per_key": inputs * draws_per_input,
+            "draws_per_key": sampling.inputs * sampling.draws_per_input,
             "fwd_corr_sd": [round(float(math.sqrt(max(v, 0.0))), 6) for v in fwd_corr],
             "grad_corr_sd": [round(float(math.sqrt(max(v, 0.0))), 6) for v in grad_corr] if gradients else [],
             "gradient_correlation": ("carried" if gradient_correlation else

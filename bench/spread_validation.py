@@ -16,6 +16,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py states     # the token correlations' own spread, measured against predicted
     python bench/spread_validation.py additivity # a seed's layers move together: Var S_0 against its layers' sum
     python bench/spread_validation.py ablation [--cells NAME ...]   # without the gradient correlation's channel
+    python bench/spread_validation.py anchors --cells NAME [--anchors 10 20 40 96]   # the noise anchors' effect
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -311,6 +312,23 @@ def ablation(cells: list) -> None:
         print(f"{cell_name(family, width, depth)}: {columns.grad[0]:.3f} without the gradient correlation", flush=True)
 
 
+def anchors(cells: list, counts: list[int]) -> None:
+    """The predicted sd of log σ²_g(0)/σ²_g(top) per cell at several numbers of noise anchors (the default is
+    sigprop.theory.spread.DEFAULT_ANCHORS): how much the noise's interpolation between anchors moves it."""
+    from sigprop.analysis.experiment import batch_prediction
+    from sigprop.theory.spread import NoiseSampling, predict_spread
+
+    for family, width, depth in cells:
+        config = config_of(family, width, depth)
+        prediction = batch_prediction(config, batch_of(config), SEQUENCES)
+        profile = prediction.profile()
+        for count in counts:
+            columns = predict_spread(prediction.model, profile, prediction.context, prediction.sequences,
+                                     prediction.L, NoiseSampling(anchors=count))
+            print(f"{cell_name(family, width, depth)}: {columns.grad[0]:.3f} with {count} noise anchors "
+                  f"({columns.meta['keys_sampled']} sampled)", flush=True)
+
+
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
     """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
     few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
@@ -364,7 +382,9 @@ def main() -> None:
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "additivity", "ablation",
-                                        "correlations"])
+                                        "anchors", "correlations"])
+    ap.add_argument("--anchors", type=int, nargs="*", default=[10, 20, 40, 96],
+                    help="anchors: the numbers of noise anchors to predict with")
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
@@ -393,6 +413,8 @@ def main() -> None:
         additivity()
     elif args.action == "ablation":
         ablation(cells)
+    elif args.action == "anchors":
+        anchors(cells, args.anchors)
     else:
         report()
 

@@ -213,6 +213,16 @@ def _state_coefficients(J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return U, V
 
 
+def _variances(coefficients: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Var of Σ_j c_j · ζ_j with independent ζ_j of covariance ``noise`` (N, q, q), for coefficients (..., N, q)."""
+    return np.einsum("...jq,jqr,...jr->...", coefficients, noise, coefficients)
+
+
+def _interpolated(at: list[int], table: np.ndarray, n: int) -> np.ndarray:
+    """(n, columns): each column of ``table`` (one row per anchor layer ``at``) interpolated linearly over 0 … n − 1."""
+    return np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(table.shape[1])], -1)
+
+
 def state_spread(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The variances of the token correlations' fluctuations the spread carries: of ρ_l (the stream's, after layer
     l) and of v_l (the gradient's, at layer l's output), for l = −1 … N−1 (index 0: the input row).
@@ -232,7 +242,7 @@ def state_spread(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarr
         [0.0, 0.01, 0.02, 0.03]
     """
     U, V = _state_coefficients(J)
-    return (np.einsum("kjq,jqr,kjr->k", U[:, 1], noise, U[:, 1]), np.einsum("kjq,jqr,kjr->k", V, noise, V))
+    return _variances(U[:, 1], noise), _variances(V, noise)
 
 
 def accumulate_state(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -260,13 +270,13 @@ def accumulate_state(noise: np.ndarray, J: np.ndarray) -> tuple[np.ndarray, np.n
     n, q = noise.shape[0], noise.shape[1]
     unit = np.eye(q)
     U, V = _state_coefficients(J)
-    fwd = np.einsum("kjq,jqr,kjr->k", U[:, 0], noise, U[:, 0])
+    fwd = _variances(U[:, 0], noise)
     grad = np.zeros(n + 1)
     c = np.zeros((n, q))  # S_l's coefficients, summed from the top down
     for l in range(n - 1, -1, -1):  # δ log γ_l = J[l, 2, :2] · u_{l-1} + J[l, 2, 2] v_l + η^g_l
         c = c + np.einsum("a,ajq->jq", J[l, 2, :2], U[l]) + J[l, 2, 2] * V[l + 1]
         c[l] += unit[2]
-        grad[l] = float(np.einsum("jq,jqr,jr->", c, noise, c))
+        grad[l] = float(_variances(c, noise))
     return fwd, grad
 
 
@@ -392,14 +402,14 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         table[i] = sampler.noise(k, *moments_at(k)).covariance.ravel()
         if progress is not None:
             progress(1)
-    noise = np.stack([np.interp(np.arange(n), at, table[:, q]) for q in range(16)], -1).reshape(n, 4, 4)
+    noise = _interpolated(at, table, n).reshape(n, 4, 4)
     at_response = anchor_layers(n, RESPONSE_ANCHORS)
     responses = np.empty((len(at_response), 12))
     for i, k in enumerate(at_response):
         responses[i] = response(model, k, *moments_at(k), context).ravel()
         if progress is not None:
             progress(1)
-    J = np.stack([np.interp(np.arange(n), at_response, responses[:, q]) for q in range(12)], -1).reshape(n, 4, 3)
+    J = _interpolated(at_response, responses, n).reshape(n, 4, 3)
     if not gradient_correlation:  # v_k ≡ 0: no fresh noise, no response feeds it or reads it
         noise[:, 3, :] = noise[:, :, 3] = 0.0
         J[:, 3, :] = J[:, 2, 2] = 0.0

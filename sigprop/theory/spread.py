@@ -325,6 +325,13 @@ def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> int:
     """The progress steps of :func:`predict_spread` for ``n_layers`` layers: one per anchor's Monte Carlo, one per
     response anchor's responses (:data:`RESPONSE_ANCHORS`).
 
+    Args:
+        n_layers: N, the stack's layers.
+        anchors: the noise anchors at most (:attr:`NoiseSampling.anchors`).
+
+    Returns:
+        The number of ``progress(1)`` calls :func:`predict_spread` makes.
+
     Example:
         >>> spread_steps(4), spread_steps(192)
         (8, 48)

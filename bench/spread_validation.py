@@ -16,7 +16,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py states     # the token correlations' own spread, measured against predicted
     python bench/spread_validation.py additivity # a seed's layers move together: Var S_0 against its layers' sum
     python bench/spread_validation.py ablation [--cells NAME ...]   # without the gradient correlation's channel
-    python bench/spread_validation.py anchors --cells NAME [--anchors 10 20 40 96]   # the noise anchors' effect
+    python bench/spread_validation.py anchors --cells NAME [--anchors 10 20 40]   # the noise anchors' effect
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -26,6 +26,7 @@ interrupted run resumes where it stopped. One thread per process; run two proces
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -312,9 +313,11 @@ def ablation(cells: list) -> None:
         print(f"{cell_name(family, width, depth)}: {columns.grad[0]:.3f} without the gradient correlation", flush=True)
 
 
-def anchors(cells: list, counts: list[int]) -> None:
-    """The predicted sd of log σ²_g(0)/σ²_g(top) per cell at several numbers of noise anchors (the default is
-    sigprop.theory.spread.DEFAULT_ANCHORS): how much the noise's interpolation between anchors moves it."""
+def anchors(cells: list, counts: list[int], sampling_seeds: int) -> None:
+    """The predicted sd of log σ²_g(0)/σ²_g(top) per cell with the noise sampled at ``counts`` Chebyshev anchors
+    without refinement, with the default's refinement (sigprop.theory.spread.NoiseSampling) and at every layer, each
+    under ``sampling_seeds`` seeds of the Monte Carlo: how much the interpolation between anchors moves it, beside
+    the Monte Carlo's own noise."""
     from sigprop.analysis.experiment import batch_prediction
     from sigprop.theory.spread import NoiseSampling, predict_spread
 
@@ -322,11 +325,20 @@ def anchors(cells: list, counts: list[int]) -> None:
         config = config_of(family, width, depth)
         prediction = batch_prediction(config, batch_of(config), SEQUENCES)
         profile = prediction.profile()
-        for count in counts:
-            columns = predict_spread(prediction.model, profile, prediction.context, prediction.sequences,
-                                     prediction.L, NoiseSampling(anchors=count))
-            print(f"{cell_name(family, width, depth)}: {columns.grad[0]:.3f} with {count} noise anchors "
-                  f"({columns.meta['keys_sampled']} sampled)", flush=True)
+        designs = [(f"{c} anchors", NoiseSampling(anchors=c, most_anchors=c)) for c in counts]
+        designs += [("the default (refined)", NoiseSampling()),
+                    ("every layer", NoiseSampling(anchors=depth, most_anchors=depth))]
+        for label, design in designs:
+            values, sampled, t = [], 0, time.time()
+            for seed in range(sampling_seeds):
+                columns = predict_spread(prediction.model, profile, prediction.context, prediction.sequences,
+                                         prediction.L, dataclasses.replace(design, seed=seed))
+                values.append(columns.grad[0])
+                sampled = len(columns.meta["anchor_layers"])
+            mean = float(np.mean(values))
+            spread = f" ± {np.std(values, ddof=1) / math.sqrt(len(values)):.3f}" if len(values) > 1 else ""
+            print(f"{cell_name(family, width, depth)}: {mean:.3f}{spread} with {label} ({sampled} sampled; "
+                  f"{' '.join(f'{v:.3f}' for v in values)}; {time.time() - t:.0f} s)", flush=True)
 
 
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
@@ -383,8 +395,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "additivity", "ablation",
                                         "anchors", "correlations"])
-    ap.add_argument("--anchors", type=int, nargs="*", default=[10, 20, 40, 96],
-                    help="anchors: the numbers of noise anchors to predict with")
+    ap.add_argument("--anchors", type=int, nargs="*", default=[10, 20, 40],
+                    help="anchors: the numbers of Chebyshev noise anchors (unrefined) to predict with")
+    ap.add_argument("--sampling-seeds", type=int, default=4,
+                    help="anchors: the Monte Carlo's seeds per design (a mean and its standard error)")
     ap.add_argument("--cells", nargs="*", help="cell names (default: all)")
     ap.add_argument("--seeds", type=int, default=64)
     ap.add_argument("--file", help="predict: the file under docs/results/spread/ to add to (default predictions.json; "
@@ -414,7 +428,7 @@ def main() -> None:
     elif args.action == "ablation":
         ablation(cells)
     elif args.action == "anchors":
-        anchors(cells, args.anchors)
+        anchors(cells, args.anchors, args.sampling_seeds)
     else:
         report()
 

@@ -45,8 +45,10 @@ Assumptions, each a source of error stated where it acts:
 3. the embedding's and the loss's own fluctuations are not carried (the forward spread is given the embedding's
    output, the gradient's relative to the top layer's);
 4. the noise is sampled at a few anchor layers (:func:`anchor_layers`: dense near both ends, where the moments
-   change fastest) and interpolated linearly in the layer index between them; the responses likewise, on a denser
-   set (:data:`RESPONSE_ANCHORS`: every layer of a model of up to 40);
+   change fastest), refined where two neighbouring anchors' fresh variances differ by more than a factor
+   :data:`REFINE_RATIO` (:func:`next_anchor`: in a Pre-LN stack it falls tenfold over the first few layers), and
+   interpolated linearly in the layer index between them; the responses likewise, on a denser set
+   (:data:`RESPONSE_ANCHORS`: every layer of a model of up to 40);
 5. the gradient correlation's channel is carried only where the profile's backward state is the exchangeable one
    (:func:`predict_spread`'s ``gradient_correlation``).
 
@@ -76,11 +78,14 @@ from .layer_noise import DEFAULT_DRAWS, DEFAULT_INPUTS, LayerNoiseSampler
 
 __all__ = ["SpreadColumns", "NoiseSampling", "predict_spread", "spread_steps", "accumulate", "accumulate_state",
            "state_spread", "anchor_layers", "response", "gradient_ratio_interval", "seed_mean_band", "profile_bands",
-           "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "RESPONSE_ANCHORS", "RESPONSE_STEP", "CORR_RESPONSE_STEP",
-           "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
+           "check_spread", "SPREAD_OF", "DEFAULT_ANCHORS", "REFINE_RATIO", "RESPONSE_ANCHORS", "RESPONSE_STEP",
+           "CORR_RESPONSE_STEP", "BAND_LEVEL", "BAND_DRAWS", "BAND_NODES"]
 
 #: Anchor layers at which the noise is sampled (at most; a shallower model: every layer).
 DEFAULT_ANCHORS = 10
+#: Neighbouring noise anchors whose fresh variances (the covariance's trace) differ by more than this factor have the
+#: layer halfway between them sampled too (:func:`next_anchor`), up to :attr:`NoiseSampling.most_anchors`.
+REFINE_RATIO = 2.0
 #: Anchor layers at which the responses are taken (at most): cheaper than the noise, and needed denser, since a
 #: correlation's response changes fast over the first layers (the input's correlation is near 0).
 RESPONSE_ANCHORS = 40
@@ -134,6 +139,32 @@ def anchor_layers(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> list[int]:
         return list(range(n_layers))
     nodes = (n_layers - 1) * (1 - np.cos(np.pi * np.arange(anchors) / (anchors - 1))) / 2
     return sorted({int(round(v)) for v in nodes})
+
+
+def next_anchor(fresh: dict[int, float], ratio: float = REFINE_RATIO) -> int | None:
+    """The layer to sample next: halfway across the gap between neighbouring anchors whose fresh variances differ by
+    the largest factor, if it exceeds ``ratio`` and the gap has a layer inside; else None. A straight line between
+    anchors far apart overstates a steeply falling (convex) noise: sampling where it changes most bounds that.
+
+    Args:
+        fresh: {anchor layer: its fresh variance (the trace of its noise covariance)}.
+        ratio: the factor above which a gap is split (:data:`REFINE_RATIO`).
+
+    Returns:
+        The layer, or None when every gap is narrow enough or has no layer inside.
+
+    Example:
+        >>> next_anchor({0: 1.0, 6: 0.05, 22: 0.03}), next_anchor({0: 1.0, 1: 0.05, 22: 0.03})
+        (3, None)
+    """
+    layers = sorted(fresh)
+    best, split = ratio, None
+    for a, b in zip(layers, layers[1:], strict=False):
+        high, low = max(fresh[a], fresh[b]), min(fresh[a], fresh[b])
+        factor = math.inf if low <= 0 < high else (high / low if high > 0 else 1.0)
+        if b - a > 1 and factor > best:
+            best, split = factor, (a + b) // 2
+    return split
 
 
 def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context: dict[str, Any],
@@ -321,31 +352,36 @@ def check_spread(config: TransformerConfig) -> None:
                          "not an encoder-decoder")
 
 
-def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS) -> int:
-    """The progress steps of :func:`predict_spread` for ``n_layers`` layers: one per anchor's Monte Carlo, one per
-    response anchor's responses (:data:`RESPONSE_ANCHORS`).
+def spread_steps(n_layers: int, anchors: int = DEFAULT_ANCHORS, most_anchors: int = 2 * DEFAULT_ANCHORS) -> int:
+    """The progress steps of :func:`predict_spread` for ``n_layers`` layers: one per noise anchor's Monte Carlo
+    (the refinement's too, at most ``most_anchors`` in all), one per response anchor's responses
+    (:data:`RESPONSE_ANCHORS`).
 
     Args:
         n_layers: N, the stack's layers.
-        anchors: the noise anchors at most (:attr:`NoiseSampling.anchors`).
+        anchors: the noise anchors before refinement (:attr:`NoiseSampling.anchors`).
+        most_anchors: the noise anchors after it, at most (:attr:`NoiseSampling.most_anchors`).
 
     Returns:
-        The number of ``progress(1)`` calls :func:`predict_spread` makes.
+        The steps :func:`predict_spread` reports to its ``progress`` in all.
 
     Example:
         >>> spread_steps(4), spread_steps(192)
-        (8, 48)
+        (8, 58)
     """
-    return len(anchor_layers(n_layers, anchors)) + len(anchor_layers(n_layers, RESPONSE_ANCHORS))
+    noise = min(n_layers, max(len(anchor_layers(n_layers, anchors)), most_anchors))
+    return noise + len(anchor_layers(n_layers, RESPONSE_ANCHORS))
 
 
 @dataclass(frozen=True)
 class NoiseSampling:
     """How the layers' fresh noise is sampled (:class:`~sigprop.theory.layer_noise.LayerNoiseSampler`): at most
-    ``anchors`` anchor layers (:func:`anchor_layers`), ``inputs`` input batches per anchor, ``draws_per_input``
-    weight draws per input batch, every draw derived from ``seed``."""
+    ``anchors`` anchor layers (:func:`anchor_layers`), then more where the noise changes fast (:func:`next_anchor`)
+    up to ``most_anchors`` in all (``most_anchors=anchors``: no refinement), ``inputs`` input batches per anchor,
+    ``draws_per_input`` weight draws per input batch, every draw derived from ``seed``."""
 
     anchors: int = DEFAULT_ANCHORS
+    most_anchors: int = 2 * DEFAULT_ANCHORS
     inputs: int = DEFAULT_INPUTS
     draws_per_input: int = DEFAULT_DRAWS
     seed: int = 0
@@ -364,8 +400,8 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
         sequences: B, sequences in the batch.
         length: L, tokens per sequence.
         sampling: how the layers' fresh noise is sampled (:class:`NoiseSampling`).
-        progress: called with 1 after each anchor layer's Monte Carlo and after each response anchor's responses
-            (:func:`spread_steps` calls in all).
+        progress: called with 1 after each anchor layer's Monte Carlo and after each response anchor's responses,
+            and at the end with the refinement's unused steps (:func:`spread_steps` in all).
         gradient_correlation: carry the fluctuation of the gradient's token correlation (v_k). The responses are the
             exchangeable rules': where the profile's backward sweep is token-resolved (a decoder's gradient, whose
             positions are not exchangeable), its gains do not follow the pooled correlation, and the channel is left
@@ -404,13 +440,23 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
              else GradMoments(var=1.0, corr=0.0))
         return m, g
 
-    table = np.zeros((len(at), 16))  # per anchor: the 4 × 4 fresh covariance
-    for i, k in enumerate(at):
-        table[i] = sampler.noise(k, *moments_at(k)).covariance.ravel()
+    def sampled(k: int) -> np.ndarray:  # the 4 × 4 fresh covariance at layer k
+        covariance = sampler.noise(k, *moments_at(k)).covariance
         if progress is not None:
             progress(1)
-    noise = _interpolated(at, table, n).reshape(n, 4, 4)
+        return covariance
+
+    fresh = {k: sampled(k) for k in at}
+    while len(fresh) < sampling.most_anchors:
+        k = next_anchor({k: float(np.trace(c)) for k, c in fresh.items()})
+        if k is None:
+            break
+        fresh[k] = sampled(k)
+    at = sorted(fresh)
     at_response = anchor_layers(n, RESPONSE_ANCHORS)
+    if progress is not None:  # the refinement's unused steps
+        progress(spread_steps(n, sampling.anchors, sampling.most_anchors) - len(at_response) - len(at))
+    noise = _interpolated(at, np.stack([fresh[k].ravel() for k in at]), n).reshape(n, 4, 4)
     responses = np.empty((len(at_response), 12))
     for i, k in enumerate(at_response):
         responses[i] = response(model, k, *moments_at(k), context).ravel()

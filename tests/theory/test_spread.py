@@ -11,7 +11,16 @@ import torch
 import sigprop
 from sigprop.core.profile import Profile
 from sigprop.theory.layer_noise import LayerNoiseSampler, NoiseKey, gaussian_rows
-from sigprop.theory.spread import accumulate, accumulate_state, anchor_layers, state_spread
+from sigprop.theory.predict import theory_model
+from sigprop.theory.spread import (
+    NoiseSampling,
+    accumulate,
+    accumulate_state,
+    anchor_layers,
+    predict_spread,
+    spread_steps,
+    state_spread,
+)
 
 SMALL = dict(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8, max_len=8)
 
@@ -84,6 +93,19 @@ def test_anchor_layers_cover_both_ends():
     assert anchor_layers(3) == [0, 1, 2]
     at = anchor_layers(100, 6)
     assert at[0] == 0 and at[-1] == 99 and at == sorted(set(at)) and len(at) == 6
+
+
+def test_noise_anchors_are_refined_where_the_noise_falls_and_progress_adds_up():
+    """A Pre-LN stack's fresh noise falls steeply over its first layers: the refinement samples there (beyond the
+    Chebyshev anchors), never past ``most_anchors``, and the progress reported sums to :func:`spread_steps`."""
+    config = sigprop.TransformerConfig(**{**SMALL, "n_layers": 48}, norm_position="pre")
+    calls: list[int] = []
+    columns = predict_spread(theory_model(config), sigprop.predict(config), {"L": 8, "attention_seed": 0}, 1, 8,
+                             NoiseSampling(inputs=2, draws_per_input=3), progress=calls.append)
+    at, chebyshev = columns.meta["anchor_layers"], anchor_layers(48)
+    assert set(chebyshev) < set(at) and len(at) <= NoiseSampling().most_anchors
+    assert any(chebyshev[1] < k < chebyshev[3] for k in at if k not in chebyshev)
+    assert sum(calls) == spread_steps(48)
 
 
 def test_gaussian_rows_moments():

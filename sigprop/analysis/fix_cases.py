@@ -12,8 +12,9 @@ them, or says that a kind of fix is not measured.
 
 A recommendation is of a case's kind when it sets every field the case's fix sets, to the same value, and the model
 has the case's normalisation position (:meth:`FixCase.matches`): a 96-layer Post-LN BERT-initialised model moved to
-DeepScaleLM is of the kind "post-LN xavier → dslm" measured at 64 × 64 Xavier. The evidence is of that kind at the
-experiment's size, not of the user's model.
+DeepScaleLM is of the kind "post-LN xavier → dslm" measured at 64 × 64 Xavier. A fix whose value the doctor computes
+for each model (a DyT/Derf α, from the model's own stream) is of the kind when it sets that field at all
+(:attr:`FixCase.computed`). The evidence is of that kind at the experiment's size, not of the user's model.
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ _LLAMA = dict(_DECODER, n_heads=4, n_kv_heads=2, activation="swiglu", norm="rmsn
 class FixCase:
     """One kind of fix: its ``name``, the flagged model's :class:`TransformerConfig` fields (``flagged``), the
     doctor's ``fix`` on it (the config changes :func:`~sigprop.analysis.doctor.recommend` makes, None meaning "the
-    scheme's default"), and the learning-rate grids of the flagged model and of its fixed twin."""
+    scheme's default"), the learning-rate grids of the flagged model and of its fixed twin, and the fields of the fix
+    whose value the doctor computes for each model (``computed``: a recommendation sets them to its own value)."""
 
     name: str
     flagged: dict
     fix: dict
     flagged_lrs: tuple[float, ...]
     fixed_lrs: tuple[float, ...]
+    computed: tuple[str, ...] = ()
 
     @property
     def fixed(self) -> dict:
@@ -63,8 +66,8 @@ class FixCase:
             changes: the recommendation's config changes.
 
         Returns:
-            True when ``changes`` sets each field this case's fix sets to a value (not None) to that value, and
-            ``config`` has this case's normalisation position.
+            True when ``changes`` sets each field this case's fix sets to a value (not None) to that value (a
+            :attr:`computed` field to any value), and ``config`` has this case's normalisation position.
 
         Example:
             >>> FIX_CASES[0].matches(TransformerConfig(norm_position="post", init="bert", n_layers=96),
@@ -73,7 +76,8 @@ class FixCase:
         """
         if config.norm_position != self.flagged.get("norm_position", config.norm_position):
             return False
-        return all(changes.get(key) == value for key, value in self.fix.items() if value is not None)
+        return all(changes.get(key) is not None if key in self.computed else changes.get(key) == value
+                   for key, value in self.fix.items() if value is not None)
 
 
 #: The doctor's fixes, each at a shape where the doctor flags it (a test checks that it still does, and that its
@@ -90,6 +94,10 @@ FIX_CASES: tuple[FixCase, ...] = (
     FixCase("Q/K at 2x -> 1x", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre", init="dslm",
                                     qk_gain=2.0),
             {"qk_gain": 1.0}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2)),
+    # DeepScaleLM bounds the depth laws, so the α check is the only finding: α√q ≥ 2 at every layer (saturated)
+    FixCase("Derf alpha 4 -> smaller alpha", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
+                                                  init="dslm", norm="derf", norm_alpha=4.0),
+            {"norm_alpha": 0.786}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2), computed=("norm_alpha",)),
 )
 
 

@@ -100,3 +100,13 @@ def test_the_outcomes_file_is_read_back_and_bad_files_are_refused(tmp_path):
         load_outcomes(out)
     results.write_text(json.dumps({"experiment": "depth", "rows": []}))
     assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 2
+
+
+def test_a_computed_alpha_is_of_the_derf_kind_at_any_value():
+    """The doctor computes α from each model's own stream: any smaller α it recommends is of the Derf case's kind;
+    a recommendation that leaves α alone is not."""
+    derf = next(c for c in FIX_CASES if "norm_alpha" in c.fix)
+    other = TransformerConfig(**{**derf.flagged, "n_layers": 48, "norm_alpha": 3.0})
+    assert derf.matches(other, {"norm_alpha": 0.5})
+    assert not derf.matches(other, {"qk_gain": 1.0})
+    assert not next(c for c in FIX_CASES if "qk_gain" in c.fix).matches(other, {"norm_alpha": 0.5})

@@ -85,7 +85,7 @@ __all__ = ["SpreadColumns", "NoiseSampling", "predict_spread", "spread_steps", "
 DEFAULT_ANCHORS = 10
 #: Neighbouring noise anchors whose fresh variances (the covariance's trace) differ by more than this factor have the
 #: layer halfway between them sampled too (:func:`next_anchor`), up to :attr:`NoiseSampling.most_anchors`.
-REFINE_RATIO = 2.0
+REFINE_RATIO = 1.5
 #: Anchor layers at which the responses are taken (at most): cheaper than the noise, and needed denser, since a
 #: correlation's response changes fast over the first layers (the input's correlation is near 0).
 RESPONSE_ANCHORS = 40
@@ -154,7 +154,7 @@ def next_anchor(fresh: dict[int, float], ratio: float = REFINE_RATIO) -> int | N
         The layer, or None when every gap is narrow enough or has no layer inside.
 
     Example:
-        >>> next_anchor({0: 1.0, 6: 0.05, 22: 0.03}), next_anchor({0: 1.0, 1: 0.05, 22: 0.03})
+        >>> next_anchor({0: 1.0, 6: 0.05, 22: 0.03}), next_anchor({0: 1.0, 1: 0.05, 22: 0.04})
         (3, None)
     """
     layers = sorted(fresh)

@@ -17,6 +17,7 @@ is sd/√(2(n − 1)).
     python bench/spread_validation.py additivity # a seed's layers move together: Var S_0 against its layers' sum
     python bench/spread_validation.py ablation [--cells NAME ...]   # without the gradient correlation's channel
     python bench/spread_validation.py anchors --cells NAME [--anchors 10 20 40]   # the noise anchors' effect
+    python bench/spread_validation.py interpolation [--cells NAME ...]   # the anchors' interpolation error
     python bench/spread_validation.py correlations   # token correlations within / across sequences (Post-LN)
 
 Every seed's numbers are appended to docs/results/spread/cells/CELL.jsonl as soon as they are measured, so an
@@ -341,6 +342,62 @@ def anchors(cells: list, counts: list[int], sampling_seeds: int) -> None:
                   f"{' '.join(f'{v:.3f}' for v in values)}; {time.time() - t:.0f} s)", flush=True)
 
 
+def _every_layer_noise(family: str, width: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fresh noise sampled at every layer (N, 4, 4) and the responses (N, 4, 3) of one cell, as predict_spread
+    hands them to accumulate_state (taken from that call)."""
+    import sigprop.theory.spread as spread
+    from sigprop.analysis.experiment import batch_prediction
+
+    config = config_of(family, width, depth)
+    prediction = batch_prediction(config, batch_of(config), SEQUENCES)
+    accumulate_state, taken = spread.accumulate_state, {}
+
+    def take(noise, J):
+        taken.update(noise=noise.copy(), J=J.copy())
+        return accumulate_state(noise, J)
+
+    spread.accumulate_state = take
+    try:
+        spread.predict_spread(prediction.model, prediction.profile(), prediction.context, prediction.sequences,
+                              prediction.L, spread.NoiseSampling(anchors=depth, most_anchors=depth),
+                              gradient_correlation="dec" not in family)
+    finally:
+        spread.accumulate_state = accumulate_state
+    return taken["noise"], taken["J"]
+
+
+def _refined_anchors(noise: np.ndarray, ratio: float) -> list[int]:
+    """The anchors predict_spread's refinement picks at ``ratio`` when each anchor's noise is ``noise``'s row."""
+    from sigprop.theory.spread import NoiseSampling, anchor_layers, next_anchor
+
+    fresh = {k: float(np.trace(noise[k])) for k in anchor_layers(len(noise))}
+    while len(fresh) < NoiseSampling().most_anchors:
+        k = next_anchor(fresh, ratio)
+        if k is None:
+            break
+        fresh[k] = float(np.trace(noise[k]))
+    return sorted(fresh)
+
+
+def interpolation(cells: list) -> None:
+    """How far the noise anchors' interpolation moves the predicted sd of log σ²_g(0)/σ²_g(top), on one Monte Carlo
+    draw: the noise is sampled at every layer once, then accumulated from the rows of each anchor design only,
+    interpolated as predict_spread interpolates them. Printed: each design's sd over the every-layer sd, and its
+    anchor count. This is how the refinement's ratio (sigprop.theory.spread.REFINE_RATIO) was chosen: by the
+    interpolation's error, not by measurement."""
+    from sigprop.theory.spread import _interpolated, accumulate_state, anchor_layers
+
+    for family, width, depth in cells:
+        noise, J = _every_layer_noise(family, width, depth)
+        every = math.sqrt(accumulate_state(noise, J)[1][1])
+        line = []
+        for label, at in [("10 Chebyshev", anchor_layers(depth)), ("refined at 2", _refined_anchors(noise, 2.0)),
+                          ("refined at 1.5", _refined_anchors(noise, 1.5))]:
+            rows = _interpolated(at, noise[at].reshape(len(at), -1), depth).reshape(depth, 4, 4)
+            line.append(f"{label}: {math.sqrt(accumulate_state(rows, J)[1][1]) / every:.3f} ({len(at)})")
+        print(f"{cell_name(family, width, depth)}: every layer {every:.3f}; " + "; ".join(line), flush=True)
+
+
 def correlations(family: str = "postln-xavier", width: int = 64, depth: int = 24, seeds: int = 3) -> None:
     """Token correlations of the stream and of its gradient within a sequence and across the batch's sequences, at a
     few layers of a few seeds (why the one-layer Monte Carlo shares the forward rows' common part across the batch
@@ -394,7 +451,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["measure", "predict", "report", "coverage", "states", "additivity", "ablation",
-                                        "anchors", "correlations"])
+                                        "anchors", "interpolation", "correlations"])
     ap.add_argument("--anchors", type=int, nargs="*", default=[10, 20, 40],
                     help="anchors: the numbers of Chebyshev noise anchors (unrefined) to predict with")
     ap.add_argument("--sampling-seeds", type=int, default=4,
@@ -427,6 +484,8 @@ def main() -> None:
         additivity()
     elif args.action == "ablation":
         ablation(cells)
+    elif args.action == "interpolation":
+        interpolation(cells)
     elif args.action == "anchors":
         anchors(cells, args.anchors, args.sampling_seeds)
     else:

@@ -368,15 +368,9 @@ def _every_layer_noise(family: str, width: int, depth: int) -> tuple[np.ndarray,
 
 def _refined_anchors(noise: np.ndarray, ratio: float) -> list[int]:
     """The anchors predict_spread's refinement picks at ``ratio`` when each anchor's noise is ``noise``'s row."""
-    from sigprop.theory.spread import NoiseSampling, anchor_layers, next_anchor
+    from sigprop.theory.spread import NoiseSampling, anchor_layers, refined_anchors
 
-    fresh = {k: float(np.trace(noise[k])) for k in anchor_layers(len(noise))}
-    while len(fresh) < NoiseSampling().most_anchors:
-        k = next_anchor(fresh, ratio)
-        if k is None:
-            break
-        fresh[k] = float(np.trace(noise[k]))
-    return sorted(fresh)
+    return sorted(refined_anchors(anchor_layers(len(noise)), lambda k: noise[k], NoiseSampling().most_anchors, ratio))
 
 
 def interpolation(cells: list) -> None:

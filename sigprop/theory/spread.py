@@ -167,6 +167,33 @@ def next_anchor(fresh: dict[int, float], ratio: float = REFINE_RATIO) -> int | N
     return split
 
 
+def refined_anchors(at: list[int], sample: Callable[[int], np.ndarray], most_anchors: int,
+                    ratio: float = REFINE_RATIO) -> dict[int, np.ndarray]:
+    """The noise at the anchors ``at`` and at the layers :func:`next_anchor` adds, up to ``most_anchors`` in all.
+
+    Args:
+        at: the first anchors (:func:`anchor_layers`).
+        sample: a layer's 4 × 4 fresh covariance.
+        most_anchors: the anchors at most (:attr:`NoiseSampling.most_anchors`).
+        ratio: the factor above which a gap is split (:data:`REFINE_RATIO`).
+
+    Returns:
+        {anchor layer: its covariance}, the sampled layers only.
+
+    Example:
+        >>> import numpy as np
+        >>> sorted(refined_anchors([0, 6, 22], lambda k: np.eye(4) / (k + 1) ** 2, 5))
+        [0, 1, 3, 6, 22]
+    """
+    fresh = {k: sample(k) for k in at}
+    while len(fresh) < most_anchors:
+        k = next_anchor({k: float(np.trace(c)) for k, c in fresh.items()}, ratio)
+        if k is None:
+            break
+        fresh[k] = sample(k)
+    return fresh
+
+
 def response(model: Transformer, layer: int, m: Moments, g: GradMoments, context: dict[str, Any],
              step: float = RESPONSE_STEP, corr_step: float = CORR_RESPONSE_STEP) -> np.ndarray:
     """The linear response of ``layer`` of ``model``: the 4 × 3 matrix of derivatives of its expected
@@ -446,12 +473,7 @@ def predict_spread(model: Transformer, profile: Profile, context: dict[str, Any]
             progress(1)
         return covariance
 
-    fresh = {k: sampled(k) for k in at}
-    while len(fresh) < sampling.most_anchors:
-        k = next_anchor({k: float(np.trace(c)) for k, c in fresh.items()})
-        if k is None:
-            break
-        fresh[k] = sampled(k)
+    fresh = refined_anchors(at, sampled, sampling.most_anchors)
     at = sorted(fresh)
     at_response = anchor_layers(n, RESPONSE_ANCHORS)
     if progress is not None:  # the refinement's unused steps

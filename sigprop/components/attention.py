@@ -74,6 +74,7 @@ from .attention_causal import causal_backward, causal_forward
 from .attention_gram import gram_attention, gram_attention_backward
 from .attention_sampled import sampled_backward, sampled_forward
 from .attention_theory import attention_terms, query_gradient, query_variance, score_variance
+from .attention_uniform import uniform_applies, uniform_gram_attention, uniform_gram_attention_backward
 from .draws import DEFAULT_GRAM_HEADS, DEFAULT_HEADS
 from .query_key import QueryKeyMap, query_key_map
 
@@ -609,6 +610,14 @@ class MultiHeadAttention(nn.Module):
         self.rule_used = resolve_approx(self.approx, m, self.d_in, sq, sk, self.causal, self.qk_map, L, heads)
         return self.rule_used
 
+    def _gram_rule(self, gram: torch.Tensor, sq: float, sk: float) -> str:
+        """The token-resolved rule at input ``gram``: "uniform" (zeroth order in the scores,
+        :mod:`~sigprop.components.attention_uniform`) where it applies, else "sampled"; kept in ``self.rule_used``
+        as "token-resolved uniform" or "token-resolved sampled"."""
+        rule = "uniform" if uniform_applies(self.approx, gram, self.d_in, sq, sk, self.qk_map) else "sampled"
+        self.rule_used = f"token-resolved {rule}"
+        return rule
+
     def forward_moments(self, m: Moments, L: Stat, attention_heads: int = DEFAULT_HEADS,
                         attention_seed: int = 0) -> Moments:
         """:func:`mha_forward` with the module's declared sigmas; ``approx="auto"`` is resolved at ``m`` and the
@@ -627,6 +636,8 @@ class MultiHeadAttention(nn.Module):
         if self.batch_shape:
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
+        if self._gram_rule(gram, sq, sk) == "uniform":
+            return uniform_gram_attention(gram, self.d_in, sv, float(self.dropout_p), self.causal, key_mask)
         return gram_attention(gram, self.d_in, self.d_head, sq, sk, sv, float(self.dropout_p), self.causal, key_mask,
                               attention_heads, attention_seed, fixed_norm, self.qk_map).gram
 
@@ -641,6 +652,9 @@ class MultiHeadAttention(nn.Module):
         if self.batch_shape:
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
+        if self._gram_rule(gram, sq, sk) == "uniform":
+            return self.n_heads * uniform_gram_attention_backward(grad_gram, self.d_head, sv, float(self.dropout_p),
+                                                                  self.causal, key_mask)
         return self.n_heads * gram_attention_backward(gram, grad_gram, self.d_in, self.d_head, sq, sk, sv,
                                                       float(self.dropout_p), self.causal, key_mask, attention_heads,
                                                       attention_seed, fixed_norm, self.qk_map)

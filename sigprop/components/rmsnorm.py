@@ -240,6 +240,67 @@ def _centred(mean: Stat, var: Stat, corr_hidden: Stat, d: Stat, eps: Stat) -> bo
                            <= CENTRED_EPS_TERM))
 
 
+#: Configurations from which zero-mean, hidden-independent input whose eps term exceeds :data:`CENTRED_EPS_TERM`
+#: (the first norms of a model with small embeddings and a large eps) takes :func:`_centred_table` instead of the
+#: product quadrature per configuration: a token-resolved state's pairs are thousands, each distinct.
+TABLE_ABOVE = 256
+
+_TABLE_CORR = np.linspace(-1.0, 1.0, 81)
+
+
+def _tabulated(mean: Stat, corr_hidden: Stat, d: Stat, eps: Stat, size: int) -> bool:
+    """Whether the many-configuration table applies: zero mean, independent hidden units, one width and one eps, more
+    than :data:`TABLE_ABOVE` configurations."""
+    return bool(size > TABLE_ABOVE and np.size(d) == 1 and np.size(eps) == 1 and np.all(np.asarray(mean) == 0.0)
+                and np.all(np.asarray(corr_hidden) == 0.0))
+
+
+def _centred_table(var: Stat, corr: Stat, d: float, eps: float) -> tuple[np.ndarray, ...]:
+    """(E[|x|²/D], output correlation, E[(d − 2q + q²)/D]·σ², gradient-correlation factor) for zero-mean input with
+    independent hidden units at many (σ², r): the quadrature of :func:`rmsnorm_expectations` on a grid, interpolated.
+
+    The expectations depend on σ² only through t = eps/σ². The single-token ones (variance, gradient variance) are
+    taken at 33 geometric nodes of t between the smallest and largest t and interpolated by a cubic spline in log t;
+    the correlations' departures from their eps-free closed forms (:func:`~sigprop.components.layernorm.
+    expected_cosine`, :func:`~sigprop.components.layernorm.normalised_grad_corr`), which are O(t/d) and smooth, per
+    unit t (nearly constant in t) on 81 correlations × 17 geometric nodes of t, bilinearly in (r, t). Its error
+    against the quadrature per configuration:
+    ``tests/components/test_rmsnorm.py``."""
+    from scipy.interpolate import CubicSpline
+
+    var, corr = np.broadcast_arrays(np.asarray(var, dtype=np.float64), np.asarray(corr, dtype=np.float64))
+    log_t = np.log(eps / var)
+    lo, hi = float(log_t.min()), float(log_t.max())
+    wide = hi > lo + 1e-12
+
+    def along_t(nodes: int) -> np.ndarray:
+        return np.linspace(lo, hi, nodes) if wide else np.array([lo])
+
+    fine = along_t(33)
+    single = rmsnorm_expectations(0.0, 1.0, 0.0, 0.0, d, np.exp(fine), pair=False)
+    at = (lambda v: CubicSpline(fine, v)(log_t)) if wide else (lambda v: np.full(log_t.shape, v[0]))  # noqa: E731
+    ey2, gv = at(single["ey2"]), at(single["gv"])
+    coarse = along_t(17)
+    pair = rmsnorm_expectations(0.0, 1.0, _TABLE_CORR[:, None], 0.0, d, np.exp(coarse)[None, :])
+    t_nodes = np.exp(coarse)[None, :]  # the departures per unit t, nearly constant in t
+    d_corr = (pair["eyy"] / pair["ey2"] - expected_cosine(d, _TABLE_CORR)[:, None]) / t_nodes
+    d_grad = (pair["gc"] / pair["gv"] - normalised_grad_corr(d, _TABLE_CORR)[:, None]) / t_nodes
+    rpos = np.interp(np.clip(corr, -1.0, 1.0), _TABLE_CORR, np.arange(_TABLE_CORR.size))
+    tpos = np.interp(np.exp(log_t), np.exp(coarse), np.arange(coarse.size)) if wide else np.zeros(log_t.shape)
+
+    def bilinear(table: np.ndarray) -> np.ndarray:
+        i = np.clip(np.floor(rpos).astype(int), 0, table.shape[0] - 2)
+        j = np.clip(np.floor(tpos).astype(int), 0, max(table.shape[1] - 2, 0))
+        a, b = rpos - i, tpos - j
+        j1 = np.minimum(j + 1, table.shape[1] - 1)
+        return ((1 - a) * (1 - b) * table[i, j] + a * (1 - b) * table[i + 1, j] + (1 - a) * b * table[i, j1]
+                + a * b * table[i + 1, j1])
+
+    t = np.exp(log_t)
+    return (ey2, expected_cosine(d, corr) + t * bilinear(d_corr), gv,
+            normalised_grad_corr(d, corr) + t * bilinear(d_grad))
+
+
 def rmsnorm_forward(m: Moments, d: Stat, eps: Stat = DEFAULT_EPS, approx: str = "exact") -> Moments:
     """Moments after RMSNorm over ``d`` hidden units, y = x/√(mean(x²) + eps).
 
@@ -256,7 +317,9 @@ def rmsnorm_forward(m: Moments, d: Stat, eps: Stat = DEFAULT_EPS, approx: str = 
     Zero-mean input with corr_hidden = 0 (what the token-resolved state feeds, thousands of pairs at a time) takes the
     closed form instead: σ²_out = E[|x|²/D] = Σ_k (−d·eps/σ²)^k E[1/(χ²_d)^k] = 1 − d·eps/(σ²(d − 2)) + …
     (three terms), r_out = E[cos θ] with n = d (its eps correction is O(eps/(σ²d))), corr_hidden_out = 0 (by
-    symmetry), while d·eps/(σ²(d − 2)) ≤ :data:`CENTRED_EPS_TERM` (tested against the quadrature).
+    symmetry), while d·eps/(σ²(d − 2)) ≤ :data:`CENTRED_EPS_TERM` (tested against the quadrature); beyond it, more
+    than :data:`TABLE_ABOVE` such configurations at once take the quadrature on a grid, interpolated
+    (:func:`_centred_table`).
 
     Assumes: Gaussian input with the separable covariance of :mod:`sigprop.core.moments`; affine weight at its
     initial value 1. Raises ``ValueError`` for d < 16, eps < 0, an unknown ``approx`` or corr_hidden outside
@@ -272,6 +335,9 @@ def rmsnorm_forward(m: Moments, d: Stat, eps: Stat = DEFAULT_EPS, approx: str = 
     if _centred(m.mean, m.var, m.corr_hidden, d, eps):
         var = _inverse_norm_series(d, eps / m.var, 0) + zero
         return Moments(mean=zero, var=var, corr=clip_corr(expected_cosine(d, m.corr) + zero), corr_hidden=zero)
+    if _tabulated(m.mean, m.corr_hidden, d, eps, zero.size):
+        ey2, corr, _, _ = _centred_table(m.var + zero, m.corr + zero, float(d), float(eps))
+        return Moments(mean=zero, var=ey2, corr=clip_corr(corr), corr_hidden=zero)
     e = rmsnorm_expectations(m.mean, m.var, m.corr, m.corr_hidden, d, eps, pair=True)
     mu2 = e["m"] ** 2
     var = e["ey2"] - mu2
@@ -304,6 +370,9 @@ def rmsnorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = DEFAULT
         dd = np.asarray(d, dtype=np.float64)
         var = g.var * (dd - 1.0) / (m_in.var * dd) * _inverse_norm_series(dd, eps / m_in.var, 1)
         return GradMoments(var=var + zero, corr=clip_corr(g.corr * normalised_grad_corr(dd, m_in.corr) + zero))
+    if _tabulated(m_in.mean, m_in.corr_hidden, d, eps, zero.size):
+        _, _, gv, factor = _centred_table(m_in.var + zero, m_in.corr + zero, float(d), float(eps))
+        return GradMoments(var=g.var / m_in.var * gv + zero, corr=clip_corr(g.corr * factor + zero))
     e = rmsnorm_expectations(m_in.mean, m_in.var, m_in.corr, m_in.corr_hidden, d, eps, pair=True)
     var = g.var / m_in.var * e["gv"]
     corr = g.corr * e["gc"] / e["gv"]

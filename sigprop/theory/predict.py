@@ -241,8 +241,9 @@ class Prediction:
         walk = gram_forward_sweep(self.model, batch_input, self.segment_ids, padding, heads, self.seed, progress)
         self._gram, self._gram_rows = walk, walk.rows
         unit = "image" if self.config.input == "patches" else "sequence"
-        self._gram_state = f"token-resolved: each {unit}'s token Gram matrix ({heads} attention heads per {unit}, " \
-                           f"seed {self.seed})"
+        draws = (f" ({heads} attention heads per {unit}, seed {self.seed})"
+                 if "sampled" in _attention_rules(self.model)[0] else "")
+        self._gram_state = f"token-resolved: each {unit}'s token Gram matrix{draws}"
 
     def _gram_backward(self, progress: Callable[[int], None] | None) -> _GradRows:
         if self._gram_grads is None:
@@ -356,7 +357,7 @@ class Prediction:
                              for k, g in grad_rows.items()}
                 meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry "
                                        "gradient, and how correlated, comes from the batch's labels")
-        meta["attention_rule"] = f"token-resolved sampled: layers 0-{self.config.n_layers - 1}"
+        meta["attention_rule"] = _attention_rules(self.model)[0]
         meta["backward_state"] = ("token-resolved: each image's gradient Gram matrix, from the mean-pooled head"
                                   if patches else
                                   "token-resolved: each sequence's gradient Gram matrix, from the labelled positions")

@@ -8,12 +8,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from sigprop.model.presets import preset_config
 from sigprop.model.size import gram_bytes
-from sigprop.theory.predict import Prediction
+from sigprop.theory.predict import Prediction, predict
 
 _CHILD = """
 import json, sys, time
@@ -94,3 +95,20 @@ def test_the_gram_matrices_are_sized_by_the_batch_not_the_config():
     default = Prediction(config, token_ids=ids)
     assert not default.resolved
     assert f"{gram_bytes(config, 1, 8192) / 1e9:.3g} GB" in default.resolved_note
+
+
+@pytest.mark.long
+def test_a_long_decoder_with_small_scores_is_token_resolved_without_draws():
+    """llama-preln (std-0.02 weights at d = 256: every score's variance about 0.01) at 256 tokens, asked for token by
+    token: every layer takes the uniform Gram rule, so the state says no heads were drawn, and the prediction is
+    finite and positive at every layer; with Xavier weights (scores of variance ~1) the layers sample."""
+    config = preset_config("llama-preln").replace(n_layers=2, seq_len=256, max_len=256)
+    ids = torch.randint(1, config.vocab_size, (1, 256), generator=torch.Generator().manual_seed(0))
+    profile = predict(config, token_ids=ids, token_resolved=True)
+    assert profile.meta["attention_rule"] == "token-resolved uniform: layers 0-1"
+    assert "heads" not in profile.meta["forward_state"]
+    rows = [r for r in profile.rows if r.layer >= 0]
+    assert all(np.isfinite(r.fwd_var) and r.fwd_var > 0 and np.isfinite(r.grad_var) and r.grad_var > 0 for r in rows)
+    xavier = config.replace(init="xavier", seq_len=64, max_len=64)
+    sampled = predict(xavier, token_ids=ids[:, :64], token_resolved=True, attention_heads=4)
+    assert sampled.meta["attention_rule"] == "token-resolved sampled: layers 0-1"

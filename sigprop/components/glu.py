@@ -78,6 +78,17 @@ _GRID_ABOVE = 256  # pairs beyond which a table over (s, ρ) is interpolated ins
 _GRID_RHO = np.linspace(-1.0, 1.0, 81)
 
 
+def _expectation(f: Callable[[np.ndarray], np.ndarray], s: Stat) -> Stat:
+    """E[f(a)] for a zero-mean Gaussian of variance ``s`` (broadcast), by :func:`expect_1d`; the many pairs of a
+    token-resolved walk share few distinct variances (a norm's output: one), so each distinct one is evaluated once,
+    which leaves every number as it was."""
+    s = np.asarray(s, dtype=np.float64)
+    if s.size <= _GRID_ABOVE:
+        return expect_1d(f, 0.0, s)
+    distinct, back = np.unique(s, return_inverse=True)
+    return expect_1d(f, 0.0, distinct)[back.reshape(-1)].reshape(s.shape)
+
+
 def _pair_expectation(f: Callable[[np.ndarray, np.ndarray], np.ndarray], s: Stat, rho: Stat) -> Stat:
     """E[f(a_t, a_s)] for zero-mean Gaussians of variance ``s`` and correlation ``rho`` (broadcast): the tensor
     Gauss–Hermite rule per pair, or for the many pairs of a token-resolved walk (or a sweep) a table of the same rule
@@ -95,7 +106,7 @@ def _pair_expectation(f: Callable[[np.ndarray, np.ndarray], np.ndarray], s: Stat
     table = expect_2d(f, 0.0, grid_s[:, None], _GRID_RHO[None, :])  # (len(grid_s), 81); the last column is ρ = 1
     table = table / table[:, -1:]
     by_rho = np.stack([np.interp(np.clip(rho, -1.0, 1.0), _GRID_RHO, row) for row in table])  # (len(grid_s), ...)
-    diag = expect_1d(lambda a: f(a, a), 0.0, s)
+    diag = _expectation(lambda a: f(a, a), s)
     if grid_s.size == 1:
         return by_rho[0] * diag
     pos = np.interp(np.log(s), np.log(grid_s), np.arange(grid_s.size))
@@ -109,7 +120,7 @@ def glu_forward(m: Moments, d_in: Stat, gate_var: Stat, up_var: Stat, gate: str 
     """Moments of h = φ(xW_gate) ⊙ (xW_up) (module docstring), broadcasting over the moments' arrays."""
     phi, _ = _gate(gate)
     s_a, s_b, rho = _pre_activations(m, d_in, gate_var, up_var)
-    e2 = expect_1d(lambda a: phi(a) ** 2, 0.0, s_a)
+    e2 = _expectation(lambda a: phi(a) ** 2, s_a)
     cross = _pair_expectation(lambda a1, a2: phi(a1) * phi(a2), s_a, rho)
     var = e2 * s_b
     return Moments(mean=0.0 * var, var=var, corr=clip_corr(rho * cross / e2), corr_hidden=0.0 * var)
@@ -120,8 +131,8 @@ def glu_backward(g: GradMoments, m_in: Moments, d_in: Stat, d_ff: Stat, gate_var
     """Gradient moments at the input of h = φ(xW_gate) ⊙ (xW_up) (module docstring)."""
     phi, dphi = _gate(gate)
     s_a, s_b, rho = _pre_activations(m_in, d_in, gate_var, up_var)
-    e2 = expect_1d(lambda a: phi(a) ** 2, 0.0, s_a)
-    d2 = expect_1d(lambda a: dphi(a) ** 2, 0.0, s_a)
+    e2 = _expectation(lambda a: phi(a) ** 2, s_a)
+    d2 = _expectation(lambda a: dphi(a) ** 2, s_a)
     cross = _pair_expectation(lambda a1, a2: phi(a1) * phi(a2), s_a, rho)
     dcross = _pair_expectation(lambda a1, a2: dphi(a1) * dphi(a2), s_a, rho)
     var = d_ff * g.var * (gate_var * s_b * d2 + up_var * e2)

@@ -78,15 +78,28 @@ _GRID_ABOVE = 256  # pairs beyond which a table over (s, ρ) is interpolated ins
 _GRID_RHO = np.linspace(-1.0, 1.0, 81)
 
 
+_SPLINE_NODES = 65  # geometric nodes of the variance where a token-resolved walk's many variances are interpolated,
+_SPLINE_RATIO = 1.01  # or more, so that neighbouring nodes are at most this ratio apart
+
+
 def _expectation(f: Callable[[np.ndarray], np.ndarray], s: Stat) -> Stat:
-    """E[f(a)] for a zero-mean Gaussian of variance ``s`` (broadcast), by :func:`expect_1d`; the many pairs of a
-    token-resolved walk share few distinct variances (a norm's output: one), so each distinct one is evaluated once,
-    which leaves every number as it was."""
+    """E[f(a)] for a zero-mean Gaussian of variance ``s`` (broadcast), by :func:`expect_1d`. A token-resolved walk
+    asks for a million pairs at a time: with few distinct variances (a norm's output at equal token variances: one)
+    each is evaluated once, which leaves every number as it was; with more distinct ones than
+    :data:`_SPLINE_NODES`, the rule is evaluated at that many geometric nodes between the smallest and largest
+    variance (more where the range is wide: neighbours at most :data:`_SPLINE_RATIO` apart) and interpolated by a
+    cubic spline in log s (smooth: within 1e-9 relative, tested)."""
+    from scipy.interpolate import CubicSpline
+
     s = np.asarray(s, dtype=np.float64)
     if s.size <= _GRID_ABOVE:
         return expect_1d(f, 0.0, s)
     distinct, back = np.unique(s, return_inverse=True)
-    return expect_1d(f, 0.0, distinct)[back.reshape(-1)].reshape(s.shape)
+    if distinct.size <= _SPLINE_NODES:
+        return expect_1d(f, 0.0, distinct)[back.reshape(-1)].reshape(s.shape)
+    count = max(_SPLINE_NODES, int(np.ceil(np.log(distinct[-1] / distinct[0]) / np.log(_SPLINE_RATIO))) + 1)
+    nodes = np.geomspace(distinct[0], distinct[-1], count)
+    return CubicSpline(np.log(nodes), expect_1d(f, 0.0, nodes))(np.log(s))
 
 
 def _pair_expectation(f: Callable[[np.ndarray, np.ndarray], np.ndarray], s: Stat, rho: Stat) -> Stat:

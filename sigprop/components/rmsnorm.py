@@ -283,8 +283,10 @@ def _centred_table(var: Stat, corr: Stat, d: float, eps: float) -> tuple[np.ndar
     coarse = along_t(17)
     pair = rmsnorm_expectations(0.0, 1.0, _TABLE_CORR[:, None], 0.0, d, np.exp(coarse)[None, :])
     t_nodes = np.exp(coarse)[None, :]  # the departures per unit t, nearly constant in t
-    d_corr = (pair["eyy"] / pair["ey2"] - expected_cosine(d, _TABLE_CORR)[:, None]) / t_nodes
-    d_grad = (pair["gc"] / pair["gv"] - normalised_grad_corr(d, _TABLE_CORR)[:, None]) / t_nodes
+    cosine = np.asarray(expected_cosine(d, _TABLE_CORR))[:, None]
+    grad_factor = np.asarray(normalised_grad_corr(d, _TABLE_CORR))[:, None]
+    d_corr = (pair["eyy"] / pair["ey2"] - cosine) / t_nodes
+    d_grad = (pair["gc"] / pair["gv"] - grad_factor) / t_nodes
     rpos = np.interp(np.clip(corr, -1.0, 1.0), _TABLE_CORR, np.arange(_TABLE_CORR.size))
     tpos = np.interp(np.exp(log_t), np.exp(coarse), np.arange(coarse.size)) if wide else np.zeros(log_t.shape)
 

@@ -631,8 +631,10 @@ class MultiHeadAttention(nn.Module):
                      fixed_norm: bool = False) -> torch.Tensor:
         """Token-resolved rule: the per-element output Gram matrix (B, L, L) for the per-element input Gram ``gram``
         (B, L, L), by :func:`~sigprop.components.attention_gram.gram_attention` with the module's declared sigmas
-        and d_k = d_head (concatenated heads share the per-element Gram). ``attention_heads``: heads per sequence;
-        ``fixed_norm``: the input rows have a fixed length (a norm's output)."""
+        and d_k = d_head (concatenated heads share the per-element Gram), or where every score is small by the
+        uniform rule (:func:`~sigprop.components.attention_uniform.uniform_gram_attention`, no draws; which rule:
+        ``rule_used``). ``attention_heads``: heads per sequence; ``fixed_norm``: the input rows have a fixed length
+        (a norm's output)."""
         if self.batch_shape:
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")
         sq, sk, sv = (float(np.asarray(v)) for v in self._declared())
@@ -646,8 +648,9 @@ class MultiHeadAttention(nn.Module):
                       fixed_norm: bool = False) -> torch.Tensor:
         """Token-resolved backward rule: the per-element input-gradient Gram matrix (B, L, L) for the output-gradient
         Gram ``grad_gram`` and the forward input Gram ``gram``, by
-        :func:`~sigprop.components.attention_gram.gram_attention_backward` with d_k = d_head, times ``n_heads`` (each
-        head's independent W_V makes the heads' input gradients uncorrelated, so they add). Arguments as in
+        :func:`~sigprop.components.attention_gram.gram_attention_backward` with d_k = d_head (or the uniform rule
+        where :meth:`gram_forward` takes it), times ``n_heads`` (each head's output coordinates carry output
+        gradients uncorrelated with the other heads', so their input gradients add). Arguments as in
         :meth:`gram_forward`, whose draws it shares."""
         if self.batch_shape:
             raise NotImplementedError("the token-resolved rule takes one weight copy (batch_shape=())")

@@ -22,7 +22,8 @@ since E[A_jk A_lm] = U_jk U_lm (1 + δ_jl δ_km p/(1 − p)). Backward, the inpu
 
     H_in = σ²_v d_k E[Aᵀ H A] = σ²_v d_k (Uᵀ H U + p/(1 − p) · diag_k(Σ_j U_jk² H_jj)),
 
-and the n_heads heads, with independent W_V, add. The score paths (queries and keys through the softmax's Jacobian)
+and the n_heads heads add (each head's output coordinates carry their own output gradients, uncorrelated with the
+other heads', also where grouped heads share W_V). The score paths (queries and keys through the softmax's Jacobian)
 carry O(s²) of it and are left out, as is every O(s²) term of the forward rule: rotary positions, grouped key/value
 heads and the rows' fixed length act only through the scores, so none of them enters.
 
@@ -53,16 +54,19 @@ UNIFORM_MAX_S2 = 0.02
 
 def uniform_weights(gram: torch.Tensor, causal: bool, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """U (B, L, L): each query's uniform weights over the keys it sees (a causal mask, and ``key_mask`` (B, L) bool,
-    True at real tokens, for padding); a padded query with no visible key gets zero weights (its row means
-    nothing)."""
+    True at real tokens, for padding). A padded query that sees no key at all (leading padding under a causal mask)
+    is left unblocked, uniform over every key, as the sampled rule leaves it
+    (:func:`~sigprop.components.attention_gram.blocked_scores`): its row is finite and means nothing."""
     B, L, _ = gram.shape
-    keep = (torch.ones(B, L, dtype=torch.bool) if key_mask is None
-            else torch.as_tensor(key_mask, dtype=torch.bool).reshape(B, L))
+    keep = torch.ones(B, L, dtype=torch.bool) if key_mask is None else torch.as_tensor(key_mask, dtype=torch.bool)
+    if keep.shape != (B, L):
+        raise ValueError(f"key_mask must have shape {(B, L)} (batch, tokens), got {tuple(keep.shape)}")
     seen = keep[:, None, :].expand(B, L, L)
     if causal:
         seen = seen & torch.ones(L, L, dtype=torch.bool).tril()
+    seen = seen | ~seen.any(dim=-1, keepdim=True)
     u = seen.to(torch.float64)
-    return u / u.sum(dim=-1, keepdim=True).clamp_min(1.0)
+    return u / u.sum(dim=-1, keepdim=True)
 
 
 def gram_score_variance(gram: torch.Tensor, d_in: float, sigma_q2: float, sigma_k2: float) -> float:

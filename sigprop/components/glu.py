@@ -92,7 +92,7 @@ def _expectation(f: Callable[[np.ndarray], np.ndarray], s: Stat) -> Stat:
     from scipy.interpolate import CubicSpline
 
     s = np.asarray(s, dtype=np.float64)
-    if s.size <= _GRID_ABOVE:
+    if s.size <= _GRID_ABOVE or not np.all(np.isfinite(s) & (s > 0.0)):
         return expect_1d(f, 0.0, s)
     distinct, back = np.unique(s, return_inverse=True)
     if distinct.size <= _SPLINE_NODES:

@@ -47,7 +47,7 @@ from ..walk.protocol import Rules
 from .layernorm import expected_cosine, normalised_grad_corr
 
 __all__ = ["RMSNorm", "rmsnorm_forward", "rmsnorm_backward", "rmsnorm_expectations", "RMSNORM_APPROX",
-           "DEFAULT_EPS"]
+           "DEFAULT_EPS", "TABLE_ABOVE"]
 
 #: The approximations the RMSNorm rules offer (see :func:`rmsnorm_forward`).
 RMSNORM_APPROX = ("exact", "large_d")
@@ -260,10 +260,12 @@ def _centred_table(var: Stat, corr: Stat, d: float, eps: float) -> tuple[np.ndar
     independent hidden units at many (σ², r): the quadrature of :func:`rmsnorm_expectations` on a grid, interpolated.
 
     The expectations depend on σ² only through t = eps/σ². The single-token ones (variance, gradient variance) are
-    taken at 33 geometric nodes of t between the smallest and largest t and interpolated by a cubic spline in log t;
+    taken at 33 geometric nodes of t between the smallest and largest t (more where the range is wide: at most 0.05
+    apart in log t) and interpolated by a cubic spline in log t;
     the correlations' departures from their eps-free closed forms (:func:`~sigprop.components.layernorm.
     expected_cosine`, :func:`~sigprop.components.layernorm.normalised_grad_corr`), which are O(t/d) and smooth, per
-    unit t (nearly constant in t) on 81 correlations × 17 geometric nodes of t, bilinearly in (r, t). Its error
+    unit t (nearly constant in t) on 81 correlations × 17 geometric nodes of t (at most 0.1 apart in log t),
+    bilinearly in (r, t). Its error
     against the quadrature per configuration:
     ``tests/components/test_rmsnorm.py``."""
     from scipy.interpolate import CubicSpline
@@ -273,14 +275,14 @@ def _centred_table(var: Stat, corr: Stat, d: float, eps: float) -> tuple[np.ndar
     lo, hi = float(log_t.min()), float(log_t.max())
     wide = hi > lo + 1e-12
 
-    def along_t(nodes: int) -> np.ndarray:
-        return np.linspace(lo, hi, nodes) if wide else np.array([lo])
+    def along_t(nodes: int, step: float) -> np.ndarray:  # at least ``nodes``, at most ``step`` apart in log t
+        return np.linspace(lo, hi, max(nodes, int(np.ceil((hi - lo) / step)) + 1)) if wide else np.array([lo])
 
-    fine = along_t(33)
+    fine = along_t(33, 0.05)
     single = rmsnorm_expectations(0.0, 1.0, 0.0, 0.0, d, np.exp(fine), pair=False)
     at = (lambda v: CubicSpline(fine, v)(log_t)) if wide else (lambda v: np.full(log_t.shape, v[0]))  # noqa: E731
     ey2, gv = at(single["ey2"]), at(single["gv"])
-    coarse = along_t(17)
+    coarse = along_t(17, 0.1)
     pair = rmsnorm_expectations(0.0, 1.0, _TABLE_CORR[:, None], 0.0, d, np.exp(coarse)[None, :])
     t_nodes = np.exp(coarse)[None, :]  # the departures per unit t, nearly constant in t
     cosine = np.asarray(expected_cosine(d, _TABLE_CORR))[:, None]

@@ -20,10 +20,11 @@ H_jl = E[g_j^a g_l^a] from the loss's gradient at the labelled positions
   tokens (an FFN block) is applied whole, its composed rule pair by pair (:meth:`GramState.whole`);
 * attention mixes tokens: :meth:`MultiHeadAttention.gram_forward` / ``gram_backward``
   (:mod:`~sigprop.components.attention_gram`), told whether its input rows have a fixed length (they do after
-  LayerNorm and RMSNorm, the walker's ``source``); the backward rule is autograd through the sampled heads, with
-  heads drawn from a seed of each layer's own (:func:`~sigprop.components.draws.layer_seed`): the gradient reaching
-  layer l is a product of the per-layer factors above it, so a sampling error common to every layer would add up
-  linearly over depth, where independent draws add like √depth;
+  LayerNorm and RMSNorm, the walker's ``source``), or, where every score is small, at zeroth order in the scores
+  without draws (:mod:`~sigprop.components.attention_uniform`); the sampled backward rule is autograd through the
+  sampled heads, with heads drawn from a seed of each layer's own (:func:`~sigprop.components.draws.layer_seed`):
+  the gradient reaching layer l is a product of the per-layer factors above it, so a sampling error common to every
+  layer would add up linearly over depth, where independent draws add like √depth;
 * the residual y = λx + βf: G_y = λ²G_x + β²G_f, H_x = λ²H_y + β²T_f(H_y) (the branch ends in a zero-mean weight
   matrix, so its output is uncorrelated with the skip path, pair by pair);
 * a Post-LN norm whose residual's skip input is itself a norm output uses the norm's post-norm rules pairwise, with

@@ -116,3 +116,19 @@ def test_which_rule_a_token_resolved_step_takes(kw, s2, rule):
     assert mha.rule_used == f"token-resolved {rule}"
     if rule == "uniform":
         torch.testing.assert_close(out, uniform_gram_attention(gram, D_IN, 1.0 / D_IN, causal=True))
+
+
+def test_leading_padding_under_a_causal_mask_stays_finite_and_bad_masks_are_refused():
+    """A padded query that sees no key (leading padding, causal) is left unblocked as the sampled rule leaves it, so
+    every row of the output Gram is finite and every real token keeps a positive variance; a mask of the wrong shape
+    is refused naming it."""
+    gram = _token_gram()
+    key_mask = torch.ones(B, L, dtype=torch.bool)
+    key_mask[1, :3] = False
+    out = uniform_gram_attention(gram, D_IN, 1.0 / D_IN, causal=True, key_mask=key_mask)
+    grad = uniform_gram_attention_backward(torch.eye(L, dtype=torch.float64).expand(B, L, L), DK, 1.0 / D_IN,
+                                           causal=True, key_mask=key_mask)
+    assert torch.isfinite(out).all() and torch.isfinite(grad).all()
+    assert (torch.diagonal(out, dim1=-2, dim2=-1) > 0).all()
+    with pytest.raises(ValueError, match="key_mask"):
+        uniform_gram_attention(gram, D_IN, 1.0 / D_IN, causal=True, key_mask=key_mask.T)

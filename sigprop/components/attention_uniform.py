@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention_gram import blocked_scores
 from .query_key import QueryKeyMap, query_key_map
 
 __all__ = ["UNIFORM_MAX_S2", "uniform_weights", "gram_score_variance", "uniform_applies", "uniform_gram_attention",
@@ -61,11 +62,7 @@ def uniform_weights(gram: torch.Tensor, causal: bool, key_mask: torch.Tensor | N
     keep = torch.ones(B, L, dtype=torch.bool) if key_mask is None else torch.as_tensor(key_mask, dtype=torch.bool)
     if keep.shape != (B, L):
         raise ValueError(f"key_mask must have shape {(B, L)} (batch, tokens), got {tuple(keep.shape)}")
-    seen = keep[:, None, :].expand(B, L, L)
-    if causal:
-        seen = seen & torch.ones(L, L, dtype=torch.bool).tril()
-    seen = seen | ~seen.any(dim=-1, keepdim=True)
-    u = seen.to(torch.float64)
+    u = (~blocked_scores(keep, causal)[:, 0]).expand(B, L, L).to(torch.float64)
     return u / u.sum(dim=-1, keepdim=True)
 
 

@@ -57,7 +57,22 @@ def uniform_weights(gram: torch.Tensor, causal: bool, key_mask: torch.Tensor | N
     """U (B, L, L): each query's uniform weights over the keys it sees (a causal mask, and ``key_mask`` (B, L) bool,
     True at real tokens, for padding). A padded query that sees no key at all (leading padding under a causal mask)
     is left unblocked, uniform over every key, as the sampled rule leaves it
-    (:func:`~sigprop.components.attention_gram.blocked_scores`): its row is finite and means nothing."""
+    (:func:`~sigprop.components.attention_gram.blocked_scores`): its row is finite and means nothing.
+
+    Args:
+        gram: any (B, L, L) tensor: only its shape is read.
+        causal: whether query j sees keys k ≤ j only.
+        key_mask: (B, L) bool, True at real tokens, or None (every token real).
+
+    Returns:
+        U, (B, L, L) float64, each row summing to 1.
+
+    Example:
+        >>> uniform_weights(torch.zeros(1, 3, 3), causal=True)[0]
+        tensor([[1.0000, 0.0000, 0.0000],
+                [0.5000, 0.5000, 0.0000],
+                [0.3333, 0.3333, 0.3333]], dtype=torch.float64)
+    """
     B, L, _ = gram.shape
     keep = torch.ones(B, L, dtype=torch.bool) if key_mask is None else torch.as_tensor(key_mask, dtype=torch.bool)
     if keep.shape != (B, L):
@@ -68,7 +83,21 @@ def uniform_weights(gram: torch.Tensor, causal: bool, key_mask: torch.Tensor | N
 
 def gram_score_variance(gram: torch.Tensor, d_in: float, sigma_q2: float, sigma_k2: float) -> float:
     """The largest variance of a score over the weights, d_in² σ²_q σ²_k max_j G_jj² (a query's and a key's per-element
-    variances G_jj, G_kk at most the largest diagonal entry), for the per-element input Gram ``gram`` (B, L, L)."""
+    variances G_jj, G_kk at most the largest diagonal entry), for the per-element input Gram ``gram`` (B, L, L).
+
+    Args:
+        gram: the input's per-element token Gram matrices, (B, L, L).
+        d_in: the input width.
+        sigma_q2: the query weights' variance.
+        sigma_k2: the key weights' variance.
+
+    Returns:
+        d_in² σ²_q σ²_k max_j G_jj², a bound on every score's variance.
+
+    Example:
+        >>> gram_score_variance(torch.eye(4)[None], d_in=256, sigma_q2=4e-4, sigma_k2=4e-4)  # std-0.02 weights
+        0.01048576
+    """
     top = float(torch.diagonal(gram, dim1=-2, dim2=-1).max())
     return d_in * d_in * sigma_q2 * sigma_k2 * top * top
 
@@ -76,7 +105,26 @@ def gram_score_variance(gram: torch.Tensor, d_in: float, sigma_q2: float, sigma_
 def uniform_applies(approx: str, gram: torch.Tensor, d_in: float, sigma_q2: float, sigma_k2: float,
                     rope: float | QueryKeyMap | None = None) -> bool:
     """Whether an attention module of approximation ``approx`` takes the uniform rule at input ``gram``: "auto" or
-    "forward", no QK-norm, and :func:`gram_score_variance` at most :data:`UNIFORM_MAX_S2`."""
+    "forward", no QK-norm, and :func:`gram_score_variance` at most :data:`UNIFORM_MAX_S2`.
+
+    Args:
+        approx: the module's approximation ("auto", "forward", "bounded", ...).
+        gram: the input's per-element token Gram matrices, (B, L, L).
+        d_in: the input width.
+        sigma_q2: the query weights' variance.
+        sigma_k2: the key weights' variance.
+        rope: the module's query/key map (rotary base, a :class:`~sigprop.components.query_key.QueryKeyMap`) or
+            None.
+
+    Returns:
+        True where the uniform rule is taken.
+
+    Example:
+        >>> uniform_applies("auto", torch.eye(4)[None], d_in=256, sigma_q2=4e-4, sigma_k2=4e-4)
+        True
+        >>> uniform_applies("auto", torch.eye(4)[None], d_in=1024, sigma_q2=4e-4, sigma_k2=4e-4)
+        False
+    """
     qk = query_key_map(rope)
     return (approx in ("auto", "forward") and (qk is None or qk.norm_eps is None)
             and gram_score_variance(gram, d_in, sigma_q2, sigma_k2) <= UNIFORM_MAX_S2)

@@ -125,15 +125,33 @@ def objective_loss(model: Transformer, batch: Batch | dict) -> torch.Tensor:
     return F.cross_entropy(_logits(model, batch), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def objective_sums(model: Transformer, batch: Batch | dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def objective_sums(model: Transformer, batch: Batch | dict, *,
+                   top1: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(summed cross-entropy, labelled positions, correct top-1 predictions) of ``model`` on ``batch``, the loss in
     float32 whatever the autocast: the parts a distributed run adds over its processes before dividing, so that its
-    loss is the mean over the global batch whatever the split (masked-LM batches label different counts)."""
+    loss is the mean over the global batch whatever the split (masked-LM batches label different counts).
+
+    Args:
+        model: a sigprop :class:`~sigprop.model.transformer.Transformer`.
+        batch: a :class:`~sigprop.model.batch.Batch` or sigprop's dict, with labels (−100: unlabelled).
+        top1: count the correct top-1 predictions. An arg-max over the vocabulary costs about as much as the
+            cross-entropy itself on a CPU, so the training step (whose loss alone matters) and a language model's
+            validation leave it out; the count is then 0.
+
+    Returns:
+        (summed cross-entropy, labelled positions, correct top-1 predictions), each a 0-d tensor.
+
+    Example:
+        >>> total, count, _ = objective_sums(model, make_batch(config, token_ids), top1=False)
+        >>> loss = total / count
+    """
     batch = _labelled(batch)
     logits = _logits(model, batch).float()
     labels = cast(torch.Tensor, batch.labels).reshape(-1)  # _labelled: never None
     keep = labels != IGNORE_INDEX
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    if not top1:
+        return total, keep.sum(), torch.zeros((), dtype=torch.long, device=labels.device)
     with torch.no_grad():
         correct = ((logits.argmax(-1) == labels) & keep).sum()
     return total, keep.sum(), correct

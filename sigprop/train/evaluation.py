@@ -19,7 +19,8 @@ def evaluate(model, batches: list[Batch], device: torch.device, is_images: bool,
     """``{"val_loss", "val_ppl"}`` (or ``"val_acc"`` for images) of ``model`` on ``batches`` in eval mode (no
     dropout; the mode is restored): the loss is Σ cross-entropy / Σ labelled positions over all batches (and all
     processes of ``world``), each batch's sum in float32 (:func:`sigprop.model.objective.objective_sums`), the
-    totals in float64. NaN where nothing was labelled; perplexity exp(loss), infinite beyond e^700."""
+    totals in float64. NaN where nothing was labelled; perplexity exp(loss), infinite beyond e^700. The top-1
+    count (an arg-max over the vocabulary) is taken for images only."""
     from ..model.objective import objective_sums
 
     was_training = model.training
@@ -28,7 +29,7 @@ def evaluate(model, batches: list[Batch], device: torch.device, is_images: bool,
     try:
         with torch.no_grad(), autocast_for(precision, device):
             for batch in batches:
-                total, count, correct = objective_sums(model, Batch.from_any(batch).to(device))
+                total, count, correct = objective_sums(model, Batch.from_any(batch).to(device), top1=is_images)
                 totals += torch.stack([total.double(), count.double(), correct.double()])
     finally:
         model.train(was_training)

@@ -354,7 +354,7 @@ def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
             labelled = int((global_batch.labels != IGNORE_INDEX).sum())
             batch = rank_slice(global_batch, world.rank, world.size).to(world.device, non_blocking=True)
             with autocast_for(precision, world.device):
-                total, _, _ = setup.objective_sums(net, batch)
+                total, _, _ = setup.objective_sums(net, batch, top1=False)
             optimizer.zero_grad(set_to_none=True)
             (total * (world.size / labelled)).backward()
             if tc.clip is not None:

@@ -9,7 +9,7 @@ import torch
 
 from sigprop.model import Transformer, TransformerConfig, make_batch
 from sigprop.model.batches import batch_fingerprint
-from sigprop.model.objective import MASK_ID, PAD_ID, objective_loss
+from sigprop.model.objective import MASK_ID, PAD_ID, objective_loss, objective_sums
 from tests.helpers import Z
 
 BASE = dict(vocab_size=50, max_len=32, seq_len=32, n_layers=2, d_model=16, n_heads=2, d_ff=32)
@@ -165,6 +165,20 @@ def test_loss_equals_hand_cross_entropy(arch):
     assert float(m.loss(batch).detach()) == float(loss.detach())
     loss.backward()
     assert all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in m.parameters())
+
+
+def test_sums_count_top1_only_when_asked():
+    c = cfg(arch="decoder")
+    m = model64(c)
+    ids, mask = padded(seed=8)
+    batch = make_batch(c, ids, padding_mask=mask)
+    total, count, correct = objective_sums(m, batch)
+    total0, count0, correct0 = objective_sums(m, batch, top1=False)
+    assert float(total0) == float(total) and int(count0) == int(count) and int(correct0) == 0
+    logits = m(batch.inputs, padding_mask=batch.padding_mask).reshape(-1, c.vocab_size)
+    labels = batch.labels.reshape(-1)
+    hand = sum(int(row.argmax()) == y for row, y in zip(logits, labels.tolist(), strict=True) if y != -100)
+    assert int(correct) == hand and int(count) == int((labels != -100).sum())
 
 
 def test_patch_loss_equals_hand_cross_entropy():

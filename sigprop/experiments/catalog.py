@@ -169,10 +169,10 @@ def _headline_steps(tokens_per_parameter: float = 20.0) -> int:
     """The steps of a `depth` run of the headline pair at ``tokens_per_parameter`` (both shapes have the same N·d²,
     so the same steps), batches of 32 × 128 tokens."""
     from ..model.config import config_from_dict
-    from .spec import non_embedding_parameters
+    from .spec import steps_for_tokens
 
-    config = config_from_dict({**_DEPTH_BASE, **_HEADLINE[0][1]})
-    return math.ceil(tokens_per_parameter * non_embedding_parameters(config) / (_CPU_TRAIN["batch_size"] * 128))
+    return steps_for_tokens(config_from_dict({**_DEPTH_BASE, **_HEADLINE[0][1]}), _CPU_TRAIN["batch_size"],
+                            tokens_per_parameter)
 
 
 def _budget_models() -> tuple[ModelSpec, ...]:

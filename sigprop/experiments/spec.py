@@ -146,6 +146,30 @@ class RunSpec:
         return f"{slug}-lr{self.lr:g}-s{self.seed}-{digest.hexdigest()[:8]}"
 
 
+def steps_for_tokens(model, batch_size: int, tokens_per_parameter: float) -> int:
+    """The steps at which a run of ``model`` (a :class:`~sigprop.model.config.TransformerConfig`) at batches of
+    ``batch_size`` sequences sees ``tokens_per_parameter`` tokens per non-embedding parameter
+    (:func:`non_embedding_parameters`), rounded up, at least 1. An encoder–decoder's step holds its source and its
+    target sequence.
+
+    Args:
+        model: the model's configuration.
+        batch_size: sequences per step.
+        tokens_per_parameter: tokens per non-embedding parameter the run sees.
+
+    Returns:
+        The number of steps.
+
+    Example:
+        >>> from sigprop.model.config import config_from_dict
+        >>> steps_for_tokens(config_from_dict(dict(arch="decoder", n_layers=2, d_model=128, n_heads=4,
+        ...                                        vocab_size=2048, seq_len=128, max_len=128)), 32, 20.0)
+        1927
+    """
+    tokens_per_step = batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
+    return max(1, math.ceil(tokens_per_parameter * non_embedding_parameters(model) / tokens_per_step))
+
+
 def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
               best_lr: dict | None = None, extra_lrs: dict | None = None) -> list[RunSpec]:
     """The runs of ``experiment`` at ``scale_name``: without ``best_lr`` the tuning runs (seed 0, or the scale's
@@ -165,12 +189,8 @@ def plan_runs(experiment: Experiment, scale_name: str, seeds: int | None = None,
     for spec in scale.models:
         model = config_from_dict({**scale.base_model, **spec.model})
         base = train_config_from_dict({**scale.train, **spec.train})
-        tokens_per_step = base.batch_size * model.seq_len * (2 if model.arch == "encoder_decoder" else 1)
         per_parameter = spec.tokens_per_parameter_at(scale)
-        if per_parameter is None:
-            steps = base.steps
-        else:
-            steps = max(1, math.ceil(per_parameter * non_embedding_parameters(model) / tokens_per_step))
+        steps = base.steps if per_parameter is None else steps_for_tokens(model, base.batch_size, per_parameter)
         if extra_lrs is not None:
             chosen = [(s, lr, True) for lr in extra_lrs.get(spec.name, ()) for s in tuning_seeds]
         elif best_lr is None:
@@ -236,4 +256,4 @@ def _next_rate(scale: Scale, lr: float, direction: int) -> float:
     return lattice_rate(k + direction, scale.lr_step, scale.lr_anchor)
 
 
-__all__ += ["plan_runs", "edge_rates", "lattice_rate"]
+__all__ += ["steps_for_tokens", "plan_runs", "edge_rates", "lattice_rate"]

@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sigprop.core.figures import save_figure
+from sigprop.core.jsonio import write_json_atomic, write_text_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results" / "spread"
 SEQUENCES, LENGTH = 2, 32
@@ -161,7 +164,7 @@ def report() -> None:
             lines.append(f"| {family} | {width} | {depth} | {n} | {label} ({where}) | {sd:.3f} ± {se:.3f} | "
                          f"{pred:.3f} | {pred / sd:.2f} | {allowed:.3f} | {v} |")
             points.append((family, label, sd, se, pred))
-    (OUT / "table.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(OUT / "table.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     fig, ax = plt.subplots(figsize=(5.5, 5))
     markers = {"postln-xavier": "o", "dslm-post": "s", "preln-xavier": "^", "postln-xavier-dec": "P",
@@ -180,7 +183,7 @@ def report() -> None:
     ax.legend(unique.values(), unique.keys(), fontsize=7)
     ax.set_title("seed-to-seed spread: predicted vs measured", fontsize=9)
     fig.tight_layout()
-    fig.savefig(OUT / "spread.png", dpi=120)
+    save_figure(fig, OUT / "spread.png", dpi=120)
 
 
 def expected_ratio(family: str, width: int, depth: int) -> float:
@@ -217,7 +220,7 @@ def coverage(level: float = 0.9) -> None:
             continue
         if name not in expected:
             expected[name] = expected_ratio(family, width, depth)
-            cache.write_text(json.dumps(expected, indent=1))
+            write_json_atomic(cache, expected)
         records = [json.loads(line) for line in path.read_text().splitlines()]
         n, sd = len(records), predictions[name]["grad_var_log_sd"][0]
         rows = (Row(0, "layer", grad_var=expected[name], grad_var_log_sd=sd), Row(1, "layer", grad_var=1.0,
@@ -230,7 +233,7 @@ def coverage(level: float = 0.9) -> None:
         lines.append(f"| {family} | {width} | {depth} | {n} | {sd:.3f} | {low:.3g} – {high:.3g} | {inside} | "
                      f"{100 * p:.0f}% ({100 * (centre - half):.0f}–{100 * (centre + half):.0f}%) |")
         print(lines[-1], flush=True)
-    (OUT / "coverage.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(OUT / "coverage.md", "\n".join(lines) + "\n")
 
 
 #: The cells whose token correlations' seed-to-seed spread ``states`` measures (the two families whose gradient
@@ -282,7 +285,7 @@ def states(seeds: int) -> None:
             lines.append(f"| {name} | {k} | {mf:.4f} ± {mf * se:.4f} | {meta['fwd_corr_sd'][k + 1]:.4f} | "
                          f"{mg:.4f} ± {mg * se:.4f} | {meta['grad_corr_sd'][k + 1]:.4f} |")
             print(lines[-1], flush=True)
-    (OUT / "states.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(OUT / "states.md", "\n".join(lines) + "\n")
 
 
 def additivity() -> None:
@@ -467,7 +470,7 @@ def main() -> None:
             print(cell_name(*c), stored[cell_name(*c)]["grad_var_log_sd"][0], stored[cell_name(*c)]["seconds_plain"],
                   stored[cell_name(*c)]["seconds_spread"], flush=True)
             OUT.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(stored, indent=1))
+            write_json_atomic(path, stored)
     elif args.action == "correlations":
         correlations()
     elif args.action == "coverage":

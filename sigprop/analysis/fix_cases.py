@@ -26,7 +26,8 @@ from pathlib import Path
 
 from ..model.config import TransformerConfig
 
-__all__ = ["FixCase", "FixOutcome", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes", "fix_evidence", "NOT_MEASURED"]
+__all__ = ["BASE_MODEL", "FixCase", "FixOutcome", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes", "fix_evidence",
+           "NOT_MEASURED"]
 
 #: The measured outcomes, package data written by ``bench/fix_outcomes.py`` from the experiment's stored results.
 OUTCOMES_FILE = Path(__file__).with_name("fix_outcomes.json")
@@ -34,8 +35,10 @@ OUTCOMES_FILE = Path(__file__).with_name("fix_outcomes.json")
 #: What the doctor says of a kind of fix that no training has measured.
 NOT_MEASURED = "not measured in training"
 
-_DECODER = dict(arch="decoder", vocab_size=2048, seq_len=64, max_len=64, dropout=0.1)
-_LLAMA = dict(_DECODER, n_heads=4, n_kv_heads=2, activation="swiglu", norm="rmsnorm", norm_eps=1e-6,
+#: What every case's models share: causal LMs of 64-token sequences at vocabulary 2048, dropout 0.1 (the base model
+#: of the `doctor-fixes` experiment).
+BASE_MODEL = dict(arch="decoder", vocab_size=2048, seq_len=64, max_len=64, dropout=0.1)
+_LLAMA = dict(BASE_MODEL, n_heads=4, n_kv_heads=2, activation="swiglu", norm="rmsnorm", norm_eps=1e-6,
               position="rope", tie_head=False, init="bert", initializer_range=0.02)
 
 
@@ -83,19 +86,19 @@ class FixCase:
 #: The doctor's fixes, each at a shape where the doctor flags it (a test checks that it still does, and that its
 #: recommendation is the case's fix). Rates on the √2 lattice 10⁻³·√2^k, centred on `depth`'s best at a nearby shape.
 FIX_CASES: tuple[FixCase, ...] = (
-    FixCase("post-LN xavier -> dslm", dict(_DECODER, n_layers=64, d_model=64, n_heads=2, norm_position="post",
+    FixCase("post-LN xavier -> dslm", dict(BASE_MODEL, n_layers=64, d_model=64, n_heads=2, norm_position="post",
                                             init="xavier"),
             {"init": "dslm"}, (7.07e-4, 1e-3, 1.41e-3), (1.41e-3, 2e-3, 2.83e-3)),
-    FixCase("pre-LN xavier -> dslm", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
+    FixCase("pre-LN xavier -> dslm", dict(BASE_MODEL, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
                                            init="xavier"),
             {"init": "dslm"}, (8e-3, 1.13e-2, 1.6e-2), (1.6e-2, 2.26e-2, 3.2e-2)),
     FixCase("llama N(0, 0.02^2) -> auto", dict(_LLAMA, n_layers=32, d_model=64, d_ff=192, norm_position="pre"),
             {"init": "auto"}, (2.83e-3, 4e-3, 5.66e-3), (2.83e-3, 4e-3, 5.66e-3)),
-    FixCase("Q/K at 2x -> 1x", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre", init="dslm",
+    FixCase("Q/K at 2x -> 1x", dict(BASE_MODEL, n_layers=32, d_model=32, n_heads=2, norm_position="pre", init="dslm",
                                     qk_gain=2.0),
             {"qk_gain": 1.0}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2)),
     # DeepScaleLM bounds the depth laws, so the α check is the only finding: α√q ≥ 2 at every layer (saturated)
-    FixCase("Derf alpha 4 -> smaller alpha", dict(_DECODER, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
+    FixCase("Derf alpha 4 -> smaller alpha", dict(BASE_MODEL, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
                                                   init="dslm", norm="derf", norm_alpha=4.0),
             {"norm_alpha": 0.786}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2), computed=("norm_alpha",)),
 )

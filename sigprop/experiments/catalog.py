@@ -564,6 +564,13 @@ def _fix_models() -> tuple[ModelSpec, ...]:
         ModelSpec(f"{case.name}: fixed", case.fixed, case.fixed_lrs)))
 
 
+def _fix_base_model() -> dict:
+    """The fix cases' shared fields (:data:`~sigprop.analysis.fix_cases.BASE_MODEL`)."""
+    from ..analysis.fix_cases import BASE_MODEL
+
+    return dict(BASE_MODEL)
+
+
 DOCTOR_FIXES = Experiment(
     name="doctor-fixes",
     question="For each kind of model the doctor flags and fixes (Post-LN Xavier at depth -> DeepScaleLM, Pre-LN "
@@ -573,7 +580,7 @@ DOCTOR_FIXES = Experiment(
     reference="Kedia et al. Sec. 3.3 (Q/K), Sec. 3.5 and Tables 4, 13 (DeepScaleLM against Post-LN and Pre-LN "
               "baselines); the doctor's recommendations (sigprop.analysis.doctor.recommend)",
     scales={"cpu": Scale(
-        models=_fix_models(), base_model=dict(arch="decoder", vocab_size=2048, seq_len=64, max_len=64, dropout=0.1),
+        models=_fix_models(), base_model=_fix_base_model(),
         train=_FIX_TRAIN, tokens_per_parameter=None, seeds=2, tuning_seeds=2, grid_extensions=2,
         lr_step=math.sqrt(2.0), lr_anchor=1e-3,
         note="causal LM on the pinned corpus `pinned:python-v1`, 600 steps of 16 × 64 tokens for every model (the "

@@ -35,7 +35,7 @@ JUSTIFIED = {
                      "components.attention.mha_forward", "components.attention.mha_backward",
                      "components.attention_gram._value_free_gram", "components.attention_gram.gram_attention",
                      "components.attention_gram.gram_attention_backward",
-                     "components.attention_sampled._sample_heads", "components.attention_sampled._sample",
+                     "components.attention_sampled.sample_heads", "components.attention_sampled._sample",
                      "components.attention_sampled.sample_attention", "components.attention_sampled.sampled_forward",
                      "components.attention_sampled.sampled_backward",
                      "components.attention_bounded._one_head", "components.attention_bounded._sample",

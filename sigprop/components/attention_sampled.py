@@ -48,8 +48,8 @@ from ..core.validate import check_range, clip_corr
 from .draws import DEFAULT_HEADS, standard_normal, uniform
 from .query_key import QueryKeyMap, query_key_map
 
-__all__ = ["SampledAttention", "sample_attention", "sampled_forward", "sampled_backward", "checked_input",
-           "checked_head", "elementwise"]
+__all__ = ["SampledAttention", "sample_attention", "sample_heads", "estimate_fields", "sampled_forward",
+           "sampled_backward", "checked_input", "checked_head", "elementwise"]
 
 _CHUNK = 32  # heads per autograd pass (bounds memory at S·L² floats per chunk)
 
@@ -152,13 +152,20 @@ def _value_free_output(x: torch.Tensor, x_kv: torch.Tensor, z: _Draws, d_k: int,
     return a @ x_kv, s2
 
 
-def _sample_heads(q: tuple[float, float, float], kv: tuple[float, float, float] | None, d_in: int, d_k: int, L: int,
+def sample_heads(q: tuple[float, float, float], kv: tuple[float, float, float] | None, d_in: int, d_k: int, L: int,
                   L_kv: int, sq: float, sk: float, sv: float, p: float, causal: bool, heads: int, seed: int,
                   rope: float | QueryKeyMap | None = None) -> dict[str, Any]:
     """Per-element moment estimates (mean over heads, standard error) of the sampled heads: forward ("f"), and the
     query-input ("sh"/"in") and, for a separate key/value input ``kv``, key/value-input ("kv_sh"/"kv_in") gradient
     for a unit shared / independent output gradient; each as {"var": (est, se), "cov": (est, se)}. ``q`` and ``kv``
-    are (mean, var, corr) triples; ``kv=None`` is self-attention (keys and values from the query input)."""
+    are (mean, var, corr) triples; ``kv=None`` is self-attention (keys and values from the query input). The
+    arguments after them are those of :func:`sample_attention` (``L_kv``: the keys' length); also used by
+    :mod:`~sigprop.components.cross_attention`.
+
+    Returns:
+        {"f", "sh", "in"[, "kv_sh", "kv_in"]: {"var": (estimate, standard error), "cov": (…)}, "s2": the mean score
+        variance per head}.
+    """
     keys = ("f", "sh", "in") + (("kv_sh", "kv_in") if kv is not None else ())
     per: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {k: [] for k in keys}
     s2_sum = 0.0
@@ -188,7 +195,22 @@ def _sample_heads(q: tuple[float, float, float], kv: tuple[float, float, float] 
     return out
 
 
-def _fields(est: dict[str, Any], key: str, prefix: str) -> dict[str, float]:
+def estimate_fields(est: dict[str, Any], key: str, prefix: str) -> dict[str, float]:
+    """One estimate of :func:`sample_heads`' output as the fields of a sampled rule's record.
+
+    Args:
+        est: :func:`sample_heads`' output.
+        key: which estimate ("f", "sh", "in", "kv_sh", "kv_in").
+        prefix: the record's field prefix ("fwd_", "sh_", …).
+
+    Returns:
+        {prefix + "var", prefix + "cov", prefix + "var_se", prefix + "cov_se"}: the estimates and their standard
+        errors.
+
+    Example:
+        >>> estimate_fields({"f": {"var": (1.0, 0.1), "cov": (0.5, 0.05)}}, "f", "fwd_")
+        {'fwd_var': 1.0, 'fwd_cov': 0.5, 'fwd_var_se': 0.1, 'fwd_cov_se': 0.05}
+    """
     return {f"{prefix}var": est[key]["var"][0], f"{prefix}cov": est[key]["cov"][0],
             f"{prefix}var_se": est[key]["var"][1], f"{prefix}cov_se": est[key]["cov"][1]}
 
@@ -196,9 +218,9 @@ def _fields(est: dict[str, Any], key: str, prefix: str) -> dict[str, float]:
 @lru_cache(maxsize=4096)
 def _sample(var: float, corr: float, mean: float, d_in: int, d_k: int, L: int, sq: float, sk: float, sv: float,
             p: float, causal: bool, heads: int, seed: int, rope: QueryKeyMap | None = None) -> SampledAttention:
-    e = _sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed, rope)
-    return SampledAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
-                            **_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
+    e = sample_heads((mean, var, corr), None, d_in, d_k, L, L, sq, sk, sv, p, causal, heads, seed, rope)
+    return SampledAttention(fwd_mean=0.0, **estimate_fields(e, "f", "fwd_"), **estimate_fields(e, "sh", "sh_"),
+                            **estimate_fields(e, "in", "in_"), s2=e["s2"], heads=heads)
 
 
 def checked_input(var: float, corr: float, mean: float, what: str = "input") -> tuple[float, float, float]:

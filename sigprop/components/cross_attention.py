@@ -48,11 +48,11 @@ from .attention import MultiHeadAttention
 from .attention_sampled import (
     DEFAULT_HEADS,
     SampledAttention,
-    _fields,
-    _sample_heads,
     checked_head,
     checked_input,
     elementwise,
+    estimate_fields,
+    sample_heads,
 )
 
 __all__ = ["SampledCrossAttention", "sample_cross_attention", "cross_forward", "cross_backward",
@@ -81,10 +81,10 @@ class SampledCrossAttention(SampledAttention):
 def _sample_cross(q: tuple[float, float, float], mem: tuple[float, float, float], d_in: int, d_k: int, L: int,
                   L_mem: int, sq: float, sk: float, sv: float, p: float, heads: int,
                   seed: int) -> SampledCrossAttention:
-    e = _sample_heads(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, False, heads, seed)
-    return SampledCrossAttention(fwd_mean=0.0, **_fields(e, "f", "fwd_"), **_fields(e, "sh", "sh_"),
-                                 **_fields(e, "in", "in_"),
-                                 **_fields(e, "kv_sh", "mem_sh_"), **_fields(e, "kv_in", "mem_in_"),
+    e = sample_heads(q, mem, d_in, d_k, L, L_mem, sq, sk, sv, p, False, heads, seed)
+    return SampledCrossAttention(fwd_mean=0.0, **estimate_fields(e, "f", "fwd_"), **estimate_fields(e, "sh", "sh_"),
+                                 **estimate_fields(e, "in", "in_"),
+                                 **estimate_fields(e, "kv_sh", "mem_sh_"), **estimate_fields(e, "kv_in", "mem_in_"),
                                  s2=e["s2"], heads=heads)
 
 

@@ -166,6 +166,8 @@ class Prediction:
         self._gram: ForwardWalk[torch.Tensor, torch.Tensor] | None = None  # until a backward sweep has used it
         self._gram_rows: dict[Site, Moments | torch.Tensor] | None = None  # the token-resolved forward rows
         self._gram_grads: _GradRows | None = None  # the token-resolved backward rows (from the loss)
+        self._exchangeable_rules: tuple[str, bool] | None = None  # the exchangeable forward walk's attention rules
+        self._gram_rules = ""  # the token-resolved forward walk's attention rules
 
     def _use_resolved(self, batch_input: torch.Tensor | None, token_resolved: bool | None) -> bool:
         self.resolved_note: str | None = None  # why a batch's prediction is not token-resolved by default
@@ -211,6 +213,7 @@ class Prediction:
             return
         if self._exchangeable is None:
             self._exchangeable = self._exchangeable_forward(progress)
+            self._exchangeable_rules = _attention_rules(self.model)  # before a token-resolved walk re-resolves them
         if self.resolved:
             self._gram_forward(progress)
 
@@ -240,9 +243,9 @@ class Prediction:
         heads = max(2, -(-self.heads // int(batch_input.shape[0])))
         walk = gram_forward_sweep(self.model, batch_input, self.segment_ids, padding, heads, self.seed, progress)
         self._gram, self._gram_rows = walk, walk.rows
+        self._gram_rules = _attention_rules(self.model)[0]
         unit = "image" if self.config.input == "patches" else "sequence"
-        draws = (f" ({heads} attention heads per {unit}, seed {self.seed})"
-                 if "sampled" in _attention_rules(self.model)[0] else "")
+        draws = f" ({heads} attention heads per {unit}, seed {self.seed})" if "sampled" in self._gram_rules else ""
         self._gram_state = f"token-resolved: each {unit}'s token Gram matrix{draws}"
 
     def _gram_backward(self, progress: Callable[[int], None] | None) -> _GradRows:
@@ -297,15 +300,20 @@ class Prediction:
             meta["grad_source"] = NO_GRADIENTS
         else:
             grad_rows = self._exchangeable_backward(walk, grad_top, progress, meta)
-        meta["attention_rule"], sampled = _attention_rules(self.model)
+        # the exchangeable rules (both sweeps resolve them alike); where a token-resolved forward walk ran after the
+        # exchangeable one, the module's last rule is its, so the exchangeable walk's are those kept before it
+        rule, sampled = (self._exchangeable_rules if self.resolved and self._exchangeable_rules is not None
+                         else _attention_rules(self.model))
         if sampled:
-            meta["attention_rule"] += f" ({self.heads} heads per layer, seed {self.seed}, one stream per layer)"
-        if "bounded" in meta["attention_rule"]:
-            meta["attention_rule"] += (f" (bounded: {DEFAULT_QUERIES} query positions in each of "
-                                       f"{_bounded_heads(self.model, self.heads, self.L)} heads per layer, in the "
-                                       "2·d_head input coordinates that reach the scores; seed "
-                                       f"{self.seed}, one stream per layer)")
+            rule += f" ({self.heads} heads per layer, seed {self.seed}, one stream per layer)"
+        if "bounded" in rule:
+            rule += (f" (bounded: {DEFAULT_QUERIES} query positions in each of "
+                     f"{_bounded_heads(self.model, self.heads, self.L)} heads per layer, in the 2·d_head input "
+                     f"coordinates that reach the scores; seed {self.seed}, one stream per layer)")
+        meta["attention_rule"] = rule
         if self.resolved:
+            meta["attention_rule"] = (f"forward: {self._gram_rules}"
+                                      + (f"; backward (exchangeable): {rule}" if gradients else ""))
             fwd_rows.update(cast(dict[Site, Moments], self._gram_rows))  # pooled
             meta["forward_state"] = self._gram_state
             meta["backward_state"] = ("exchangeable tokens (an encoder's default; token_resolved=True with labels "

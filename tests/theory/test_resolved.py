@@ -174,3 +174,18 @@ def test_predict_for_batch_reuses_the_resolved_sweep():
     a = predict_for_batch(config, batch).lookup()
     b = predict_for_batch(config, batch).lookup()
     assert all(a[k].fwd_corr == b[k].fwd_corr and a[k].fwd_var == b[k].fwd_var for k in a)
+
+
+def test_forward_only_token_resolved_meta_names_each_sweeps_attention_rule():
+    # an encoder's default with a batch: token by token forward, exchangeable backward; the rule line names both
+    # walks' rules, not whichever ran last
+    c = TransformerConfig(arch="encoder", n_layers=2, d_model=64, n_heads=2, vocab_size=512, seq_len=16, max_len=16)
+    ids = torch.randint(5, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    both = predict(c, token_ids=ids).meta
+    assert both["forward_state"].startswith("token-resolved") and both["backward_state"].startswith("exchangeable")
+    forward, backward = both["attention_rule"].split("; backward (exchangeable): ")
+    assert forward == "forward: token-resolved sampled: layers 0-1"
+    assert backward.startswith("sampled: layers 0-1 (")
+    exchangeable = predict(c, token_ids=ids, token_resolved=False).meta["attention_rule"]
+    assert backward == exchangeable
+    assert predict(c, token_ids=ids, gradients=False).meta["attention_rule"] == forward

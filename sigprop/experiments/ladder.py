@@ -117,7 +117,7 @@ def ladder_models(rungs, base_model: dict, steps: int = LADDER_STEPS, tokens_per
                          init=init, norm_position="pre")
             name = f"d={d}: {layers}x{width} {init} pre-LN"
             models.append(LadderModel(d, role, ModelSpec(name, shape, _grid(centre, grid_points),
-                                                         dict(batch_size=batch))))
+                                                         dict(batch_size=batch), group=d)))
             _KNOWN[name] = models[-1]
     return tuple(models)
 

@@ -14,8 +14,9 @@ from ..core.jsonio import write_json_atomic
 from ..core.outputs import check_output_folder
 from .catalog import get_experiment
 from .runner import Placement, corpus_mismatch, execute, reference_data
-from .spec import ModelSpec, edge_rates, non_embedding_parameters, plan_runs
-from .summary import best_learning_rates, summarise, write_summary
+from .schedule import Schedule
+from .spec import ModelSpec, non_embedding_parameters, plan_runs
+from .summary import summarise, write_summary
 
 __all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token"]
 
@@ -51,8 +52,8 @@ def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     scale = experiment.scale(scale_name)
     if not overrides and not train_overrides:
         return experiment
-    models = tuple(ModelSpec(m.name, apply_overrides(config_from_dict({**scale.base_model, **m.model}),
-                                                     list(overrides or ())).to_dict(), m.lrs, m.train)
+    models = tuple(replace(m, model=apply_overrides(config_from_dict({**scale.base_model, **m.model}),
+                                                    list(overrides or ())).to_dict())
                    for m in scale.models)
     train = apply_train_overrides(train_config_from_dict(scale.train), train_overrides).to_dict()
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
@@ -266,18 +267,10 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         corpus[run.model_name] = (cache[key][1], is_pinned(run.train_config["data"]))
     placement = replace(placement, corpus=corpus)
     margin = experiment.stall_margin
-    results, stopped = (execute(tuning, out, workers, device, unigram, margin, say, placement=placement) if train
-                        else ([], True))
-    while not stopped and (extra := edge_rates(spec, results)):
-        say("best rate at the edge of the grid tried: " + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in
-                                                                    extra.items()))
-        more, stopped = execute(plan_runs(experiment, scale, seeds, extra_lrs=extra), out, workers, device, unigram,
-                                margin, say, placement=placement)
-        results = results + more
-    if not stopped:  # (a table without training counts as stopped: nothing more runs)
-        rest = plan_runs(experiment, scale, seeds, best_learning_rates(results))
-        more, stopped = execute(rest, out, workers, device, unigram, margin, say, placement=placement)
-        results = results + more
+    stopped = True  # a table without training counts as stopped: nothing more runs
+    if train:  # each model tuned, extended and given its other seeds as soon as its own runs allow
+        _, stopped = execute(Schedule(experiment, scale, seeds, say), out, workers, device, unigram, margin, say,
+                             placement=placement)
     refused: list[str] = []
     results = _finished_runs(whole, scale, seeds, out, corpus, refused)
     for why in refused:

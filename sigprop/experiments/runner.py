@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal, get_args
@@ -279,37 +280,59 @@ class Placement:
     corpus: dict | None = None
 
 
-def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, margin: float,
-            say=print, watch=None, placement: Placement = Placement()) -> tuple[list[RunResult], bool]:
+def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]], out, workers: int, device: str,
+            unigram: dict, margin: float, say=print, watch=None,
+            placement: Placement = Placement()) -> tuple[list[RunResult], bool]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
-    those finished before, and whether a signal stopped it early). ``unigram``: model name → its unigram loss.
-    ``watch``, if given, is called about once a second with the specs of the runs in progress (to show their
-    progress from their run directories). ``placement``: the GPUs, the folders to reuse finished runs from and the
-    corpus they must match (:class:`Placement`)."""
+    those finished before, and whether a signal stopped it early). ``runs`` is a list, or a schedule: a callable
+    from the finished runs (run id → result) to every run needed so far, in the order to start them
+    (:class:`~sigprop.experiments.schedule.Schedule`), asked again whenever a run finishes. ``unigram``: model name
+    → its unigram loss. ``watch``, if given, is called about once a second with the specs of the runs in progress
+    (to show their progress from their run directories). ``placement``: the GPUs, the folders to reuse finished runs
+    from and the corpus they must match (:class:`Placement`)."""
     gpus, reuse, corpus = placement.gpus, placement.reuse, placement.corpus
     out = Path(out)
     folders = [] if reuse is None else [Path(reuse)] if isinstance(reuse, str | Path) else [Path(f) for f in reuse]
-    results, todo, reused = {}, [], 0
-    for spec in runs:
-        known = _fate_of(out / spec.run_id)
-        mine = None if corpus is None else corpus.get(spec.model_name)
-        if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
-            reused += 1
-        if known is not None:
-            results[spec.run_id] = _result_from(known)
-        else:
-            todo.append(spec)
+    schedule = runs if callable(runs) else (lambda finished, fixed=list(runs): fixed)
+    results: dict[str, RunResult] = {}
+    seen: set[str] = set()  # run ids whose earlier fate has been looked for
+    interrupted: set[str] = set()  # runs stopped from outside: resumed by the next invocation, not by this one
+    reused = 0
+    running: dict[int, _Launched] = {}
+
+    def plan() -> tuple[list[RunSpec], list[RunSpec]]:
+        """(every run needed, those still to start), finished runs found on disk or in ``folders`` taken in until
+        the schedule asks for nothing new."""
+        nonlocal reused
+        while True:
+            needed = schedule(results)
+            found = False
+            for spec in needed:
+                if spec.run_id in seen:
+                    continue
+                seen.add(spec.run_id)
+                known = _fate_of(out / spec.run_id)
+                mine = None if corpus is None else corpus.get(spec.model_name)
+                if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
+                    reused += 1
+                if known is not None:
+                    results[spec.run_id] = _result_from(known)
+                    found = True
+            if not found:
+                skip = {job.spec.run_id for job in running.values()} | interrupted
+                return needed, [s for s in needed if s.run_id not in results and s.run_id not in skip]
+
+    needed, todo = plan()
     if reused:
         say(f"{reused} finished run(s) of identical spec copied from {', '.join(map(str, folders))}")
     if len(results):
-        say(f"{len(results)} of {len(runs)} runs already finished; {len(todo)} to run")
+        say(f"{len(results)} of {len(needed)} runs already finished; {len(todo)} to run")
     stop = {"signal": None}
 
     def on_signal(signum, frame):
         stop["signal"] = signum
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    running: dict[int, _Launched] = {}
     done, watched = 0, 0.0
     try:
         while (todo or running) and stop["signal"] is None:
@@ -330,12 +353,14 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
                 del running[slot]
                 if code in (130, 143, -signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL):
                     say(f"interrupted {job.spec.run_id} (resumed next time)")
+                    interrupted.add(job.spec.run_id)
                     continue
                 result = _judge(job.spec, out / job.spec.run_id, code, Path(job.log.name),
                                 unigram[job.spec.model_name], margin, time.perf_counter() - job.started)
                 write_json_atomic(out / job.spec.run_id / FATE_FILE, asdict(result))
                 results[result.run_id] = result
                 done += 1
+                needed, todo = plan()  # the schedule may now ask for more (a grid extension, the other seeds)
                 final = "–" if result.final_val is None else f"{result.final_val:.4f}"
                 say(f"{result.fate} {result.run_id}: validation {final}, {result.wall:.0f} s "
                     f"({done}/{done + len(todo) + len(running)} of this invocation)")
@@ -352,4 +377,4 @@ def execute(runs: list[RunSpec], out, workers: int, device: str, unigram: dict, 
             say(f"interrupted {job.spec.run_id} at its last checkpoint (resumed next time)")
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return [results[s.run_id] for s in runs if s.run_id in results], stop["signal"] is not None
+    return [results[s.run_id] for s in needed if s.run_id in results], stop["signal"] is not None

@@ -30,13 +30,15 @@ class ModelSpec:
     """One model of an experiment: its ``name`` (a row of the table), its :class:`TransformerConfig` fields over
     the scale's, its learning-rate grid, :class:`TrainConfig` fields of its own over the scale's (e.g. no
     warmup), and where set the tokens its runs see per non-embedding parameter instead of the scale's (more steps at
-    the same batch)."""
+    the same batch). ``group``: runs of a lower group start first (a shape ladder's rung, its width d, so that the
+    cheapest rungs settle first; :class:`~sigprop.experiments.schedule.Schedule`); it is not part of a run's id."""
 
     name: str
     model: dict
     lrs: tuple[float, ...]
     train: dict = field(default_factory=dict)
     tokens_per_parameter: float | None = None
+    group: int = 0
 
     def tokens_per_parameter_at(self, scale: Scale) -> float | None:
         """The tokens per non-embedding parameter this model's runs see at ``scale`` (None: the train's steps)."""

@@ -411,3 +411,13 @@ def test_the_figure_legend_counts_seeds_and_keeps_models_that_trained_at_no_rate
     assert curve_label("pre-LN dslm", 0.016, 1) == "pre-LN dslm (lr 0.016, 1 seed)"
     assert curve_label("pre-LN dslm", 0.016, 2) == "pre-LN dslm (lr 0.016, 2 seeds)"
     assert curve_label("post-LN xavier", None, 0) == "post-LN xavier: no run trained"
+
+
+def test_set_overrides_keep_a_model_s_own_tokens_per_parameter():
+    from sigprop.experiments.run import _with_overrides
+
+    budget = catalog.get_experiment("depth-budget")
+    steps = {r.model_name: r.train_config["steps"] for r in plan_runs(budget, "cpu")}
+    overridden = _with_overrides(budget, "cpu", ["dropout=0.0"], [])  # the scale's own value: nothing else changes
+    assert {r.model_name: r.train_config["steps"] for r in plan_runs(overridden, "cpu")} == steps
+    assert steps["8x64 dslm pre-LN, 40 tokens/param"] > 1.9 * steps["8x64 dslm pre-LN"]

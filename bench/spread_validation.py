@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sigprop.core.figures import save_figure
-from sigprop.core.jsonio import write_json_atomic, write_text_atomic
+from sigprop.core.jsonio import write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "results" / "spread"
@@ -220,7 +220,7 @@ def coverage(level: float = 0.9) -> None:
             continue
         if name not in expected:
             expected[name] = expected_ratio(family, width, depth)
-            write_json_atomic(cache, expected)
+            write_text_atomic(cache, json.dumps(expected, indent=1))
         records = [json.loads(line) for line in path.read_text().splitlines()]
         n, sd = len(records), predictions[name]["grad_var_log_sd"][0]
         rows = (Row(0, "layer", grad_var=expected[name], grad_var_log_sd=sd), Row(1, "layer", grad_var=1.0,
@@ -470,7 +470,7 @@ def main() -> None:
             print(cell_name(*c), stored[cell_name(*c)]["grad_var_log_sd"][0], stored[cell_name(*c)]["seconds_plain"],
                   stored[cell_name(*c)]["seconds_spread"], flush=True)
             OUT.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, stored)
+            write_text_atomic(path, json.dumps(stored, indent=1))
     elif args.action == "correlations":
         correlations()
     elif args.action == "coverage":

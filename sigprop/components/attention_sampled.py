@@ -153,8 +153,8 @@ def _value_free_output(x: torch.Tensor, x_kv: torch.Tensor, z: _Draws, d_k: int,
 
 
 def sample_heads(q: tuple[float, float, float], kv: tuple[float, float, float] | None, d_in: int, d_k: int, L: int,
-                  L_kv: int, sq: float, sk: float, sv: float, p: float, causal: bool, heads: int, seed: int,
-                  rope: float | QueryKeyMap | None = None) -> dict[str, Any]:
+                 L_kv: int, sq: float, sk: float, sv: float, p: float, causal: bool, heads: int, seed: int,
+                 rope: float | QueryKeyMap | None = None) -> dict[str, Any]:
     """Per-element moment estimates (mean over heads, standard error) of the sampled heads: forward ("f"), and the
     query-input ("sh"/"in") and, for a separate key/value input ``kv``, key/value-input ("kv_sh"/"kv_in") gradient
     for a unit shared / independent output gradient; each as {"var": (est, se), "cov": (est, se)}. ``q`` and ``kv``

@@ -236,9 +236,11 @@ def _finished_twin(spec: RunSpec, folder: Path) -> Path | None:
 def _reuse(spec: RunSpec, out: Path, folders, corpus=None, say=print) -> dict | None:
     """The fate of ``spec``'s run finished in one of ``folders`` (other experiments', or kept records: a run id is a
     digest of the whole spec, so the same digest is the same run), copied into ``out`` whole (checkpoints too), its
-    fate renamed to this experiment's model name where the other called it otherwise (``copied_from`` says which
-    run); None if there is none or ``out`` already holds a start of the run (resumed there instead). ``corpus``:
-    (the experiment's data fingerprint, whether one is required); a twin trained on other data is not copied (said)."""
+    fate renamed to this experiment's model name where the other called it otherwise, and given this experiment's
+    role for it (a tuning run here may be another's run at its best rate: the same configs, seed and rate;
+    ``copied_from`` says which run); None if there is none or ``out`` already holds a start of the run (resumed
+    there instead). ``corpus``: (the experiment's data fingerprint, whether one is required); a twin trained on other
+    data is not copied (said)."""
     if not folders or (out / spec.run_id).exists():
         return None
     twins = [t for t in (_finished_twin(spec, Path(f)) for f in folders) if t is not None]
@@ -255,9 +257,10 @@ def _reuse(spec: RunSpec, out: Path, folders, corpus=None, say=print) -> dict | 
     partial = out / f".{spec.run_id}.copying"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(twin, partial)
-    if twin.name != spec.run_id:
-        fate = _fate_of(partial)
+    fate = _fate_of(partial)
+    if twin.name != spec.run_id or fate.get("tuning") != spec.tuning:  # this experiment's name, id and role
         write_json_atomic(partial / FATE_FILE, {**fate, "run_id": spec.run_id, "model_name": spec.model_name,
+                                                "tuning": spec.tuning,
                                                 "copied_from": f"{twin.parent.name}/{twin.name}"})
     partial.rename(out / spec.run_id)  # whole or not at all: an interrupted copy leaves only the hidden folder
     return _fate_of(out / spec.run_id)
@@ -300,10 +303,11 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
     reused = 0
     running: dict[int, _Launched] = {}
 
-    def plan() -> tuple[list[RunSpec], list[RunSpec]]:
+    def plan(report: bool = True) -> tuple[list[RunSpec], list[RunSpec]]:
         """(every run needed, those still to start), finished runs found on disk or in ``folders`` taken in until
-        the schedule asks for nothing new."""
+        the schedule asks for nothing new; ``report``: say how many were copied in."""
         nonlocal reused
+        before = reused
         while True:
             needed = schedule(results)
             found = False
@@ -316,13 +320,16 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
                     reused += 1
                 if known is not None:
-                    results[spec.run_id] = _result_from(known)
+                    results[spec.run_id] = _result_from({**known, "tuning": spec.tuning})  # this experiment's role
                     found = True
             if not found:
+                if report and reused > before:
+                    say(f"{reused - before} more finished run(s) of identical spec copied from "
+                        f"{', '.join(map(str, folders))}")
                 skip = {job.spec.run_id for job in running.values()} | interrupted
                 return needed, [s for s in needed if s.run_id not in results and s.run_id not in skip]
 
-    needed, todo = plan()
+    needed, todo = plan(report=False)  # the first plan's copies are said below, with the count of finished runs
     if reused:
         say(f"{reused} finished run(s) of identical spec copied from {', '.join(map(str, folders))}")
     if len(results):
@@ -360,7 +367,8 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 write_json_atomic(out / job.spec.run_id / FATE_FILE, asdict(result))
                 results[result.run_id] = result
                 done += 1
-                needed, todo = plan()  # the schedule may now ask for more (a grid extension, the other seeds)
+                if stop["signal"] is None:  # the schedule may now ask for more (a grid extension, other seeds)
+                    needed, todo = plan()
                 final = "–" if result.final_val is None else f"{result.final_val:.4f}"
                 say(f"{result.fate} {result.run_id}: validation {final}, {result.wall:.0f} s "
                     f"({done}/{done + len(todo) + len(running)} of this invocation)")
@@ -377,4 +385,9 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
             say(f"interrupted {job.spec.run_id} at its last checkpoint (resumed next time)")
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return [results[s.run_id] for s in needed if s.run_id in results], stop["signal"] is not None
+    if interrupted and stop["signal"] is None:
+        waiting = sorted({s.model_name for s in needed if s.run_id in interrupted})
+        say(f"{len(interrupted)} run(s) were stopped from outside ({', '.join(waiting)} waiting for them): the "
+            "experiment is incomplete; rerun the same command to resume them")
+    return ([results[s.run_id] for s in needed if s.run_id in results],
+            stop["signal"] is not None or bool(interrupted))

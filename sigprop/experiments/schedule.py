@@ -11,9 +11,9 @@ experiment changes none of the runs, only when they start: a worker never waits 
 model's long run, and a model settles as soon as its own runs have finished.
 
 The order in which runs start: by the model's group (:attr:`~sigprop.experiments.spec.ModelSpec.group`; a shape
-ladder's rung, so that the cheapest rungs settle first), then a settled or extending model's runs before tuning
-runs (a model that has started settles before new ones start), then the experiment's own order
-(:func:`~sigprop.experiments.spec.plan_runs`: every model's middle rate first).
+ladder's rung, so that the cheapest rungs settle first), then a model's grid extensions and other seeds before the
+first-grid runs still to start (those wait, not the models whose first grid has finished), then the experiment's
+own order (:func:`~sigprop.experiments.spec.plan_runs`: every model's middle rate first).
 """
 
 from __future__ import annotations
@@ -62,15 +62,16 @@ class Schedule:
         """
         complete = self._tuned(finished)
         extend = edge_rates(self.scale, [finished[r.run_id] for r in self._tuning_runs() if r.model_name in complete])
+        new: list[RunSpec] = []
         if extend:
-            known = {r.run_id for r in self.extensions}
+            known = {r.run_id for r in self._tuning_runs()}
             new = [r for r in plan_runs(self.experiment, self.scale_name, self.seeds, extra_lrs=extend)
                    if r.run_id not in known]
             if new:
-                self.say("best rate at the edge of the grid tried: "
-                         + ", ".join(f"{m} tries {lrs[0]:g}" for m, lrs in extend.items()))
+                self.say("best rate at the edge of the grid tried: " + ", ".join(
+                    f"{m} tries {lrs[0]:g}" for m, lrs in extend.items() if any(r.model_name == m for r in new)))
                 self.extensions += new
-        settled = complete - set(extend)
+        settled = complete - {r.model_name for r in new}  # (a proposal of runs already tried settles its model)
         from .summary import best_learning_rates
 
         best = best_learning_rates([finished[r.run_id] for r in self._tuning_runs() if r.model_name in settled])

@@ -71,7 +71,7 @@ def attention_entropies(model: Transformer, batch: Batch | dict[str, Any]) -> li
     model.eval()
     try:
         with torch.no_grad():
-            objective_sums(model, batch)
+            objective_sums(model, batch, top1=False)
     finally:
         model.train(was_training)
         for h in hooks:

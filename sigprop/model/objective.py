@@ -142,8 +142,15 @@ def objective_sums(model: Transformer, batch: Batch | dict, *,
         (summed cross-entropy, labelled positions, correct top-1 predictions), each a 0-d tensor.
 
     Example:
-        >>> total, count, _ = objective_sums(model, make_batch(config, token_ids), top1=False)
-        >>> loss = total / count
+        >>> import torch
+        >>> from sigprop.model import Transformer, TransformerConfig
+        >>> config = TransformerConfig(arch="decoder", n_layers=1, d_model=16, n_heads=1, vocab_size=50, seq_len=8,
+        ...                            max_len=8)
+        >>> model = Transformer(config, generator=torch.Generator().manual_seed(0))
+        >>> batch = make_batch(config, torch.arange(5, 13)[None])
+        >>> total, count, correct = objective_sums(model, batch, top1=False)
+        >>> int(count), int(correct)  # 7 next-token labels; the top-1 count left out
+        (7, 0)
     """
     batch = _labelled(batch)
     logits = _logits(model, batch).float()

@@ -3,6 +3,8 @@ deciding stage by stage over the whole experiment, in the order that settles mod
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 
@@ -127,3 +129,60 @@ def test_group_is_not_part_of_a_run_id():
     a = plan_runs(_experiment({"m": 1e-3}), "cpu")
     b = plan_runs(_experiment({"m": 1e-3}, groups={"m": 7}), "cpu")
     assert [r.run_id for r in a] == [r.run_id for r in b]
+
+
+def test_a_run_stopped_from_outside_leaves_the_experiment_incomplete_and_says_so(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import time
+
+    from sigprop.experiments import runner
+
+    optima = {"a": 1e-3}
+    experiment = _experiment(optima)
+    killed = plan_runs(experiment, "cpu")[0]
+
+    def launch(spec, out, device, slot, gpus=1):  # the first run is stopped from outside (SIGTERM's exit 143)
+        log = open(tmp_path / f"{spec.run_id}.log", "w")  # noqa: SIM115 - the runner closes it
+        if spec.run_id != killed.run_id:  # the others finish at once, with their fate written as a run's would be
+            (out / spec.run_id).mkdir(parents=True)
+        code = 143 if spec.run_id == killed.run_id else 0
+        return runner._Launched(spec, subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]), log,
+                                time.perf_counter())
+
+    def judge(spec, run_dir, code, log, unigram, margin, wall):
+        return _loss(optima, spec)
+
+    monkeypatch.setattr(runner, "_launch", launch)
+    monkeypatch.setattr(runner, "_judge", judge)
+    said: list[str] = []
+    results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 2,
+                                      "cpu", {"a": 5.0}, 0.1, say=said.append)
+    assert stopped and len(results) == 5  # the grid's other five runs; no third seed without the sixth
+    assert killed.run_id not in {r.run_id for r in results}
+    assert any("stopped from outside (a waiting for them)" in line for line in said)
+
+
+def test_a_run_copied_in_takes_this_experiment_s_role(tmp_path):
+    from sigprop.experiments.runner import FATE_FILE, _reuse
+
+    optima = {"a": 1e-3}
+    run = plan_runs(_experiment(optima), "cpu")[0]
+    other = tmp_path / "other" / run.run_id  # another experiment ran the same configs as a seed at its best rate
+    other.mkdir(parents=True)
+    fate = dataclasses.asdict(_loss(optima, run))
+    (other / FATE_FILE).write_text(json.dumps({**fate, "tuning": False}))
+    copied = _reuse(run, tmp_path / "out", [tmp_path / "other"])
+    assert copied["tuning"] is True and copied["copied_from"] == f"other/{run.run_id}"
+
+
+def test_a_proposal_of_rates_already_tried_settles_the_model(monkeypatch):
+    from sigprop.experiments import schedule as module
+
+    optima = {"a": 1e-3}
+    experiment = _experiment(optima)
+    schedule = Schedule(experiment, "cpu", None, say=lambda s: None)
+    finished = {r.run_id: _loss(optima, r) for r in schedule({})}
+    monkeypatch.setattr(module, "edge_rates", lambda scale, results: {"a": (1e-3,)})  # a rate of its own grid
+    seeds = [r for r in schedule(finished) if not r.tuning]
+    assert [(r.seed, r.lr) for r in seeds] == [(2, 1e-3)]

@@ -37,6 +37,15 @@ from torch import nn
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range, clip_corr
 from ..walk.protocol import TOKEN_WISE
+from .dynamic_norm import (
+    APPROXES,
+    assemble_backward,
+    assemble_forward,
+    check_nonzero,
+    check_rule,
+    parameter_tensor,
+    rule_value,
+)
 
 __all__ = [
     "Derf",
@@ -51,9 +60,6 @@ __all__ = [
     "PhiExpectations",
     "APPROXES",
 ]
-
-#: The approximations the Derf and DyT rules offer (see the rule docstrings).
-APPROXES = ("exact", "alekseev")
 
 #: Gauss–Legendre nodes of the Plackett θ-integral; the integrand exp(−k²/(1+sin θ)) is entire in θ, and 64 nodes
 #: reach float64 round-off for |k| up to ~50 (tested against scipy.integrate.quad).
@@ -81,24 +87,6 @@ class PhiExpectations(NamedTuple):
 # ----------------------------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------------------------
-
-def _check_nonzero(value: Stat, name: str) -> Stat:
-    v = check_range(value, name)
-    if np.any(np.asarray(v) == 0.0):
-        raise ValueError(f"{name} must be a nonzero finite number (got 0.0)")
-    return v
-
-
-def _check_approx(approx: str) -> None:
-    if approx not in APPROXES:
-        raise ValueError(f"approx must be one of {APPROXES} (got {approx!r})")
-
-
-def _check_rule(approx: str, alpha: Stat, gamma: Stat) -> tuple[Stat, Stat]:
-    """The arguments every DyT / Derf rule takes, checked: a known ``approx``, α ≠ 0 and γ ≠ 0. Returns (α, γ)."""
-    _check_approx(approx)
-    return _check_nonzero(alpha, "alpha"), _check_nonzero(gamma, "gamma")
-
 
 def _check_shift(shift: Stat, approx: str, equation: str) -> Stat:
     """The shift s, finite, and 0 under ``approx="alekseev"`` (Alekseev's ``equation`` has none)."""
@@ -214,7 +202,7 @@ def _check_qp(q: Stat, p: Stat | None = None) -> tuple[Stat, Stat | None]:
 def erf_q_tilde(q: Stat, alpha: Stat) -> Stat:
     """q̃ = E[erf(αh)²], h ~ N(0, q): (2/π) asin(2α²q/(1+2α²q)). Alekseev App. E, Eq. 89."""
     q, _ = _check_qp(q)
-    a2 = _check_nonzero(alpha, "alpha") ** 2
+    a2 = check_nonzero(alpha, "alpha") ** 2
     return (2.0 / np.pi) * np.arcsin(2.0 * a2 * q / (1.0 + 2.0 * a2 * q))
 
 
@@ -222,14 +210,14 @@ def erf_p_tilde(p: Stat, q: Stat, alpha: Stat) -> Stat:
     """p̃ = E[erf(αh1) erf(αh2)], Var h = q, Cov(h1, h2) = p, zero mean: (2/π) asin(2α²p/(1+2α²q)).
     Alekseev App. E, Eq. 89."""
     q, p = _check_qp(q, p)
-    a2 = _check_nonzero(alpha, "alpha") ** 2
+    a2 = check_nonzero(alpha, "alpha") ** 2
     return (2.0 / np.pi) * np.arcsin(2.0 * a2 * p / (1.0 + 2.0 * a2 * q))
 
 
 def erf_q_hat(q: Stat, alpha: Stat) -> Stat:
     """q̂ = E[φ_α'(h)²] with φ_α = erf(α·), h ~ N(0, q): 4α²/(π√(1+4α²q)). Alekseev App. E, Eq. 90 (Eq. 13)."""
     q, _ = _check_qp(q)
-    a2 = _check_nonzero(alpha, "alpha") ** 2
+    a2 = check_nonzero(alpha, "alpha") ** 2
     return 4.0 * a2 / (np.pi * np.sqrt(1.0 + 4.0 * a2 * q))
 
 
@@ -237,24 +225,8 @@ def erf_p_hat(p: Stat, q: Stat, alpha: Stat) -> Stat:
     """p̂ = E[φ_α'(h1) φ_α'(h2)], zero mean, Var h = q, Cov = p: 4α²/(π√((1+2α²q)² − 4α⁴p²)).
     Alekseev App. E, Eq. 90 (Eq. 40)."""
     q, p = _check_qp(q, p)
-    a2 = _check_nonzero(alpha, "alpha") ** 2
+    a2 = check_nonzero(alpha, "alpha") ** 2
     return 4.0 * a2 / (np.pi * np.sqrt((1.0 + 2.0 * a2 * q) ** 2 - 4.0 * a2**2 * p**2))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# shared assembly of elementwise rules (also used by DyT)
-# ----------------------------------------------------------------------------------------------------------------
-
-def _assemble_forward(mean_phi: Stat, var_phi: Stat, corr_tok: Stat, corr_hid: Stat, gamma: Stat,
-                      beta: Stat) -> Moments:
-    """y = γ φ + β: mean γE[φ] + β, variance γ² Var φ, correlations unchanged by the affine map."""
-    return Moments(mean=gamma * mean_phi + beta, var=gamma**2 * var_phi, corr=clip_corr(corr_tok),
-                   corr_hidden=clip_corr(corr_hid))
-
-
-def _assemble_backward(g: GradMoments, dphi2: Stat, dratio: Stat, alpha: Stat, gamma: Stat) -> GradMoments:
-    """g_in = γ α φ'(h) g: σ²_gin = γ²α²σ²_g E[φ'²], r_gin = r_g E[φ'φ']/E[φ'²] (g zero-mean, independent of x)."""
-    return GradMoments(var=gamma**2 * alpha**2 * g.var * dphi2, corr=clip_corr(g.corr * dratio))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -281,20 +253,20 @@ def derf_forward(m: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0, 
     broadcast with the fields of ``m``). Raises ``ValueError`` for α = 0, γ = 0, non-finite values or an unknown
     ``approx``.
     """
-    alpha, gamma = _check_rule(approx, alpha, gamma)
+    alpha, gamma = check_rule(approx, alpha, gamma)
     beta = check_range(beta, "beta")
     shift = _check_shift(shift, approx, "Eq. 89")
     if approx == "alekseev":
         q = m.second_moment
         qt = erf_q_tilde(q, alpha)
         mean = 0.0 * q
-        return _assemble_forward(mean, qt, erf_p_tilde(m.token_second_moment, q, alpha) / qt,
+        return assemble_forward(mean, qt, erf_p_tilde(m.token_second_moment, q, alpha) / qt,
                                  erf_p_tilde(m.corr_hidden * m.var + m.mean**2, q, alpha) / qt, gamma, beta)
     mh = alpha * m.mean + shift
     vh = alpha**2 * m.var
     mean_phi = special.erf(mh / np.sqrt(1.0 + 2.0 * vh))
     var_phi = erf_cov(mh, vh, 1.0)
-    return _assemble_forward(mean_phi, var_phi, _erf_corr_ratio(mh, vh, m.corr),
+    return assemble_forward(mean_phi, var_phi, _erf_corr_ratio(mh, vh, m.corr),
                              _erf_corr_ratio(mh, vh, m.corr_hidden), gamma, beta)
 
 
@@ -313,7 +285,7 @@ def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat = 0.0,
     Assumes: Gaussian input; output gradient zero-mean and independent of the input (mean-field). β does not
     enter. Raises ``ValueError`` for α = 0, γ = 0 or an unknown ``approx``.
     """
-    alpha, gamma = _check_rule(approx, alpha, gamma)
+    alpha, gamma = check_rule(approx, alpha, gamma)
     shift = _check_shift(shift, approx, "Eq. 90")
     if approx == "alekseev":
         q = m_in.second_moment
@@ -324,32 +296,12 @@ def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat = 0.0,
     vh = alpha**2 * m_in.var
     l1 = _erf_dd_log(mh, vh, 1.0)
     lr = _erf_dd_log(mh, vh, m_in.corr)
-    return _assemble_backward(g, np.exp(l1), np.exp(lr - l1), alpha, gamma)
+    return assemble_backward(g, np.exp(l1), np.exp(lr - l1), alpha, gamma)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the module
 # ----------------------------------------------------------------------------------------------------------------
-
-def _param(value: float | np.ndarray | torch.Tensor | None, default_shape: tuple[int, ...],
-           fill: float) -> torch.Tensor:
-    if value is None:
-        return torch.full(default_shape, float(fill))
-    t = torch.as_tensor(value)
-    return (t if t.is_floating_point() else t.double()).detach().clone()
-
-
-def _rule_value(t: torch.Tensor, name: str) -> Stat:
-    """A parameter tensor as the value a moment rule takes: channels must share one value (the last dimension, if
-    longer than 1, is the channel dimension); remaining dimensions index configurations and are flattened."""
-    a = t.detach().to("cpu", torch.float64).numpy()
-    if a.ndim >= 1 and a.shape[-1] > 1:
-        if not np.all(a == a[..., :1]):
-            raise ValueError(f"{name} differs across channels; the moment rules assume one shared value "
-                             "(every element has the same mean and variance)")
-        a = a[..., 0]
-    return float(a) if a.size == 1 else a.reshape(-1)
-
 
 class Derf(nn.Module):
     """Dynamic erf, Derf(x) = γ·erf(αx + s) + β (Chen et al. 2025), with its moment rules.
@@ -370,18 +322,18 @@ class Derf(nn.Module):
                  beta: float | np.ndarray | torch.Tensor | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
-        self.alpha = nn.Parameter(_param(alpha, (), 0.5).to(dtype or torch.get_default_dtype()))
-        self.shift = nn.Parameter(_param(shift, (), 0.0).to(dtype or torch.get_default_dtype()))
-        self.gamma = nn.Parameter(_param(gamma, shape, 1.0).to(dtype or torch.get_default_dtype()))
-        self.beta = nn.Parameter(_param(beta, shape, 0.0).to(dtype or torch.get_default_dtype()))
+        self.alpha = nn.Parameter(parameter_tensor(alpha, (), 0.5).to(dtype or torch.get_default_dtype()))
+        self.shift = nn.Parameter(parameter_tensor(shift, (), 0.0).to(dtype or torch.get_default_dtype()))
+        self.gamma = nn.Parameter(parameter_tensor(gamma, shape, 1.0).to(dtype or torch.get_default_dtype()))
+        self.beta = nn.Parameter(parameter_tensor(beta, shape, 0.0).to(dtype or torch.get_default_dtype()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # γ·erf(αx + s) + β with fused multiply-adds (two passes instead of four)
         return torch.addcmul(self.beta, self.gamma, torch.erf(torch.addcmul(self.shift, self.alpha, x)))
 
     def _values(self) -> tuple[Stat, Stat, Stat, Stat]:
-        return (_rule_value(self.alpha, "alpha"), _rule_value(self.shift, "shift"),
-                _rule_value(self.gamma, "gamma"), _rule_value(self.beta, "beta"))
+        return (rule_value(self.alpha, "alpha"), rule_value(self.shift, "shift"),
+                rule_value(self.gamma, "gamma"), rule_value(self.beta, "beta"))
 
     def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:
         a, s, gm, bt = self._values()

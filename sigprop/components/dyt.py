@@ -41,16 +41,8 @@ from torch import nn
 from ..core.moments import GradMoments, Moments, Stat
 from ..core.validate import check_range
 from ..walk.protocol import TOKEN_WISE
-from .derf import (
-    APPROXES,
-    PhiExpectations,
-    _assemble_backward,
-    _assemble_forward,
-    _check_rule,
-    _param,
-    _rule_value,
-    erf_cov,
-)
+from .derf import PhiExpectations, erf_cov
+from .dynamic_norm import APPROXES, assemble_backward, assemble_forward, check_rule, parameter_tensor, rule_value
 
 __all__ = ["DyT", "dyt_forward", "dyt_backward", "tanh_expectations", "APPROXES", "ERF_SLOPE"]
 
@@ -272,12 +264,12 @@ def dyt_forward(m: Moments, alpha: Stat, gamma: Stat = 1.0, beta: Stat = 0.0, ap
     Assumes: Gaussian input, elements sharing one mean; γ, β, α scalars (or per-configuration arrays broadcasting
     with the fields of ``m``). Raises ``ValueError`` for α = 0, γ = 0, non-finite values or an unknown ``approx``.
     """
-    alpha, gamma = _check_rule(approx, alpha, gamma)
+    alpha, gamma = check_rule(approx, alpha, gamma)
     beta = check_range(beta, "beta")
     mh, vh, r, rd = _pre_activation(m, alpha, approx)
     var_phi = _tanh_cov(mh, vh, np.ones_like(np.asarray(r, dtype=np.float64)))
     mean_phi = 0.0 * vh if approx == "alekseev" else _tanh_mean(mh, vh)
-    return _assemble_forward(mean_phi, var_phi, _tanh_cov(mh, vh, r) / var_phi, _tanh_cov(mh, vh, rd) / var_phi,
+    return assemble_forward(mean_phi, var_phi, _tanh_cov(mh, vh, r) / var_phi, _tanh_cov(mh, vh, rd) / var_phi,
                              gamma, beta)
 
 
@@ -294,11 +286,11 @@ def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat = 1.0, 
     Assumes: Gaussian input; output gradient zero-mean and independent of the input (mean-field). β does not
     enter. Raises ``ValueError`` for α = 0, γ = 0 or an unknown ``approx``.
     """
-    alpha, gamma = _check_rule(approx, alpha, gamma)
+    alpha, gamma = check_rule(approx, alpha, gamma)
     mh, vh, r, _ = _pre_activation(m_in, alpha, approx)
     d1 = _expect_local(lambda x: _sech4(x), mh, vh)
     d12 = _sech2_pair(mh, vh, r)
-    return _assemble_backward(g, d1, d12 / d1, alpha, gamma)
+    return assemble_backward(g, d1, d12 / d1, alpha, gamma)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -323,21 +315,21 @@ class DyT(nn.Module):
         super().__init__()
         shape = (hidden,) if hidden is not None else ()
         dtype = dtype or torch.get_default_dtype()
-        self.alpha = nn.Parameter(_param(alpha, (), 0.5).to(dtype))
-        self.gamma = nn.Parameter(_param(gamma, shape, 1.0).to(dtype))
-        self.beta = nn.Parameter(_param(beta, shape, 0.0).to(dtype))
+        self.alpha = nn.Parameter(parameter_tensor(alpha, (), 0.5).to(dtype))
+        self.gamma = nn.Parameter(parameter_tensor(gamma, shape, 1.0).to(dtype))
+        self.beta = nn.Parameter(parameter_tensor(beta, shape, 0.0).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.addcmul(self.beta, self.gamma, torch.tanh(self.alpha * x))  # γ·tanh(αx) + β, one pass
 
     def forward_moments(self, m: Moments, approx: str = "exact") -> Moments:
-        return dyt_forward(m, _rule_value(self.alpha, "alpha"), _rule_value(self.gamma, "gamma"),
-                           _rule_value(self.beta, "beta"), approx=approx)
+        return dyt_forward(m, rule_value(self.alpha, "alpha"), rule_value(self.gamma, "gamma"),
+                           rule_value(self.beta, "beta"), approx=approx)
 
     def backward_moments(self, g: GradMoments, m_in: Moments | None = None, approx: str = "exact") -> GradMoments:
         if m_in is None:
             raise ValueError("DyT.backward_moments needs m_in, the moments of the input")
-        return dyt_backward(g, m_in, _rule_value(self.alpha, "alpha"), _rule_value(self.gamma, "gamma"),
+        return dyt_backward(g, m_in, rule_value(self.alpha, "alpha"), rule_value(self.gamma, "gamma"),
                             approx=approx)
 
     def extra_repr(self) -> str:

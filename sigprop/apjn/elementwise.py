@@ -46,6 +46,7 @@ from ..core.validate import check_range
 
 __all__ = [
     "NORMS",
+    "propagate_validated",
     "Propagated",
     "Norm",
     "resolve_norm",
@@ -229,7 +230,7 @@ def propagate(q, p, norm="erf", alpha=1.0, *, dphi: Callable | None = None,
     return callable_propagated(q, p, n.phi, n.dphi, alpha, nodes=nodes)
 
 
-def _propagate_unchecked(q, p, norm: Norm, alpha, nodes: int = DEFAULT_NODES):
+def propagate_validated(q, p, norm: Norm, alpha, nodes: int = DEFAULT_NODES):
     """:func:`propagate` on already validated, broadcast float64 arrays (|p| ≤ q, α ≠ 0), as a tuple of arrays.
     Used by the layer loop of :mod:`sigprop.apjn.recurrence`, where per-call validation would dominate the cost."""
     if norm.kind == "erf":

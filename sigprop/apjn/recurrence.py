@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.validate import check_range
-from .elementwise import Norm, _propagate_unchecked, check_qp, propagate, resolve_norm
+from .elementwise import Norm, check_qp, propagate, propagate_validated, resolve_norm
 
 __all__ = [
     "KINDS",
@@ -315,7 +315,7 @@ def apjn_profile(*, sigma_21, sigma_ov, blocks: int, norm="erf", alpha=1.0, q0=1
     lf_s[0] = lf[0] = rf[0] = 0.0
     for layer in range(big_l):
         ql, pl = q[layer], np.clip(p[layer], -q[layer], q[layer])
-        qt, pt, qh, ph = _propagate_unchecked(ql, pl, nm, alpha)
+        qt, pt, qh, ph = propagate_validated(ql, pl, nm, alpha)
         kh = kappa_hat(pt / qt)
         for name, val in zip(("qt", "pt", "qh", "ph", "kh"), (qt, pt, qh, ph, kh), strict=True):
             per_layer[name][layer] = val

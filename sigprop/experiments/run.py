@@ -200,7 +200,7 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
     experiment gives that model, rate and seed (a run of other configs, e.g. under ``--set``, is left out).
     ``corpus``: model name → (its data's fingerprint, whether one is required); a run whose record says it trained
     on other data is left out too, and why is appended to ``refused``."""
-    from .runner import FATE_FILE, _result_from
+    from .runner import FATE_FILE, RunResult
 
     names = {m.name for m in experiment.scale(scale).models}
     fates = []
@@ -226,7 +226,7 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
             if refused is not None:
                 refused.append(why)
             continue
-        pooled.append(_result_from(fate))
+        pooled.append(RunResult.from_record(fate))
     return pooled
 
 

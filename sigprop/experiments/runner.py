@@ -64,6 +64,14 @@ class RunResult:
     wall: float
     curve: list
 
+    @classmethod
+    def from_record(cls, record: dict) -> RunResult:
+        """The result a fate record (``fate.json``) holds; keys beyond the fields (e.g. ``copied_from``) are
+        provenance only."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names and k != "curve"},
+                   curve=[tuple(p) for p in record["curve"]])
+
 
 def unigram_loss(model_config: dict, train_config: dict) -> float:
     """The cross-entropy of the validation text under the training text's token frequencies (add-one smoothed),
@@ -163,13 +171,6 @@ def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, m
         fate, detail = "failed", f"exit status {code}: {_last_error(log)}"
     return RunResult(spec.run_id, spec.model_name, spec.seed, spec.lr, spec.tuning, fate, detail, final,
                      int(last.get("step", 0)), int(last.get("tokens", 0) or 0), wall, curve)
-
-
-def _result_from(record: dict) -> RunResult:
-    """The result of a fate record (keys beyond :class:`RunResult`'s, e.g. ``copied_from``, are provenance only)."""
-    names = {f.name for f in fields(RunResult)}
-    return RunResult(**{k: v for k, v in record.items() if k in names and k != "curve"},
-                     curve=[tuple(p) for p in record["curve"]])
 
 
 def _die_with_parent() -> None:
@@ -320,7 +321,8 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
                     reused += 1
                 if known is not None:
-                    results[spec.run_id] = _result_from({**known, "tuning": spec.tuning})  # this experiment's role
+                    # this experiment's role for the run (a tuning run here may be another's best-rate seed)
+                    results[spec.run_id] = RunResult.from_record({**known, "tuning": spec.tuning})
                     found = True
             if not found:
                 if report and reused > before:

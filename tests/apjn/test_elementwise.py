@@ -13,12 +13,12 @@ from scipy import special
 from sigprop.apjn.elementwise import (
     NORMS,
     _erf_raw,
-    _propagate_unchecked,
     callable_propagated,
     erf_propagated,
     layernorm_propagated,
     moments_from_qp,
     propagate,
+    propagate_validated,
     qp_from_moments,
     resolve_norm,
     tanh_propagated,
@@ -82,7 +82,7 @@ def test_erf_reuses_derf_closed_forms_and_fast_path_agrees():
     assert np.array_equal(r.q_hat, erf_q_hat(q, a)) and np.array_equal(r.p_hat, erf_p_hat(p, q, a))
     for fast, ref in zip(_erf_raw(q, p, a), r, strict=True):
         assert np.allclose(fast, ref, rtol=1e-14, atol=0)
-    for fast, ref in zip(_propagate_unchecked(q, p, resolve_norm("layernorm"), a), layernorm_propagated(q, p),
+    for fast, ref in zip(propagate_validated(q, p, resolve_norm("layernorm"), a), layernorm_propagated(q, p),
                          strict=True):
         assert np.allclose(fast, ref, rtol=1e-15, atol=0)
 

@@ -44,7 +44,7 @@ from .common import as_quantities, correlation_and_gradient_params
 
 __all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES", "in_chunks",
            "query_inputs", "two_pass_gradients", "output_moments", "gradient_statistics", "replicate_estimates",
-           "attention_moments"]
+           "attention_moments", "trailing_axes"]
 
 #: Query rows evaluated per sequence.
 N_QUERIES = 128
@@ -81,7 +81,9 @@ def surrogate_expectations(L, d, e, nq, sqk2, sv2, p, rho, tau) -> dict:
     }
 
 
-def _col(v, n, dtype=torch.float32):
+def trailing_axes(v, n, dtype=torch.float32):
+    """``v`` (one value per configuration) as a tensor with ``n`` trailing axes of length 1, to broadcast against
+    per-configuration samples."""
     t = torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=dtype)
     return t.reshape(t.shape + (1,) * n)
 
@@ -141,7 +143,8 @@ def query_inputs(L: int, d: int, k: int, nq: int, no: int, rho, tau, gen: torch.
     (those rows, and the rest if any). Returns (x, queries, rows, blocks)."""
     # common random numbers: the configurations of a chunk share the standard normal draws of the input
     shared = torch.randn(1, k, 1, d, generator=gen)
-    x = torch.randn(1, k, L, d, generator=gen) * _col(np.sqrt(tau), 3) + shared * _col(np.sqrt(rho), 3)
+    x = (torch.randn(1, k, L, d, generator=gen) * trailing_axes(np.sqrt(tau), 3)
+         + shared * trailing_axes(np.sqrt(rho), 3))
     # the query rows enter the module twice (as queries and as keys/values): a separate leaf for the query copy,
     # whose gradient is added back to those rows (the chain rule of x_q = x[:n_q])
     rows = nq + no
@@ -244,7 +247,7 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
     mod.reset_parameters(generator=gen)
     mod.requires_grad_(False)
     x, xq, x_rows, blocks = query_inputs(L, d, k, nq, no, rho, tau, gen)
-    keep = torch.rand(c, k, nq, L, generator=gen) >= _col(p, 3)
+    keep = torch.rand(c, k, nq, L, generator=gen) >= trailing_axes(p, 3)
     y = mod(xq, blocks, dropout_mask=keep)
     passes = two_pass_gradients(y, x_rows, xq, nq, gen)
     with torch.no_grad():
@@ -252,10 +255,10 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
         e_sur = {key: torch.as_tensor(v[:, None]) for key, v in
                  surrogate_expectations(L, d, e, nq, sq**4, sv**2, p, rho, tau).items()}
         wq, wk, wv = mod.w_q, mod.w_k, mod.w_v
-        u = keep.float() / _col((1.0 - p) * L, 3)
+        u = keep.float() / trailing_axes((1.0 - p) * L, 3)
         if cv:
             a = (x[..., :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(e)
-            ys = (u @ x + _col(tau, 3) * a) @ wv
+            ys = (u @ x + trailing_axes(tau, 3) * a) @ wv
         else:
             ys = torch.zeros_like(y)
         sur = {}
@@ -272,7 +275,7 @@ def _simulate_chunk(prm, L, d, e, nq, no, k, gen, cv, parts=False):
         def surrogate(gout):
             w = gout @ wv.transpose(-1, -2)  # rows w_i = W_V g_i
             gs = u[..., :nq + no].transpose(-1, -2) @ w  # uniform-attention value path on the sampled rows
-            gs[..., :nq, :] += _col(tau, 3) * ((w @ wk) @ wq.transpose(-1, -2) / math.sqrt(e))  # τ M w_k
+            gs[..., :nq, :] += trailing_axes(tau, 3) * ((w @ wk) @ wq.transpose(-1, -2) / math.sqrt(e))  # τ M w_k
             return gs
 
         stats, grad_sur = gradient_statistics(passes, nq, surrogate if cv else None, e_sur)

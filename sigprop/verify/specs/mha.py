@@ -25,7 +25,6 @@ import torch
 from ...components.attention import MultiHeadAttention, mha_backward, mha_forward
 from ..spec import QUANTITIES, ComponentSpec, Param
 from .attention import (
-    _col,
     attention_moments,
     estimates_from_replicates,
     gradient_statistics,
@@ -34,6 +33,7 @@ from .attention import (
     query_inputs,
     replicate_estimates,
     surrogate_expectations,
+    trailing_axes,
     two_pass_gradients,
 )
 from .common import as_quantities, correlation_and_gradient_params
@@ -95,7 +95,7 @@ def _chunk(prm, L, d, dh, h, p, nq, no, k, gen):
         y = y.detach()
         wq, wk, wv = (_per_head(w, h, dh) for w in (mod.w_q, mod.w_k, mod.w_v))  # (c, k, H, d, dh)
         u = keep.float() / ((1.0 - p) * L)  # (c, k, H, nq, L)
-        tau_t = _col(tau, 4)
+        tau_t = trailing_axes(tau, 4)
         a = (x[..., None, :nq, :] @ wq) @ wk.transpose(-1, -2) / math.sqrt(dh)  # (c, k, H, nq, d)
         ys = ((u @ x[..., None, :, :] + tau_t * a) @ wv).transpose(-2, -3).flatten(-2)  # (c, k, nq, H·dh)
         e_sur = {key: torch.as_tensor(np.asarray(v)[:, None]) for key, v in

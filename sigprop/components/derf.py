@@ -261,13 +261,13 @@ def derf_forward(m: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0, 
         qt = erf_q_tilde(q, alpha)
         mean = 0.0 * q
         return assemble_forward(mean, qt, erf_p_tilde(m.token_second_moment, q, alpha) / qt,
-                                 erf_p_tilde(m.corr_hidden * m.var + m.mean**2, q, alpha) / qt, gamma, beta)
+                                erf_p_tilde(m.corr_hidden * m.var + m.mean**2, q, alpha) / qt, gamma, beta)
     mh = alpha * m.mean + shift
     vh = alpha**2 * m.var
     mean_phi = special.erf(mh / np.sqrt(1.0 + 2.0 * vh))
     var_phi = erf_cov(mh, vh, 1.0)
     return assemble_forward(mean_phi, var_phi, _erf_corr_ratio(mh, vh, m.corr),
-                             _erf_corr_ratio(mh, vh, m.corr_hidden), gamma, beta)
+                            _erf_corr_ratio(mh, vh, m.corr_hidden), gamma, beta)
 
 
 def derf_backward(g: GradMoments, m_in: Moments, alpha: Stat, shift: Stat = 0.0, gamma: Stat = 1.0,

@@ -270,7 +270,7 @@ def dyt_forward(m: Moments, alpha: Stat, gamma: Stat = 1.0, beta: Stat = 0.0, ap
     var_phi = _tanh_cov(mh, vh, np.ones_like(np.asarray(r, dtype=np.float64)))
     mean_phi = 0.0 * vh if approx == "alekseev" else _tanh_mean(mh, vh)
     return assemble_forward(mean_phi, var_phi, _tanh_cov(mh, vh, r) / var_phi, _tanh_cov(mh, vh, rd) / var_phi,
-                             gamma, beta)
+                            gamma, beta)
 
 
 def dyt_backward(g: GradMoments, m_in: Moments, alpha: Stat, gamma: Stat = 1.0, approx: str = "exact") -> GradMoments:

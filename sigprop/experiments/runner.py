@@ -321,8 +321,10 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
                     reused += 1
                 if known is not None:
-                    # this experiment's role for the run (a tuning run here may be another's best-rate seed)
-                    results[spec.run_id] = RunResult.from_record({**known, "tuning": spec.tuning})
+                    if known.get("tuning") != spec.tuning:  # a copy made with another experiment's role for it
+                        known = {**known, "tuning": spec.tuning}  # (a tuning run here, another's best-rate seed)
+                        write_json_atomic(out / spec.run_id / FATE_FILE, known)  # the table reads it from disk
+                    results[spec.run_id] = RunResult.from_record(known)
                     found = True
             if not found:
                 if report and reused > before:
@@ -389,7 +391,7 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
             signal.signal(s, handler)
     if interrupted and stop["signal"] is None:
         waiting = sorted({s.model_name for s in needed if s.run_id in interrupted})
-        say(f"{len(interrupted)} run(s) were stopped from outside ({', '.join(waiting)} waiting for them): the "
-            "experiment is incomplete; rerun the same command to resume them")
-    return ([results[s.run_id] for s in needed if s.run_id in results],
-            stop["signal"] is not None or bool(interrupted))
+        say(f"{len(interrupted)} run(s) ended by a signal the runner did not send (killed from outside, or for "
+            f"memory: see {out / 'logs'}); {', '.join(waiting)} wait(s) for them and is not settled. Rerun the same "
+            "command to resume them from their last checkpoints")
+    return [results[s.run_id] for s in needed if s.run_id in results], stop["signal"] is not None

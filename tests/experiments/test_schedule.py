@@ -131,7 +131,7 @@ def test_group_is_not_part_of_a_run_id():
     assert [r.run_id for r in a] == [r.run_id for r in b]
 
 
-def test_a_run_stopped_from_outside_leaves_the_experiment_incomplete_and_says_so(tmp_path, monkeypatch):
+def test_a_run_stopped_from_outside_leaves_its_model_unsettled_and_says_so(tmp_path, monkeypatch):
     import subprocess
     import sys
     import time
@@ -158,9 +158,9 @@ def test_a_run_stopped_from_outside_leaves_the_experiment_incomplete_and_says_so
     said: list[str] = []
     results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 2,
                                       "cpu", {"a": 5.0}, 0.1, say=said.append)
-    assert stopped and len(results) == 5  # the grid's other five runs; no third seed without the sixth
+    assert not stopped and len(results) == 5  # the grid's other five runs; no third seed without the sixth
     assert killed.run_id not in {r.run_id for r in results}
-    assert any("stopped from outside (a waiting for them)" in line for line in said)
+    assert any("a signal the runner did not send" in line and "; a wait(s) for them" in line for line in said)
 
 
 def test_a_run_copied_in_takes_this_experiment_s_role(tmp_path):
@@ -186,3 +186,16 @@ def test_a_proposal_of_rates_already_tried_settles_the_model(monkeypatch):
     monkeypatch.setattr(module, "edge_rates", lambda scale, results: {"a": (1e-3,)})  # a rate of its own grid
     seeds = [r for r in schedule(finished) if not r.tuning]
     assert [(r.seed, r.lr) for r in seeds] == [(2, 1e-3)]
+
+
+def test_a_run_found_on_disk_with_another_role_is_given_this_experiment_s(tmp_path):
+    from sigprop.experiments import runner
+
+    optima = {"a": 1e-3}
+    run = plan_runs(_experiment(optima), "cpu")[0]
+    (tmp_path / run.run_id).mkdir()  # copied in before copies took this experiment's role
+    fate = {**dataclasses.asdict(_loss(optima, run)), "tuning": False, "copied_from": "depth/x"}
+    (tmp_path / run.run_id / runner.FATE_FILE).write_text(json.dumps(fate))
+    results, stopped = runner.execute([run], tmp_path, 1, "cpu", {"a": 5.0}, 0.1, say=lambda s: None)
+    assert not stopped and [r.tuning for r in results] == [True]
+    assert json.loads((tmp_path / run.run_id / runner.FATE_FILE).read_text())["tuning"] is True  # the table's too

@@ -8,9 +8,9 @@ that edge trains (:func:`~sigprop.experiments.spec.edge_rates`), and so on until
 spent; the model is then *settled*, and its other seeds train at its best rate. Every decision reads the model's own
 runs only, which is what the rules always read; deciding model by model rather than stage by stage over the whole
 experiment changes none of the runs, only when they start: a model settles as soon as its own runs have finished,
-so a stopped experiment holds as many settled models as it can. The total time is not shorter: in a simulation of
-both rules on estimated run times (``bench/schedule_makespan.py``) a ladder's smallest rung settles about ten times
-sooner and the whole experiment takes 1–2% longer, its largest runs left to the end.
+so a stopped experiment holds as many settled models as it can. The total time is not shorter: a ladder's largest
+runs are left to the end (the two rules simulated on estimated run times, ``bench/schedule_makespan.py``; its figures:
+docs/results/experiments/shape-ladder.md, "Running it").
 
 The order in which runs start: by the model's group (:attr:`~sigprop.experiments.spec.ModelSpec.group`; a shape
 ladder's rung, so that the cheapest rungs settle first), then a model's grid extensions and other seeds before the

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import sys
 from collections.abc import Callable
 
 from sigprop.experiments.catalog import get_experiment
-from sigprop.experiments.run import _only, _rung_selection, cpu_seconds_per_token
+from sigprop.experiments.run import cpu_seconds_per_token, selected_models
 from sigprop.experiments.runner import RunResult
 from sigprop.experiments.schedule import Schedule
 from sigprop.experiments.spec import edge_rates, plan_runs
@@ -93,10 +94,20 @@ def main() -> None:
     parser.add_argument("--rungs", default="64,96,128", help="shape-ladder: the rungs")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    experiment = get_experiment(args.experiment)
-    if args.experiment == "shape-ladder":
-        names = _rung_selection(experiment, "cpu", tuple(int(r) for r in args.rungs.split(",")), ())
-        experiment = _only(experiment, "cpu", list(names))
+    try:
+        experiment = get_experiment(args.experiment)
+        rungs = ()
+        if experiment.name == "shape-ladder":
+            try:
+                rungs = tuple(int(r) for r in args.rungs.split(","))
+            except ValueError:
+                raise ValueError(f"--rungs must be widths d such as 64,96,128 (got {args.rungs!r})") from None
+        experiment = selected_models(experiment, "cpu", rungs=rungs)
+        if args.workers < 1:
+            raise ValueError(f"--workers must be at least 1 (got {args.workers})")
+    except ValueError as exc:
+        print(f"schedule_makespan: {exc}", file=sys.stderr)
+        sys.exit(2)
     models = experiment.scale("cpu").models
     step = math.sqrt(2.0)
     scenarios = {

@@ -18,7 +18,7 @@ from .schedule import Schedule
 from .spec import ModelSpec, non_embedding_parameters, plan_runs
 from .summary import summarise, write_summary
 
-__all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token"]
+__all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token", "selected_models"]
 
 #: Seconds per token of one single-thread CPU run with another beside it (two cores, two runs): a least-squares fit
 #: t = a·(parameters / 10⁶) + b·layers to finished models of ``depth``, ``divergence`` and ``shaped`` at ``--scale
@@ -92,6 +92,32 @@ def _rung_selection(experiment, scale_name: str, rungs, patterns) -> tuple[str, 
     return names
 
 
+def selected_models(experiment, scale_name: str, models=(), rungs=()):
+    """The experiment at ``scale_name`` with only the models ``--model`` and ``--rungs`` select.
+
+    Args:
+        experiment: an experiment of the catalog (:func:`~sigprop.experiments.catalog.get_experiment`).
+        scale_name: the scale whose models are selected (``cpu`` or ``gpu``).
+        models: shell-style patterns of model names (none: every model).
+        rungs: for a shape ladder, the widths d whose models are kept (with ``models``, those of them that match).
+
+    Returns:
+        The experiment with that scale's models narrowed; run ids do not change.
+
+    Raises:
+        ValueError: a pattern that matches no model, or rungs that are not widths.
+
+    Example:
+        >>> from sigprop.experiments.catalog import get_experiment
+        >>> ladder = selected_models(get_experiment("shape-ladder"), "cpu", rungs=(64,))
+        >>> len(ladder.scale("cpu").models)
+        3
+    """
+    if rungs:
+        models = _rung_selection(experiment, scale_name, rungs, models)
+    return _only(experiment, scale_name, models)
+
+
 @contextlib.contextmanager
 def _folder_lock(folder: Path):
     """Hold an exclusive lock on ``folder`` (``.lock`` in it) for the duration: two invocations on one folder would
@@ -156,9 +182,7 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
         raise ValueError("--scale paper is the paper's configuration, documented in `sigprop experiment --list` and "
                          "table.md: it is not run here (use cpu or gpu)")
     whole = _with_overrides(experiment, scale, overrides, train_overrides)
-    if rungs:
-        models = _rung_selection(whole, scale, rungs, models)
-    experiment = _only(whole, scale, models)
+    experiment = selected_models(whole, scale, models, rungs)
     spec = experiment.scale(scale)
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu or cuda (got {device!r})")

@@ -173,9 +173,14 @@ def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, m
                      int(last.get("step", 0)), int(last.get("tokens", 0) or 0), wall, curve)
 
 
-def _die_with_parent() -> None:
-    """In the child, before it runs: ask Linux to send it SIGTERM when the runner dies, even by SIGKILL, so a run
-    checkpoints and stops instead of training on for nobody (``PR_SET_PDEATHSIG``; elsewhere a no-op)."""
+def _prepare_child() -> None:
+    """In the child, before it runs: its own process group, so a Ctrl-C at the terminal reaches the runner alone
+    (which passes SIGTERM on to each run in order), but the runner's session, so the runner's priority holds for its
+    runs: a ``nice sigprop experiment …`` stays nice (Linux shares the CPU between sessions first, its autogroups,
+    and a run in a session of its own would get a fresh one at the default priority). Then, on Linux, ask to be sent
+    SIGTERM when the runner dies, even by SIGKILL, so a run checkpoints and stops instead of training on for nobody
+    (``PR_SET_PDEATHSIG``)."""
+    os.setpgid(0, 0)
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -215,9 +220,15 @@ def _launch(spec: RunSpec, out: Path, device: str, slot: int, gpus: int = 1) -> 
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / f"{spec.run_id}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed when the run ends
-    proc = subprocess.Popen([sys.executable, "-m", "sigprop", *args], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    proc = _spawn([sys.executable, "-m", "sigprop", *args], log, env)
     return _Launched(spec, proc, log, time.perf_counter())
+
+
+def _spawn(argv: list[str], log, env: dict) -> subprocess.Popen:
+    """Start one run's process, its output into ``log`` (:func:`_prepare_child`: its process group, the runner's
+    session and priority)."""
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=_prepare_child)
 
 
 def _finished_twin(spec: RunSpec, folder: Path) -> Path | None:

@@ -159,6 +159,24 @@ def test_runs_stop_when_the_runner_is_killed(corpus, tmp_path):
     assert processes_mentioning(str(out)) == []
 
 
+def test_a_run_keeps_the_runner_s_session_and_priority_in_a_process_group_of_its_own(tmp_path):
+    from sigprop.experiments.runner import _spawn
+
+    probe = ("import json, os, pathlib; a = pathlib.Path('/proc/self/autogroup'); "
+             "print(json.dumps([os.getpid(), os.getsid(0), os.getpgid(0), os.nice(0), "
+             "a.read_text().split(' nice')[0] if a.exists() else None]))")
+    with open(tmp_path / "log", "w", encoding="utf-8") as log:
+        proc = _spawn([sys.executable, "-c", probe], log, dict(os.environ))
+        assert proc.wait(timeout=60) == 0
+    pid, sid, pgid, nice, group = json.loads((tmp_path / "log").read_text())
+    assert sid == os.getsid(0)  # the runner's session: Linux's autogroup, hence `nice sigprop experiment`, holds
+    assert pgid == pid  # a group of its own: a terminal's Ctrl-C reaches the runner alone, which passes it on
+    assert nice == os.nice(0)
+    here = Path("/proc/self/autogroup")
+    if here.exists():
+        assert group == here.read_text().split(" nice")[0]
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["experiment", "no-such"], "unknown experiment"),
     (["experiment"], "name an experiment"),

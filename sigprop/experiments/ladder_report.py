@@ -83,9 +83,13 @@ def _trend_record(trend: Trend | None) -> dict | None:
             "method": "weighted least squares on log10 P; crossover interval by Fieller's method"}
 
 
+def _fitted(rungs: list[dict], key: str) -> list[dict]:
+    """The rungs a trend of ``key``'s gap is fitted to: those whose gap is final, with a standard error."""
+    return [r for r in rungs if _final(r.get(key)) and r[key]["se"] > 0]
+
+
 def _trend_of(rungs: list[dict], key: str) -> Trend | None:
-    points = [(math.log10(r["parameters"]), r[key]["mean"], r[key]["se"]) for r in rungs
-              if _final(r.get(key)) and r[key]["se"] > 0]
+    points = [(math.log10(r["parameters"]), r[key]["mean"], r[key]["se"]) for r in _fitted(rungs, key)]
     if len(points) < 3:
         return None
     x, y, s = zip(*points, strict=True)
@@ -227,29 +231,50 @@ def ladder_figure(table: dict, path: Path, title: str) -> Path:
         pts = [(r["parameters"], r[role.value]) for r in table["rungs"] if r.get(role.value) is not None]
         if not pts:
             continue
-        p = np.array([x for x, _ in pts], dtype=np.float64) * (1.0 + 0.03 * (i - 1))  # side by side
-        mean = np.array([g["mean"] for _, g in pts])
-        low = np.array([g["mean"] - g["low"] if g["low"] is not None else 0.0 for _, g in pts])
-        high = np.array([g["high"] - g["mean"] if g["high"] is not None else 0.0 for _, g in pts])
-        ax.errorbar(p, mean, yerr=[low, high], fmt="os^"[i], color=f"C{i}", capsize=3, label=label)
+        for final in (True, False):  # a gap whose models are still tuning: hollow, and said in the legend
+            some = [(x, g) for x, g in pts if _final(g) == final]
+            if not some:
+                continue
+            p = np.array([x for x, _ in some], dtype=np.float64) * (1.0 + 0.03 * (i - 1))  # side by side
+            mean = np.array([g["mean"] for _, g in some])
+            low = np.array([g["mean"] - g["low"] if g["low"] is not None else 0.0 for _, g in some])
+            high = np.array([g["high"] - g["mean"] if g["high"] is not None else 0.0 for _, g in some])
+            ax.errorbar(p, mean, yerr=[low, high], fmt="os^"[i], color=f"C{i}", capsize=3,
+                        mfc=None if final else "white", label=label if final else f"{label}, provisional")
     trend = table.get("trend")
     if trend is not None:
-        p = np.array([r["parameters"] for r in table["rungs"]], dtype=np.float64)
-        xs = np.linspace(math.log10(p.min()) - 0.1, max(math.log10(p.max()) + 0.3, (trend["crossover_log10_p"] or 0)
-                                                      if trend["interval"] == "bounded" else 0), 100)
-        ax.plot(10 ** xs, trend["intercept"] + trend["slope_per_decade"] * xs, "--", color="C0", lw=1,
-                label="deep-thin trend (WLS)")
-        if trend["interval"] == "bounded" and trend["crossover_p"] is not None:
-            lo, hi = trend["interval_log10_p"]
-            ax.errorbar([trend["crossover_p"]], [0.0], xerr=[[trend["crossover_p"] - 10 ** lo],
-                                                              [10 ** hi - trend["crossover_p"]]],
-                        fmt="D", color="C0", mfc="white", capsize=3, label="crossover (Fieller 95%)")
+        _draw_trend(ax, trend, [r["parameters"] for r in _fitted(table["rungs"], Role.DEEP_THIN.value)])
     ax.axhline(0.0, color="0.4", lw=1)
     ax.set_xscale("log")
     ax.set(xlabel="non-embedding parameters P", ylabel="Δ final validation loss vs 2 × d Xavier (nats)",
            title=title)
     finish_axes(ax, "no rung finished yet")
     return save_figure(fig, path, dpi=110, crop=True)
+
+
+def _draw_trend(ax, trend: dict, fitted: list[int]) -> None:
+    """The deep-thin trend over the rungs it was fitted to (a little beyond, and on to its crossover when Fieller's
+    interval is bounded), with the 95% band of the line (t on the trend's degrees of freedom: wide on few rungs), and
+    the crossover with its interval. The axis keeps the rungs' points in view: a band wider than them is cut."""
+    bottom, top = ax.get_ylim()
+    logs = np.log10(np.asarray(fitted, dtype=np.float64))
+    right = logs.max() + 0.3
+    if trend["interval"] == "bounded" and trend["crossover_log10_p"] is not None:
+        right = max(right, trend["crossover_log10_p"] + 0.1)
+    xs = np.linspace(logs.min() - 0.1, right, 100)
+    line = trend["intercept"] + trend["slope_per_decade"] * xs
+    cov = np.asarray(trend["cov"], dtype=np.float64)
+    half = trend["t"] * np.sqrt(np.maximum(cov[0, 0] + 2 * xs * cov[0, 1] + xs ** 2 * cov[1, 1], 0.0))
+    ax.plot(10 ** xs, line, "--", color="C0", lw=1, label="deep-thin trend (WLS)")
+    ax.fill_between(10 ** xs, line - half, line + half, color="C0", alpha=0.12, lw=0,
+                    label=f"the trend's 95% band ({trend['dof']} dof)")
+    if trend["interval"] == "bounded" and trend["crossover_p"] is not None:
+        lo, hi = trend["interval_log10_p"]
+        ax.errorbar([trend["crossover_p"]], [0.0], xerr=[[trend["crossover_p"] - 10 ** lo],
+                                                          [10 ** hi - trend["crossover_p"]]],
+                    fmt="D", color="C0", mfc="white", capsize=3, label="crossover (Fieller 95%)")
+    pad = 0.15 * (top - bottom)
+    ax.set_ylim(min(bottom, float(line.min()), 0.0) - pad, max(top, float(line.max()), 0.0) + pad)
 
 
 def write_ladder(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:

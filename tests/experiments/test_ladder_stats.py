@@ -121,3 +121,37 @@ def test_bad_standard_errors_are_refused():
         fit_trend([1, 2, 3], [0, 0, 0], [0.1, 0.0, 0.1])
     with pytest.raises(ValueError, match="one value per rung"):
         fit_trend([1, 2, 3], [0, 0], [0.1, 0.1, 0.1])
+
+
+def test_the_figure_s_band_is_the_trend_s_95_percent_interval_of_the_line():
+    """The shaded band of the ladder figure: at every log₁₀ P it spans the line ± t·se of the line, se from the
+    weighted fit's covariance (inflated by the scatter) computed here independently."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sigprop.experiments.ladder_report import _draw_trend, _trend_record
+
+    x = np.log10([1e5, 2.2e5, 4e5, 9e5])
+    se = np.array([0.05, 0.04, 0.03, 0.03])
+    y = np.array([0.27, 0.25, 0.18, 0.16])
+    trend = fit_trend(x, y, se)
+    design = np.stack([np.ones_like(x), x], axis=1)
+    slope, intercept = np.polyfit(x, y, 1, w=1 / se)
+    chi2 = float(np.sum(((y - intercept - slope * x) / se) ** 2))
+    cov = np.linalg.inv(design.T @ (design / se[:, None] ** 2)) * max(1.0, chi2 / (x.size - 2))
+    t = stats.t.ppf(0.975, x.size - 2)
+    fig, ax = plt.subplots()
+    ax.errorbar(10 ** x, y, yerr=1.96 * se, fmt="o")
+    _draw_trend(ax, _trend_record(trend), list(10 ** x))
+    from matplotlib.collections import PolyCollection
+
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    vertices = band.get_paths()[0].vertices
+    px = np.log10(vertices[:, 0])
+    expected = t * np.sqrt(np.einsum("ni,ij,nj->n", np.stack([np.ones_like(px), px], 1), cov,
+                                     np.stack([np.ones_like(px), px], 1)))
+    assert np.abs(vertices[:, 1] - (intercept + slope * px)) == pytest.approx(expected, rel=1e-9)
+    assert px.min() == pytest.approx(x.min() - 0.1) and px.max() == pytest.approx(x.max() + 0.3)
+    plt.close(fig)

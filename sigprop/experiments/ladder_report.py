@@ -254,8 +254,8 @@ def ladder_figure(table: dict, path: Path, title: str) -> Path:
 
 def _draw_trend(ax, trend: dict, fitted: list[int]) -> None:
     """The deep-thin trend over the rungs it was fitted to (a little beyond, and on to its crossover when Fieller's
-    interval is bounded), with the 95% band of the line (t on the trend's degrees of freedom: wide on few rungs), and
-    the crossover with its interval. The axis keeps the rungs' points in view: a band wider than them is cut."""
+    interval is bounded), with the line's 95% interval as a band (t on the trend's degrees of freedom: wide on few
+    rungs), and the crossover with its interval. The axis keeps the rungs' points in view: a wider band is cut."""
     bottom, top = ax.get_ylim()
     logs = np.log10(np.asarray(fitted, dtype=np.float64))
     right = logs.max() + 0.3

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from ..core.outputs import check_output_folder
 from .catalog import get_experiment
 from .runner import Placement, corpus_mismatch, execute, reference_data
 from .schedule import Schedule
-from .spec import ModelSpec, non_embedding_parameters, plan_runs
+from .spec import Experiment, ModelSpec, non_embedding_parameters, plan_runs
 from .summary import summarise, write_summary
 
 __all__ = ["ExperimentResult", "run_experiment", "estimate", "cpu_seconds_per_token", "selected_models"]
@@ -59,7 +60,7 @@ def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models, train=train)})
 
 
-def _only(experiment, scale_name: str, patterns):
+def _only(experiment: Experiment, scale_name: str, patterns: Sequence[str]) -> Experiment:
     """The experiment with only the models whose names match one of ``patterns`` (shell-style, ``fnmatch``; none:
     every model). Run ids do not change, so a later run of every model reuses these runs."""
     from fnmatch import fnmatchcase
@@ -76,7 +77,8 @@ def _only(experiment, scale_name: str, patterns):
     return replace(experiment, scales={**experiment.scales, scale_name: replace(scale, models=models)})
 
 
-def _rung_selection(experiment, scale_name: str, rungs, patterns) -> tuple[str, ...]:
+def _rung_selection(experiment: Experiment, scale_name: str, rungs: Sequence[int],
+                    patterns: Sequence[str]) -> tuple[str, ...]:
     """The names of the models at ``rungs`` of a shape ladder (those matching one of ``patterns`` where given)."""
     from fnmatch import fnmatchcase
 
@@ -92,7 +94,8 @@ def _rung_selection(experiment, scale_name: str, rungs, patterns) -> tuple[str, 
     return names
 
 
-def selected_models(experiment, scale_name: str, models=(), rungs=()):
+def selected_models(experiment: Experiment, scale_name: str, models: Sequence[str] = (),
+                    rungs: Sequence[int] = ()) -> Experiment:
     """The experiment at ``scale_name`` with only the models ``--model`` and ``--rungs`` select.
 
     Args:

@@ -157,54 +157,34 @@ DEPTH_MLM = Experiment(
     evaluation="init-theory",
 )
 
-# The `depth` headline pair at ~0.4 M non-embedding parameters, and the non-scale differences from the paper's
-# training that could flip the sign of its gap (issue: "at 0.4 M, the non-scale differences"): each a pair of rows.
-_HEADLINE = (("2x128 xavier pre-LN", dict(n_layers=2, d_model=128, n_heads=4, norm_position="pre", init="xavier"),
-              4e-3),
-             ("8x64 dslm pre-LN", dict(n_layers=8, d_model=64, n_heads=2, norm_position="pre", init="dslm"), 1.6e-2))
-_DEPTH_BASE = dict(arch="decoder", vocab_size=2048, seq_len=128, max_len=128, dropout=0.0)
+# `depth`'s headline pair at ~0.4 M non-embedding parameters as the shape ladder's rung d = 128 retrained it (pinned
+# corpus, dropout 0.1), and the non-scale differences from the paper's training that could flip the sign of its gap
+# (sigprop.experiments.budget): each a row of two models. Built when asked for: the ladder's constants come first.
+def _depth_budget_cpu() -> Scale:
+    from .budget import budget_models
+    from .ladder import LR_STEP
 
-
-def _headline_steps(tokens_per_parameter: float = 20.0) -> int:
-    """The steps of a `depth` run of the headline pair at ``tokens_per_parameter`` (both shapes have the same N·d²,
-    so the same steps), batches of 32 × 128 tokens."""
-    from ..model.config import config_from_dict
-    from .spec import steps_for_tokens
-
-    return steps_for_tokens(config_from_dict({**_DEPTH_BASE, **_HEADLINE[0][1]}), _CPU_TRAIN["batch_size"],
-                            tokens_per_parameter)
-
-
-def _budget_models() -> tuple[ModelSpec, ...]:
-    """The headline pair as `depth` trains it, then (a) 4× the steps on the same tokens (batches of 8), (b) 40 tokens
-    per parameter (twice the steps), (c) the paper's schedule: warmup over the first hundredth of the steps, linear
-    decay to 0 (Kedia et al. App. N, Table 25); each model's grid √2 apart around its best rate in `depth`."""
-    rows = (("", {}, None),
-            (", 4x steps (batch 8)", dict(batch_size=8), None),
-            (", 40 tokens/param", {}, 40.0),
-            (", warmup 1% + linear decay", dict(warmup_steps=round(0.01 * _headline_steps()), schedule="linear",
-                                                final_lr_fraction=0.0), None))
-    root = math.sqrt(2.0)
-    return tuple(ModelSpec(name + suffix, fields, (float(f"{lr / root:.3g}"), lr, float(f"{lr * root:.3g}")),
-                           train, tokens)
-                 for suffix, train, tokens in rows for name, fields, lr in _HEADLINE)
+    return Scale(
+        models=budget_models(_LADDER_BASE, _LADDER_TRAIN["steps"]), base_model=_LADDER_BASE, train=_LADDER_TRAIN,
+        tokens_per_parameter=None, seeds=3, tuning_seeds=2, grid_extensions=2, lr_step=LR_STEP, lr_anchor=1e-3,
+        note="the shape ladder's training at rung d = 128 (causal LM on the pinned corpus `pinned:python-v1`, 2,000 "
+             "steps of 31 × 128 tokens, ~20 tokens per parameter, 100 warmup steps, cosine to 10%, dropout 0.1, 64 "
+             "validation batches) for the pair, whose runs are the ladder's; each row's one change; two seeds at "
+             "each of three rates √2 apart around the model's best rate at the ladder's rung, the best on their "
+             "mean, a grid extended past an edge (twice at most), then a third seed at the best.")
 
 
 DEPTH_BUDGET = Experiment(
     name="depth-budget",
-    question="At ~0.4 M non-embedding parameters, does any of the non-scale differences between `depth`'s training "
-             "and the paper's (4× the steps on the same tokens, 40 tokens per parameter instead of 20, a 1% warmup "
-             "with linear decay) flip the sign of the gap between deep-thin DSLM (8 × 64) and shallow-wide Xavier "
-             "(2 × 128)?",
+    question="At ~0.4 M non-embedding parameters, does any of the non-scale differences between the ladder's "
+             "training and the paper's (4× the steps on the same tokens, 40 tokens per parameter instead of 20, a "
+             "1% warmup with linear decay) flip the sign of the gap between deep-thin DSLM (8 × 64) and shallow-wide "
+             "Xavier (2 × 128)? Pre-registered: a row flips the sign where its paired 95% interval lies below 0 "
+             "while the pair's does not; it narrows the gap where its Δ is below the pair's at every seed.",
     reference="Kedia et al. Sec. 4.1, App. N Table 25 (~40 tokens per parameter, 1% warmup, linear decay); `depth`'s "
-              "headline pair",
-    scales={"cpu": Scale(
-        models=_budget_models(), base_model=_DEPTH_BASE, train=_CPU_TRAIN, tokens_per_parameter=20.0, seeds=2,
-        tuning_seeds=2, grid_extensions=2, lr_step=math.sqrt(2.0), lr_anchor=1e-3,
-        note="`depth`'s CPU training (batches of 32 × 128 tokens, 20 tokens per parameter, 100 warmup steps, cosine "
-             "to 10%) for the headline pair, and each row's one change; two seeds at each rate of a grid √2 apart "
-             "around the model's best rate in `depth`, the best chosen on their mean, a grid extended past an edge "
-             "(twice at most).")},
+              "headline pair, as the shape ladder's rung d = 128",
+    scales={"cpu": _depth_budget_cpu},
+    evaluation="depth-budget",
 )
 
 

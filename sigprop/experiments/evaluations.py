@@ -3,7 +3,8 @@ experiments that train nothing of their own (:attr:`Experiment.runs_from`), and 
 Derf and Pre-LN ViTs (Alekseev Secs. 3–4), after an experiment's own runs; ``init-theory``
 (:mod:`sigprop.experiments.init_theory`) puts sigprop's prediction at initialisation beside each trained model;
 ``shape-ladder`` (:mod:`sigprop.experiments.ladder_report`) the paired gaps of a shape ladder, their trend and the
-verdict by its pre-registered rules.
+verdict by its pre-registered rules; ``depth-budget`` (:mod:`sigprop.experiments.budget_report`) each row's paired
+gap against the pair's and its reading by the rules fixed before the runs.
 
 ``apjn``: for every model, the theory of Alekseev Results 3.1–3.5 at its configuration: the embedding covariance
 (q⁰, p⁰) of Eq. 21 measured on digits images through the model's patch embedding (seed 0, 256 images), the
@@ -35,6 +36,7 @@ import numpy as np
 
 from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, read_config_json, write_json_atomic
+from .budget_report import evaluate_budget, write_budget
 from .init_theory import evaluate_init_theory, write_init_theory
 from .ladder_report import evaluate_ladder, write_ladder
 from .summary import SUMMARY_FILES, THEORY_FILES, fates_cell, finish_axes, markdown_table, table_row, write_evaluation
@@ -300,4 +302,4 @@ def write_entropy(table: dict, out, title: str, intro: str) -> tuple[Path, ...]:
 #: Evaluation name → (evaluate, write).
 EVALUATIONS = {"fp8": (evaluate_fp8, write_fp8), "apjn": (evaluate_apjn, write_apjn),
                "entropy": (evaluate_entropy, write_entropy), "init-theory": (evaluate_init_theory, write_init_theory),
-               "shape-ladder": (evaluate_ladder, write_ladder)}
+               "shape-ladder": (evaluate_ladder, write_ladder), "depth-budget": (evaluate_budget, write_budget)}

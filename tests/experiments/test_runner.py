@@ -434,8 +434,12 @@ def test_the_figure_legend_counts_seeds_and_keeps_models_that_trained_at_no_rate
 def test_set_overrides_keep_a_model_s_own_tokens_per_parameter():
     from sigprop.experiments.run import _with_overrides
 
-    budget = catalog.get_experiment("depth-budget")
-    steps = {r.model_name: r.train_config["steps"] for r in plan_runs(budget, "cpu")}
-    overridden = _with_overrides(budget, "cpu", ["dropout=0.0"], [])  # the scale's own value: nothing else changes
+    depth = catalog.get_experiment("depth")
+    scale = depth.scale("cpu")
+    first = scale.models[0]
+    longer = replace(first, name=first.name + ", 40 tokens/param", tokens_per_parameter=40.0)
+    experiment = replace(depth, scales={"cpu": replace(scale, models=(first, longer))})
+    steps = {r.model_name: r.train_config["steps"] for r in plan_runs(experiment, "cpu")}
+    overridden = _with_overrides(experiment, "cpu", ["dropout=0.0"], [])  # the scale's own value: nothing else changes
     assert {r.model_name: r.train_config["steps"] for r in plan_runs(overridden, "cpu")} == steps
-    assert steps["8x64 dslm pre-LN, 40 tokens/param"] > 1.9 * steps["8x64 dslm pre-LN"]
+    assert steps[longer.name] > 1.9 * steps[first.name]

@@ -165,7 +165,7 @@ def _depth_budget_cpu() -> Scale:
     from .ladder import LR_STEP
 
     return Scale(
-        models=budget_models(_LADDER_BASE, _LADDER_TRAIN["steps"]), base_model=_LADDER_BASE, train=_LADDER_TRAIN,
+        models=budget_models(_LADDER_BASE, _LADDER_TRAIN), base_model=_LADDER_BASE, train=_LADDER_TRAIN,
         tokens_per_parameter=None, seeds=3, tuning_seeds=2, grid_extensions=2, lr_step=LR_STEP, lr_anchor=1e-3,
         note="the shape ladder's training at rung d = 128 (causal LM on the pinned corpus `pinned:python-v1`, 2,000 "
              "steps of 31 × 128 tokens, ~20 tokens per parameter, 100 warmup steps, cosine to 10%, dropout 0.1, 64 "
@@ -177,10 +177,11 @@ def _depth_budget_cpu() -> Scale:
 DEPTH_BUDGET = Experiment(
     name="depth-budget",
     question="At ~0.4 M non-embedding parameters, does any of the non-scale differences between the ladder's "
-             "training and the paper's (4× the steps on the same tokens, 40 tokens per parameter instead of 20, a "
+             "training and the paper's (~4× the steps on as many tokens, 40 tokens per parameter instead of 20, a "
              "1% warmup with linear decay) flip the sign of the gap between deep-thin DSLM (8 × 64) and shallow-wide "
              "Xavier (2 × 128)? Pre-registered: a row flips the sign where its paired 95% interval lies below 0 "
-             "while the pair's does not; it narrows the gap where its Δ is below the pair's at every seed.",
+             "while the pair's does not; otherwise it narrows (widens) the gap where the 95% interval of its change "
+             "Δ(row) − Δ(pair), paired by seed, lies below (above) 0.",
     reference="Kedia et al. Sec. 4.1, App. N Table 25 (~40 tokens per parameter, 1% warmup, linear decay); `depth`'s "
               "headline pair, as the shape ladder's rung d = 128",
     scales={"cpu": _depth_budget_cpu},

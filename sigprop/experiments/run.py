@@ -46,13 +46,20 @@ class ExperimentResult:
 
 def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
     """The experiment with ``--set`` applied to every model's config and ``--train-set`` to the shared training
-    (each validated by its dataclass)."""
+    (each validated by its dataclass). ``ValueError`` for a ``--train-set`` of a field that a model sets for itself
+    (a row of `depth-budget`, a ladder rung's batch): the override would silently not reach that model."""
     from ..model.config import apply_overrides, config_from_dict
     from ..train.config import apply_train_overrides, train_config_from_dict
 
     scale = experiment.scale(scale_name)
     if not overrides and not train_overrides:
         return experiment
+    own = {key: m.name for m in scale.models for key in m.train}
+    for item in train_overrides or ():
+        key = str(item).split("=", 1)[0].strip()
+        if key in own:
+            raise ValueError(f"--train-set {key}: {experiment.name}'s models set {key} themselves (e.g. "
+                             f"{own[key]!r}), so the override would not reach them")
     models = tuple(replace(m, model=apply_overrides(config_from_dict({**scale.base_model, **m.model}),
                                                     list(overrides or ())).to_dict())
                    for m in scale.models)

@@ -1,6 +1,6 @@
 """`depth-budget`: the shape ladder's pair at d = 128 and three rows, each differing from it in one aspect of the
-training only (the models, the seeds and the rate grids are the pair's); the pair's runs are the ladder's; and the
-rows' table read by its pre-registered rules."""
+training only (the models, the seeds and the rate grids are the pair's); the pair's runs, its best rates' third seeds
+included, are the ladder's kept runs; and the rows' table read by its pre-registered rules."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from sigprop.experiments.budget import BEST_K, BUDGET_RUNG, budget_rows
+from sigprop.experiments.budget import BEST_K, BUDGET_RUNG, PAIR_NAMES, budget_model, budget_rows
 from sigprop.experiments.budget_report import evaluate_budget, read_row
 from sigprop.experiments.catalog import get_experiment
 from sigprop.experiments.ladder import Role
+from sigprop.experiments.run import run_experiment
 from sigprop.experiments.runner import RunResult
 from sigprop.experiments.spec import lattice_rate, plan_runs
 
 LADDER_JSON = Path(__file__).resolve().parents[2] / "docs/results/experiments/shape-ladder/ladder.json"
+BEST_RATES = {role: lattice_rate(k, math.sqrt(2.0)) for role, k in BEST_K.items()}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def _windows(train: dict) -> int:
 
 
 @pytest.mark.parametrize("suffix, changed", [
-    (", 4x steps (batch 8)", {"steps", "batch_size", "eval_batches", "eval_every", "checkpoint_every"}),
+    (", 4x steps (batch 8)", {"steps", "batch_size", "warmup_steps", "eval_batches", "eval_every", "checkpoint_every"}),
     (", 40 tokens/param", {"steps"}),
     (", warmup 1% + linear decay", {"warmup_steps", "schedule", "final_lr_fraction"}),
 ])
@@ -49,83 +51,129 @@ def test_each_row_changes_one_aspect_of_the_pair(runs, suffix, changed):
         assert run.model_config == base.model_config
         differs = {k for k in base.train_config if base.train_config[k] != run.train_config[k]}
         assert differs == changed, (key, differs)
-        tokens = run.train_config["steps"] * run.train_config["batch_size"]
-        base_tokens = base.train_config["steps"] * base.train_config["batch_size"]
+        tc, bc = run.train_config, base.train_config
+        sequences, base_sequences = tc["steps"] * tc["batch_size"], bc["steps"] * bc["batch_size"]
         if suffix.startswith(", 4x"):
-            # the same tokens in batches of 8 (3.9× the steps of batches of 31), on the same validation windows,
-            # evaluated as often
-            assert tokens == base_tokens and run.train_config["batch_size"] == 8
-            assert _windows(run.train_config) == _windows(base.train_config)
-            assert (run.train_config["steps"] // run.train_config["eval_every"]
-                    == base.train_config["steps"] // base.train_config["eval_every"])
+            # as many training sequences in batches of 8 (3.9× the steps of batches of 31), the warmup over the same
+            # share of them, the same validation windows, evaluated as often (the last evaluation at the end)
+            assert sequences == base_sequences and tc["batch_size"] == 8
+            assert tc["warmup_steps"] * tc["batch_size"] == pytest.approx(bc["warmup_steps"] * bc["batch_size"],
+                                                                         abs=tc["batch_size"])
+            assert _windows(tc) == _windows(bc)
+            evaluations = len([s for s in range(1, tc["steps"] + 1) if s % tc["eval_every"] == 0 or s == tc["steps"]])
+            assert evaluations == bc["steps"] // bc["eval_every"]
         elif suffix.startswith(", 40"):
-            assert tokens == 2 * base_tokens
+            assert sequences == 2 * base_sequences
         else:
-            assert run.train_config["warmup_steps"] == round(0.01 * base.train_config["steps"])
-            assert (run.train_config["schedule"], run.train_config["final_lr_fraction"]) == ("linear", 0.0)
+            assert tc["warmup_steps"] == round(0.01 * bc["steps"])
+            assert (tc["schedule"], tc["final_lr_fraction"]) == ("linear", 0.0)
 
 
-def test_the_pair_is_the_ladder_s_rung_so_its_kept_runs_are_reused(runs):
+def test_the_pair_is_the_ladder_s_rung_so_its_kept_runs_are_reused():
     kept = {p.name.rsplit("-lr", 1)[1] for p in (LADDER_JSON.parent / "runs").iterdir()
             if p.name.startswith(f"d-{BUDGET_RUNG}--")}
-    pair = _row(runs, "")
-    assert len(pair) == 12
-    for run in pair.values():  # a run id ends in the rate, the seed and a digest of both configs: the ladder's run
+    best = {name: BEST_RATES[role] for role, name in PAIR_NAMES.items()}  # the third seeds' rates
+    budget = get_experiment("depth-budget")
+    planned = plan_runs(budget, "cpu") + plan_runs(budget, "cpu", best_lr=best)
+    pair = [r for r in planned if r.model_name in best]
+    assert len(pair) == 14 and sum(not r.tuning for r in pair) == 2
+    for run in pair:  # a run id ends in the rate, the seed and a digest of both configs: the ladder's run
         assert run.run_id.rsplit("-lr", 1)[1] in kept, run.run_id
         assert run.train_config["data"] == "pinned:python-v1" and run.model_config["dropout"] == 0.1
 
 
 def test_the_grids_centre_on_the_ladder_s_best_rates_at_the_rung():
     rung = next(r for r in json.loads(LADDER_JSON.read_text(encoding="utf-8"))["rungs"] if r["d"] == BUDGET_RUNG)
-    for role, k in BEST_K.items():
-        assert rung["models"][role.value]["best_lr"] == lattice_rate(k, math.sqrt(2.0))
+    for role, rate in BEST_RATES.items():
+        assert rung["models"][role.value]["best_lr"] == rate
 
 
-def test_row_a_refuses_a_batch_that_cannot_keep_the_tokens():
+def test_row_a_refuses_a_batch_that_cannot_keep_the_sequences():
+    pair = dict(steps=2001, batch_size=30, warmup_steps=100, eval_every=250, eval_batches=64, checkpoint_every=250)
     with pytest.raises(ValueError, match="batches of 8"):
-        budget_rows(30, steps=2001)
+        budget_rows(pair)
+
+
+def test_a_train_override_of_a_field_a_row_sets_is_refused():
+    with pytest.raises(ValueError, match="--train-set steps: depth-budget's models set steps themselves"):
+        run_experiment("depth-budget", train_overrides=["steps=100"], train=False)
+
+
+def test_names_give_rows_and_roles_without_building_the_experiment():
+    assert budget_model("2x128 xavier pre-LN") == ("pair", Role.SHALLOW_WIDE)
+    assert budget_model("8x64 dslm pre-LN, warmup 1% + linear decay") == ("c", Role.DEEP_THIN)
+    assert budget_model("d=128: 8x64 dslm pre-LN") is None
 
 
 def _gap(*differences):
     return {"seeds": list(range(len(differences))), "differences": list(differences),
-            "high": max(differences) + 0.01}
+            "low": min(differences) - 0.01, "high": max(differences) + 0.01}
 
 
-@pytest.mark.parametrize("row, pair, reading", [
-    (_gap(-0.2, -0.1, -0.15), _gap(0.1, 0.2, 0.15), "flips the sign"),
-    (_gap(-0.3, -0.25, -0.25), _gap(-0.1, -0.2, -0.15), "narrows the gap"),  # the pair below 0 already: no flip
-    (_gap(0.05, 0.1, 0.12), _gap(0.1, 0.2, 0.15), "narrows the gap"),
-    (_gap(0.05, 0.3, 0.12), _gap(0.1, 0.2, 0.15), "leaves the gap"),  # above the pair at seed 1
-    ({"seeds": [0], "differences": [0.1], "high": None}, _gap(0.1, 0.2, 0.15),
-     "not read (fewer than two paired seeds)"),
+@pytest.mark.parametrize("gap, change, reading", [
+    (_gap(-0.2, -0.1, -0.15), _gap(-0.3, -0.3, -0.3), "flips the sign"),
+    (_gap(0.05, 0.1, 0.12), _gap(-0.1, -0.1, -0.05), "narrows the gap"),
+    (_gap(0.25, 0.3, 0.32), _gap(0.1, 0.1, 0.15), "widens the gap"),
+    (_gap(0.05, 0.3, 0.12), _gap(-0.1, 0.1, -0.05), "not separated from the pair"),
+    (_gap(0.1), _gap(0.1) | {"low": None, "high": None}, "not read (fewer than two paired seeds)"),
 ])
-def test_rows_are_read_by_the_pre_registered_rules(row, pair, reading):
-    assert read_row({"final": True, "gap": row}, {"final": True, "gap": pair}) == reading
-    assert read_row({"final": False, "gap": row}, {"final": True, "gap": pair}).startswith("not read")
+def test_rows_are_read_by_the_pre_registered_rules(gap, change, reading):
+    pair = {"final": True, "gap": _gap(0.1, 0.2, 0.15)}
+    assert read_row({"final": True, "gap": gap, "change": change}, pair) == reading
+    assert read_row({"final": False, "gap": gap, "change": change}, pair) == "not read (tuning not finished)"
+    assert read_row({"final": True, "gap": gap, "change": change}, pair | {"final": False}).startswith("not read")
+    below = {"final": True, "gap": _gap(-0.3, -0.2, -0.25)}  # the pair below 0 already: a row cannot flip it
+    assert read_row({"final": True, "gap": _gap(-0.4, -0.3, -0.35), "change": _gap(-0.1, -0.1, -0.1)},
+                    below) == "narrows the gap"
+
+
+def _results(losses: dict, best: dict) -> list[RunResult]:
+    runs = [RunResult(f"{m}-{s}", m, s, best[m], s < 2, "trained", "", v, 1, 1, 1.0, [])
+            for m, values in losses.items() for s, v in enumerate(values)]
+    return runs + [RunResult(f"{m}-worse", m, 0, 2 * best[m], True, "trained", "", 9.0, 1, 1, 1.0, []) for m in losses]
 
 
 def test_the_rows_table_pairs_seeds_and_gives_t_intervals():
-    pair_wide, pair_deep = "2x128 xavier pre-LN", "8x64 dslm pre-LN"
+    pair_wide, pair_deep = PAIR_NAMES[Role.SHALLOW_WIDE], PAIR_NAMES[Role.DEEP_THIN]
     row_wide, row_deep = pair_wide + ", 40 tokens/param", pair_deep + ", 40 tokens/param"
     losses = {pair_wide: (3.60, 3.50, 3.62), pair_deep: (3.77, 3.72, 3.80),
               row_wide: (3.40, 3.33, 3.41), row_deep: (3.45, 3.42, 3.50)}
     best = {pair_wide: 5.66e-3, pair_deep: 1.6e-2, row_wide: 5.66e-3, row_deep: 1.6e-2}
-    results = [RunResult(f"{m}-{s}", m, s, best[m], s < 2, "trained", "", v, 1, 1, 1.0, [])
-               for m, values in losses.items() for s, v in enumerate(values)]
-    results.append(RunResult("worse", row_deep, 0, 2.26e-2, True, "trained", "", 9.0, 1, 1, 1.0, []))
     summary = {"rows": [{"model": m, "best_lr": best[m], "settled": True} for m in losses]}
-    table = evaluate_budget(summary, results, None, None)
+    table = evaluate_budget(summary, _results(losses, best))
     rows = {r["key"]: r for r in table["rows"]}
-    assert set(rows) == {"pair", "b"}
+    assert list(rows) == ["pair", "a", "b", "c"]
     t = stats.t.ppf(0.975, 2)
+
+    def interval(d):
+        mean = sum(d) / len(d)
+        se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
+        return mean - t * se, mean + t * se
+
+    deltas = {}
     for key, (deep, wide) in (("pair", (pair_deep, pair_wide)), ("b", (row_deep, row_wide))):
-        d = [a - b for a, b in zip(losses[deep], losses[wide], strict=True)]
-        mean = sum(d) / 3
-        se = math.sqrt(sum((x - mean) ** 2 for x in d) / 2 / 3)
+        deltas[key] = [a - b for a, b in zip(losses[deep], losses[wide], strict=True)]
         gap = rows[key]["gap"]
-        assert gap["differences"] == pytest.approx(d) and gap["dof"] == 2
-        assert (gap["low"], gap["high"]) == pytest.approx((mean - t * se, mean + t * se))
-    change = [a - b for a, b in zip(rows["b"]["gap"]["differences"], rows["pair"]["gap"]["differences"], strict=True)]
+        assert gap["differences"] == pytest.approx(deltas[key]) and gap["dof"] == 2
+        assert (gap["low"], gap["high"]) == pytest.approx(interval(deltas[key]))
+    change = [a - b for a, b in zip(deltas["b"], deltas["pair"], strict=True)]
     assert rows["b"]["change"]["differences"] == pytest.approx(change)
-    assert rows["b"]["reading"] == "narrows the gap"
+    assert (rows["b"]["change"]["low"], rows["b"]["change"]["high"]) == pytest.approx(interval(change))
+    assert rows["b"]["reading"] == "narrows the gap"  # the change's interval lies below 0
     assert rows["pair"]["models"][Role.DEEP_THIN.value]["losses"] == {"0": 3.77, "1": 3.72, "2": 3.80}
+    for key in ("a", "c"):  # not run: named, with no models, not read
+        assert rows[key]["models"] == {"shallow-wide": None, "deep-thin": None} and rows[key]["gap"] is None
+        assert rows[key]["reading"] == "not read (tuning not finished)"
+
+
+def test_a_row_is_not_read_while_the_pair_or_one_of_its_models_is_unsettled():
+    pair_wide, pair_deep = PAIR_NAMES[Role.SHALLOW_WIDE], PAIR_NAMES[Role.DEEP_THIN]
+    row_wide, row_deep = pair_wide + ", 40 tokens/param", pair_deep + ", 40 tokens/param"
+    losses = {pair_wide: (3.60, 3.50), pair_deep: (3.77, 3.72), row_wide: (3.40, 3.33), row_deep: (3.45, 3.42)}
+    best = dict.fromkeys(losses, 4e-3)
+    for unsettled in (pair_deep, row_wide):
+        summary = {"rows": [{"model": m, "best_lr": best[m], "settled": m != unsettled} for m in losses]}
+        rows = {r["key"]: r for r in evaluate_budget(summary, _results(losses, best))["rows"]}
+        assert rows["b"]["reading"] == "not read (tuning not finished)" and rows["b"]["gap"] is not None
+    summary = {"rows": [{"model": m, "best_lr": best[m]} for m in losses]}  # no "settled": not settled
+    assert not evaluate_budget(summary, _results(losses, best))["rows"][0]["settled"]

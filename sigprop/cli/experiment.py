@@ -75,7 +75,8 @@ def experiment_command(
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     overrides: Overrides = None,
     train_overrides: Annotated[list[str], typer.Option("--train-set", help="Override a TrainConfig field of every "
-                                                       "run, e.g. --train-set data=~/corpus.")] = None,
+                                                       "run, e.g. --train-set data=~/corpus (refused for a field "
+                                                       "that some model sets for itself).")] = None,
     runs_dir: Annotated[list[Path], typer.Option(help="For an experiment that evaluates another's trained models "
                                                  "(fp8): that experiment's folder (default experiments/SOURCE-SCALE)."
                                                  " For one that trains: other experiments' folders or kept records "

@@ -4,8 +4,9 @@ at its best rate (final validation loss, fates), read from the experiment's stor
 
     PYTHONPATH=. python bench/fix_outcomes.py [--results docs/results/experiments/doctor-fixes/results.json]
 
-Only a case whose two models are both settled (their best rate interior and the scale's seeds trained at it:
-:func:`sigprop.experiments.summary.settled`) is kept; the doctor says "not measured in training" of the others.
+Only a case whose two models are both settled (their best rate interior and the scale's seeds trained at it, or no
+rate trained down to the lowest the scale tries: :func:`sigprop.experiments.summary.settled`) is kept; the doctor
+says "not measured in training" of the others.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def outcomes(summary: dict) -> list[FixOutcome]:
         flagged, fixed = rows.get(f"{case.name}: flagged"), rows.get(f"{case.name}: fixed")
         if flagged is None or fixed is None or not (flagged.get("settled") and fixed.get("settled")):
             continue
+        seeds = min((row["seeds"] for row in (flagged, fixed) if row["final_val_mean"] is not None), default=0)
         kept.append(FixOutcome(case.name, flagged["final_val_mean"], fixed["final_val_mean"], flagged["fates"],
-                               fixed["fates"], min(flagged["seeds"], fixed["seeds"]),
+                               fixed["fates"], seeds,
                                f"sigprop experiment doctor-fixes, {shape(case.flagged)}"))
     return kept
 

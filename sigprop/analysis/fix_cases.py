@@ -107,7 +107,8 @@ FIX_CASES: tuple[FixCase, ...] = (
 @dataclass(frozen=True)
 class FixOutcome:
     """What training measured for one case: each model's final validation loss at its best rate (the mean over
-    ``seeds``; None where no rate trained), its fates over the runs at that rate, and where it was trained."""
+    ``seeds``, the seeds both models trained at their best rates; None where the model trained at no rate tried), the
+    fates of all its runs, and where it was trained."""
 
     case: str
     flagged_loss: float | None
@@ -118,17 +119,22 @@ class FixOutcome:
     where: str
 
     def sentence(self) -> str:
-        """The outcome in one sentence, e.g. "trained (doctor-fixes, …): flagged 4.21, fixed 3.95 nats; the fix
-        lowered the loss by 0.26"."""
+        """The outcome in one sentence, e.g. "training evidence (doctor-fixes, …): flagged 4.210 (trained 6), fixed
+        3.950 (trained 6) …; the fix lowered the final loss by 0.260 nats"."""
 
         def one(loss, fates):
             said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
-            return ("no rate trained" if loss is None else f"{loss:.3f}") + (f" ({said})" if said else "")
+            return ("trained at no rate tried" if loss is None else f"{loss:.3f}") + (f" ({said})" if said else "")
 
-        head = (f"training evidence ({self.where}, {self.seeds} seeds at each model's best rate): flagged "
-                f"{one(self.flagged_loss, self.flagged_fates)}, fixed {one(self.fixed_loss, self.fixed_fates)}")
-        if self.flagged_loss is None or self.fixed_loss is None:
-            return head
+        seeds = f", {self.seeds} seeds at each model's best rate" if self.seeds else ""
+        head = (f"training evidence ({self.where}{seeds}): flagged {one(self.flagged_loss, self.flagged_fates)}, "
+                f"fixed {one(self.fixed_loss, self.fixed_fates)}")
+        if self.flagged_loss is None and self.fixed_loss is None:
+            return head + "; neither model trained at any rate tried, so this budget does not compare them"
+        if self.flagged_loss is None:
+            return head + "; the fixed model trained where the flagged one did not"
+        if self.fixed_loss is None:
+            return head + "; the fixed model did not train where the flagged one did"
         gap = self.flagged_loss - self.fixed_loss
         return head + (f"; the fix lowered the final loss by {gap:.3f} nats" if gap > 0 else
                        f"; the fix did not lower the final loss (it rose by {-gap:.3f} nats)")

@@ -563,10 +563,11 @@ DOCTOR_FIXES = Experiment(
     scales={"cpu": Scale(
         models=_fix_models(), base_model=_fix_base_model(),
         train=_FIX_TRAIN, tokens_per_parameter=None, seeds=2, tuning_seeds=2, grid_extensions=2,
-        lr_step=math.sqrt(2.0), lr_anchor=1e-3,
+        lr_step=math.sqrt(2.0), lr_anchor=1e-3, lower_when_none_trains=True,
         note="causal LM on the pinned corpus `pinned:python-v1`, 600 steps of 16 × 64 tokens for every model (the "
              "same budget for a flagged model and its twin), dropout 0.1; rates on the √2 lattice 10⁻³·√2^k, two "
              "seeds at each, the grid extended past an edge (twice at most) until the best (mean of the two) is "
-             "interior.")},
+             "interior; a model that trains at no rate of its grid (both seeds) tries up to two rates below it, and "
+             "one that trains at none of those either is settled as trained at no rate tried.")},
 )
 EXPERIMENTS[DOCTOR_FIXES.name] = DOCTOR_FIXES

@@ -56,7 +56,13 @@ class Scale:
     ``tuning_seeds``: how many seeds train at every rate of the grid (the best rate is chosen on their mean; the
     remaining ``seeds - tuning_seeds`` train at it). ``lr_step``: where set, a grid extension steps to the next
     point of the lattice ``lr_anchor · lr_step**k`` (each rate rounded to 3 significant figures) instead of
-    multiplying the edge rate by the grid's outer ratio, so that rounding never accumulates."""
+    multiplying the edge rate by the grid's outer ratio, so that rounding never accumulates.
+
+    ``lower_when_none_trains``: where a model trains at no rate of its grid (every rate scored as stalled or
+    diverged), its grid grows below its lowest rate, up to ``grid_extensions`` times (too high a rate is what keeps
+    a model from leaving the unigram plateau, or makes it diverge); a model that trains at none of those rates either
+    is settled without a best rate, "trained at no rate tried" being its measured outcome. Off: such a model is
+    never settled, and its grid stays as it is."""
 
     models: tuple[ModelSpec, ...]
     base_model: dict
@@ -68,6 +74,7 @@ class Scale:
     tuning_seeds: int = 1
     lr_step: float | None = None
     lr_anchor: float = 1e-3
+    lower_when_none_trains: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,23 +228,28 @@ def edge_rates(scale: Scale, results) -> dict:
     """Model name → the one rate to try next because the model's best tuning rate so far sits at an edge of the rates
     tried: above the top by the grid's top step (its two highest rates' ratio), or below the bottom by its bottom
     step (with ``scale.lr_step``: the next point of its lattice); at most ``scale.grid_extensions`` rates past each
-    edge of the original grid. Empty when every model's best rate is inside its grid (or none trained, or the
-    extensions are spent): the tuning is complete."""
+    edge of the original grid. A model that trained at no rate tried counts as best at its lowest rate where the scale
+    lowers such grids (``scale.lower_when_none_trains``), else it proposes nothing. Empty when every model's best rate
+    is inside its grid (or none trained, or the extensions are spent): the tuning is complete."""
     from .summary import best_learning_rates
 
     best = best_learning_rates(results)
     proposals = {}
     for spec in scale.models:
+        tried = sorted({r.lr for r in results if r.tuning and r.model_name == spec.name})
         lr = best.get(spec.name)
-        if lr is None or scale.grid_extensions <= 0:
+        none_trained = lr is None and scale.lower_when_none_trains and bool(tried)
+        if (lr is None and not none_trained) or scale.grid_extensions <= 0:
             continue
         grid = sorted(spec.lrs)
-        tried = sorted({r.lr for r in results if r.tuning and r.model_name == spec.name})
         up = grid[-1] / grid[-2] if len(grid) > 1 else 2.0
         down = grid[1] / grid[0] if len(grid) > 1 else 2.0
-        if lr == tried[-1] and sum(t > grid[-1] for t in tried) < scale.grid_extensions:
+        if none_trained:
+            lr = tried[0]  # nothing trained: the next rate to try is below the lowest
+        elif lr == tried[-1] and sum(t > grid[-1] for t in tried) < scale.grid_extensions:
             proposals[spec.name] = (_next_rate(scale, lr, +1) if scale.lr_step else float(f"{lr * up:.3g}"),)
-        elif lr == tried[0] and sum(t < grid[0] for t in tried) < scale.grid_extensions:
+            continue
+        if lr == tried[0] and sum(t < grid[0] for t in tried) < scale.grid_extensions:
             proposals[spec.name] = (_next_rate(scale, lr, -1) if scale.lr_step else float(f"{lr / down:.3g}"),)
     return proposals
 

@@ -111,13 +111,16 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
     """Whether a model's rate search and seeds are finished: every rate of its first grid tuned, every rate tried
     (extensions included) tuned on all ``scale.tuning_seeds`` seeds, its best rate interior to those tried where the
     scale extends grids (a best rate still at an edge when the extensions run out is never settled), and ``seeds``
-    seeds trained at it. A table's gaps between models read as final only when both are settled.
+    seeds trained at it. A model that trained at no rate is settled only where the scale lowers such a model's grid
+    (``scale.lower_when_none_trains``) and those lower rates are spent: its outcome is then "trained at no rate tried".
+    A table's gaps between models read as final only when both are settled.
 
     Args:
         spec: the model's :class:`~sigprop.experiments.spec.ModelSpec` (its first grid, ``lrs``).
         mine: the model's finished runs (:class:`~sigprop.experiments.runner.RunResult`).
         best: its best rate so far (None: none yet).
-        scale: the :class:`~sigprop.experiments.spec.Scale` (``tuning_seeds``, ``grid_extensions``).
+        scale: the :class:`~sigprop.experiments.spec.Scale` (``tuning_seeds``, ``grid_extensions``,
+            ``lower_when_none_trains``).
         seeds: the seeds every model trains at its best rate.
 
     Returns:
@@ -125,7 +128,8 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
 
     Example:
         >>> from types import SimpleNamespace as Run
-        >>> spec, scale = Run(lrs=(1.0, 2.0, 4.0)), Run(tuning_seeds=2, grid_extensions=3)
+        >>> spec = Run(lrs=(1.0, 2.0, 4.0))
+        >>> scale = Run(tuning_seeds=2, grid_extensions=3, lower_when_none_trains=False)
         >>> runs = [Run(lr=lr, tuning=True, fate="trained") for lr in (1.0, 2.0, 4.0) for _ in range(2)]
         >>> settled(spec, runs, 2.0, scale, 3), settled(spec, runs + [Run(lr=2.0, tuning=False, fate="trained")],
         ...                                                 2.0, scale, 3)
@@ -133,10 +137,10 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
     """
     tuning = [r for r in mine if r.tuning]
     tried = {r.lr for r in tuning}
-    if best is None or not set(spec.lrs) <= tried:
+    if not set(spec.lrs) <= tried or any(sum(r.lr == lr for r in tuning) < scale.tuning_seeds for lr in tried):
         return False
-    if any(sum(r.lr == lr for r in tuning) < scale.tuning_seeds for lr in tried):
-        return False
+    if best is None:  # trained at no rate: settled once the lowered rates are spent, where the scale lowers them
+        return scale.lower_when_none_trains and sum(lr < min(spec.lrs) for lr in tried) >= scale.grid_extensions
     if scale.grid_extensions > 0 and len(tried) > 1 and best in (min(tried), max(tried)):
         return False
     return sum(r.lr == best and r.fate == "trained" for r in mine) >= seeds

@@ -48,6 +48,19 @@ def test_a_recommendation_cites_the_measured_outcome_of_its_kind():
     assert "did not lower" in worse.sentence() and "stalled" in worse.sentence()
 
 
+def test_a_model_that_trained_at_no_rate_is_said_so_and_not_compared():
+    post = FIX_CASES[0]
+    neither = FixOutcome(post.name, None, None, {"stalled": 10}, {"stalled": 10}, 0, "a test")
+    said = neither.sentence()
+    assert "flagged trained at no rate tried (10 stalled)" in said and "neither model trained" in said
+    assert "seeds at each model's best rate" not in said and "lowered" not in said
+    fixed_only = FixOutcome(post.name, None, 5.0, {"stalled": 10}, {"trained": 2, "stalled": 6}, 2, "a test")
+    assert "fixed 5.000" in fixed_only.sentence() and "fixed model trained where the flagged one did not" in (
+        fixed_only.sentence())
+    flagged_only = FixOutcome(post.name, 5.0, None, {"trained": 2}, {"diverged": 10}, 2, "a test")
+    assert "fixed model did not train where the flagged one did" in flagged_only.sentence()
+
+
 def test_an_unmeasured_kind_says_so():
     post = next(c for c in FIX_CASES if c.flagged["norm_position"] == "post")
     config = TransformerConfig(**post.flagged)
@@ -84,12 +97,18 @@ def test_the_outcomes_file_is_read_back_and_bad_files_are_refused(tmp_path):
         {"model": f"{qk.name}: flagged", "settled": True, "final_val_mean": 4.5, "fates": {"trained": 6}, "seeds": 2},
         {"model": f"{qk.name}: fixed", "settled": True, "final_val_mean": 4.2, "fates": {"trained": 6}, "seeds": 2},
         {"model": f"{FIX_CASES[0].name}: flagged", "settled": False, "final_val_mean": 5.0, "fates": {}, "seeds": 1},
+        # a case settled with its flagged model trained at no rate tried: the seeds are the fixed model's
+        {"model": f"{FIX_CASES[1].name}: flagged", "settled": True, "final_val_mean": None,
+         "fates": {"stalled": 10}, "seeds": 0},
+        {"model": f"{FIX_CASES[1].name}: fixed", "settled": True, "final_val_mean": 5.5, "fates": {"trained": 6},
+         "seeds": 2},
     ]}
     results, out = tmp_path / "results.json", tmp_path / "fix_outcomes.json"
     results.write_text(json.dumps(summary))
     assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 0
     read = load_outcomes(out)
-    assert list(read) == [qk.name]  # the unsettled case is not kept
+    assert list(read) == [FIX_CASES[1].name, qk.name]  # the unsettled case is not kept
+    assert read[FIX_CASES[1].name].flagged_loss is None and read[FIX_CASES[1].name].seeds == 2
     assert read[qk.name].flagged_loss == 4.5 and read[qk.name].seeds == 2
     assert load_outcomes(tmp_path / "absent.json") == {}
     out.write_text(json.dumps({"not": "a list"}))

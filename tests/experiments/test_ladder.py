@@ -284,6 +284,26 @@ def test_a_model_is_settled_once_its_grid_is_interior_and_its_seeds_trained():
     assert not settled(spec, [], None, scale, 3)
 
 
+def test_a_model_that_trained_at_no_rate_is_settled_once_the_lowered_rates_are_spent():
+    from types import SimpleNamespace as Run
+
+    from sigprop.experiments.summary import settled
+
+    spec = Run(lrs=(1.0, 2.0, 4.0))
+    lowers = Run(tuning_seeds=2, grid_extensions=2, lower_when_none_trains=True)
+
+    def stalled(lrs, seeds=2):
+        return [Run(lr=lr, tuning=True, fate="stalled") for lr in lrs for _ in range(seeds)]
+
+    assert not settled(spec, stalled((1.0, 2.0, 4.0)), None, lowers, 2)  # the lower rates not yet tried
+    assert not settled(spec, stalled((0.5, 1.0, 2.0, 4.0)), None, lowers, 2)  # one of two
+    assert settled(spec, stalled((0.25, 0.5, 1.0, 2.0, 4.0)), None, lowers, 2)  # spent: trained at no rate tried
+    assert not settled(spec, stalled((0.25, 0.5, 1.0, 2.0, 4.0), seeds=1), None, lowers, 2)  # one tuning seed
+    assert not settled(spec, stalled((0.25, 0.5, 1.0, 2.0)), None, lowers, 2)  # the first grid not all tried
+    keeps = Run(tuning_seeds=2, grid_extensions=2, lower_when_none_trains=False)
+    assert not settled(spec, stalled((0.25, 0.5, 1.0, 2.0, 4.0)), None, keeps, 2)  # never, where grids stay
+
+
 def _gpu_script():
     path = Path(__file__).resolve().parents[2] / "bench" / "gpu_experiments.py"
     spec = importlib.util.spec_from_file_location("gpu_experiments", path)

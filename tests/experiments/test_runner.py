@@ -244,6 +244,27 @@ def test_a_best_rate_at_an_edge_of_the_grid_extends_the_grid_past_that_edge():
     assert edge_rates(scale, [_tuned("c", 1e-3, None), _tuned("c", 2e-3, None)]) == {}  # nothing trained
 
 
+def test_a_model_that_trains_at_no_rate_tries_lower_rates_where_the_scale_says_so():
+    from sigprop.experiments.spec import edge_rates
+
+    models = (ModelSpec("c", {}, (1e-3, 2e-3)), ModelSpec("d", {}, (1e-3, 2e-3)))
+    scale = Scale(models=models, base_model={}, train={}, tokens_per_parameter=1.0, grid_extensions=2,
+                  lower_when_none_trains=True)
+    stalled = [_tuned("c", 1e-3, None), _tuned("c", 2e-3, None)]
+    assert edge_rates(scale, stalled) == {"c": (5e-4,)}  # below the lowest, by the bottom step
+    assert edge_rates(scale, [*stalled, _tuned("c", 5e-4, None)]) == {"c": (2.5e-4,)}
+    assert edge_rates(scale, [*stalled, _tuned("c", 5e-4, None), _tuned("c", 2.5e-4, None)]) == {}  # spent
+    # a rate scores only where every tuning seed trained: one seed of two trained is not a rate that trained
+    mixed = [_tuned("d", 1e-3, 3.0), _tuned("d", 1e-3, None), _tuned("d", 2e-3, None)]
+    assert edge_rates(scale, mixed) == {"d": (5e-4,)}
+    one = [_tuned("d", 2e-3, None)]
+    assert edge_rates(replace(scale, models=(ModelSpec("d", {}, (2e-3,)),)), one) == {"d": (1e-3,)}  # never up
+    assert edge_rates(replace(scale, grid_extensions=0), stalled) == {}
+    # a model that trained somewhere keeps the edge rule, either way
+    assert edge_rates(scale, [_tuned("c", 1e-3, 2.0), _tuned("c", 2e-3, None)]) == {"c": (5e-4,)}
+    assert edge_rates(scale, [_tuned("c", 1e-3, None), _tuned("c", 2e-3, 2.0)]) == {"c": (4e-3,)}
+
+
 def test_the_extended_rates_are_tuning_runs_of_their_own(corpus):
     e = _experiment(corpus)
     extra = plan_runs(e, "cpu", extra_lrs={"2x16": (2e-2,)})

@@ -85,6 +85,21 @@ def test_a_model_whose_runs_stall_gets_the_same_runs_too():
     assert _scheduled(experiment, OPTIMA, 2, 0, stalled)[0] == _by_stages(experiment, OPTIMA, stalled)
 
 
+def test_a_model_that_trains_at_no_rate_tries_lower_rates_the_same_way_where_the_scale_lowers_grids():
+    stalled = frozenset({("interior", lr) for lr in (3.54e-4, 5e-4, 7.07e-4, 1e-3, 1.41e-3)})
+    base = _experiment({"interior": 1e-3}, extensions=2)
+    scale = dataclasses.replace(base.scale("cpu"), lower_when_none_trains=True)
+    experiment = dataclasses.replace(base, scales={"cpu": scale})
+    got, _ = _scheduled(experiment, OPTIMA, 2, 0, stalled)
+    assert got == _by_stages(experiment, OPTIMA, stalled)
+    tried = sorted({float(run_id.split("-lr")[1].split("-s")[0]) for run_id in got})
+    assert tried == [3.54e-4, 5e-4, 7.07e-4, 1e-3, 1.41e-3]  # two below the grid, then settled with no best rate
+    assert len(got) == 5 * 2  # two tuning seeds at each, no third seed (no best rate)
+    kept = _experiment({"interior": 1e-3}, extensions=2)  # the default: such a model's grid stays as it is
+    assert {float(i.split("-lr")[1].split("-s")[0]) for i in _scheduled(kept, OPTIMA, 2, 0, stalled)[0]} == {
+        7.07e-4, 1e-3, 1.41e-3}
+
+
 def test_a_model_settles_without_waiting_for_the_others():
     optima = {"a": 1e-3, "b": 1e-3}
     experiment = _experiment(optima)

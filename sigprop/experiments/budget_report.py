@@ -30,10 +30,7 @@ RULES = ("Δ = loss(8 × 64 DSLM) − loss(2 × 128 Xavier), each at its own bes
 
 
 def _gap_record(gap: PairedGap | None) -> dict | None:
-    if gap is None:
-        return None
-    return {"seeds": list(gap.seeds), "differences": list(gap.differences), "mean": gap.mean, "se": gap.se,
-            "dof": gap.dof, "low": gap.low, "high": gap.high, "level": gap.level}
+    return None if gap is None else gap.to_dict()
 
 
 def _by_seed(gap: dict) -> dict[int, float]:

@@ -61,8 +61,7 @@ def _training_tokens(runs_dir) -> int | None:
 def _gap_record(gap: PairedGap | None, final: bool) -> dict | None:
     if gap is None:
         return None
-    return {"seeds": list(gap.seeds), "differences": list(gap.differences), "mean": gap.mean, "se": gap.se,
-            "dof": gap.dof, "low": gap.low, "high": gap.high, "level": gap.level, "final": final,
+    return {**gap.to_dict(), "final": final,
             "decides": "deep side wins" if gap.below_zero else "shallow-wide wins" if gap.above_zero else "undecided"}
 
 

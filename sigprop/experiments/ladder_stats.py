@@ -48,6 +48,17 @@ class PairedGap:
     def n(self) -> int:
         return len(self.differences)
 
+    def to_dict(self) -> dict:
+        """The gap as a JSON record: ``seeds``, ``differences``, ``mean``, ``se``, ``dof``, ``low``, ``high`` and
+        ``level`` (the form the ladder's and the depth budget's tables store).
+
+        Example:
+            >>> paired_gap({0: 3.0, 1: 3.2}, {0: 2.9, 1: 3.0}).to_dict()["differences"]
+            [0.10000000000000009, 0.20000000000000018]
+        """
+        return {"seeds": list(self.seeds), "differences": list(self.differences), "mean": self.mean, "se": self.se,
+                "dof": self.dof, "low": self.low, "high": self.high, "level": self.level}
+
     @property
     def below_zero(self) -> bool:
         """The interval lies below 0 (the first shape's loss is lower at this rung)."""

@@ -556,10 +556,11 @@ DOCTOR_FIXES = Experiment(
     name="doctor-fixes",
     question="For each kind of model the doctor flags and fixes (Post-LN Xavier at depth -> DeepScaleLM, Pre-LN "
              "Xavier -> DeepScaleLM, a Llama-style N(0, 0.02²) model -> init=auto, Q/K at 2× -> 1×, a saturated Derf "
-             "model -> the smaller α), does the fixed twin reach a lower validation loss than the flagged model at "
-             "the same budget, each at its best rate?",
+             "model -> the smaller α, rank collapse -> dropout 0.1), does the fixed twin reach a lower validation "
+             "loss than the flagged model at the same budget, each at its best rate?",
     reference="Kedia et al. Sec. 3.3 (Q/K), Sec. 3.5 and Tables 4, 13 (DeepScaleLM against Post-LN and Pre-LN "
-              "baselines); the doctor's recommendations (sigprop.analysis.doctor.recommend)",
+              "baselines), App. F (dropout against rank collapse); the doctor's recommendations "
+              "(sigprop.analysis.doctor.recommend)",
     scales={"cpu": Scale(
         models=_fix_models(), base_model=_fix_base_model(),
         train=_FIX_TRAIN, tokens_per_parameter=None, seeds=2, tuning_seeds=2, grid_extensions=2,

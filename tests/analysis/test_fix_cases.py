@@ -65,8 +65,12 @@ def test_an_unmeasured_kind_says_so():
     post = next(c for c in FIX_CASES if c.flagged["norm_position"] == "post")
     config = TransformerConfig(**post.flagged)
     assert fix_evidence(config, {"init": "dslm", "lam": None}, {}) == (f"{post.name}: {NOT_MEASURED}",)
-    # no case of this kind: a Post-LN model given dropout
-    assert fix_evidence(config, {"dropout": 0.1}, {}) == (f"a fix of this kind: {NOT_MEASURED}",)
+    # no case of this kind: a Post-LN model given Q/K at 1x
+    assert fix_evidence(config, {"qk_gain": 1.0}, {}) == (f"a fix of this kind: {NOT_MEASURED}",)
+    # dropout against rank collapse is a case of its own, whatever the initialisation fix beside it
+    dropout = next(c for c in FIX_CASES if c.fix == {"dropout": 0.1})
+    assert fix_evidence(config, {"dropout": 0.1}, {}) == (f"{dropout.name}: {NOT_MEASURED}",)
+    assert f"{dropout.name}: {NOT_MEASURED}" in fix_evidence(config, {"init": "dslm", "dropout": 0.1}, {})
     # the Pre-LN case does not speak for a Post-LN model
     assert all("pre-LN" not in s for s in fix_evidence(config, {"init": "dslm"}, {}))
 

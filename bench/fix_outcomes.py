@@ -1,6 +1,7 @@
 """Keep what `sigprop experiment doctor-fixes` measured as the doctor's evidence: each case's flagged and fixed model
-at its best rate (final validation loss, fates), read from the experiment's stored summary and written to
-``sigprop/analysis/fix_outcomes.json`` (package data: an installed sigprop's doctor reads it too).
+at its best rate (final validation loss per seed, fates), read from the experiment's stored summary and written to
+``sigprop/analysis/fix_outcomes.json`` (package data: an installed sigprop's doctor reads it too), and the table
+"flagged → fixed" written from those outcomes to ``docs/results/experiments/doctor-fixes/outcomes.md``.
 
     PYTHONPATH=. python bench/fix_outcomes.py [--results docs/results/experiments/doctor-fixes/results.json]
 
@@ -16,10 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-from sigprop.analysis.fix_cases import FIX_CASES, OUTCOMES_FILE, FixOutcome, load_outcomes
-from sigprop.core.jsonio import write_json_atomic
+from sigprop.analysis.fix_cases import FIX_CASES, OUTCOMES_FILE, FixOutcome, load_outcomes, outcomes_markdown
+from sigprop.core.jsonio import write_json_atomic, write_text_atomic
+from sigprop.experiments.runner import RunResult
+from sigprop.experiments.summary import seed_losses
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "experiments" / "doctor-fixes" / "results.json"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "experiments" / "doctor-fixes"
+RESULTS = PAGE / "results.json"
+TABLE = PAGE / "outcomes.md"
 
 
 def shape(fields: dict) -> str:
@@ -28,17 +33,22 @@ def shape(fields: dict) -> str:
 
 
 def outcomes(summary: dict) -> list[FixOutcome]:
-    """The settled cases of ``summary`` (an experiment summary's dict) as outcomes, in :data:`FIX_CASES`' order."""
+    """The settled cases of ``summary`` (an experiment summary's dict, its runs included) as outcomes, in
+    :data:`FIX_CASES`' order."""
     rows = {row["model"]: row for row in summary["rows"]}
+    runs = [RunResult(**run) for run in summary.get("runs", [])]
     kept = []
     for case in FIX_CASES:
         flagged, fixed = rows.get(f"{case.name}: flagged"), rows.get(f"{case.name}: fixed")
         if flagged is None or fixed is None or not (flagged.get("settled") and fixed.get("settled")):
             continue
-        seeds = min((row["seeds"] for row in (flagged, fixed) if row["final_val_mean"] is not None), default=0)
+        by_seed = [{str(seed): loss for seed, loss in seed_losses(runs, row["model"], row["best_lr"]).items()}
+                   if row["best_lr"] is not None else {} for row in (flagged, fixed)]
+        shared = set(by_seed[0]) & set(by_seed[1])
+        seeds = len(shared) if shared else max(len(b) for b in by_seed)
         kept.append(FixOutcome(case.name, flagged["final_val_mean"], fixed["final_val_mean"], flagged["fates"],
-                               fixed["fates"], seeds,
-                               f"sigprop experiment doctor-fixes, {shape(case.flagged)}"))
+                               fixed["fates"], seeds, f"sigprop experiment doctor-fixes, {shape(case.flagged)}",
+                               flagged["best_lr"], fixed["best_lr"], *by_seed))
     return kept
 
 
@@ -46,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="the experiment's results.json")
     parser.add_argument("--out", type=Path, default=OUTCOMES_FILE, help="the outcomes file the doctor reads")
+    parser.add_argument("--table", type=Path, default=TABLE, help="the table flagged -> fixed (markdown)")
     args = parser.parse_args(argv)
     if not args.results.is_file():
         print(f"error: {args.results} does not exist (run `sigprop experiment doctor-fixes` first)", file=sys.stderr)
@@ -57,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kept = outcomes(summary)
     write_json_atomic(args.out, [o.__dict__ for o in kept])
-    load_outcomes(args.out)  # what was written reads back
-    print(f"{len(kept)} of {len(FIX_CASES)} cases settled: {args.out}")
+    write_text_atomic(args.table, outcomes_markdown(load_outcomes(args.out)))  # from what was written, read back
+    print(f"{len(kept)} of {len(FIX_CASES)} cases settled: {args.out}, {args.table}")
     for o in kept:
         print(f"  {o.case}: {o.sentence()}")
     return 0

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from ..model.config import TransformerConfig
 
-__all__ = ["BASE_MODEL", "FixCase", "FixOutcome", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes", "fix_evidence",
-           "NOT_MEASURED"]
+__all__ = ["BASE_MODEL", "FixCase", "FixOutcome", "FixReading", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes",
+           "fix_evidence", "outcomes_markdown", "NOT_MEASURED"]
 
 #: The measured outcomes, package data written by ``bench/fix_outcomes.py`` from the experiment's stored results.
 OUTCOMES_FILE = Path(__file__).with_name("fix_outcomes.json")
@@ -109,11 +110,23 @@ FIX_CASES: tuple[FixCase, ...] = (
 )
 
 
+class FixReading(Enum):
+    """A case's outcome by the rule fixed before the runs (docs/results/experiments/doctor-fixes.md): the fixed
+    twin's final validation loss lower than the flagged model's at every seed both trained at their best rates
+    (*supported*), higher at every one (*contradicted*), or neither (*not separated*). A model that trained at no
+    rate tried loses to one that trained; where neither trained, the budget does not separate them."""
+
+    SUPPORTED = "supported"
+    CONTRADICTED = "contradicted"
+    NOT_SEPARATED = "not separated"
+
+
 @dataclass(frozen=True)
 class FixOutcome:
     """What training measured for one case: each model's final validation loss at its best rate (the mean over
     ``seeds``, the seeds both models trained at their best rates; None where the model trained at no rate tried), the
-    fates of all its runs, and where it was trained."""
+    fates of all its runs, where it was trained, and each model's best rate and loss per seed there (seed as text,
+    as JSON keys are)."""
 
     case: str
     flagged_loss: float | None
@@ -122,10 +135,41 @@ class FixOutcome:
     fixed_fates: dict
     seeds: int
     where: str
+    flagged_lr: float | None = None
+    fixed_lr: float | None = None
+    flagged_by_seed: dict = field(default_factory=dict)
+    fixed_by_seed: dict = field(default_factory=dict)
+
+    @property
+    def differences(self) -> dict[str, float]:
+        """Seed → fixed − flagged final validation loss, over the seeds both have (negative: the fix helped)."""
+        return {seed: self.fixed_by_seed[seed] - loss for seed, loss in self.flagged_by_seed.items()
+                if seed in self.fixed_by_seed}
+
+    @property
+    def reading(self) -> FixReading:
+        """The outcome by the rule fixed before the runs (:class:`FixReading`).
+
+        Example:
+            >>> FixOutcome("c", 4.0, 3.9, {}, {}, 2, "", 1e-3, 1e-3, {"0": 4.0, "1": 4.1}, {"0": 3.9, "1": 4.0}).reading
+            <FixReading.SUPPORTED: 'supported'>
+        """
+        if self.flagged_loss is None or self.fixed_loss is None:
+            if self.flagged_loss is None and self.fixed_loss is not None:
+                return FixReading.SUPPORTED
+            if self.fixed_loss is None and self.flagged_loss is not None:
+                return FixReading.CONTRADICTED
+            return FixReading.NOT_SEPARATED
+        differences = list(self.differences.values())
+        if differences and all(d < 0 for d in differences):
+            return FixReading.SUPPORTED
+        if differences and all(d > 0 for d in differences):
+            return FixReading.CONTRADICTED
+        return FixReading.NOT_SEPARATED
 
     def sentence(self) -> str:
         """The outcome in one sentence, e.g. "training evidence (doctor-fixes, …): flagged 4.210 (trained 6), fixed
-        3.950 (trained 6) …; the fix lowered the final loss by 0.260 nats"."""
+        3.950 (trained 6) …; the fix lowered the final loss by 0.260 nats at every seed: supported"."""
 
         def one(loss, fates):
             said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
@@ -134,15 +178,19 @@ class FixOutcome:
         seeds = f", {self.seeds} seeds at each model's best rate" if self.seeds else ""
         head = (f"training evidence ({self.where}{seeds}): flagged {one(self.flagged_loss, self.flagged_fates)}, "
                 f"fixed {one(self.fixed_loss, self.fixed_fates)}")
+        reading = f": {self.reading.value}"
         if self.flagged_loss is None and self.fixed_loss is None:
-            return head + "; neither model trained at any rate tried, so this budget does not compare them"
+            return head + "; neither model trained at any rate tried, so this budget does not compare them" + reading
         if self.flagged_loss is None:
-            return head + "; the fixed model trained where the flagged one did not"
+            return head + "; the fixed model trained where the flagged one did not" + reading
         if self.fixed_loss is None:
-            return head + "; the fixed model did not train where the flagged one did"
+            return head + "; the fixed model did not train where the flagged one did" + reading
         gap = self.flagged_loss - self.fixed_loss
-        return head + (f"; the fix lowered the final loss by {gap:.3f} nats" if gap > 0 else
-                       f"; the fix did not lower the final loss (it rose by {-gap:.3f} nats)")
+        said = (f"; the fix lowered the final loss by {gap:.3f} nats" if gap > 0 else
+                f"; the fix did not lower the final loss (it rose by {-gap:.3f} nats)")
+        if self.reading is FixReading.NOT_SEPARATED and self.differences:
+            said += ", not at every seed"
+        return head + said + reading
 
 
 def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
@@ -170,7 +218,8 @@ def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
     outcomes = {}
     for row in rows:
         outcome = FixOutcome(**row)
-        for loss in (outcome.flagged_loss, outcome.fixed_loss):
+        for loss in (outcome.flagged_loss, outcome.fixed_loss, *outcome.flagged_by_seed.values(),
+                     *outcome.fixed_by_seed.values()):
             if loss is not None and not math.isfinite(loss):
                 raise ValueError(f"{path}: case {outcome.case!r} holds a loss that is not finite")
         outcomes[outcome.case] = outcome
@@ -198,3 +247,47 @@ def fix_evidence(config: TransformerConfig, changes: dict,
     said = [f"{case.name}: " + (outcomes[case.name].sentence() if case.name in outcomes else NOT_MEASURED)
             for case in FIX_CASES if case.matches(config, changes)]
     return tuple(said) or (f"a fix of this kind: {NOT_MEASURED}",)
+
+
+def outcomes_markdown(outcomes: dict[str, FixOutcome]) -> str:
+    """The table "flagged → fixed" of every case, in :data:`FIX_CASES`' order: each model's best rate and final
+    validation loss per seed (their mean), the paired differences and the reading; a case with no outcome yet is
+    "not measured in training". ``bench/fix_outcomes.py`` writes it beside the experiment's page from the same
+    outcomes the doctor reads.
+
+    Args:
+        outcomes: the measured outcomes by case name (:func:`load_outcomes`).
+
+    Returns:
+        A markdown page.
+
+    Example:
+        >>> outcomes_markdown({}).count(NOT_MEASURED) == len(FIX_CASES)
+        True
+    """
+
+    def side(lr, mean, by_seed, fates) -> str:
+        said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
+        if mean is None:
+            return f"trained at no rate tried ({said})"
+        seeds = ", ".join(f"{v:.3f}" for _, v in sorted(by_seed.items(), key=lambda kv: int(kv[0])))
+        return f"{lr:g}: {seeds} (mean {mean:.3f})"
+
+    lines = ["# doctor-fixes: flagged → fixed", "",
+             "Each case's flagged model and its twin with the doctor's fix, each at its own best learning rate: final "
+             "validation loss per seed (mean), the fixed − flagged difference per seed, and the reading by the rule "
+             "fixed before the runs (supported: the fixed twin lower at every seed; contradicted: higher at every "
+             "seed; a model that trained at no rate tried loses to one that trained). Written by "
+             "`bench/fix_outcomes.py` from the outcomes the doctor cites (`sigprop/analysis/fix_outcomes.json`).", "",
+             "| case | flagged: best rate: final val per seed | fixed: best rate: final val per seed | fixed − flagged "
+             "per seed | reading |", "|---|---|---|---|---|"]
+    for case in FIX_CASES:
+        o = outcomes.get(case.name)
+        if o is None:
+            lines.append(f"| {case.name} | – | – | – | {NOT_MEASURED} |")
+            continue
+        gaps = ", ".join(f"{d:+.3f}" for _, d in sorted(o.differences.items(), key=lambda kv: int(kv[0]))) or "–"
+        lines.append(f"| {case.name} | {side(o.flagged_lr, o.flagged_loss, o.flagged_by_seed, o.flagged_fates)} | "
+                     f"{side(o.fixed_lr, o.fixed_loss, o.fixed_by_seed, o.fixed_fates)} | {gaps} | "
+                     f"{o.reading.value} |")
+    return "\n".join(lines) + "\n"

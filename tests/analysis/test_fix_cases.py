@@ -9,8 +9,17 @@ import pytest
 
 import bench.fix_outcomes as fix_outcomes
 from sigprop.analysis.doctor import doctor, recommend
-from sigprop.analysis.fix_cases import FIX_CASES, NOT_MEASURED, FixOutcome, fix_evidence, load_outcomes
+from sigprop.analysis.fix_cases import (
+    FIX_CASES,
+    NOT_MEASURED,
+    FixOutcome,
+    FixReading,
+    fix_evidence,
+    load_outcomes,
+    outcomes_markdown,
+)
 from sigprop.experiments.catalog import get_experiment
+from sigprop.experiments.runner import RunResult
 from sigprop.model.config import TransformerConfig
 
 CASE_IDS = [c.name for c in FIX_CASES]
@@ -95,34 +104,73 @@ def doctor_diagnosis_exploding(config):
     return diagnose(Profile("predicted", config.to_dict(), rows))
 
 
-def test_the_outcomes_file_is_read_back_and_bad_files_are_refused(tmp_path):
+def _run(model: str, seed: int, lr: float, final: float | None) -> dict:
+    """A finished tuning run as an experiment summary stores it."""
+    return RunResult(f"{model}-{lr:g}-s{seed}", model, seed, lr, True, "trained" if final else "stalled", "", final,
+                     600, 1, 1.0, []).__dict__
+
+
+def test_the_outcomes_file_and_its_table_are_written_read_back_and_bad_files_are_refused(tmp_path):
     qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    post, pre = FIX_CASES[0], FIX_CASES[1]
     summary = {"experiment": "doctor-fixes", "rows": [
-        {"model": f"{qk.name}: flagged", "settled": True, "final_val_mean": 4.5, "fates": {"trained": 6}, "seeds": 2},
-        {"model": f"{qk.name}: fixed", "settled": True, "final_val_mean": 4.2, "fates": {"trained": 6}, "seeds": 2},
-        {"model": f"{FIX_CASES[0].name}: flagged", "settled": False, "final_val_mean": 5.0, "fates": {}, "seeds": 1},
+        {"model": f"{qk.name}: flagged", "settled": True, "final_val_mean": 4.5, "fates": {"trained": 6}, "seeds": 2,
+         "best_lr": 2e-3},
+        {"model": f"{qk.name}: fixed", "settled": True, "final_val_mean": 4.2, "fates": {"trained": 6}, "seeds": 2,
+         "best_lr": 4e-3},
+        {"model": f"{post.name}: flagged", "settled": False, "final_val_mean": 5.0, "fates": {}, "seeds": 1,
+         "best_lr": 1e-3},
         # a case settled with its flagged model trained at no rate tried: the seeds are the fixed model's
-        {"model": f"{FIX_CASES[1].name}: flagged", "settled": True, "final_val_mean": None,
-         "fates": {"stalled": 10}, "seeds": 0},
-        {"model": f"{FIX_CASES[1].name}: fixed", "settled": True, "final_val_mean": 5.5, "fates": {"trained": 6},
-         "seeds": 2},
-    ]}
-    results, out = tmp_path / "results.json", tmp_path / "fix_outcomes.json"
+        {"model": f"{pre.name}: flagged", "settled": True, "final_val_mean": None, "fates": {"stalled": 10},
+         "seeds": 0, "best_lr": None},
+        {"model": f"{pre.name}: fixed", "settled": True, "final_val_mean": 5.5, "fates": {"trained": 6}, "seeds": 2,
+         "best_lr": 1e-3},
+    ], "runs": [_run(f"{qk.name}: flagged", 0, 2e-3, 4.4), _run(f"{qk.name}: flagged", 1, 2e-3, 4.6),
+                _run(f"{qk.name}: flagged", 0, 4e-3, 4.9),  # another rate: not the best
+                _run(f"{qk.name}: fixed", 0, 4e-3, 4.1), _run(f"{qk.name}: fixed", 1, 4e-3, 4.3),
+                _run(f"{pre.name}: flagged", 0, 1e-3, None),
+                _run(f"{pre.name}: fixed", 0, 1e-3, 5.4), _run(f"{pre.name}: fixed", 1, 1e-3, 5.6)]}
+    results, out, table = tmp_path / "results.json", tmp_path / "fix_outcomes.json", tmp_path / "outcomes.md"
     results.write_text(json.dumps(summary))
-    assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 0
+    assert fix_outcomes.main(["--results", str(results), "--out", str(out), "--table", str(table)]) == 0
     read = load_outcomes(out)
-    assert list(read) == [FIX_CASES[1].name, qk.name]  # the unsettled case is not kept
-    assert read[FIX_CASES[1].name].flagged_loss is None and read[FIX_CASES[1].name].seeds == 2
+    assert list(read) == [pre.name, qk.name]  # the unsettled case is not kept
+    assert read[pre.name].flagged_loss is None and read[pre.name].seeds == 2
+    assert read[pre.name].reading is FixReading.SUPPORTED  # the fixed twin trained, the flagged model did not
     assert read[qk.name].flagged_loss == 4.5 and read[qk.name].seeds == 2
+    assert read[qk.name].flagged_by_seed == {"0": 4.4, "1": 4.6} and read[qk.name].fixed_by_seed == {"0": 4.1, "1": 4.3}
+    assert read[qk.name].reading is FixReading.SUPPORTED and read[qk.name].flagged_lr == 2e-3
+    assert table.read_text() == outcomes_markdown(read)
+    assert "| 0.002: 4.400, 4.600 (mean 4.500) | 0.004: 4.100, 4.300 (mean 4.200) | -0.300, -0.300 | supported |" in (
+        table.read_text())
+    assert f"| {post.name} | – | – | – | {NOT_MEASURED} |" in table.read_text()
     assert load_outcomes(tmp_path / "absent.json") == {}
     out.write_text(json.dumps({"not": "a list"}))
     with pytest.raises(ValueError, match="list of outcomes"):
         load_outcomes(out)
-    out.write_text(json.dumps([dict(read[qk.name].__dict__, fixed_loss=float("nan"))]))
-    with pytest.raises(ValueError, match="not finite"):
-        load_outcomes(out)
+    for bad in (dict(read[qk.name].__dict__, fixed_loss=float("nan")),
+                dict(read[qk.name].__dict__, fixed_by_seed={"0": float("inf")})):
+        out.write_text(json.dumps([bad]))
+        with pytest.raises(ValueError, match="not finite"):
+            load_outcomes(out)
     results.write_text(json.dumps({"experiment": "depth", "rows": []}))
     assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 2
+
+
+def test_the_reading_follows_the_rule_fixed_before_the_runs():
+    def mean(losses: dict) -> float | None:
+        return sum(losses.values()) / len(losses) if losses else None
+
+    def outcome(flagged: dict, fixed: dict) -> FixOutcome:
+        return FixOutcome("c", mean(flagged), mean(fixed), {}, {}, 2, "a test", 1e-3, 1e-3, flagged, fixed)
+
+    assert outcome({"0": 4.0, "1": 4.0}, {"0": 3.9, "1": 3.99}).reading is FixReading.SUPPORTED
+    assert outcome({"0": 4.0, "1": 4.0}, {"0": 4.1, "1": 4.01}).reading is FixReading.CONTRADICTED
+    mixed = outcome({"0": 4.0, "1": 4.0}, {"0": 3.5, "1": 4.01})  # lower on average, but not at every seed
+    assert mixed.reading is FixReading.NOT_SEPARATED and "not at every seed" in mixed.sentence()
+    assert "lowered the final loss by 0.245" in mixed.sentence() and mixed.sentence().endswith(": not separated")
+    assert outcome({"0": 4.0}, {}).reading is FixReading.CONTRADICTED  # the fix trained at no rate tried
+    assert outcome({}, {}).reading is FixReading.NOT_SEPARATED
 
 
 def test_a_computed_alpha_is_of_the_derf_kind_at_any_value():
@@ -133,3 +181,17 @@ def test_a_computed_alpha_is_of_the_derf_kind_at_any_value():
     assert derf.matches(other, {"norm_alpha": 0.5})
     assert not derf.matches(other, {"qk_gain": 1.0})
     assert not next(c for c in FIX_CASES if "qk_gain" in c.fix).matches(other, {"norm_alpha": 0.5})
+
+
+def test_the_stored_table_is_the_outcomes_the_doctor_cites():
+    """The experiment's table "flagged → fixed" beside its page says what the outcomes file the doctor reads says,
+    and the doctor's evidence for each case is that file's."""
+    from pathlib import Path
+
+    table = Path(__file__).resolve().parents[2] / "docs" / "results" / "experiments" / "doctor-fixes" / "outcomes.md"
+    stored = load_outcomes()
+    assert table.read_text() == outcomes_markdown(stored)
+    for case in FIX_CASES:
+        said = fix_evidence(TransformerConfig(**case.flagged), case.fix, stored)
+        expected = stored[case.name].sentence() if case.name in stored else NOT_MEASURED
+        assert f"{case.name}: {expected}" in said

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from sigprop.analysis.fix_cases import FIX_CASES, OUTCOMES_FILE, FixOutcome, load_outcomes, outcomes_markdown
 from sigprop.core.jsonio import write_json_atomic, write_text_atomic
 from sigprop.experiments.runner import RunResult
@@ -36,7 +38,7 @@ def outcomes(summary: dict) -> list[FixOutcome]:
     """The settled cases of ``summary`` (an experiment summary's dict, its runs included) as outcomes, in
     :data:`FIX_CASES`' order."""
     rows = {row["model"]: row for row in summary["rows"]}
-    runs = [RunResult(**run) for run in summary.get("runs", [])]
+    runs = [RunResult.from_record(run) for run in summary.get("runs", [])]
     kept = []
     for case in FIX_CASES:
         flagged, fixed = rows.get(f"{case.name}: flagged"), rows.get(f"{case.name}: fixed")
@@ -45,10 +47,15 @@ def outcomes(summary: dict) -> list[FixOutcome]:
         by_seed = [{str(seed): loss for seed, loss in seed_losses(runs, row["model"], row["best_lr"]).items()}
                    if row["best_lr"] is not None else {} for row in (flagged, fixed)]
         shared = set(by_seed[0]) & set(by_seed[1])
-        seeds = len(shared) if shared else max(len(b) for b in by_seed)
-        kept.append(FixOutcome(case.name, flagged["final_val_mean"], fixed["final_val_mean"], flagged["fates"],
-                               fixed["fates"], seeds, f"sigprop experiment doctor-fixes, {shape(case.flagged)}",
-                               flagged["best_lr"], fixed["best_lr"], *by_seed))
+        if shared:  # both trained: compared on the seeds both have, each mean over those alone
+            by_seed = [{seed: loss for seed, loss in b.items() if seed in shared} for b in by_seed]
+        means = [float(np.mean(list(b.values()))) if b else None for b in by_seed]
+        # the seeds compared; where one model trained at no rate, the other's; where both trained on no common
+        # seed, none (the two are then not compared)
+        seeds = len(shared) if shared else 0 if all(by_seed) else max(len(b) for b in by_seed)
+        kept.append(FixOutcome(case.name, *means, flagged["fates"], fixed["fates"], seeds,
+                               f"sigprop experiment doctor-fixes, {shape(case.flagged)}", flagged["best_lr"],
+                               fixed["best_lr"], *by_seed))
     return kept
 
 

@@ -113,8 +113,9 @@ FIX_CASES: tuple[FixCase, ...] = (
 class FixReading(Enum):
     """A case's outcome by the rule fixed before the runs (docs/results/experiments/doctor-fixes.md): the fixed
     twin's final validation loss lower than the flagged model's at every seed both trained at their best rates
-    (*supported*), higher at every one (*contradicted*), or neither (*not separated*). A model that trained at no
-    rate tried loses to one that trained; where neither trained, the budget does not separate them."""
+    (*supported*), higher at every one (*contradicted*), or neither (*not separated*). Amended on 2026-11-30, after
+    the first grids of one case had stalled on both sides: a model that trained at no rate tried loses to one that
+    trained, and where neither trained the budget does not separate them."""
 
     SUPPORTED = "supported"
     CONTRADICTED = "contradicted"
@@ -123,10 +124,10 @@ class FixReading(Enum):
 
 @dataclass(frozen=True)
 class FixOutcome:
-    """What training measured for one case: each model's final validation loss at its best rate (the mean over
-    ``seeds``, the seeds both models trained at their best rates; None where the model trained at no rate tried), the
-    fates of all its runs, where it was trained, and each model's best rate and loss per seed there (seed as text,
-    as JSON keys are)."""
+    """What training measured for one case: each model's final validation loss at its best rate (the mean over the
+    ``seeds`` compared: those both models trained at their best rates, or all of one model's where the other trained
+    at no rate tried; None where the model trained at no rate tried), the fates of all its runs, where it was
+    trained, and each model's best rate and its losses per seed there (seed as text, as JSON keys are)."""
 
     case: str
     flagged_loss: float | None
@@ -185,6 +186,8 @@ class FixOutcome:
             return head + "; the fixed model trained where the flagged one did not" + reading
         if self.fixed_loss is None:
             return head + "; the fixed model did not train where the flagged one did" + reading
+        if not self.differences:
+            return head + "; the two models share no seed at their best rates, so they are not compared" + reading
         gap = self.flagged_loss - self.fixed_loss
         said = (f"; the fix lowered the final loss by {gap:.3f} nats" if gap > 0 else
                 f"; the fix did not lower the final loss (it rose by {-gap:.3f} nats)")
@@ -204,7 +207,8 @@ def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
         Case name → :class:`FixOutcome`.
 
     Raises:
-        ValueError: the file is not a list of outcomes, or holds a loss that is not finite.
+        ValueError: the file is not a list of outcomes, holds a loss that is not finite, or a mean loss without
+            its losses per seed (or the reverse).
 
     Example:
         >>> isinstance(load_outcomes(), dict)
@@ -222,6 +226,11 @@ def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
                      *outcome.fixed_by_seed.values()):
             if loss is not None and not math.isfinite(loss):
                 raise ValueError(f"{path}: case {outcome.case!r} holds a loss that is not finite")
+        for loss, by_seed in ((outcome.flagged_loss, outcome.flagged_by_seed), (outcome.fixed_loss,
+                                                                                 outcome.fixed_by_seed)):
+            if (loss is None) != (not by_seed):
+                raise ValueError(f"{path}: case {outcome.case!r} has a mean loss without its losses per seed, or "
+                                 "the reverse (rewrite it with bench/fix_outcomes.py)")
         outcomes[outcome.case] = outcome
     return outcomes
 
@@ -277,7 +286,8 @@ def outcomes_markdown(outcomes: dict[str, FixOutcome]) -> str:
              "Each case's flagged model and its twin with the doctor's fix, each at its own best learning rate: final "
              "validation loss per seed (mean), the fixed − flagged difference per seed, and the reading by the rule "
              "fixed before the runs (supported: the fixed twin lower at every seed; contradicted: higher at every "
-             "seed; a model that trained at no rate tried loses to one that trained). Written by "
+             "seed; otherwise not separated); amended on 2026-11-30: a model that trained at no rate tried loses to "
+             "one that trained, and where neither trained the case is not separated. Written by "
              "`bench/fix_outcomes.py` from the outcomes the doctor cites (`sigprop/analysis/fix_outcomes.json`).", "",
              "| case | flagged: best rate: final val per seed | fixed: best rate: final val per seed | fixed − flagged "
              "per seed | reading |", "|---|---|---|---|---|"]

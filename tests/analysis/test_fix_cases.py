@@ -48,13 +48,16 @@ def test_the_experiment_trains_each_case_and_its_twin():
 
 def test_a_recommendation_cites_the_measured_outcome_of_its_kind():
     qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
-    outcome = FixOutcome(qk.name, 4.5, 4.25, {"trained": 2}, {"trained": 2}, 2, "a test")
+    outcome = FixOutcome(qk.name, 4.5, 4.25, {"trained": 2}, {"trained": 2}, 2, "a test", 1e-3, 1e-3,
+                         {"0": 4.4, "1": 4.6}, {"0": 4.2, "1": 4.3})
     config = TransformerConfig(**qk.flagged)
     said = fix_evidence(config, {"qk_gain": 1.0}, {qk.name: outcome})
     assert said == (f"{qk.name}: " + outcome.sentence(),)
     assert "4.500" in said[0] and "4.250" in said[0] and "lowered the final loss by 0.250" in said[0]
-    worse = FixOutcome(qk.name, 4.0, 4.1, {"trained": 2}, {"stalled": 1, "trained": 1}, 2, "a test")
+    worse = FixOutcome(qk.name, 4.0, 4.1, {"trained": 2}, {"stalled": 1, "trained": 1}, 2, "a test", 1e-3, 2e-3,
+                       {"0": 4.0}, {"0": 4.1})
     assert "did not lower" in worse.sentence() and "stalled" in worse.sentence()
+    assert worse.sentence().endswith(": contradicted") and said[0].endswith(": supported")
 
 
 def test_a_model_that_trained_at_no_rate_is_said_so_and_not_compared():
@@ -155,6 +158,30 @@ def test_the_outcomes_file_and_its_table_are_written_read_back_and_bad_files_are
             load_outcomes(out)
     results.write_text(json.dumps({"experiment": "depth", "rows": []}))
     assert fix_outcomes.main(["--results", str(results), "--out", str(out)]) == 2
+
+
+def test_two_models_are_compared_on_the_seeds_both_have(tmp_path):
+    qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    rows = [{"model": f"{qk.name}: {side}", "settled": True, "final_val_mean": mean, "fates": {"trained": 3},
+             "seeds": n, "best_lr": 1e-3} for side, mean, n in (("flagged", 4.3, 3), ("fixed", 4.15, 2))]
+    runs = [_run(f"{qk.name}: flagged", s, 1e-3, v) for s, v in ((0, 4.0), (1, 4.0), (2, 5.0))]
+    runs += [_run(f"{qk.name}: fixed", s, 1e-3, v) for s, v in ((0, 4.1), (1, 4.2))]  # higher at both seeds shared
+    results, out, table = tmp_path / "results.json", tmp_path / "fix_outcomes.json", tmp_path / "outcomes.md"
+    results.write_text(json.dumps({"experiment": "doctor-fixes", "rows": rows, "runs": runs}))
+    assert fix_outcomes.main(["--results", str(results), "--out", str(out), "--table", str(table)]) == 0
+    got = load_outcomes(out)[qk.name]
+    # the flagged model's third seed (5.0) has no partner: left out of its mean, which would otherwise hide that the
+    # fix trained worse at every seed compared
+    assert got.seeds == 2 and got.flagged_loss == pytest.approx(4.0) and got.fixed_loss == pytest.approx(4.15)
+    assert got.reading is FixReading.CONTRADICTED and "rose by 0.150" in got.sentence()
+    apart = [_run(f"{qk.name}: flagged", 0, 1e-3, 4.0), _run(f"{qk.name}: fixed", 1, 1e-3, 3.0)]
+    results.write_text(json.dumps({"experiment": "doctor-fixes", "rows": rows, "runs": apart}))
+    assert fix_outcomes.main(["--results", str(results), "--out", str(out), "--table", str(table)]) == 0
+    got = load_outcomes(out)[qk.name]
+    assert got.seeds == 0 and got.reading is FixReading.NOT_SEPARATED and "share no seed" in got.sentence()
+    out.write_text(json.dumps([dict(got.__dict__, flagged_by_seed={})]))  # a mean without its seeds
+    with pytest.raises(ValueError, match="without its losses per seed"):
+        load_outcomes(out)
 
 
 def test_the_reading_follows_the_rule_fixed_before_the_runs():

@@ -63,7 +63,7 @@ FLAT_FACTOR = 1.2
 #: A power-law exponent within this distance of ±1 is called linear / hyperbolic.
 EXPONENT_TOLERANCE = 0.25
 #: Verdicts of a variance that changes with depth end to end (what DeepScaleLM's scaling addresses; a "varies" is
-#: often one boundary layer's jump, which it does not).
+#: often one boundary layer's jump, which it does not: :attr:`Finding.changes_with_depth` tells the two apart).
 DEPTH_VERDICTS: tuple[Verdict, ...] = ("grows", "shrinks", "explodes", "vanishes")
 #: The largest residual-branch scale |β| under which a stack passes its input on at initialisation (a branch then
 #: adds at most 1e-8 of its variance per layer).
@@ -126,6 +126,22 @@ class Finding:
     change: float
     spread: float = math.nan
     law: GrowthLaw | None = None
+
+    @property
+    def changes_with_depth(self) -> bool:
+        """Whether this is a variance that changes along the depth, what DeepScaleLM's scaling addresses: a verdict
+        of :data:`DEPTH_VERDICTS`, or one that *varies* and changes over the middle layers too (its law there is
+        not flat). A variance that varies only by a boundary layer's jump, flat between, does not.
+
+        Example:
+            >>> jump = Finding("", "grad_var", "varies", True, 0.5, 100.0, GrowthLaw("flat"))
+            >>> trend = Finding("", "grad_var", "varies", True, 0.34, 10.8, GrowthLaw("exponential", 1.02))
+            >>> jump.changes_with_depth, trend.changes_with_depth
+            (False, True)
+        """
+        if self.verdict in DEPTH_VERDICTS:
+            return True
+        return self.verdict == "varies" and self.law is not None and self.law.kind != "flat"
 
     def describe(self) -> str:
         where = f"{self.stack}: " if self.stack else ""
@@ -309,7 +325,7 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
     if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
         return None
     scheme = INIT_SCHEMES.get(config.get("init"))
-    variance = any(f.verdict in DEPTH_VERDICTS for f in findings)
+    variance = any(f.changes_with_depth for f in findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
     hints = []
     if variance and scheme is not None and scheme.made_for == "post" and config.get("norm_position", "pre") != "post":

@@ -7,7 +7,9 @@ The model is a sigprop configuration (a preset or a config file), a Hugging Face
 forward growth, vanishing or exploding gradients with their per-layer law, rank collapse, and a model whose layers
 pass the stream on unchanged. The recommendation, when something is flagged:
 
-* a variance that changes with depth under a scheme other than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
+* a variance that changes with depth (:attr:`Finding.changes_with_depth <sigprop.analysis.diagnosis.Finding.
+  changes_with_depth>`: along the middle layers too, not by a boundary layer's jump alone) under a scheme other
+  than DeepScaleLM: DeepScaleLM (Kedia et al. Sec. 3.5,
   App. E.3–E.4), the config's own λ / β overrides removed; ``init="auto"`` (DeepScaleLM calibrated by the rules,
   :mod:`sigprop.model.auto_init`) where the model has components its closed forms do not cover (SwiGLU / GeGLU,
   RMSNorm, DyT / Derf: on a 192-layer Llama-style decoder DSLM's output variance is 0.68, auto's 1.05,
@@ -42,7 +44,7 @@ from ..model.auto_init import beyond_dslm
 from ..model.batch import Batch
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
-from .diagnosis import DEPTH_VERDICTS, Diagnosis, diagnose
+from .diagnosis import Diagnosis, diagnose
 from .fix_cases import fix_evidence
 
 __all__ = ["DoctorReport", "Recommendation", "SavedModel", "GradientInterval", "doctor", "doctor_measured",
@@ -258,7 +260,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)} (got {source!r})")
     changes, reasons = {}, []
-    depth = any(f.flagged and f.verdict in DEPTH_VERDICTS for f in diagnosis.findings)
+    depth = any(f.flagged and f.changes_with_depth for f in diagnosis.findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
     if depth and not config.scheme.bounds_depth and config.norm_position in ("pre", "post"):
         beyond = beyond_dslm(config)
@@ -306,7 +308,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
 def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:
     """Why :func:`recommend` has no fix for the flagged findings of ``diagnosis`` of ``config``: a sentence."""
     flagged = [f for f in diagnosis.findings if f.flagged]
-    depth = [f for f in flagged if f.verdict in DEPTH_VERDICTS]
+    depth = [f for f in flagged if f.changes_with_depth]
     if depth and config.scheme.bounds_depth:
         return (f"the model already uses init={config.init!r}, the scheme that bounds the variances with depth; what "
                 f"remains ({depth[0].describe()}) is beyond what an initialisation changes: a deeper look at its "

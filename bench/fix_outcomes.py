@@ -30,8 +30,9 @@ TABLE = PAGE / "outcomes.md"
 
 
 def shape(fields: dict) -> str:
-    """A model's shape as the tables write it, e.g. "64 × 64 post-LN xavier"."""
-    return f"{fields['n_layers']} × {fields['d_model']} {fields['norm_position']}-LN {fields.get('init', 'xavier')}"
+    """A model's shape as the tables write it, e.g. "64 × 64 post-LN xavier, dropout 0.1"."""
+    return (f"{fields['n_layers']} × {fields['d_model']} {fields['norm_position']}-LN {fields.get('init', 'xavier')}, "
+            f"dropout {fields.get('dropout', 0.0):g}")
 
 
 def outcomes(summary: dict) -> list[FixOutcome]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..model.config import TransformerConfig
 
 __all__ = ["BASE_MODEL", "FixCase", "FixOutcome", "FixReading", "FIX_CASES", "OUTCOMES_FILE", "load_outcomes",
-           "fix_evidence", "outcomes_markdown", "NOT_MEASURED"]
+           "fix_evidence", "fates_said", "outcomes_markdown", "NOT_MEASURED"]
 
 #: The measured outcomes, package data written by ``bench/fix_outcomes.py`` from the experiment's stored results.
 OUTCOMES_FILE = Path(__file__).with_name("fix_outcomes.json")
@@ -173,7 +173,7 @@ class FixOutcome:
         3.950 (trained 6) …; the fix lowered the final loss by 0.260 nats at every seed: supported"."""
 
         def one(loss, fates):
-            said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
+            said = fates_said(fates)
             return ("trained at no rate tried" if loss is None else f"{loss:.3f}") + (f" ({said})" if said else "")
 
         seeds = f", {self.seeds} seeds at each model's best rate" if self.seeds else ""
@@ -194,6 +194,22 @@ class FixOutcome:
         if self.reading is FixReading.NOT_SEPARATED and self.differences:
             said += ", not at every seed"
         return head + said + reading
+
+
+def fates_said(fates: dict[str, int]) -> str:
+    """A model's run fates in words, in the fates' alphabetical order.
+
+    Args:
+        fates: fate → number of runs.
+
+    Returns:
+        E.g. "4 stalled, 6 trained" ("" for no runs).
+
+    Example:
+        >>> fates_said({"trained": 6, "stalled": 4})
+        '4 stalled, 6 trained'
+    """
+    return ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
 
 
 def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
@@ -276,7 +292,7 @@ def outcomes_markdown(outcomes: dict[str, FixOutcome]) -> str:
     """
 
     def side(lr, mean, by_seed, fates) -> str:
-        said = ", ".join(f"{n} {fate}" for fate, n in sorted(fates.items()))
+        said = fates_said(fates)
         if mean is None:
             return f"trained at no rate tried ({said})"
         seeds = ", ".join(f"{v:.3f}" for _, v in sorted(by_seed.items(), key=lambda kv: int(kv[0])))

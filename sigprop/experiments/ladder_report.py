@@ -110,8 +110,9 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
         return ("No rung is finished yet (a rung decides once both models' rate searches and seeds are done); the "
                 "gaps in the table are provisional.")
     wins = [r for r in decided if r["deep-thin"]["decides"] == "deep side wins"]
-    if wins and all(r["deep-thin"]["decides"] == "deep side wins" for r in decided if r["d"] >= wins[0]["d"]):
-        first = wins[0]
+    first = next((r for i, r in enumerate(decided)
+                  if all(x["deep-thin"]["decides"] == "deep side wins" for x in decided[i:])), None)
+    if first is not None:  # the smallest rung from which deep-thin wins at every larger rung run
         text = f"Reproduced at ≥ {first['parameters']:,} non-embedding parameters (d = {first['d']})."
     elif not wins:
         top = decided[-1]
@@ -121,17 +122,25 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
                 "rung run.")
     if trend is None:
         return text + " Fewer than three rungs with an interval: no trend."
-    largest = math.log10(decided[-1]["parameters"])
-    if trend.kind is IntervalKind.BOUNDED and trend.slope < 0 and trend.crossover is not None:
-        where = " (beyond the largest rung run: an extrapolation)" if trend.crossover > largest else ""
-        return text + (f" The trend points to a crossover near P* = {10 ** trend.crossover:.3g} (Fieller 95% interval "
-                       f"{10 ** trend.low:.3g} – {10 ** trend.high:.3g}){where}; Δ changes by "
-                       f"{trend.slope:+.3f} nats per decade of P.")
-    if trend.kind is IntervalKind.BOUNDED:
-        return text + (f" The trend points away from a crossover: Δ grows by {trend.slope:+.3f} nats per decade of P "
-                       "(the zero it extrapolates to lies below the rungs).")
+    if trend.kind is IntervalKind.BOUNDED and trend.crossover is not None:
+        fitted = [math.log10(r["parameters"]) for r in _fitted(rungs, "deep-thin")]
+        where = ("beyond the largest rung fitted: an extrapolation" if trend.crossover > max(fitted) else
+                 "below the smallest rung fitted: an extrapolation" if trend.crossover < min(fitted) else
+                 "within the rungs fitted")
+        at = (f"P* = {_power(trend.crossover)} (Fieller 95% interval {_power(trend.low)} – {_power(trend.high)}; "
+              f"{where})")
+        if trend.slope < 0:
+            return text + (f" The trend points to a crossover near {at}; Δ changes by {trend.slope:+.3f} nats per "
+                           "decade of P.")
+        return text + (f" The trend points away from the paper's claim: Δ grows by {trend.slope:+.3f} nats per decade "
+                       f"of P, so deep-thin would be ahead only below its zero, near {at}.")
     return text + (f" The trend does not locate a crossover: its slope, {trend.slope:+.3f} nats per decade of P, is "
                    f"not distinguishable from zero at 95% (Fieller's interval is {trend.kind.value}).")
+
+
+def _power(log10_p: float) -> str:
+    """10^x in three significant digits, as a power of ten where it would overflow a float."""
+    return f"{10 ** log10_p:.3g}" if abs(log10_p) < 300 else f"10^{log10_p:.0f}"
 
 
 def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
@@ -204,9 +213,12 @@ def ladder_markdown(table: dict, title: str, intro: str) -> str:
         if t is None:
             lines += ["", f"Trend ({label}): fewer than three rungs with an interval."]
             continue
-        ends = t["interval_log10_p"]
-        where = (f"P* = {t['crossover_p']:.3g}, Fieller interval ({t['interval']}) log₁₀ P ∈ "
-                 f"[{ends[0]:.2f}, {ends[1]:.2f}]" if ends[0] is not None else
+        low, high = t["interval_log10_p"]
+        at = "P* = –" if t["crossover_log10_p"] is None else f"P* = {_power(t['crossover_log10_p'])}"
+        where = (f"{at}, Fieller interval log₁₀ P ∈ [{low:.2f}, {high:.2f}]"
+                 if t["interval"] == IntervalKind.BOUNDED.value else
+                 f"{at}, Fieller interval log₁₀ P ∈ (−∞, {low:.2f}] ∪ [{high:.2f}, ∞) (two half-lines)"
+                 if t["interval"] == IntervalKind.TWO_HALF_LINES.value else
                  f"Fieller interval: {t['interval']}")
         lines += ["", f"Trend ({label}): Δ = {t['intercept']:+.3f} {t['slope_per_decade']:+.3f}·log₁₀ P over "
                       f"{t['rungs']} rungs ({t['dof']} dof, χ² {t['chi2']:.2f}, se × {math.sqrt(t['inflation']):.2f}); "

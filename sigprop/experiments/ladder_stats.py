@@ -93,9 +93,9 @@ def paired_gap(first: dict[int, float], second: dict[int, float], level: float =
         return None
     diffs = np.array([first[s] - second[s] for s in seeds], dtype=np.float64)
     mean = float(diffs.mean())
-    if diffs.size < 2:
+    se = float(diffs.std(ddof=1) / math.sqrt(diffs.size)) if diffs.size > 1 else 0.0
+    if se == 0.0:  # one seed, or identical differences: no spread to build an interval from
         return PairedGap(seeds, tuple(diffs.tolist()), mean, None, 0, None, None, level)
-    se = float(diffs.std(ddof=1) / math.sqrt(diffs.size))
     dof = diffs.size - 1
     half = float(stats.t.ppf(0.5 + level / 2, dof)) * se
     return PairedGap(seeds, tuple(diffs.tolist()), mean, se, dof, mean - half, mean + half, level)

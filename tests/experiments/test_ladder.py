@@ -17,6 +17,7 @@ import torch
 from sigprop.experiments import catalog
 from sigprop.experiments.ladder import Role, heads_for, ladder_model, rung_model_names
 from sigprop.experiments.ladder_report import evaluate_ladder, judge, ladder_markdown
+from sigprop.experiments.ladder_stats import IntervalKind, fit_trend
 from sigprop.experiments.run import _finished_runs, run_experiment
 from sigprop.experiments.runner import RunResult, corpus_mismatch
 from sigprop.experiments.spec import edge_rates, non_embedding_parameters, plan_runs
@@ -219,6 +220,45 @@ def test_the_verdict_follows_the_preregistered_rules():
     assert judge(won, None).startswith("Reproduced at ≥ 400,000")
     mixed = [_rung_record(64, -0.3, -0.1, 10**5), _rung_record(128, -0.1, 0.1, 4 * 10**5)]
     assert judge(mixed, None).startswith("Mixed")
+    # a win, an undecided rung, then wins at every larger rung: reproduced from the first of those
+    late = [_rung_record(64, -0.3, -0.1, 10**5), _rung_record(128, -0.1, 0.1, 4 * 10**5),
+            _rung_record(192, -0.3, -0.1, 9 * 10**5), _rung_record(256, -0.3, -0.1, 1.6 * 10**6)]
+    assert judge(late, None).startswith("Reproduced at ≥ 900,000 non-embedding parameters (d = 192)")
+
+
+def _trend_rungs(deltas, se=0.02):
+    """Rungs at P = 10⁵, 10^5.5, 10⁶ with these deep-thin gaps, each with standard error ``se``."""
+    return [{"d": 64 * (i + 1), "parameters": 10 ** (5 + 0.5 * i),
+             "deep-thin": {"se": se, "mean": delta, "decides": "undecided", "final": True}}
+            for i, delta in enumerate(deltas)]
+
+
+def test_the_verdict_places_the_trend_s_zero_on_the_side_where_it_lies():
+    """Fieller's interval of the zero is bounded in each case; the text says on which side of the rungs the zero
+    lies, and a rising Δ is never read as a crossover of the paper's kind."""
+    falling_above = _trend_rungs((0.6, 0.4, 0.2))  # zero at log₁₀ P = 6.5
+    trend = fit_trend([5.0, 5.5, 6.0], [0.6, 0.4, 0.2], [0.02] * 3)
+    text = judge(falling_above, trend)
+    assert "points to a crossover near P* = 3.16e+06" in text and "beyond the largest rung fitted" in text
+    rising_above = _trend_rungs((-0.6, -0.4, -0.2))
+    trend = fit_trend([5.0, 5.5, 6.0], [-0.6, -0.4, -0.2], [0.02] * 3)
+    text = judge(rising_above, trend)
+    assert "points away from the paper's claim" in text and "beyond the largest rung fitted" in text
+    rising_below = _trend_rungs((0.2, 0.4, 0.6))  # zero at log₁₀ P = 4.5
+    trend = fit_trend([5.0, 5.5, 6.0], [0.2, 0.4, 0.6], [0.02] * 3)
+    assert "below the smallest rung fitted" in judge(rising_below, trend)
+
+
+def test_a_two_half_line_interval_is_written_as_two_half_lines():
+    trend = {"intercept": 1.0, "slope_per_decade": -0.2, "rungs": 3, "dof": 1, "chi2": 0.5, "inflation": 1.0,
+             "crossover_log10_p": 5.0, "crossover_p": 1e5, "interval": IntervalKind.TWO_HALF_LINES.value,
+             "interval_log10_p": [4.01, 5.91]}
+    text = ladder_markdown({"rules": "r", "verdict": "v", "rungs": [], "trend": trend, "control_trend": None},
+                           "t", "i")
+    assert "log₁₀ P ∈ (−∞, 4.01] ∪ [5.91, ∞) (two half-lines)" in text
+    far = {**trend, "crossover_log10_p": 400.0, "crossover_p": None}
+    assert "P* = 10^400" in ladder_markdown({"rules": "r", "verdict": "v", "rungs": [], "trend": far,
+                                             "control_trend": None}, "t", "i")
 
 
 def _fabricated_table(tmp_path, settled_rungs=None) -> dict:

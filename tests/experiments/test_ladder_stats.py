@@ -38,6 +38,8 @@ def test_only_the_seeds_both_shapes_have_are_paired():
     assert gap.seeds == (0, 1) and gap.differences == (-1.0, -0.5) and gap.dof == 1
     one = paired_gap({0: 1.0}, {0: 2.0})
     assert one.low is None and one.se is None and not one.below_zero
+    same = paired_gap({0: 1.0, 1: 2.0}, {0: 2.0, 1: 3.0})  # identical differences: no spread, no interval
+    assert same.mean == -1.0 and same.se is None and same.low is None and not same.below_zero
     assert paired_gap({0: 1.0}, {1: 2.0}) is None
 
 

@@ -132,7 +132,7 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
         if trend.slope < 0:
             return text + (f" The trend points to a crossover near {at}; Δ changes by {trend.slope:+.3f} nats per "
                            "decade of P.")
-        return text + (f" The trend points away from the paper's claim: Δ grows by {trend.slope:+.3f} nats per decade "
+        return text + (f" The trend points away from a crossover: Δ grows by {trend.slope:+.3f} nats per decade "
                        f"of P, so deep-thin would be ahead only below its zero, near {at}.")
     return text + (f" The trend does not locate a crossover: its slope, {trend.slope:+.3f} nats per decade of P, is "
                    f"not distinguishable from zero at 95% (Fieller's interval is {trend.kind.value}).")

@@ -243,7 +243,7 @@ def test_the_verdict_places_the_trend_s_zero_on_the_side_where_it_lies():
     rising_above = _trend_rungs((-0.6, -0.4, -0.2))
     trend = fit_trend([5.0, 5.5, 6.0], [-0.6, -0.4, -0.2], [0.02] * 3)
     text = judge(rising_above, trend)
-    assert "points away from the paper's claim" in text and "beyond the largest rung fitted" in text
+    assert "points away from a crossover" in text and "beyond the largest rung fitted" in text
     rising_below = _trend_rungs((0.2, 0.4, 0.6))  # zero at log₁₀ P = 4.5
     trend = fit_trend([5.0, 5.5, 6.0], [0.2, 0.4, 0.6], [0.02] * 3)
     assert "below the smallest rung fitted" in judge(rising_below, trend)

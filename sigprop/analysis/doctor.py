@@ -283,6 +283,12 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
             reasons.append(check.subject + ": checked again on the fixed model")  # fixed model's
             continue  # own checks say whether α must move too
         for key, value in check.changes.items():  # two α fixes: the smaller α satisfies both
+            if key == "init":  # a scheme the check proposes is the depth rule's choice: auto beyond DSLM's forms
+                beyond = beyond_dslm(config)
+                value = changes.get("init") or ("auto" if beyond else value)
+                if beyond and "init" not in changes:
+                    reasons.append(f"DeepScaleLM's closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
+                                   "init='auto' calibrates its output projections with sigprop's rules")
             changes[key] = min(value, changes[key]) if key == "norm_alpha" and key in changes else value
         reasons.append(check.message)
     if "init" in changes:  # the scheme's own residual scales

@@ -48,7 +48,9 @@ class FixCase:
     """One kind of fix: its ``name``, the flagged model's :class:`TransformerConfig` fields (``flagged``), the
     doctor's ``fix`` on it (the config changes :func:`~sigprop.analysis.doctor.recommend` makes, None meaning "the
     scheme's default"), the learning-rate grids of the flagged model and of its fixed twin, and the fields of the fix
-    whose value the doctor computes for each model (``computed``: a recommendation sets them to its own value)."""
+    whose value the doctor computes for each model (``computed``: a recommendation sets them to its own value), and
+    the flagged model's fields a model must share for the case to speak of it (``shared``: its normalisation position;
+    the Derf case its norm too, since a DyT model's α fix is another one)."""
 
     name: str
     flagged: dict
@@ -56,6 +58,7 @@ class FixCase:
     flagged_lrs: tuple[float, ...]
     fixed_lrs: tuple[float, ...]
     computed: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ("norm_position",)
 
     @property
     def fixed(self) -> dict:
@@ -71,14 +74,14 @@ class FixCase:
 
         Returns:
             True when ``changes`` sets each field this case's fix sets to a value (not None) to that value (a
-            :attr:`computed` field to any value), and ``config`` has this case's normalisation position.
+            :attr:`computed` field to any value), and ``config`` has the flagged model's :attr:`shared` fields.
 
         Example:
             >>> FIX_CASES[0].matches(TransformerConfig(norm_position="post", init="bert", n_layers=96),
             ...                      {"init": "dslm"})
             True
         """
-        if config.norm_position != self.flagged.get("norm_position", config.norm_position):
+        if any(getattr(config, key) != self.flagged.get(key, getattr(config, key)) for key in self.shared):
             return False
         return all(changes.get(key) is not None if key in self.computed else changes.get(key) == value
                    for key, value in self.fix.items() if value is not None)
@@ -101,7 +104,8 @@ FIX_CASES: tuple[FixCase, ...] = (
     # DeepScaleLM bounds the depth laws, so the α check is the only finding: α√q ≥ 2 at every layer (saturated)
     FixCase("Derf alpha 4 -> smaller alpha", dict(BASE_MODEL, n_layers=32, d_model=32, n_heads=2, norm_position="pre",
                                                   init="dslm", norm="derf", norm_alpha=4.0),
-            {"norm_alpha": 0.786}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2), computed=("norm_alpha",)),
+            {"norm_alpha": 0.786}, (1.6e-2, 2.26e-2, 3.2e-2), (1.6e-2, 2.26e-2, 3.2e-2), computed=("norm_alpha",),
+            shared=("norm_position", "norm")),
     # at dropout 0 the tokens' correlation is the only finding at this depth (App. F's rank collapse); dropout 0.1 is
     # the fix, the initialisation left as it is
     FixCase("rank collapse -> dropout 0.1", dict(BASE_MODEL, n_layers=32, d_model=32, n_heads=2, norm_position="post",
@@ -174,14 +178,16 @@ class FixOutcome:
 
         def one(loss, fates):
             said = fates_said(fates)
-            return ("trained at no rate tried" if loss is None else f"{loss:.3f}") + (f" ({said})" if said else "")
+            return (("trained at no rate on both seeds" if loss is None else f"{loss:.3f}")
+                    + (f" ({said})" if said else ""))
 
         seeds = f", {self.seeds} seeds at each model's best rate" if self.seeds else ""
         head = (f"training evidence ({self.where}{seeds}): flagged {one(self.flagged_loss, self.flagged_fates)}, "
                 f"fixed {one(self.fixed_loss, self.fixed_fates)}")
         reading = f": {self.reading.value}"
         if self.flagged_loss is None and self.fixed_loss is None:
-            return head + "; neither model trained at any rate tried, so this budget does not compare them" + reading
+            return (head + "; neither model trained on both seeds at any rate tried, so this budget does not compare "
+                    "them" + reading)
         if self.flagged_loss is None:
             return head + "; the fixed model trained where the flagged one did not" + reading
         if self.fixed_loss is None:
@@ -254,7 +260,9 @@ def load_outcomes(path: Path = OUTCOMES_FILE) -> dict[str, FixOutcome]:
 def fix_evidence(config: TransformerConfig, changes: dict,
                  outcomes: dict[str, FixOutcome] | None = None) -> tuple[str, ...]:
     """What training says of a recommendation of ``changes`` for ``config``: a sentence per matching case (its
-    measured outcome, or that it is not measured), or one sentence saying no case of its kind was trained.
+    measured outcome, or that it is not measured), and one saying the whole was not measured where the recommendation
+    changes more than a matching case's fix (each case trained its one change alone); or one sentence saying no case
+    of its kind was trained.
 
     Args:
         config: the flagged model's configuration.
@@ -269,8 +277,13 @@ def fix_evidence(config: TransformerConfig, changes: dict,
         ('Q/K at 2x -> 1x: not measured in training',)
     """
     outcomes = load_outcomes() if outcomes is None else outcomes
+    matched = [case for case in FIX_CASES if case.matches(config, changes)]
     said = [f"{case.name}: " + (outcomes[case.name].sentence() if case.name in outcomes else NOT_MEASURED)
-            for case in FIX_CASES if case.matches(config, changes)]
+            for case in matched]
+    changed = {key: value for key, value in changes.items() if value is not None}
+    if matched and any(set(changed) - set(case.fix) for case in matched):  # more than any one case trained
+        said.append("the recommendation as a whole (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + "): "
+                    f"{NOT_MEASURED} (each case above trained its own change alone)")
     return tuple(said) or (f"a fix of this kind: {NOT_MEASURED}",)
 
 

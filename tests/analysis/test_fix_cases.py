@@ -64,7 +64,8 @@ def test_a_model_that_trained_at_no_rate_is_said_so_and_not_compared():
     post = FIX_CASES[0]
     neither = FixOutcome(post.name, None, None, {"stalled": 10}, {"stalled": 10}, 0, "a test")
     said = neither.sentence()
-    assert "flagged trained at no rate tried (10 stalled)" in said and "neither model trained" in said
+    assert "flagged trained at no rate on both seeds (10 stalled)" in said
+    assert "neither model trained on both seeds at any rate tried" in said
     assert "seeds at each model's best rate" not in said and "lowered" not in said
     fixed_only = FixOutcome(post.name, None, 5.0, {"stalled": 10}, {"trained": 2, "stalled": 6}, 2, "a test")
     assert "fixed 5.000" in fixed_only.sentence() and "fixed model trained where the flagged one did not" in (
@@ -85,6 +86,46 @@ def test_an_unmeasured_kind_says_so():
     assert f"{dropout.name}: {NOT_MEASURED}" in fix_evidence(config, {"init": "dslm", "dropout": 0.1}, {})
     # the Pre-LN case does not speak for a Post-LN model
     assert all("pre-LN" not in s for s in fix_evidence(config, {"init": "dslm"}, {}))
+
+
+def test_a_recommendation_beyond_any_one_case_says_the_whole_was_not_measured():
+    """Pre-LN Xavier with Q/K at 2x: the doctor changes the scheme and the Q/K scale; each case trained one of the two
+    changes alone (the Q/K case from DeepScaleLM), so the evidence says the combination was not trained."""
+    pre = next(c for c in FIX_CASES if c.name.startswith("pre-LN"))
+    qk = next(c for c in FIX_CASES if "qk_gain" in c.fix)
+    config = TransformerConfig(**{**pre.flagged, "qk_gain": 2.0})
+    said = fix_evidence(config, {"init": "dslm", "lam": None, "beta": None, "qk_gain": 1.0}, {})
+    assert said == (f"{pre.name}: {NOT_MEASURED}", f"{qk.name}: {NOT_MEASURED}",
+                    f"the recommendation as a whole (init=dslm, qk_gain=1.0): {NOT_MEASURED} (each case above "
+                    "trained its own change alone)")
+    # the scheme's own residual scales (None) are part of the case's fix, not a change beyond it
+    assert len(fix_evidence(TransformerConfig(**pre.flagged), {"init": "dslm", "lam": None}, {})) == 1
+
+
+def test_the_derf_case_does_not_speak_for_a_dyt_model():
+    derf = next(c for c in FIX_CASES if "norm_alpha" in c.fix)
+    dyt = TransformerConfig(**{**derf.flagged, "norm": "dyt"})
+    assert not derf.matches(dyt, {"norm_alpha": 0.5})
+    assert fix_evidence(dyt, {"norm_alpha": 0.5}, {}) == (f"a fix of this kind: {NOT_MEASURED}",)
+
+
+def test_a_post_ln_scheme_in_a_llama_style_stack_is_replaced_by_auto():
+    """init=deepnorm (a Post-LN scheme) in a Pre-LN RMSNorm/SwiGLU stack: the configuration check proposes a new
+    scheme, and beyond DeepScaleLM's closed forms that is init='auto', flagged by depth or not."""
+    from sigprop.analysis.config_checks import config_checks
+    from sigprop.analysis.diagnosis import diagnose
+    from sigprop.core.profile import Profile, Row
+
+    llama = next(c for c in FIX_CASES if c.fix == {"init": "auto"})
+    config = TransformerConfig(**{**llama.flagged, "init": "deepnorm"})
+    checks = [c for c in config_checks(config) if c.flagged]
+    assert any(c.changes.get("init") == "dslm" for c in checks)
+    flat = diagnose(Profile("predicted", config.to_dict(), tuple(Row(layer, "layer", 0.0, 1.0, 0.3, 1.0, 0.5)
+                                                                 for layer in range(config.n_layers))))
+    for diagnosis in (doctor_diagnosis_exploding(config), flat):
+        rec = recommend(config, diagnosis, checks=checks)
+        assert rec is not None and rec.changes["init"] == "auto"
+        assert any("init='auto' calibrates" in r for r in rec.reasons)
 
 
 def test_the_doctors_recommendation_carries_the_stored_evidence():

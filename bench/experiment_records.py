@@ -30,7 +30,9 @@ from pathlib import Path
 
 from sigprop.core.jsonio import write_json_atomic, write_text_atomic
 
-LIGHT_FILES = ("fate.json", "run.json", "track.jsonl")
+#: The light files of a run, its fate last: the fate marks a record finished, so an interrupted keep never leaves a
+#: fate without the run record (and data fingerprint) beside it.
+LIGHT_FILES = ("run.json", "track.jsonl", "fate.json")
 
 
 def relative_command(run_record: dict, experiment_folder: Path) -> dict:
@@ -47,6 +49,8 @@ def keep_records(experiment_folder: Path, records: Path) -> list[str]:
     kept = []
     for fate in sorted(experiment_folder.glob("*/fate.json")):
         run = fate.parent
+        if run.name.startswith("."):  # an interrupted copy (".RUN_ID.copying") or a run set aside: not a finished run
+            continue
         for name in LIGHT_FILES:
             if not (run / name).is_file():
                 continue

@@ -241,7 +241,8 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
     for fate_file in sorted(out.glob(f"*/{FATE_FILE}")):
         with contextlib.suppress(OSError, ValueError):
             fate = json.loads(fate_file.read_text(encoding="utf-8"))
-            if fate.get("model_name") in names:
+            # a run's own folder only: not an interrupted copy (".RUN_ID.copying") nor a run set aside
+            if fate.get("model_name") in names and fate.get("run_id") == fate_file.parent.name:
                 fates.append(fate)
     tuned: dict = {}
     for fate in fates:

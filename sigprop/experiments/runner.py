@@ -14,7 +14,10 @@ error line). An interrupted run gets no fate and is resumed.
 Every run records the SHA-256 of its training and validation data (``run.json``, :mod:`sigprop.data.fingerprint`).
 A finished run whose data differ from the experiment's (:func:`corpus_mismatch`: trained on another machine's
 ``data=python``, or on an older build of the corpus) is not copied in from another folder, and is left out of the
-experiment's table with a line saying why.
+experiment's table with a line saying why; one found in the experiment's own folder is set aside (a hidden sibling
+folder, kept) and trained again, so that it steers neither the rate search nor the seeds. A model whose finished runs
+trained in another arithmetic than this device's (bf16 on a GPU, fp32 on a CPU, for precision "auto") gets no
+further runs here: its rates and seeds are compared in one arithmetic.
 """
 
 from __future__ import annotations
@@ -128,6 +131,26 @@ def corpus_mismatch(run_dir, expected: dict | None, required: bool = False) -> s
                 f"validation {found['validation_sha256'][:12]}…; this experiment's: "
                 f"{expected['train_sha256'][:12]}…, {expected['validation_sha256'][:12]}…)")
     return None
+
+
+def _recorded_precision(run_dir: Path) -> str | None:
+    """The arithmetic a finished run's record says it trained in (``run.json``'s ``precision``), None if unknown."""
+    try:
+        precision = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("precision")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return precision if isinstance(precision, str) else None
+
+
+def _set_aside(run_dir: Path, why: str) -> Path:
+    """Move a finished run that may not count here out of the way (a hidden sibling ``.RUN_ID.WHY[.k]``, which no
+    table reads), so that its run trains again; returns where it went."""
+    aside = run_dir.with_name(f".{run_dir.name}.{why}")
+    k = 1
+    while aside.exists():
+        aside, k = run_dir.with_name(f".{run_dir.name}.{why}.{k}"), k + 1
+    run_dir.rename(aside)
+    return aside
 
 
 def _fate_of(run_dir: Path) -> dict | None:
@@ -329,6 +352,11 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 seen.add(spec.run_id)
                 known = _fate_of(out / spec.run_id)
                 mine = None if corpus is None else corpus.get(spec.model_name)
+                why = None if known is None or mine is None else corpus_mismatch(out / spec.run_id, *mine)
+                if why is not None:  # trained on other data: neither pooled nor steering the schedule; trained again
+                    aside = _set_aside(out / spec.run_id, "other-data")
+                    say(f"set aside as {aside.name}: {why}; it trains again")
+                    known = None
                 if known is None and (known := _reuse(spec, out, folders, mine, say)) is not None:
                     reused += 1
                 if known is not None:
@@ -342,7 +370,27 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                     say(f"{reused - before} more finished run(s) of identical spec copied from "
                         f"{', '.join(map(str, folders))}")
                 skip = {job.spec.run_id for job in running.values()} | interrupted
-                return needed, [s for s in needed if s.run_id not in results and s.run_id not in skip]
+                todo = [s for s in needed if s.run_id not in results and s.run_id not in skip]
+                return needed, [s for s in todo if not arithmetic_clash(s)]
+
+    clashes: dict[str, str] = {}  # model name → the arithmetic its finished runs trained in, where it is not ours
+
+    def arithmetic_clash(spec: RunSpec) -> bool:
+        """Whether ``spec``'s model has finished runs here trained in another arithmetic than this device's (bf16
+        on a GPU, fp32 on a CPU, for precision "auto"): its other runs are then not trained here, since one model's
+        seeds and rates are compared in one arithmetic (said once per model)."""
+        from ..train.config import resolve_precision
+
+        ours = resolve_precision(spec.train_config.get("precision", "auto"), device)
+        theirs = {_recorded_precision(out / r.run_id) for r in results.values() if r.model_name == spec.model_name}
+        other = sorted(p for p in theirs if p is not None and p != ours)
+        if not other:
+            return False
+        if spec.model_name not in clashes:
+            clashes[spec.model_name] = other[0]
+            say(f"not trained here: {spec.model_name}'s finished runs trained in {other[0]}, and this device trains "
+                f"{ours}; run its other runs where those ran (--device), or into a new --out")
+        return True
 
     needed, todo = plan(report=False)  # the first plan's copies are said below, with the count of finished runs
     if reused:

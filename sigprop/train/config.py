@@ -9,7 +9,8 @@ from typing import Literal, get_args
 from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "train_config_from_dict", "apply_train_overrides"]
+__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "resolve_precision", "train_config_from_dict",
+           "apply_train_overrides"]
 
 #: Learning-rate schedules after the linear warmup (:mod:`sigprop.train.schedule`).
 Schedule = Literal["cosine", "linear", "constant"]
@@ -17,6 +18,26 @@ SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 #: Arithmetic of the forward and backward passes: "auto" is bf16 autocast on a GPU and float32 on a CPU.
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+
+def resolve_precision(precision: Precision, device_type: str) -> str:
+    """The arithmetic a run trains in: "auto" is bf16 on a GPU ("cuda"), fp32 elsewhere; fp32 and bf16 as they are.
+
+    Args:
+        precision: a :class:`TrainConfig`'s ``precision``.
+        device_type: ``"cpu"`` or ``"cuda"``.
+
+    Returns:
+        ``"fp32"`` or ``"bf16"``.
+
+    Example:
+        >>> resolve_precision("auto", "cuda"), resolve_precision("auto", "cpu")
+        ('bf16', 'fp32')
+    """
+    if precision == "auto":
+        return "bf16" if device_type == "cuda" else "fp32"
+    return precision
+
 #: Largest values the validation accepts where a bigger one is a typo, not a run (steps, batch).
 MAX_STEPS = 10**9
 MAX_BATCH = 10**6

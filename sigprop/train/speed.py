@@ -11,10 +11,11 @@ __all__ = ["autocast_for", "precision_used", "compile_layers"]
 
 
 def precision_used(config, device: torch.device) -> str:
-    """``config.precision`` resolved: "auto" is bf16 on a GPU, fp32 elsewhere."""
-    if config.precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    return config.precision
+    """``config.precision`` resolved (:func:`~sigprop.train.config.resolve_precision`): "auto" is bf16 on a GPU, fp32
+    elsewhere."""
+    from .config import resolve_precision
+
+    return resolve_precision(config.precision, device.type)
 
 
 def autocast_for(precision: str, device: torch.device):

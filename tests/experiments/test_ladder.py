@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sigprop.experiments import catalog
+from sigprop.experiments import catalog, runner
 from sigprop.experiments.ladder import Role, heads_for, ladder_model, rung_model_names
 from sigprop.experiments.ladder_report import evaluate_ladder, judge, ladder_markdown
 from sigprop.experiments.ladder_stats import IntervalKind, fit_trend
@@ -138,13 +139,72 @@ def test_both_shapes_of_a_rung_see_the_same_batches_at_a_seed_and_the_evaluation
     assert wide.meta()["train_sha256"] == thin.meta()["train_sha256"]
 
 
-def _fake_run(folder: Path, run_id: str, model: str, fingerprint: dict | None, lr=1e-3, seed=0):
+def _fake_run(folder: Path, run_id: str, model: str, fingerprint: dict | None, lr=1e-3, seed=0, precision="fp32",
+              tuning=True):
     (folder / run_id).mkdir(parents=True)
-    fate = {"run_id": run_id, "model_name": model, "seed": seed, "lr": lr, "tuning": True, "fate": "trained",
+    fate = {"run_id": run_id, "model_name": model, "seed": seed, "lr": lr, "tuning": tuning, "fate": "trained",
             "detail": "", "final_val": 3.0, "steps": 1, "tokens": 1, "wall": 1.0, "curve": [[1, 3.0]]}
     (folder / run_id / "fate.json").write_text(json.dumps(fate))
     data = {"kind": "text", **(fingerprint or {})}
-    (folder / run_id / "run.json").write_text(json.dumps({"model_config": {}, "train_config": {}, "data": data}))
+    (folder / run_id / "run.json").write_text(json.dumps({"model_config": {}, "train_config": {}, "data": data,
+                                                          "precision": precision}))
+
+
+class _Launched(Exception):
+    """Raised in place of starting a run: which run the runner would have trained."""
+
+
+def _no_training(monkeypatch) -> None:
+    def launch(spec, *args):
+        raise _Launched(spec.run_id)
+
+    monkeypatch.setattr(runner, "_launch", launch)
+
+
+def test_a_run_on_another_corpus_in_the_experiment_s_folder_is_set_aside_and_trained_again(tmp_path, monkeypatch):
+    """It must not count as finished (it would steer the best rate and the seeds while left out of the table): it
+    moves to a hidden sibling folder, which no table reads, and its run is the next to train."""
+    _no_training(monkeypatch)
+    spec = plan_runs(LADDER, "smoke")[0]
+    ours = {"train_sha256": "a" * 64, "validation_sha256": "b" * 64}
+    out = tmp_path / "e"
+    _fake_run(out, spec.run_id, spec.model_name, {**ours, "train_sha256": "c" * 64}, spec.lr, spec.seed)
+    said: list[str] = []
+    with pytest.raises(_Launched, match=spec.run_id):
+        runner.execute([spec], out, 1, "cpu", {spec.model_name: 6.0}, 0.05, said.append,
+                       placement=runner.Placement(corpus={spec.model_name: (ours, True)}))
+    assert not (out / spec.run_id).exists() and (out / f".{spec.run_id}.other-data" / "fate.json").is_file()
+    assert any(line.startswith("set aside") and "trained on other data" in line for line in said)
+    assert _finished_runs(LADDER, "smoke", None, out) == []  # the hidden folder is not a finished run
+
+
+def test_a_model_s_runs_are_not_trained_in_another_arithmetic_than_its_finished_ones(tmp_path, monkeypatch):
+    """A model whose finished run trained in bf16 (a GPU) gets no fp32 runs from a CPU invocation of the same
+    folder, said once; with its finished run in fp32, the CPU trains the next."""
+    _no_training(monkeypatch)
+    runs = plan_runs(LADDER, "smoke")
+    first, second = [r for r in runs if r.model_name == runs[0].model_name][:2]
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        _fake_run(out, first.run_id, first.model_name, None, first.lr, first.seed, precision=precision)
+        said: list[str] = []
+        unigram = {first.model_name: 6.0}
+        if precision == "bf16":
+            runner.execute([first, second], out, 1, "cpu", unigram, 0.05, said.append)
+            assert [line for line in said if line.startswith("not trained here")] == [
+                f"not trained here: {first.model_name}'s finished runs trained in bf16, and this device trains fp32; "
+                "run its other runs where those ran (--device), or into a new --out"]
+        else:
+            with pytest.raises(_Launched, match=second.run_id):
+                runner.execute([first, second], out, 1, "cpu", unigram, 0.05, said.append)
+
+
+def test_an_interrupted_copy_is_not_a_finished_run(tmp_path):
+    spec = plan_runs(LADDER, "smoke")[0]
+    out = tmp_path / "e"
+    _fake_run(out, spec.run_id, spec.model_name, None, spec.lr, spec.seed)
+    shutil.copytree(out / spec.run_id, out / f".{spec.run_id}.copying")  # left by a copy stopped half-way
+    assert [r.run_id for r in _finished_runs(LADDER, "smoke", None, out)] == [spec.run_id]
 
 
 def test_a_run_on_another_corpus_is_refused_from_the_pool(corpus, tmp_path, monkeypatch):
@@ -389,3 +449,17 @@ def test_bad_rungs_are_refused_before_any_run(args, needle, tmp_path):
 
     refused([*args, "--out", str(tmp_path / "e")], needle)
     assert not (tmp_path / "e").exists()
+
+
+def test_kept_records_leave_out_hidden_folders_and_write_each_fate_last(tmp_path):
+    """``bench/experiment_records.py`` keeps a run's own folder only (not an interrupted copy or a run set aside), and
+    writes its fate, the mark of a finished record, after the run record that holds its fingerprint."""
+    import bench.experiment_records as records
+
+    spec = plan_runs(LADDER, "smoke")[0]
+    out = tmp_path / "e"
+    _fake_run(out, spec.run_id, spec.model_name, None, spec.lr, spec.seed)
+    shutil.copytree(out / spec.run_id, out / f".{spec.run_id}.copying")
+    assert records.keep_records(out, tmp_path / "kept") == [spec.run_id]
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [spec.run_id]
+    assert records.LIGHT_FILES.index("fate.json") == len(records.LIGHT_FILES) - 1

@@ -49,8 +49,9 @@ class TrainConfig(DictConfig):
 
     Optimiser: AdamW (Loshchilov & Hutter 2019) with decoupled ``weight_decay`` on the weight matrices and
     embeddings only (no decay on norms, biases or residual scales β), moments ``adam_beta1`` / ``adam_beta2``,
-    ``adam_eps``. Learning rate: linear warmup from 0 over ``warmup_steps``, then ``schedule`` ("cosine", "linear"
-    or "constant") from ``lr`` down to ``lr·final_lr_fraction`` at ``steps``. ``clip``: the global gradient norm is
+    ``adam_eps``. Learning rate: linear warmup over ``warmup_steps`` (step t at ``lr·(t+1)/warmup_steps``, so the
+    first step already moves), then ``schedule`` ("cosine", "linear" or "constant") from ``lr`` down to
+    ``lr·final_lr_fraction`` at the last step. ``clip``: the global gradient norm is
     clipped to it (None: no clipping). ``batch_size`` is the global batch (sequences or images per step, split over
     the processes of a distributed run). Validation every ``eval_every`` steps on ``eval_batches`` held-out batches
     (the held-out ``val_fraction`` of the corpus's files, or of the images). A checkpoint every

@@ -148,7 +148,9 @@ class TextData(TrainData):
 
     def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
         """``n_batches`` fixed batches of non-overlapping windows spread evenly over the held-out stream (wrapping
-        round when it is short), the masking drawn from a fixed seed."""
+        round when it is short): the windows depend on ``n_batches × batch_size`` only, not on the run's seed. A
+        masked LM's masks are drawn per batch from the run's seed (stream 1), so two models at one seed are scored
+        on the same masks and a model's seeds on different ones (docs/results/experiments/depth-mlm.md)."""
         w = self.window_length(self.model_config)
         n = n_batches * batch_size
         usable = len(self.val_ids) - w + 1

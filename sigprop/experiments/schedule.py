@@ -1,21 +1,22 @@
-"""Which runs an experiment needs, given those that have finished: each model's tuning grid, its grid extensions
-and the other seeds at its best rate, decided model by model as soon as that model's own runs allow.
+"""Which runs an experiment needs, given those that have finished: each model's tuning grid, its grid extensions and the
+other seeds at its best rate, decided model by model as soon as that model's own runs allow.
 
 A model's runs come in stages. Its tuning runs (every rate of its grid, each tuning seed) come first. When they have
 all finished and its best rate (the lowest mean of the tuning seeds' final validation losses,
 :func:`~sigprop.experiments.summary.best_learning_rates`) sits at an edge of the rates tried, the next rate beyond
 that edge trains (:func:`~sigprop.experiments.spec.edge_rates`), and so on until it is interior or the extensions are
-spent; the model is then *settled*, and its other seeds train at its best rate. Every decision reads the model's own
-runs only, which is what the rules always read; deciding model by model rather than stage by stage over the whole
-experiment changes none of the runs, only when they start: a model settles as soon as its own runs have finished,
-so a stopped experiment holds as many settled models as it can. The total time is not shorter: a ladder's largest
-runs are left to the end (the two rules simulated on estimated run times, ``bench/schedule_makespan.py``; its figures:
-docs/results/experiments/shape-ladder.md, "Running it").
+spent; its rate search is then over, and its other seeds train at its best rate. (The table calls a model *settled*,
+:func:`~sigprop.experiments.summary.settled`, only where that rate is interior and those seeds trained.) Every
+decision reads the model's own runs only, which is what the rules always read; deciding model by model rather than
+stage by stage over the whole experiment changes none of the runs, only when they start: a model settles as soon as
+its own runs have finished, so a stopped experiment holds as many settled models as it can. The total time is not
+shorter: a ladder's largest runs are left to the end (the two rules simulated on estimated run times,
+``bench/schedule_makespan.py``; its figures: docs/results/experiments/shape-ladder.md, "Running it").
 
 The order in which runs start: by the model's group (:attr:`~sigprop.experiments.spec.ModelSpec.group`; a shape
 ladder's rung, so that the cheapest rungs settle first), then a model's grid extensions and other seeds before the
-first-grid runs still to start (those wait, not the models whose first grid has finished), then the experiment's
-own order (:func:`~sigprop.experiments.spec.plan_runs`: every model's middle rate first).
+first-grid runs still to start (those wait, not the models whose first grid has finished), then the experiment's own
+order (:func:`~sigprop.experiments.spec.plan_runs`: every model's middle rate first).
 """
 
 from __future__ import annotations

@@ -34,11 +34,14 @@ def tuning_scores(results) -> dict:
 
 def best_learning_rates(results) -> dict:
     """Model name → the rate whose tuning runs trained to the lowest mean final validation loss (None if none
-    trained); with one tuning seed, the rate of the lowest tuning run."""
+    trained; of two rates with the same score, the lower, whatever order the runs come in); with one tuning seed, the
+    rate of the lowest tuning run. Of a stopped experiment, the runs finished so far: a rate whose other tuning seed
+    has not finished is scored on the one that has (its model is not :func:`settled`, so tables show it as
+    provisional)."""
     best: dict = {}
     for (name, lr), score in tuning_scores(results).items():
         best.setdefault(name, None)
-        if isinstance(score, float) and (best[name] is None or score < best[name][1]):
+        if isinstance(score, float) and (best[name] is None or (score, lr) < (best[name][1], best[name][0])):
             best[name] = (lr, score)
     return {name: (None if v is None else v[0]) for name, v in best.items()}
 
@@ -124,7 +127,9 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
         seeds: the seeds every model trains at its best rate.
 
     Returns:
-        True when nothing more would train for this model.
+        True when the model's rate search and seeds are finished as the rules ask. False also where nothing more
+        will train for it: a best rate still at an edge once the extensions are spent, or a seed at the best rate
+        that diverged or stalled (its fate is final, so it is not trained again): such a model stays provisional.
 
     Example:
         >>> from types import SimpleNamespace as Run

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from sigprop.experiments.runner import RunResult
-from sigprop.experiments.summary import paired_gap_at_best, seed_losses
+from sigprop.experiments.summary import best_learning_rates, paired_gap_at_best, seed_losses
 
 
 def _run(model: str, seed: int, lr: float, final: float | None, fate: str = "trained") -> RunResult:
@@ -38,3 +38,9 @@ def test_the_gap_pairs_the_seeds_both_models_have_each_at_its_own_best_rate():
 
 def test_no_shared_seed_gives_no_gap():
     assert paired_gap_at_best([_run("a", 0, 1e-3, 3.0)], "a", "b") is None
+
+
+def test_a_tie_goes_to_the_lower_rate_whatever_order_the_runs_come_in():
+    """The schedule sees runs in plan order, the table in run-id order: both must pick the same best rate."""
+    runs = [_run("m", 0, 1e-3, 3.0), _run("m", 0, 2e-3, 3.0), _run("m", 0, 4e-3, 3.5)]
+    assert best_learning_rates(runs) == best_learning_rates(runs[::-1]) == {"m": 1e-3}

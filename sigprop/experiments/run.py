@@ -338,10 +338,17 @@ def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, t
         raise ValueError(f"--out and --runs-dir must differ: {experiment.name} writes its own table beside "
                          f"{source}'s runs, not over {source}'s table")
     evaluate, write = EVALUATIONS[experiment.evaluation]
-    say(f"{experiment.name}: the trained models of `{source}` in {runs_dir} (its missing runs are trained first)")
+    header = [f"{experiment.name}: the trained models of `{source}` in {runs_dir} (its missing runs are trained "
+              "first)"]
+
+    def said(line: str) -> None:  # the header with the source's first line: not before its input is checked
+        if header:
+            say(header.pop())
+        say(line)
+
     parts = ["sigprop", "experiment", source, "--scale", scale, "--out", str(runs_dir)]
     parts += ["--seeds", str(seeds)] if seeds is not None else []
-    trained = run_experiment(source, scale, seeds, runs_dir, workers, device, overrides, train_overrides, say,
+    trained = run_experiment(source, scale, seeds, runs_dir, workers, device, overrides, train_overrides, said,
                              " ".join(parts), train=train)
     if trained.stopped:
         return ExperimentResult(trained.summary, trained.files, True)

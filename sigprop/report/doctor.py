@@ -126,7 +126,11 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
     from ..core.jsonio import read_config_json
     from ..model.presets import PRESETS, resolve_config
 
+    no_weights = ("--fresh applies to a model with saved weights (a training run's folder or a Hugging Face model "
+                  "folder); {} has none: it is always diagnosed freshly initialised")
     if model in PRESETS:
+        if fresh:
+            raise ValueError(no_weights.format(f"the preset {model!r}"))
         return DoctorTarget(resolve_config(model, None, overrides)[0], "sigprop", model)
     path, name = Path(model), None
     if not path.exists():
@@ -162,6 +166,8 @@ def resolve_model(model: str, overrides=(), fresh: bool = False) -> DoctorTarget
             except ValueError as err:  # a mapped family whose configuration uses what the mapping cannot state
                 return DoctorTarget(None, "hf", name, saved, f"its theory is not available: {err}", path)
         if not path.is_dir():
+            if fresh:
+                raise ValueError(no_weights.format(f"the config file {path}"))
             return DoctorTarget(resolve_config(None, path, overrides)[0], "sigprop", path.stem)
     raise ValueError(f"MODEL: {path} holds no run.json, no config.json and is no config file")
 

@@ -21,6 +21,7 @@ distribution-free standard error (order statistics at N q +- sqrt(N q (1 - q)), 
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 
@@ -372,8 +373,17 @@ def figure_options(figure: int, samples=None, width=None, depth=None, gammas=Non
                           ("--tokens", tokens, 2)):
         if val is not None and val < lo:
             raise ValueError(f"{name} must be an integer >= {lo} (got {val})")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0 (got {seed})")
     if dt is not None and not dt > 0:
         raise ValueError(f"--dt must be > 0 (got {dt})")
+    if figure != 2 and source != "sde":  # a Post-LN network is simulated in a basis of 2 m directions
+        defaults = inspect.signature(FIGURES[figure]).parameters
+        w = defaults["width"].default if width is None else width
+        m = defaults["tokens"].default if tokens is None else tokens
+        if w < 2 * m:
+            raise ValueError(f"--width must be at least twice --tokens for figure {figure}'s networks (the reduced "
+                             f"simulation keeps 2 m directions per token set; got width {w}, tokens {m})")
     for g in gammas or []:
         if not 0.0 <= g <= 1.0:
             raise ValueError(f"--gamma must lie in [0, 1] (got {g})")

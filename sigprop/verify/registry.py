@@ -54,4 +54,5 @@ def load_spec(name: str, approx: str | None = None) -> ComponentSpec:
     if hasattr(module, "predict"):
         return dataclasses.replace(module.SPEC, name=f"{name}[{approx}]",
                                    predict=functools.partial(module.predict, approx=approx))
-    raise ValueError(f"component {name!r} offers no alternative approximation to compare (only 'exact')")
+    raise ValueError(f"--approx {approx!r}: component {name!r} has no approximation of that name (it offers only "
+                     "'exact')")

@@ -62,7 +62,8 @@ def test_cli_reports(tmp_path):
 def test_cli_bad_input_fails_before_work(tmp_path):
     for args, words in ((["doctor", "no-such-model"], "neither a preset"),
                         (["doctor", "fig1-preln", "--html", tmp_path / "r.txt"], "--html"),
-                        (["doctor", "fig1-preln", "--seeds", "-1"], "--seeds")):
+                        (["doctor", "fig1-preln", "--seeds", "-1"], "--seeds"),
+                        (["doctor", "fig1-preln", "--fresh"], "--fresh applies to a model with saved weights")):
         out = run_cli(args)
         assert out.exit_code == 2 and words in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
 

@@ -47,7 +47,10 @@ def test_sde_figure3_and_figure8_tables(tmp_path):
     (["--figure", "4", "--dt", "0.1"], "--dt does not apply"),
     (["--source", "network"], "--source applies"),
     (["--figure", "5", "--source", "oracle"], "--source must be"),
-    (["--width", "6", "--tokens", "4", "--samples", "4", "--depth", "2"], "width >= 2 m"),
+    (["--width", "6", "--tokens", "4", "--samples", "4", "--depth", "2"], "--width must be at least twice --tokens"),
+    (["--width", "2", "--tokens", "2", "--samples", "2", "--depth", "1"], "got width 2, tokens 2"),
+    (["--figure", "3", "--width", "3", "--samples", "2", "--depth", "1"], "got width 3, tokens 2"),
+    (["--seed", "-1", "--width", "8", "--depth", "1", "--tokens", "2"], "--seed must be an integer >= 0"),
 ])
 def test_sde_bad_options_exit_2_with_a_message(args, message):
     result = run_cli(["sde", *args])

@@ -101,6 +101,9 @@ def _gpt2(c, notes: list) -> dict:
     if c.embd_pdrop != c.resid_pdrop:
         notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
                      "has one, resid_pdrop is used")
+    if not getattr(c, "scale_attn_weights", True):
+        raise ValueError("GPT-2 with scale_attn_weights=False (attention scores without 1/√d_head) is not mapped: "
+                         "sigprop's attention always scales its scores by 1/√d_head")
     if getattr(c, "scale_attn_by_inverse_layer_idx", False) or getattr(c, "reorder_and_upcast_attn", False):
         notes.append("scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not modelled")
     notes.append("biases (zero at initialisation) are not modelled")
@@ -147,10 +150,7 @@ def _llama(c, notes: list) -> dict:
     head_dim = None if head_dim in (None, d // h) and d % h == 0 else int(head_dim)
     if getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False) or c.model_type == "qwen2":
         notes.append("biases (zero at initialisation) are not modelled")
-    window = getattr(c, "sliding_window", None)
     seq_len = _seq_len(c.max_position_embeddings)
-    if window and getattr(c, "use_sliding_window", True) and int(window) < seq_len:
-        notes.append(f"sliding-window attention ({window} tokens) is not modelled")
     return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=h,
                 n_kv_heads=int(getattr(c, "num_key_value_heads", None) or h), head_dim=head_dim,
                 d_ff=int(c.intermediate_size), activation=_activation(c.hidden_act, notes, True), dropout=0.0,
@@ -297,8 +297,18 @@ def _gemma(c, notes: list) -> dict:
     initialisation (weight 1, as sigprop's RMSNorm)."""
     fields = _llama(c, notes)
     notes.append("RMSNorm computes x·(1 + w) with w = 0 at initialisation: weight 1, as sigprop's")
-    return {**fields, "embed_scale": float(int(c.hidden_size) ** 0.5), "activation": _activation(
-        getattr(c, "hidden_activation", None) or c.hidden_act, notes, True)}
+    return {**fields, "embed_scale": float(int(c.hidden_size) ** 0.5),
+            "activation": _activation(_gemma_activation(c), notes, True)}
+
+
+def _gemma_activation(c) -> str:
+    """The activation Gemma's MLP applies: ``hidden_act`` from transformers 5 on; before, ``hidden_activation``
+    (its tanh GELU where unset), whatever ``hidden_act`` says."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return str(c.hidden_act)
+    return str(getattr(c, "hidden_activation", None) or "gelu_pytorch_tanh")
 
 
 _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "llama": _llama, "qwen3": _qwen3,
@@ -316,6 +326,10 @@ def map_hf_config(obj, **overrides) -> HFMapping:
     notes: list = []
     fields = _MAPPERS[FAMILIES[kind]](cfg, notes)
     fields.update(overrides)
+    window = getattr(cfg, "sliding_window", None)  # against the sequence length measured, overrides included
+    if window and getattr(cfg, "use_sliding_window", True) and int(window) < int(fields.get("seq_len", 0)):
+        notes.append(f"sliding-window attention ({window} tokens, shorter than seq_len {fields['seq_len']}) is not "
+                     "modelled")
     return HFMapping(config=TransformerConfig(**fields), notes=tuple(dict.fromkeys(notes)), model_type=kind)
 
 

@@ -135,6 +135,24 @@ def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path)
     assert map_hf_config(tmp_path).config.n_kv_heads == 2
 
 
+def test_what_the_mapping_cannot_state_is_refused_or_noted_against_the_sequence_measured():
+    """GPT-2 without 1/√d_head on its scores is refused (sigprop's attention always scales them); a sliding window is
+    noted when it is shorter than the sequence length measured, an override of that length included; Gemma's
+    activation is the one its MLP applies."""
+    with pytest.raises(ValueError, match="scale_attn_weights=False"):
+        map_hf_config(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, scale_attn_weights=False))
+    mistral = transformers.MistralConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=96, vocab_size=50,
+                                         max_position_embeddings=16384, sliding_window=4096)
+    assert not any("sliding-window" in n for n in map_hf_config(mistral).notes)  # 128 tokens measured
+    assert any("sliding-window attention (4096 tokens" in n for n in map_hf_config(mistral, seq_len=8192).notes)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        gemma = transformers.GemmaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                                         num_key_value_heads=4, head_dim=16, intermediate_size=96, vocab_size=50,
+                                         hidden_act="silu")
+        assert map_hf_config(gemma).config.activation == "swiglu"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # measured through sigprop: Hugging Face models against sigprop's model of the mapped config, and the prediction
 # ----------------------------------------------------------------------------------------------------------------

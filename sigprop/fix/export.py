@@ -32,14 +32,15 @@ LayerNorms = the attention / FFN norms, biases zero (ε moves to ε/λ² as for 
 counterpart in sigprop's model:
 
 * the MLM head's transform, LayerNorm(GELU(dense x)), is the model's own where it has one (``head_transform``);
-  without, it becomes the identity up to the norm: dense = I with bias
-  :data:`BERT_HEAD_SHIFT` on every unit puts GELU's input ≥ 20 − max|x| (GELU(z) = z to e^{−z²/2}, below 1e-80 for
-  a normalised stream), and the LayerNorm's mean subtraction removes the shift; LayerNorm(x) of the last layer's
-  already normalised output is x up to ε, and its weight carries the head's output scale;
+  without, it becomes the identity up to the norm: the last layer's output is x = γ·n + b (n normalised, γ and b
+  its norm's weight and bias, 1 and 0 only at initialisation), dense = diag(1/γ) with bias
+  :data:`BERT_HEAD_SHIFT` − b/γ gives n + 20 on every unit, so GELU's input is ≥ 20 − max|n| (GELU(z) = z to
+  e^{−z²/2}, below 1e-80 for a normalised stream), the LayerNorm's mean subtraction removes the shift and
+  normalises n to itself up to ε, and its weight and bias, γ and b times the head's output scale, give back x;
 * the embedding LayerNorm (``bert.embeddings.LayerNorm``) normalises each token's embedding sum, which sigprop's model
   does not, and no weight setting turns it off. The exported model computes sigprop's model with a LayerNorm
   (weight 1, bias 0, the model's ε) applied to the embedding output: exactly that with ε = 0 (tested), and the
-  difference to sigprop's own logits is stated by :func:`bert_embedding_norm_gap` (measured in the tests).
+  difference to sigprop's own logits is measured in the tests (a few percent at d = 64).
 """
 
 from __future__ import annotations
@@ -178,11 +179,16 @@ def _bert_state(model) -> tuple[dict, dict]:
         state["cls.predictions.transform.dense.bias"] = f(transform.dense.bias)
         state["cls.predictions.transform.LayerNorm.weight"] = f(transform.norm.weight) * float(model.head_scale)
         state["cls.predictions.transform.LayerNorm.bias"] = f(transform.norm.bias) * float(model.head_scale)
-    else:
-        state["cls.predictions.transform.dense.weight"] = torch.eye(c.d_model, dtype=token.dtype)
-        state["cls.predictions.transform.dense.bias"] = zeros(c.d_model) + BERT_HEAD_SHIFT
-        state["cls.predictions.transform.LayerNorm.weight"] = zeros(c.d_model) + float(model.head_scale)
-        state["cls.predictions.transform.LayerNorm.bias"] = zeros(c.d_model)
+    else:  # undo the last norm's affine γ·n + b back to n, shifted onto GELU's linear branch; the LayerNorm redoes it
+        last = f"bert.encoder.layer.{c.n_layers - 1}.output.LayerNorm."
+        gamma, bias = state[last + "weight"], state[last + "bias"]
+        if not bool((gamma != 0).all()):
+            raise ValueError("--to bert: the last layer's norm has a weight of exactly 0, so BERT's head transform "
+                             "cannot recover the normalised stream from its output; give the model a head_transform")
+        state["cls.predictions.transform.dense.weight"] = torch.diag(1.0 / gamma)
+        state["cls.predictions.transform.dense.bias"] = BERT_HEAD_SHIFT - bias / gamma
+        state["cls.predictions.transform.LayerNorm.weight"] = gamma * float(model.head_scale)
+        state["cls.predictions.transform.LayerNorm.bias"] = bias * float(model.head_scale)
     state["cls.predictions.bias"] = zeros(c.vocab_size)
     state["cls.predictions.decoder.weight"] = f(model.head.weight)
     state["cls.predictions.decoder.bias"] = zeros(c.vocab_size)

@@ -31,6 +31,9 @@ def fold_factors(config, layer_scales) -> list[dict[str, float]]:
     if c.norm_position not in ("pre", "post") or c.norm == "none":
         raise ValueError("folding needs a norm after (Post-LN) or before every branch and a final norm (Pre-LN): "
                          f"this model has norm_position={c.norm_position!r}, norm={c.norm!r}")
+    if c.norm not in ("layernorm", "rmsnorm"):
+        raise ValueError(f"folding needs norms that ignore their input's scale (LayerNorm, RMSNorm): norm={c.norm!r} "
+                         "is an elementwise squashing whose output changes with that scale")
     if c.arch == "encoder_decoder":
         raise ValueError("folding an encoder–decoder is not supported")
     if c.norm_position == "pre" and not c.has_final_norm:

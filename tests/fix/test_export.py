@@ -22,13 +22,23 @@ HF_CLASS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertFor
             "llama": "LlamaForCausalLM"}
 
 
-def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embedding_norm: bool = False):
+def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embedding_norm: bool = False,
+                  trained_norms: bool = False):
     """sigprop's model of ``fields`` and its ``to`` export (float64), and the relative difference of their logits.
     With ``eps_zero`` every LayerNorm of both models is set to ε = 0 after the export (OPT's ε is fixed at 1e-5); with
     ``embedding_norm`` sigprop's embedding output goes through a LayerNorm (weight 1, bias 0) first: the model a BERT
-    export computes (``sigprop.fix.export``, ``to="bert"``)."""
+    export computes (``sigprop.fix.export``, ``to="bert"``); with ``trained_norms`` every norm's weight and bias
+    move off 1 and 0 (by 0.3·N(0, 1) each), as training moves them."""
     config = TransformerConfig(**fields)
     model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
+    if trained_norms:
+        moved = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, torch.nn.LayerNorm) or type(m).__name__ == "RMSNorm":
+                    for p in (getattr(m, "weight", None), getattr(m, "bias", None)):
+                        if p is not None:
+                            p.add_(0.3 * torch.randn(p.shape, generator=moved, dtype=p.dtype))
     out = export_hf(model, tmp_path / to, to=to)
     hf = getattr(transformers, HF_CLASS[to]).from_pretrained(out, dtype=torch.float64).eval()
     if eps_zero:
@@ -103,6 +113,13 @@ def test_the_plan_s_fold_factors_are_the_built_model_s(fields):
         assert ours == pytest.approx(theirs, rel=rel, abs=0.0)
 
 
+def test_folding_refuses_norms_that_see_their_input_s_scale():
+    """DyT and Derf squash elementwise: a branch scale moved into the weights changes what they output."""
+    for norm in ("dyt", "derf"):
+        with pytest.raises(ValueError, match="ignore their input's scale"):
+            branch_scales(Transformer(TransformerConfig(**{**BASE, "norm": norm}), sample=False))
+
+
 def test_export_refuses_what_gpt2_cannot_hold(tmp_path):
     with pytest.raises(ValueError, match="norm_position"):
         export_hf(Transformer(TransformerConfig(**{**BASE, "norm_position": "post"}), sample=False), tmp_path / "x")
@@ -145,8 +162,8 @@ ENCODER = dict(arch="encoder", norm_position="post", n_layers=6, d_model=64, n_h
                seq_len=32, dropout=0.0)
 
 
-def _bert_pair(tmp_path, eps_zero: bool, embedding_norm: bool, **fields):
-    return _export_error(tmp_path, "bert", {**ENCODER, **fields}, eps_zero, embedding_norm)[1]
+def _bert_pair(tmp_path, eps_zero: bool, embedding_norm: bool, trained_norms: bool = False, **fields):
+    return _export_error(tmp_path, "bert", {**ENCODER, **fields}, eps_zero, embedding_norm, trained_norms)[1]
 
 
 @pytest.mark.parametrize("init,fields", [("dslm", {}), ("xavier", dict(activation="relu")),
@@ -158,6 +175,20 @@ def test_exported_bert_is_sigprop_s_model_with_an_embedding_norm(tmp_path, init,
     GELU's linear branch, the shift removed by its LayerNorm); its embedding LayerNorm cannot be: with ε = 0 the
     export computes sigprop's model with that norm applied to the embedding output, to float64 rounding."""
     assert _bert_pair(tmp_path, True, True, init=init, **fields) <= 1e-12
+
+
+@pytest.mark.parametrize("init,fields", [("dslm", {}), ("xavier", dict(activation="relu", tie_head=False)),
+                                         ("dslm", dict(head_transform=True))])
+def test_a_trained_model_s_norms_survive_the_bert_export(tmp_path, init, fields):
+    """Norm weights and biases off 1 and 0, as after training: the last layer's norm is undone and redone through
+    the head transform, so the export still computes sigprop's model (with the embedding norm), to float64 rounding;
+    a norm weight of exactly 0 cannot be undone and is refused."""
+    assert _bert_pair(tmp_path, True, True, trained_norms=True, init=init, **fields) <= 1e-12
+    model = Transformer(TransformerConfig(**ENCODER, init=init))
+    with torch.no_grad():
+        model.layers[-1].ffn_norm.weight[0] = 0.0
+    with pytest.raises(ValueError, match="weight of exactly 0"):
+        export_hf(model, tmp_path / "zero", to="bert")
 
 
 def test_exported_bert_s_logits_against_sigprop_s_own(tmp_path):

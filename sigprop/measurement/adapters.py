@@ -164,13 +164,21 @@ class ModelAdapter:
         sites; ``None`` for a batch of another form."""
         if isinstance(batch, Batch):
             enc, dec = batch.padding_mask, batch.decoder_padding_mask
-        elif isinstance(batch, Mapping):  # a protocol model's own batch: the documented keys, if it has them
-            enc, dec = batch.get("padding_mask"), batch.get("decoder_padding_mask")
+        elif isinstance(batch, Mapping):  # a batch of its own form: sigprop's keys, else Hugging Face's
+            enc = _as_mask(batch.get("padding_mask", batch.get("attention_mask")))
+            dec = _as_mask(batch.get("decoder_padding_mask", batch.get("decoder_attention_mask")))
         else:
             return None
         if self.decoder_from is None:
             return enc
         return {(layer, site): (dec if layer >= self.decoder_from else enc) for layer, site, _ in self.sites}
+
+
+def _as_mask(mask: object) -> torch.Tensor | None:
+    """A padding mask as bool (True = real token): Hugging Face's 0/1 attention masks as they are given."""
+    if not isinstance(mask, torch.Tensor):
+        return None
+    return mask if mask.dtype == torch.bool else mask != 0
 
 
 def adapt(model: nn.Module, sites: Sequence[tuple[int, str, nn.Module | InputOf]] | None = None) -> ModelAdapter:

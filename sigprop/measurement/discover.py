@@ -8,8 +8,11 @@ sigprop's own models (:mod:`sigprop.measurement.hooks`). The stack is found, in 
 1. a Hugging Face model: the ``nn.ModuleList``\\ s whose children are of a class in its ``_no_split_modules`` (the
    class Hugging Face never splits across devices: its block), all of them in module order, so that an
    encoder–decoder's encoder blocks are layers 0 … N − 1 and its decoder's follow, as in sigprop's models;
-2. any other module: the longest ``nn.ModuleList`` whose children share one class (the first of equal length),
-   ignoring lists nested inside another such list's children (a mixture of experts inside each block).
+2. any other module: the longest ``nn.ModuleList`` whose children share one class and hold modules of their own (a
+   list of norms or of bare linear maps is not a stack of blocks where a list of blocks exists), ignoring lists
+   nested inside another ``nn.ModuleList`` (a mixture of experts inside each block, the heads inside a block of a
+   list of mixed blocks). Two different lists of that longest length (an encoder's and a decoder's, as in
+   ``nn.Transformer``) are ambiguous: ``ValueError``, naming them, asks for ``sites=``.
 
 ``sites=`` overrides both. The input site is :class:`InputOf` the first block (a forward pre-hook reads its first
 tensor argument, or its ``hidden_states`` keyword), so no embedding module needs to be named.
@@ -49,17 +52,18 @@ class DiscoveredSites:
 
 def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.ModuleList]]:
     """(path, list) of the ``nn.ModuleList``\\ s whose children share one class (of ``classes`` when given), outermost
-    only: a list inside another one's children is left out."""
+    only: a list inside another ``nn.ModuleList``'s children (uniform or not) is left out."""
+    lists = [path for path, module in model.named_modules() if isinstance(module, nn.ModuleList)]
     found: list[tuple[str, nn.ModuleList]] = []
     for path, module in model.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) == 0:
+            continue
+        if any(path.startswith(outer + ".") for outer in lists if outer != path):
             continue
         kinds = {type(child) for child in module}
         if len(kinds) != 1:
             continue
         if classes is not None and next(iter(kinds)).__name__ not in classes:
-            continue
-        if any(path.startswith(outer + ".") for outer, _ in found):
             continue
         found.append((path, module))
     return found
@@ -73,6 +77,9 @@ def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
 
     Returns:
         One pair for a decoder or an encoder, two for an encoder–decoder; empty when no stack is found.
+
+    Raises:
+        ValueError: outside a Hugging Face model, two different lists tie as the stack.
 
     Example:
         >>> from torch import nn
@@ -88,8 +95,14 @@ def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
     lists = _uniform_lists(model, None)
     if not lists:
         return []
-    longest = max(len(blocks) for _, blocks in lists)
-    return [next((path, blocks) for path, blocks in lists if len(blocks) == longest)]
+    rank = {path: (any(True for _ in blocks[0].children()), len(blocks)) for path, blocks in lists}
+    best = max(rank.values())
+    tied = [(path, blocks) for path, blocks in lists if rank[path] == best]
+    if len(tied) > 1:
+        raise ValueError(f"{type(model).__name__} holds {len(tied)} lists of {best[1]} blocks ("
+                         + ", ".join(path for path, _ in tied) + "): which is the stack is ambiguous; pass "
+                         "sites=[(layer, site, module), ...]")
+    return tied
 
 
 def discover_sites(model: nn.Module) -> DiscoveredSites:

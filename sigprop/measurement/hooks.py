@@ -607,6 +607,11 @@ class Recorder:
         """The (layer, site) keys in recording order."""
         return list(self._fwd)
 
+    def forward_counts(self) -> dict[tuple[int, str], int]:
+        """(layer, site) → how many forward records it holds (one per call of its module)."""
+        self._flush()
+        return {key: len(records) for key, records in self._fwd.items()}
+
     @property
     def n_passes(self) -> tuple[int, int]:
         """(forward, gradient) records of the site recorded most often."""
@@ -664,6 +669,18 @@ class Recorder:
         info.update(meta or {})
         cfg = _model_config(self._model) if config is None else config
         return profile_from_sums(self.sums, cfg, info)
+
+
+def _token_shapes(batch: Any) -> set[tuple[int, ...]]:
+    """The (batch, tokens) shapes of a batch's token ids (the encoder's and the decoder's); empty for images or what
+    carries no token ids."""
+    if isinstance(batch, Batch):
+        tensors = [batch.inputs, batch.decoder_inputs]
+    elif isinstance(batch, Mapping):
+        tensors = [batch.get("input_ids"), batch.get("decoder_input_ids")]
+    else:
+        tensors = [batch]
+    return {tuple(t.shape) for t in tensors if isinstance(t, torch.Tensor) and t.dim() == 2}
 
 
 def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
@@ -727,17 +744,32 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
     site_list, _ = _resolve_sites(adapter.sites)
     if mask is None:
         mask = adapter.masks(batch if the_batch is None else the_batch)
+    token_shapes = _token_shapes(batch if the_batch is None else the_batch)
     rec = Recorder(site_list, mask=mask, grads=True, model=model, collect_outputs=True)
-    with rec:
+    with rec, torch.enable_grad():  # gradients also where the caller is inside torch.no_grad()
         for _ in range(n_repeats):
             loss = loss_fn(model, batch) if loss_fn is not None else adapter.loss(
                 batch if the_batch is None else the_batch)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ValueError(f"the loss must be a scalar tensor (got {getattr(loss, 'shape', type(loss))})")
             outs = rec.take_outputs()
+            for out in outs:
+                shape = tuple(out.shape[:2])
+                if shape not in token_shapes and shape[::-1] in token_shapes:
+                    raise ValueError(f"a site's output is (tokens, batch, hidden) = {tuple(out.shape)}: a "
+                                     "sequence-first block (e.g. nn.TransformerEncoderLayer without batch_first=True)"
+                                     "; sigprop reads (batch, tokens, hidden): build it batch-first or pass sites= "
+                                     "of modules that return that")
             if loss.requires_grad and outs:
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
             del loss, outs
+    if adapter.kind != "protocol":
+        shared = {key: n for key, n in rec.forward_counts().items() if n > n_repeats}
+        if shared:
+            (layer, site), n = next(iter(shared.items()))
+            raise ValueError(f"site ({layer}, {site!r}) ran {n // n_repeats} times per forward pass: the model "
+                             "shares its blocks across depth (as ALBERT does), so one module stands for several "
+                             "layers; pass sites= of modules that run once per layer")
     info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
     if adapter.kind != "protocol":
         info["sites_from"] = list(adapter.stacks)

@@ -214,3 +214,61 @@ def test_a_plain_module_reads_hugging_face_labels_as_a_causal_lm():
                                             "labels": ids.masked_fill(attention == 0, -100)}))
         derived = adapter.loss(adapter.batch({"input_ids": ids, "attention_mask": attention}))
     assert _rel(given, derived) <= 1e-6
+
+
+class _Shared(torch.nn.Module):
+    """ALBERT's way: one block applied at every depth, held in a list of one."""
+
+    def __init__(self, depth: int = 3):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, 16)
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())])
+        self.head = torch.nn.Linear(16, V)
+        self.depth = depth
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for _ in range(self.depth):
+            x = x + self.blocks[0](x)
+        return self.head(x)
+
+
+class _SequenceFirst(torch.nn.Module):
+    """Blocks that read and return (tokens, batch, hidden), as nn.TransformerEncoderLayer does by default."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(V, 16)
+        self.blocks = torch.nn.ModuleList([torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0)
+                                           for _ in range(2)])
+        self.head = torch.nn.Linear(16, V)
+
+    def forward(self, ids):
+        x = self.embed(ids).transpose(0, 1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.transpose(0, 1))
+
+
+def test_what_a_generic_model_hides_is_said_not_measured_wrongly():
+    """Shared blocks (one module for several layers) and sequence-first blocks would give rows that are not the
+    layers' (pooled over depth; correlated over the batch instead of the tokens): both refused, naming why."""
+    ids = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="ran 3 times per forward pass.*shares its blocks"):
+        sigprop.measure(_Shared(), ids)
+    with pytest.raises(ValueError, match=r"\(tokens, batch, hidden\).*batch_first"):
+        sigprop.measure(_SequenceFirst(), ids)
+
+
+def test_gradients_are_measured_inside_no_grad_and_hugging_face_masks_are_read_with_a_loss_of_one_s_own():
+    net = NanoGPT(n_layer=2, vocab=V)
+    ids, attention = _ids_and_mask(2)
+    with torch.no_grad():
+        profile = sigprop.measure(net, ids)
+    assert all(r.grad_var > 0 for r in profile.rows)
+
+    def loss_fn(model, batch):  # a batch with a key the adapters do not know: only the loss reads it
+        return model(batch["input_ids"]).logsumexp(-1).mean() * batch["scale"]
+
+    own = sigprop.measure(net, {"input_ids": ids, "attention_mask": attention, "scale": 1.0}, loss_fn=loss_fn)
+    assert own.meta["padding_excluded"]

@@ -35,6 +35,28 @@ def test_the_longest_uniform_list_outside_blocks_is_the_stack():
     assert block_stacks(nn.Sequential(mixed)) == []
 
 
+class _Block(nn.Module):
+    def __init__(self, heads: int = 0):
+        super().__init__()
+        self.mix = nn.Linear(4, 4)
+        if heads:
+            self.heads = nn.ModuleList([nn.Linear(4, 1) for _ in range(heads)])
+
+
+def test_a_list_of_norms_or_of_heads_is_not_taken_for_the_stack():
+    """Blocks (modules of their own) beat a longer list of bare norms; the heads inside a list of mixed blocks are
+    not a stack; two lists of equal length (an encoder's and a decoder's) are ambiguous, said with their paths."""
+    norms = nn.Module()
+    norms.blocks, norms.norms = nn.ModuleList([_Block() for _ in range(2)]), nn.ModuleList([nn.LayerNorm(4)] * 3)
+    assert [path for path, _ in block_stacks(norms)] == ["blocks"]
+    mixed = nn.Module()
+    mixed.blocks = nn.ModuleList([_Block(heads=4), nn.Linear(4, 4), _Block(heads=4), nn.Linear(4, 4)])
+    assert block_stacks(mixed) == []
+    with pytest.raises(ValueError, match=r"2 lists of 2 blocks \(encoder.layers, decoder.layers\).*sites="):
+        discover_sites(nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=2,
+                                      dim_feedforward=8, batch_first=True))
+
+
 def test_sites_read_the_first_block_input_and_every_block_output():
     net = NanoGPT(n_layer=3)
     found = discover_sites(net)

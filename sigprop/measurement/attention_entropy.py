@@ -67,13 +67,13 @@ def attention_entropies(model: Transformer, batch: Batch | dict[str, Any]) -> li
                      index: int = layer.index) -> None:
                 captured[index] = (args[0].detach(), kwargs.get("key_padding_mask"))
             hooks.append(attn.register_forward_pre_hook(hook, with_kwargs=True))
-    was_training = model.training
-    model.eval()
+    from .preserved import preserved_state
+
     try:
-        with torch.no_grad():
+        with preserved_state(model), torch.no_grad(), torch.autocast(_device_type(model), enabled=False):
+            model.eval()
             objective_sums(model, batch, top1=False)
     finally:
-        model.train(was_training)
         for h in hooks:
             h.remove()
     out = []
@@ -89,3 +89,7 @@ def attention_entropies(model: Transformer, batch: Batch | dict[str, Any]) -> li
             q, k = attn.queries_and_keys(x)
             out.append(_normalised_entropy(q, k, tau, attn.causal, key_mask))
     return out
+
+
+def _device_type(model: nn.Module) -> str:
+    return next((p.device.type for p in model.parameters()), "cpu")

@@ -103,17 +103,18 @@ class Probe:
 
     @contextlib.contextmanager
     def isolated(self):
-        """Training mode, autocast off and a forked random state seeded as every time; the model's mode after."""
+        """Training mode, autocast off and a forked random state seeded as every time (on every GPU the model's
+        parameters are on); afterwards every module's mode and every buffer's values as they were
+        (:func:`~sigprop.measurement.preserved.preserved_state`: a BatchNorm's running statistics untouched)."""
+        from ..measurement.preserved import preserved_state
+
         device = self.device
-        was_training = self.model.training
-        self.model.train()
-        try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-                    torch.autocast(device.type, enabled=False):
+        gpus = sorted({p.device.index or 0 for p in self.model.parameters() if p.device.type == "cuda"})
+        with preserved_state(self.model):
+            self.model.train()
+            with torch.random.fork_rng(devices=gpus), torch.autocast(device.type, enabled=False):
                 torch.manual_seed(self.seed + PROBE_SEED)
                 yield
-        finally:
-            self.model.train(was_training)
 
     def check(self) -> None:
         """One forward pass of the loss on the batch, without gradients, in the probe's isolation: ``ValueError``

@@ -1,7 +1,9 @@
 """A monitor's points logged to the active Weights & Biases run (``wandb.run``, e.g. the one a Hugging Face
 ``Trainer`` or Lightning's ``WandbLogger`` started), if there is one at each point: every scalar of
 :meth:`TrackPoint.scalars <sigprop.monitor.point.TrackPoint.scalars>` with ``sigprop/step``, declared the step
-metric of ``sigprop/*`` (so that the run's own step counter, which its owner advances, is left alone)."""
+metric of ``sigprop/*``, logged without committing (so that the run's own step counter, which its owner advances,
+is left alone: the row is committed with the owner's next log, or before the monitor's next row where the owner
+logged nothing in between)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class WandbRun:
 
     def __init__(self):
         self._declared: object | None = None
+        self._pending: int | None = None  # the run's step at which this monitor's last row waits to be committed
 
     def _run(self):
         import wandb
@@ -25,13 +28,20 @@ class WandbRun:
         if run is not None and self._declared is not run:
             run.define_metric("sigprop/step")
             run.define_metric("sigprop/*", step_metric="sigprop/step")
-            self._declared = run
+            self._declared, self._pending = run, None
         return run
 
     def _log(self, scalars: dict[str, float], step: int) -> None:
         run = self._run()
         if run is not None:
-            run.log({**{k: v for k, v in scalars.items() if math.isfinite(v)}, "sigprop/step": step})
+            # commit=False: the row is committed with the run's next log (its owner's, or wandb.finish), so the
+            # run's step counter, which its owner may set (wandb.log(..., step=s)), is not advanced here; where
+            # the owner has logged nothing since this monitor's last row, that row is committed first
+            now = _next_step(run)
+            if self._pending is not None and (now is None or now == self._pending):
+                run.log({}, commit=True)
+            run.log({**{k: v for k, v in scalars.items() if math.isfinite(v)}, "sigprop/step": step}, commit=False)
+            self._pending = _next_step(run)
 
     def theory(self, columns: Columns, step: int) -> None:
         self._log(columns.scalars("sigprop/theory"), step)
@@ -41,3 +51,11 @@ class WandbRun:
 
     def close(self) -> None:
         pass
+
+
+def _next_step(run) -> int | None:
+    """The run's step of its next log; None where the run cannot say (a "shared" run)."""
+    try:
+        return int(run.step)
+    except Exception:  # noqa: BLE001 - wandb raises its own errors for runs that keep no step
+        return None

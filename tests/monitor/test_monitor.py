@@ -205,3 +205,86 @@ def test_the_active_wandb_run_receives_the_points(tmp_path, monkeypatch):
             break
         time.sleep(0.5)
     assert all(p in logged for p in points)
+
+
+class _WithBatchNorm(torch.nn.Module):
+    """A user's model with a BatchNorm and a frozen (eval-mode) first block."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 16)
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+                                           for _ in range(2)])
+        self.norm = torch.nn.BatchNorm1d(16)
+        self.head = torch.nn.Linear(16, 64)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(self.norm(x.transpose(1, 2)).transpose(1, 2))
+
+
+def test_a_probe_leaves_every_module_s_mode_and_every_buffer_as_it_found_them():
+    """The probe runs in training mode; afterwards a submodule kept in eval mode is still in eval mode, and a
+    BatchNorm's running statistics are the training's, not moved by the probe."""
+    model = _WithBatchNorm().train()
+    model.blocks[0].eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    monitor = sigprop.Monitor(model, ids, every=1, theory=False, reporters=[],
+                              loss_fn=lambda m, b: m(b).logsumexp(-1).mean())
+    monitor.step(0)
+    assert model.training and not model.blocks[0].training and model.blocks[1].training
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+class _FakeRun:
+    """A W&B run's step bookkeeping: a row logged at a step below the next one is dropped, as wandb drops it."""
+
+    def __init__(self):
+        self.step, self.rows, self.dropped, self._row = 0, [], [], {}
+
+    def define_metric(self, *args, **kwargs):
+        pass
+
+    def log(self, data, step=None, commit=True):
+        if step is not None and step < self.step:
+            self.dropped.append(data)
+            return
+        if step is not None and step > self.step:
+            self._commit()
+            self.step = step
+        self._row.update(data)
+        if commit:
+            self._commit()
+
+    def _commit(self):
+        if self._row:
+            self.rows.append(self._row)
+        self._row = {}
+        self.step += 1
+
+
+def test_the_wandb_run_s_own_steps_are_left_to_its_owner(monkeypatch):
+    """The owner logs with step=s after each monitor point: nothing is dropped, and every point lands; a monitor
+    whose owner logs nothing between its points still keeps each of them."""
+    import sys
+    import types
+
+    from sigprop.monitor.wandb_run import WandbRun
+
+    config, model = _sigprop_model()
+    for owner_logs in (True, False):
+        run = _FakeRun()
+        monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(run=run))
+        monitor = sigprop.Monitor(model, _sigprop_batch(config, 0), every=1, theory=False, reporters=[WandbRun()])
+        for s in range(3):
+            monitor.step(s)
+            if owner_logs:
+                run.log({"loss": float(s)}, step=s)
+        run._commit()  # wandb.finish
+        assert run.dropped == []
+        assert [r["sigprop/step"] for r in run.rows if "sigprop/step" in r] == [0, 1, 2]
+        if owner_logs:
+            assert [r["loss"] for r in run.rows if "loss" in r] == [0.0, 1.0, 2.0]

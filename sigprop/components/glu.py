@@ -23,8 +23,7 @@ Backward (output gradient g_h of variance G and token correlation r_g, zero-mean
 initialisation, as every rule here assumes): g_a = g_h ⊙ b ⊙ φ'(a), g_b = g_h ⊙ φ(a), g_x = g_a W_gateᵀ + g_b W_upᵀ,
 whose two terms are uncorrelated to leading order in 1/d_in (independent zero-mean matrices; at finite width they
 are not quite: g_a carries b = x W_up and g_b carries φ(x W_gate), which gives σ²_gx an O(1/d_in) cross term and a
-smaller self term, both positive, that the rule leaves out, so it reads σ²_gx low by about 1/d_in: ~1% at
-d_in = 128, ~0.03% at 4096), so
+smaller self term, both positive, that the rule leaves out, so it reads σ²_gx low by a relative O(1/d_in)), so
 
     σ²_gx = d_ff G (σ²_gate s_b E[φ'(a)²] + σ²_up E[φ(a)²]),
     r_gx  = r_g d_ff G (σ²_gate ρ s_b E[φ'(a_t)φ'(a_s)] + σ²_up E[φ(a_t)φ(a_s)]) / σ²_gx.

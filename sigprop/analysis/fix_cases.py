@@ -281,7 +281,7 @@ def fix_evidence(config: TransformerConfig, changes: dict,
     said = [f"{case.name}: " + (outcomes[case.name].sentence() if case.name in outcomes else NOT_MEASURED)
             for case in matched]
     changed = {key: value for key, value in changes.items() if value is not None}
-    if matched and any(set(changed) - set(case.fix) for case in matched):  # more than any one case trained
+    if matched and all(set(changed) - set(case.fix) for case in matched):  # more than any one case trained
         said.append("the recommendation as a whole (" + ", ".join(f"{k}={v}" for k, v in changed.items()) + "): "
                     f"{NOT_MEASURED} (each case above trained its own change alone)")
     return tuple(said) or (f"a fix of this kind: {NOT_MEASURED}",)

@@ -49,6 +49,8 @@ def _losses_at_best(summary: dict, results) -> dict[str, dict[int, float]]:
 def _training_tokens(runs_dir) -> int | None:
     """The training tokens of the corpus, from the first run record in ``runs_dir`` that has them."""
     for run in sorted(Path(runs_dir).glob("*/run.json")):
+        if run.parent.name.startswith("."):  # a run set aside (trained on other data) or a copy interrupted
+            continue
         try:
             tokens = json.loads(run.read_text(encoding="utf-8"))["data"]["train_tokens"]
         except (OSError, ValueError, KeyError, TypeError):

@@ -33,7 +33,7 @@ __all__ = ["PairedGap", "paired_gap", "Trend", "IntervalKind", "fieller_interval
 @dataclass(frozen=True)
 class PairedGap:
     """The paired gap of one rung: the per-seed differences, their mean, standard error, degrees of freedom (n − 1)
-    and the t interval at ``level`` (None where n < 2)."""
+    and the t interval at ``level`` (None, with 0 degrees of freedom, where n < 2 or every difference is the same)."""
 
     seeds: tuple[int, ...]
     differences: tuple[float, ...]

@@ -40,7 +40,7 @@ counterpart in sigprop's model:
 * the embedding LayerNorm (``bert.embeddings.LayerNorm``) normalises each token's embedding sum, which sigprop's model
   does not, and no weight setting turns it off. The exported model computes sigprop's model with a LayerNorm
   (weight 1, bias 0, the model's ε) applied to the embedding output: exactly that with ε = 0 (tested), and the
-  difference to sigprop's own logits is measured in the tests (a few percent at d = 64).
+  difference to sigprop's own logits is measured in the tests.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ sigprop's own models (:mod:`sigprop.measurement.hooks`). The stack is found, in 
 2. any other module: the longest ``nn.ModuleList`` whose children share one class and hold modules of their own (a
    list of norms or of bare linear maps is not a stack of blocks where a list of blocks exists), ignoring lists
    nested inside another ``nn.ModuleList`` (a mixture of experts inside each block, the heads inside a block of a
-   list of mixed blocks). Two different lists of that longest length (an encoder's and a decoder's, as in
-   ``nn.Transformer``) are ambiguous: ``ValueError``, naming them, asks for ``sites=``.
+   list of mixed blocks). Of two lists of that longest length, the one of the larger blocks (by parameters); blocks
+   within 2× of each other's size (an encoder's and a decoder's, as in ``nn.Transformer``) are ambiguous:
+   ``ValueError``, naming them, asks for ``sites=``.
 
 ``sites=`` overrides both. The input site is :class:`InputOf` the first block (a forward pre-hook reads its first
 tensor argument, or its ``hidden_states`` keyword), so no embedding module needs to be named.
@@ -79,7 +80,7 @@ def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
         One pair for a decoder or an encoder, two for an encoder–decoder; empty when no stack is found.
 
     Raises:
-        ValueError: outside a Hugging Face model, two different lists tie as the stack.
+        ValueError: outside a Hugging Face model, two lists of blocks of like size tie as the stack.
 
     Example:
         >>> from torch import nn
@@ -97,12 +98,13 @@ def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
         return []
     rank = {path: (any(True for _ in blocks[0].children()), len(blocks)) for path, blocks in lists}
     best = max(rank.values())
-    tied = [(path, blocks) for path, blocks in lists if rank[path] == best]
-    if len(tied) > 1:
-        raise ValueError(f"{type(model).__name__} holds {len(tied)} lists of {best[1]} blocks ("
-                         + ", ".join(path for path, _ in tied) + "): which is the stack is ambiguous; pass "
+    tied = sorted(((sum(p.numel() for p in blocks[0].parameters()), path, blocks) for path, blocks in lists
+                   if rank[path] == best), key=lambda t: -t[0])
+    if len(tied) > 1 and 2 * tied[1][0] >= tied[0][0]:  # blocks of like size: an encoder's and a decoder's
+        raise ValueError(f"{type(model).__name__} holds {len(tied)} lists of {best[1]} blocks of like size ("
+                         + ", ".join(path for _, path, _ in tied) + "): which is the stack is ambiguous; pass "
                          "sites=[(layer, site, module), ...]")
-    return tied
+    return [(tied[0][1], tied[0][2])]
 
 
 def discover_sites(model: nn.Module) -> DiscoveredSites:
@@ -115,7 +117,8 @@ def discover_sites(model: nn.Module) -> DiscoveredSites:
         The sites, the stacks they came from and, for two stacks, where the decoder's layers start.
 
     Raises:
-        ValueError: no stack of blocks found (the message says what was looked for and how to pass ``sites=``).
+        ValueError: no stack of blocks found, or two that tie (the message says what was looked for and how to pass
+            ``sites=``).
 
     Example:
         >>> from torch import nn

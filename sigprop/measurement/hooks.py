@@ -42,6 +42,7 @@ inside hooks (sums stay device tensors until :meth:`Recorder.profile`), so GPU w
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -715,8 +716,10 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
         The measured :class:`~sigprop.core.profile.Profile`, a row per site.
 
     Raises:
-        ValueError: a model with no stack of blocks and no ``sites``, a batch with none of the known keys, a loss
-            that cannot be taken (no labels for a masked LM, logits of an unknown shape) or is not a scalar.
+        ValueError: a model with no stack of blocks and no ``sites`` (or two that tie), a batch with none of the
+            known keys, a loss that cannot be taken (no labels for a masked LM, logits of an unknown shape) or is
+            not a scalar; a found stack whose blocks run more often than the model (shared across depth, or
+            re-run by checkpointing) or return (tokens, batch, hidden) where the batch is (batch, tokens).
 
     The backward pass is ``torch.autograd.grad(loss, site_outputs)``: it delivers ∂Loss/∂x at every site exactly as
     ``loss.backward()`` would, but computes no parameter gradient, so existing ``.grad`` fields are left untouched
@@ -745,8 +748,13 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
     if mask is None:
         mask = adapter.masks(batch if the_batch is None else the_batch)
     token_shapes = _token_shapes(batch if the_batch is None else the_batch)
+    calls = [0]  # the model's own forward calls: a loss may run it more than once (pairs, chosen and rejected)
+    counting = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     rec = Recorder(site_list, mask=mask, grads=True, model=model, collect_outputs=True)
-    with rec, torch.enable_grad():  # gradients also where the caller is inside torch.no_grad()
+    with contextlib.ExitStack() as stack:
+        stack.callback(counting.remove)
+        stack.enter_context(rec)
+        stack.enter_context(torch.enable_grad())  # gradients also where the caller is inside torch.no_grad()
         for _ in range(n_repeats):
             loss = loss_fn(model, batch) if loss_fn is not None else adapter.loss(
                 batch if the_batch is None else the_batch)
@@ -764,12 +772,13 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
             del loss, outs
     if adapter.kind != "protocol":
-        shared = {key: n for key, n in rec.forward_counts().items() if n > n_repeats}
+        shared = {key: n for key, n in rec.forward_counts().items() if n > max(calls[0], n_repeats)}
         if shared:
             (layer, site), n = next(iter(shared.items()))
-            raise ValueError(f"site ({layer}, {site!r}) ran {n // n_repeats} times per forward pass: the model "
-                             "shares its blocks across depth (as ALBERT does), so one module stands for several "
-                             "layers; pass sites= of modules that run once per layer")
+            raise ValueError(f"site ({layer}, {site!r}) ran {n} times in {calls[0]} forward pass(es) of the model: "
+                             "it shares its blocks across depth (as ALBERT does), so one module stands for several "
+                             "layers, or re-runs them (activation checkpointing); pass sites= of modules that run "
+                             "once per layer, and measure without checkpointing")
     info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
     if adapter.kind != "protocol":
         info["sites_from"] = list(adapter.stacks)

@@ -1,6 +1,7 @@
 """A model's state that a measurement pass must leave as it found it: every module's train/eval mode (not only the
-root's: a frozen backbone or a BatchNorm kept in eval mode stays so) and every buffer's values (a BatchNorm's running
-statistics, which a pass in training mode would update)."""
+root's: a frozen backbone or a BatchNorm kept in eval mode stays so) and the running statistics of its batch and
+instance norms (which a pass in training mode updates). Other buffers (rotary tables, masks, quantised weights) are
+not copied: a forward pass does not write them, and copying them would double their memory at every probe."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
 
 __all__ = ["preserved_state"]
 
 
 @contextlib.contextmanager
 def preserved_state(model: nn.Module) -> Iterator[None]:
-    """Restore every submodule's mode and every buffer's values on leaving, whatever the body did or raised.
+    """Restore every submodule's mode and every norm's running statistics on leaving, whatever the body did or
+    raised.
 
     Args:
         model: the model a measurement pass runs through.
@@ -31,7 +34,8 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
     """
     modes = [(module, module.training) for module in model.modules()]
     with torch.no_grad():
-        saved = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+        saved = [(buffer, buffer.detach().clone()) for module in model.modules() if isinstance(module, _NormBase)
+                 for buffer in module.buffers(recurse=False) if buffer is not None]
     try:
         yield
     finally:

@@ -19,7 +19,8 @@ class WandbRun:
 
     def __init__(self):
         self._declared: object | None = None
-        self._pending: int | None = None  # the run's step at which this monitor's last row waits to be committed
+        # (the run's step at which this monitor's last row waits to be committed, that row's sigprop step)
+        self._pending: tuple[int | None, int] | None = None
 
     def _run(self):
         import wandb
@@ -38,10 +39,10 @@ class WandbRun:
             # run's step counter, which its owner may set (wandb.log(..., step=s)), is not advanced here; where
             # the owner has logged nothing since this monitor's last row, that row is committed first
             now = _next_step(run)
-            if self._pending is not None and (now is None or now == self._pending):
-                run.log({}, commit=True)
+            if self._pending is not None and self._pending[1] != step and (now is None or now == self._pending[0]):
+                run.log({}, commit=True)  # rows of one sigprop step (the theory and the first point) merge
             run.log({**{k: v for k, v in scalars.items() if math.isfinite(v)}, "sigprop/step": step}, commit=False)
-            self._pending = _next_step(run)
+            self._pending = (_next_step(run), step)
 
     def theory(self, columns: Columns, step: int) -> None:
         self._log(columns.scalars("sigprop/theory"), step)

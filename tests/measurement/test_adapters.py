@@ -254,10 +254,20 @@ def test_what_a_generic_model_hides_is_said_not_measured_wrongly():
     """Shared blocks (one module for several layers) and sequence-first blocks would give rows that are not the
     layers' (pooled over depth; correlated over the batch instead of the tokens): both refused, naming why."""
     ids = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match="ran 3 times per forward pass.*shares its blocks"):
+    with pytest.raises(ValueError, match=r"ran 3 times in 1 forward pass\(es\).*shares its blocks"):
         sigprop.measure(_Shared(), ids)
     with pytest.raises(ValueError, match=r"\(tokens, batch, hidden\).*batch_first"):
         sigprop.measure(_SequenceFirst(), ids)
+
+
+def test_a_loss_that_runs_the_model_twice_is_not_taken_for_shared_blocks():
+    """A pair loss (two forward passes of the model per step: contrastive pairs, chosen and rejected) runs each
+    block once per pass: measured, both passes pooled."""
+    net = NanoGPT(n_layer=2, vocab=V)
+    ids, _ = _ids_and_mask(2)
+    profile = sigprop.measure(net, ids, loss_fn=lambda m, b: (m(b).logsumexp(-1) - m(b.flip(1)).logsumexp(-1)).pow(
+        2).mean())
+    assert len(profile.site("layer")) == 2 and profile.meta["forward_passes"] == 2
 
 
 def test_gradients_are_measured_inside_no_grad_and_hugging_face_masks_are_read_with_a_loss_of_one_s_own():

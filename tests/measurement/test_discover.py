@@ -52,7 +52,11 @@ def test_a_list_of_norms_or_of_heads_is_not_taken_for_the_stack():
     mixed = nn.Module()
     mixed.blocks = nn.ModuleList([_Block(heads=4), nn.Linear(4, 4), _Block(heads=4), nn.Linear(4, 4)])
     assert block_stacks(mixed) == []
-    with pytest.raises(ValueError, match=r"2 lists of 2 blocks \(encoder.layers, decoder.layers\).*sites="):
+    adapters = nn.Module()  # beside the blocks, as many small adapters: the blocks, 4× their size, are the stack
+    adapters.blocks = nn.ModuleList([NanoGPT(n_layer=1).transformer.h[0] for _ in range(2)])
+    adapters.adapters = nn.ModuleList([nn.Sequential(nn.Linear(64, 8), nn.Linear(8, 64)) for _ in range(2)])
+    assert [path for path, _ in block_stacks(adapters)] == ["blocks"]
+    with pytest.raises(ValueError, match=r"2 lists of 2 blocks of like size \(.*layers, .*layers\).*sites="):
         discover_sites(nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=2,
                                       dim_feedforward=8, batch_first=True))
 

@@ -278,7 +278,7 @@ def test_the_wandb_run_s_own_steps_are_left_to_its_owner(monkeypatch):
     for owner_logs in (True, False):
         run = _FakeRun()
         monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(run=run))
-        monitor = sigprop.Monitor(model, _sigprop_batch(config, 0), every=1, theory=False, reporters=[WandbRun()])
+        monitor = sigprop.Monitor(model, _sigprop_batch(config, 0), every=1, reporters=[WandbRun()])
         for s in range(3):
             monitor.step(s)
             if owner_logs:

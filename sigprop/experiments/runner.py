@@ -374,6 +374,16 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 return needed, [s for s in todo if not arithmetic_clash(s)]
 
     clashes: dict[str, str] = {}  # model name → the arithmetic its finished runs trained in, where it is not ours
+    recorded: dict[tuple[str, int], str | None] = {}  # (run id, its record's mtime) → the record's arithmetic
+
+    def recorded_precision(run_id: str) -> str | None:
+        try:
+            key = (run_id, (out / run_id / "run.json").stat().st_mtime_ns)
+        except OSError:
+            return None
+        if key not in recorded:
+            recorded[key] = _recorded_precision(out / run_id)
+        return recorded[key]
 
     def arithmetic_clash(spec: RunSpec) -> bool:
         """Whether ``spec``'s model has finished runs here trained in another arithmetic than this device's (bf16
@@ -382,7 +392,7 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
         from ..train.config import resolve_precision
 
         ours = resolve_precision(spec.train_config.get("precision", "auto"), device)
-        theirs = {_recorded_precision(out / r.run_id) for r in results.values() if r.model_name == spec.model_name}
+        theirs = {recorded_precision(r.run_id) for r in results.values() if r.model_name == spec.model_name}
         other = sorted(p for p in theirs if p is not None and p != ours)
         if not other:
             return False

@@ -239,7 +239,7 @@ def _table(summary: dict) -> str:
     for r in summary["rows"]:
         grid = ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in r["lr_grid"].items())
         val = mean_se_cell(r["final_val_mean"], r["final_val_se"])
-        fates = ", ".join(f"{k} {v}" for k, v in r["fates"].items())
+        fates = fates_cell(r["fates"])
         wall = "–" if r["wall_per_run_s"] is None else f"{r['wall_per_run_s']:.0f} s"
         lines.append(f"| {r['model']} | {r['non_embedding_parameters']:,} | {r['tokens_per_parameter']:.1f} | {grid} | "
                      f"{_best(r)} | {r['seeds']} | {val} | "

@@ -9,7 +9,7 @@ from typing import Literal, get_args
 from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "resolve_precision", "train_config_from_dict",
+__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "Arithmetic", "resolve_precision", "train_config_from_dict",
            "apply_train_overrides"]
 
 #: Learning-rate schedules after the linear warmup (:mod:`sigprop.train.schedule`).
@@ -18,9 +18,11 @@ SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 #: Arithmetic of the forward and backward passes: "auto" is bf16 autocast on a GPU and float32 on a CPU.
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+#: The arithmetic a run actually trains in, once "auto" is resolved for its device.
+Arithmetic = Literal["fp32", "bf16"]
 
 
-def resolve_precision(precision: Precision, device_type: str) -> str:
+def resolve_precision(precision: Precision, device_type: str) -> Arithmetic:
     """The arithmetic a run trains in: "auto" is bf16 on a GPU ("cuda"), fp32 elsewhere; fp32 and bf16 as they are.
 
     Args:
@@ -36,6 +38,8 @@ def resolve_precision(precision: Precision, device_type: str) -> str:
     """
     if precision == "auto":
         return "bf16" if device_type == "cuda" else "fp32"
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision
 
 #: Largest values the validation accepts where a bigger one is a typo, not a run (steps, batch).

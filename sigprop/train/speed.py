@@ -7,10 +7,12 @@ import contextlib
 
 import torch
 
+from .config import Arithmetic
+
 __all__ = ["autocast_for", "precision_used", "compile_layers"]
 
 
-def precision_used(config, device: torch.device) -> str:
+def precision_used(config, device: torch.device) -> Arithmetic:
     """``config.precision`` resolved (:func:`~sigprop.train.config.resolve_precision`): "auto" is bf16 on a GPU, fp32
     elsewhere."""
     from .config import resolve_precision

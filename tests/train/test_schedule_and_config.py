@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from sigprop.train.config import TrainConfig, apply_train_overrides, train_config_from_dict
+from sigprop.train.config import TrainConfig, apply_train_overrides, resolve_precision, train_config_from_dict
 from sigprop.train.presets import TRAIN_PRESETS, resolve_train_configs
 from sigprop.train.schedule import learning_rate
 
@@ -63,3 +63,10 @@ def test_presets_resolve_and_files_combine(tmp_path):
     model, train = resolve_train_configs("cpu-deep", [both, flat], ["n_heads=2"], ["steps=11"])
     assert (model.n_layers, model.d_model, model.n_heads, model.arch) == (3, 64, 2, "decoder")
     assert (train.steps, train.lr) == (11, 0.01)
+
+
+def test_precision_resolves_per_device_and_refuses_an_unknown_arithmetic():
+    assert [resolve_precision(p, d) for p in ("auto", "fp32", "bf16") for d in ("cpu", "cuda")] == [
+        "fp32", "bf16", "fp32", "fp32", "bf16", "bf16"]
+    with pytest.raises(ValueError, match="precision must be one of"):
+        resolve_precision("fp16", "cuda")  # type: ignore[arg-type]

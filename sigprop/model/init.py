@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from ..core.moments import Stat
-from .init_schemes import SCHEME_NAMES
+from .init_schemes import SCHEME_NAMES, scheme_info
 from .layer import SITES
 
 if TYPE_CHECKING:
@@ -502,8 +502,11 @@ def make_plan(config: TransformerConfig) -> InitPlan:
     The scheme's function (:data:`SCHEMES`; module docstring) gives the plan; ``qk_gain`` then multiplies σ_q and
     σ_k (Kedia et al. Sec. 3.3's "2× Xavier"), ``v_init="noci"`` sets σ²_v = 1/d_head (Noci et al. 2022), ``lam`` /
     ``beta`` replace every site's residual scales, ``learnable_beta`` makes β learnable and ``head_scale`` replaces
-    the scheme's. For ``init="auto"`` this is the plan before its calibration: a model gets
-    :func:`sigprop.model.transformer.plan_for`'s.
+    the scheme's. A scheme drawn for a unit-variance embedding output (DSLM, ``auto``, µP, ``shaped``) under a token
+    scale s (``embed_scale``, Gemma's √d) gets its token table's std divided by s, and with a tied head its head
+    scale multiplied by s, so that the embedding's output and the logits keep the variances the scheme aims at
+    (:attr:`~sigprop.model.init_schemes.InitScheme.unit_embedding`). For ``init="auto"`` this is the plan before
+    its calibration: a model gets :func:`sigprop.model.transformer.plan_for`'s.
 
     Args:
         config: a :class:`~sigprop.model.config.TransformerConfig`.
@@ -520,6 +523,11 @@ def make_plan(config: TransformerConfig) -> InitPlan:
     """
     plan = SCHEMES[config.init](config)
     stds = dict(plan.stds)
+    head_scale = plan.head_scale
+    if config.embed_scale != 1.0 and scheme_info(config.init).unit_embedding:
+        stds["token"] = float(stds["token"]) / config.embed_scale
+        if config.input == "tokens" and config.tie_head:
+            head_scale *= config.embed_scale
     if config.qk_gain != 1.0:
         stds["q"] = stds["q"] * config.qk_gain
         stds["k"] = stds["k"] * config.qk_gain
@@ -530,6 +538,6 @@ def make_plan(config: TransformerConfig) -> InitPlan:
         lam = {s: np.full(config.total_layers, float(config.lam)) for s in SITES}
     if config.beta is not None:
         beta = {s: np.full(config.total_layers, float(config.beta)) for s in SITES}
-    head_scale = plan.head_scale if config.head_scale is None else float(config.head_scale)
+    head_scale = head_scale if config.head_scale is None else float(config.head_scale)
     return InitPlan(plan.scheme, stds, lam, beta, plan.learnable_beta or config.learnable_beta, head_scale,
                     plan.notes)

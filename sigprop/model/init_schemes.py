@@ -57,6 +57,14 @@ class InitScheme:
         return self.calibrated_from or self.name
 
     @property
+    def unit_embedding(self) -> bool:
+        """Whether its token table is drawn for an embedding output of unit variance ((1 − p) after dropout:
+        DeepScaleLM, µP, the shaped Transformer) rather than at a fixed standard deviation: a token scale (Gemma's
+        √d, ``embed_scale``) then divides the table's standard deviation, and a tied head's input scale is
+        multiplied by it, so that the embedding's output and the logits keep the variances the scheme aims at."""
+        return self.family in ("dslm", "mup", "shaped")
+
+    @property
     def bounds_depth(self) -> bool:
         """Whether it keeps forward and gradient variance bounded at any depth (DeepScaleLM, Kedia et al. Sec. 3.5),
         its residual scales λ² = 1 − β², β² = ``beta_k`` / N^``beta_alpha``."""

@@ -65,9 +65,15 @@ CONFIGS = {
     # (head_dim != d_model / n_heads), an untied head, another initializer_range for init="bert"
     "llama_gqa_rope": dict(arch="decoder", activation="swiglu", norm="rmsnorm", position="rope", n_heads=4,
                            n_kv_heads=2, head_dim=12, tie_head=False, initializer_range=0.05),
+    # Gemma's token scale √d (embed_scale) with the head tied to the table, and with an untied head
+    "gemma_embed_scale": dict(arch="decoder", activation="geglu", norm="rmsnorm", position="rope",
+                              embed_scale=math.sqrt(32)),
+    "embed_scale_untied": dict(embed_scale=3.0, tie_head=False),
 }
 
 BLOCK_ROLES = ("q", "k", "v", "o", "w1", "w2")
+#: The schemes whose token table is drawn for a unit-variance embedding output (DSLM, µP, shaped), not at a fixed std.
+UNIT_EMBEDDING_SCHEMES = ("dslm", "dslm_simple", "auto", "mup", "shaped")
 LEARNABLE_SCHEMES = ("layerscale", "skipinit", "rezero")
 
 
@@ -177,6 +183,8 @@ def expected_std(c, plan, role: str, layer: int | None, shape) -> float | None:
             std /= math.sqrt(layer + 1)  # layers numbered l = 1..N
         if c.init == "deepnorm" and role in ("v", "o", "w1", "w2"):
             std *= (8.0 * N) ** -0.25
+    if role == "token" and c.init in UNIT_EMBEDDING_SCHEMES:
+        std /= c.embed_scale  # the token scale multiplies the table back to the scheme's embedding variance
     if role in ("q", "k"):
         std *= c.qk_gain
     if role == "v" and c.v_init == "noci":
@@ -209,6 +217,8 @@ def expected_scales(c) -> tuple[float, float, bool, float]:
         head = 1.0 / math.sqrt(c.d_model)  # the tied table's logits kept O(1)
     if c.init == "mup" and c.input == "tokens" and c.tie_head:
         head = 1.0 / c.d_model  # µP's 1/width readout multiplier on the tied table
+    if c.init in UNIT_EMBEDDING_SCHEMES and c.input == "tokens" and c.tie_head:
+        head *= c.embed_scale  # the tied table is 1/embed_scale of the scheme's: the logits keep their variance
     head = head if c.head_scale is None else c.head_scale
     return lam, beta, learnable, head
 
@@ -666,3 +676,34 @@ def test_plan_lookup_errors_and_json():
     d = json.loads(json.dumps(plan.to_dict()))
     assert d["scheme"] == "dslm" and len(d["stds"]["v"]) == 3 and len(d["lam"]["ffn"]) == 3
     assert d["head_scale"] == plan.head_scale
+
+
+@pytest.mark.parametrize("scheme", ["dslm", "auto", "mup", "shaped"])
+def test_a_token_scale_keeps_the_embedding_output_and_the_tied_logits_of_a_unit_embedding_scheme(scheme):
+    """Gemma multiplies the token rows by √d: a scheme drawn for a unit-variance embedding output keeps it on the
+    real model (the scaled table's second moment over its V·d i.i.d. entries, relative standard error √(2/(V·d))),
+    and its tied head's logits keep their variance (the logit variance is proportional to (head scale × table
+    std)², which the token scale leaves unchanged)."""
+    base = dict(BASE, arch="decoder", norm="rmsnorm", position="rope", d_model=64, vocab_size=512, init=scheme,
+                dropout=0.0)
+    plain, scaled = TransformerConfig(**base), TransformerConfig(**base, embed_scale=8.0)
+    for name, c in (("plain", plain), ("scaled", scaled)):
+        model = Transformer(c, generator=torch.Generator().manual_seed(7))
+        table = model.embed.token.weight.detach().double() * c.embed_scale
+        n = table.numel()
+        target = make_plan(plain).std("token") ** 2
+        assert abs(float(table.pow(2).mean()) / target - 1.0) <= Z * math.sqrt(2.0 / n), name
+    # the tied logits: head scale × table, the same product in both (the table's draw scaled by 1/embed_scale)
+    p0, p1 = make_plan(plain), make_plan(scaled)
+    assert p1.head_scale * p1.std("token") == pytest.approx(p0.head_scale * p0.std("token"), rel=1e-12)
+    assert p1.std("token") == pytest.approx(p0.std("token") / 8.0, rel=1e-12)
+
+
+def test_a_token_scale_leaves_a_fixed_std_scheme_and_an_untied_head_alone():
+    """Xavier draws its table at a fixed std (Gemma's own init does too): the token scale is the model's, not the
+    plan's; DSLM's untied head is its own matrix, so its head scale stays 1/√d."""
+    xavier_plain = make_plan(TransformerConfig(**BASE))
+    xavier_scaled = make_plan(TransformerConfig(**BASE, embed_scale=8.0))
+    assert xavier_scaled.std("token") == xavier_plain.std("token") and xavier_scaled.head_scale == 1.0
+    dslm = make_plan(TransformerConfig(**BASE, init="dslm", tie_head=False, embed_scale=8.0))
+    assert dslm.head_scale == pytest.approx(1.0 / math.sqrt(BASE["d_model"]), rel=1e-12)

@@ -32,14 +32,15 @@ def _check_id(value, name: str, lo: int = 0) -> int:
 
 def mask_tokens(ids, mask_id: int, prob: float = 0.15, generator: torch.Generator | None = None,
                 pad_id: int | None = None, vocab_size: int | None = None, random_low: int = 0,
-                ) -> tuple[torch.LongTensor, torch.LongTensor]:
+                padding_mask: torch.Tensor | None = None) -> tuple[torch.LongTensor, torch.LongTensor]:
     """BERT masked-LM corruption (Devlin et al. 2019, Sec. 3.1; used by Kedia et al. Sec. 4.1): returns
     ``(inputs, labels)``, both int64 of the shape of ``ids``.
 
     Each non-padding position is *selected* independently with probability ``prob``. A selected position gets
     label = its original id and input = ``mask_id`` with probability 0.8, a uniform random id in
     [``random_low``, ``vocab_size``) with probability 0.1 (it may equal the original), unchanged with probability 0.1.
-    Every other position has label -100 and its input unchanged; padding (``pad_id``) is never selected.
+    Every other position has label -100 and its input unchanged; padding (tokens ``pad_id``, or False in
+    ``padding_mask``, a bool tensor of the shape of ``ids``, True = real token) is never selected.
 
     If no position of the whole batch is selected (probability (1 − prob)^n for n non-padding positions), one
     non-padding position chosen uniformly is selected, so that a loss always exists; this raises the selection rate
@@ -66,6 +67,11 @@ def mask_tokens(ids, mask_id: int, prob: float = 0.15, generator: torch.Generato
         raise ValueError(f"random_low must be < vocab_size = {vocab_size} (got {random_low})")
 
     real = torch.ones_like(ids, dtype=torch.bool) if pad_id is None else ids != pad_id
+    if padding_mask is not None:
+        if tuple(padding_mask.shape) != tuple(ids.shape):
+            raise ValueError(f"padding_mask must have the shape of ids {tuple(ids.shape)} "
+                             f"(got {tuple(padding_mask.shape)})")
+        real = real & padding_mask.to(device=ids.device, dtype=torch.bool)
     n_real = int(real.sum())
     if n_real == 0:
         raise ValueError("ids: every position is padding, nothing to mask")

@@ -93,13 +93,13 @@ def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch
     pad = PAD_ID if padding_mask is not None else None
     if config.arch == "encoder":
         masked, mlm_labels = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
-                                         vocab_size=config.vocab_size, random_low=N_SPECIAL)
+                                         vocab_size=config.vocab_size, random_low=N_SPECIAL, padding_mask=padding_mask)
         return Batch(masked, mlm_labels, padding_mask, segments)
-    next_labels = causal_lm_labels(inputs, pad_id=pad)
+    next_labels = causal_lm_labels(inputs, pad_id=pad, padding_mask=padding_mask)
     if config.arch == "decoder":
         return Batch(inputs, next_labels, padding_mask, segments)
     masked, _ = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
-                            vocab_size=config.vocab_size, random_low=N_SPECIAL)
+                            vocab_size=config.vocab_size, random_low=N_SPECIAL, padding_mask=padding_mask)
     return Batch(masked, next_labels, padding_mask, segments, decoder_inputs=inputs, decoder_padding_mask=padding_mask)
 
 

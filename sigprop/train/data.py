@@ -147,8 +147,11 @@ class TextData(TrainData):
         return rank_slice(self._batch(self._windows(self.train_ids, offsets), gen), rank, world)
 
     def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
-        """``n_batches`` fixed batches of non-overlapping windows spread evenly over the held-out stream (wrapping
-        round when it is short): the windows depend on ``n_batches × batch_size`` only, not on the run's seed. A
+        """``n_batches`` fixed batches of windows spread evenly over the held-out stream, their starts
+        ⌊(held-out tokens − window + 1)/(n_batches × batch_size)⌋ apart: non-overlapping where the stream holds all
+        the windows, overlapping where it does not (each token then scored about window × windows / stream times),
+        wrapping round when it is shorter than the windows' starts. The windows depend on ``n_batches ×
+        batch_size`` only, not on the run's seed. A
         masked LM's masks are drawn per batch from the run's seed (stream 1), so two models at one seed are scored
         on the same masks and a model's seeds on different ones (docs/results/experiments/depth-mlm.md)."""
         w = self.window_length(self.model_config)
@@ -207,14 +210,12 @@ class ImageData(TrainData):
         else:
             from pathlib import Path
 
-            from ..data.images import image_files, read_images
+            from ..data.images import read_images
 
             p = Path(train_config.data)
             if not p.exists():
                 raise ValueError(f"image data not found: {p}")
-            total = (np.load(p, mmap_mode="r", allow_pickle=False).shape[0] if p.is_file()
-                     else len(image_files(p)[0]))
-            x, y = read_images(p, total, cfg.image_size, cfg.channels, cfg.n_classes)
+            x, y = read_images(p, None, cfg.image_size, cfg.channels, cfg.n_classes)
             source = str(p)
         parts = [xi.numpy() for xi in x]
         held = torch.from_numpy(_by_hash(parts, train_config.val_fraction))
@@ -226,14 +227,16 @@ class ImageData(TrainData):
         return rank_slice(Batch(self.train_x[idx], self.train_y[idx]), rank, world)
 
     def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
-        """The whole held-out set in batches of ``batch_size`` (``n_batches`` is ignored: it is small)."""
+        """The whole held-out set in batches of ``batch_size`` (``n_batches`` is ignored: it is small); with
+        several processes each batch is split into near-equal shares, one per process (a share may be empty and is
+        then left out), so that every image is scored once whatever the number of processes (the evaluation sums
+        the losses of all processes once, after its batches)."""
         out = []
         for start in range(0, len(self.val_y), batch_size):
             x, y = self.val_x[start:start + batch_size], self.val_y[start:start + batch_size]
-            n = len(y) // world
-            if n == 0:
-                continue
-            out.append(Batch(x[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n]))
+            lo, hi = rank * len(y) // world, (rank + 1) * len(y) // world
+            if hi > lo:
+                out.append(Batch(x[lo:hi], y[lo:hi]))
         return out
 
     def probe_batch(self, n: int) -> Batch:

@@ -65,3 +65,45 @@ def test_what_is_refused(tmp_path):
             read_images(path, 1, size=4, channels=1, n_classes=2)
     with pytest.raises(ValueError, match="holds 2 images"):
         read_images(tmp_path / "neg.npy", 3, size=4, channels=1, n_classes=2)
+
+
+def test_each_top_level_folder_is_one_class_whatever_it_holds_inside(tmp_path):
+    """torchvision's ImageFolder: a class is a top-level subfolder; its own subfolders do not split it."""
+    for name in ("cat/a/1.png", "cat/b/2.png", "dog/3.png"):
+        _png(tmp_path / name, 50)
+    files, classes, names = image_files(tmp_path)
+    assert names == ["cat", "dog"] and classes == [0, 0, 1]
+    _, labels = read_images(tmp_path, 3, size=4, channels=1, n_classes=2)
+    assert labels.tolist() == [0, 0, 1]
+    one = tmp_path / "one"
+    _png(one / "x" / "a.png", 9)
+    _png(one / "y" / "b.png", 9)
+    assert image_files(one / "x")[1:] == ([0], ["."]) and image_files(tmp_path / "cat")[1:] == ([0, 1], ["a", "b"])
+
+
+def test_images_beside_class_folders_are_refused(tmp_path):
+    _png(tmp_path / "loose.png", 9)
+    _png(tmp_path / "cat" / "1.png", 9)
+    _png(tmp_path / "dog" / "2.png", 9)
+    with pytest.raises(ValueError, match="1 image.s. directly in the folder beside the class folders cat, dog"):
+        image_files(tmp_path)
+
+
+def test_a_channels_last_array_and_odd_folder_channels_are_refused(tmp_path):
+    np.save(tmp_path / "nhwc.npy", np.ones((5, 32, 32, 3)))
+    for channels in (1, 3):
+        with pytest.raises(ValueError, match=r"32 channels on axis 1 .* np\.moveaxis\(a, -1, 1\)"):
+            read_images(tmp_path / "nhwc.npy", 2, size=8, channels=channels, n_classes=2)
+    colour = np.random.default_rng(0).uniform(1, 2, size=(2, 3, 4, 4))
+    np.save(tmp_path / "nchw.npy", colour)
+    grey, _ = read_images(tmp_path / "nchw.npy", 2, size=4, channels=1, n_classes=2)  # colour to grey: the mean
+    expected = colour.mean(axis=1)
+    np.testing.assert_allclose(grey[:, 0].numpy(), expected / np.sqrt(np.mean(expected**2)), rtol=1e-6)
+    _png(tmp_path / "folder" / "a.png", 9)
+    with pytest.raises(ValueError, match="read as grey .1 channel. or colour .3.; the model takes 4 channels"):
+        read_images(tmp_path / "folder", 1, size=4, channels=4, n_classes=2)
+
+
+def test_count_none_reads_every_image(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((7, 4, 4)))
+    assert read_images(tmp_path / "x.npy", None, size=4, channels=1, n_classes=1)[0].shape == (7, 1, 4, 4)

@@ -218,3 +218,18 @@ def test_segment_model_batch_is_usable_or_rejected():
         assert "segment" in str(e)
         return
     assert torch.isfinite(model64(c).loss(batch))
+
+
+def test_a_padding_mask_keeps_padding_of_any_id_unmasked_and_unlabelled():
+    """Padding marked by ``padding_mask`` (not filled with id 0) is never selected for masking nor labelled."""
+
+    ids = torch.tensor([[10, 11, 12, 13, 7, 7, 7, 7]] * 16)
+    real = ids != 7
+    enc = TransformerConfig(arch="encoder", n_layers=1, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+                            mask_prob=0.9)
+    batch = make_batch(enc, ids, torch.Generator().manual_seed(0), padding_mask=real)
+    assert bool((batch.labels[~real] == -100).all()) and bool((batch.inputs[~real] == 7).all())
+    labelled = batch.labels != -100
+    assert int(labelled.sum()) > 0 and bool((batch.labels[labelled] == ids[labelled]).all())
+    dec = enc.replace(arch="decoder")
+    assert make_batch(dec, ids[:1], padding_mask=real[:1]).labels.tolist() == [[11, 12, 13] + [-100] * 5]

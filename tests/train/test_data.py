@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pytest
 import torch
 
 from sigprop.model.batches import batch_fingerprint
@@ -82,3 +83,17 @@ def test_digits_are_split_by_image():
     batch = data.train_batch(0, 16)
     assert batch.inputs.shape == (16, 1, 32, 32) and batch.labels.shape == (16,)
     assert data.tokens(batch) == 16 * 64  # the patches each image feeds the model
+
+
+@pytest.mark.parametrize(("batch_size", "world"), [(32, 4), (16, 8), (5, 8), (86, 3)])
+def test_image_validation_scores_every_held_out_image_once_whatever_the_processes(batch_size, world):
+    """Each validation batch is shared out over the processes in near-equal parts: the union over ranks is the
+    whole held-out set, each image once (the number of processes cannot change the validation loss)."""
+    cfg = TransformerConfig(input="patches", n_layers=1, d_model=16, n_heads=2, seq_len=64, image_size=32,
+                            patch_size=4, n_classes=10)
+    data = make_data(cfg, TrainConfig(val_fraction=0.05))
+    rows = [b.inputs for r in range(world) for b in data.val_batches(1, batch_size, r, world)]
+    assert all(len(x) > 0 for x in rows)
+    scored = torch.cat(rows)
+    assert len(scored) == len(data.val_y)
+    assert torch.equal(torch.sort(scored.flatten(1).sum(1)).values, torch.sort(data.val_x.flatten(1).sum(1)).values)

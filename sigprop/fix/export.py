@@ -268,9 +268,10 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     half-written), safetensors only; with ``tokenizer`` (the ``tokenizers.Tokenizer`` the model was trained with) its
     ``tokenizer.json`` and ``tokenizer_config.json`` beside it
     (:func:`~sigprop.data.tokenizer.write_hf_tokenizer`). Returns the folder. ``ValueError`` naming what does not
-    map."""
+    map, or for an ``out_dir`` that holds a training run (``run.json``: replacing it would delete the run)."""
     if to not in EXPORT_TARGETS:
         raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r})")
+    _check_not_a_run(Path(out_dir))
     import transformers
 
     if to == "gpt2":
@@ -302,6 +303,18 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     return out
 
 
+def _check_not_a_run(out: Path, run_dir: Path | None = None) -> None:
+    """``ValueError`` where writing the export folder ``out`` (which replaces it whole) would delete a training run:
+    ``out`` holds a ``run.json``, or is ``run_dir`` or a folder above it."""
+    target = out.resolve()
+    if (target / "run.json").exists():
+        raise ValueError(f"{out} holds a training run (run.json); the export replaces its folder whole: write it to "
+                         "another folder")
+    if run_dir is not None and (target == run_dir.resolve() or target in run_dir.resolve().parents):
+        raise ValueError(f"{out} is the run folder {run_dir} or holds it; the export replaces its folder whole: "
+                         "write it to another folder")
+
+
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     """``sigprop fold``: the newest checkpoint of the training run in ``run_dir`` (its configs from ``run.json``, the
     checkpoint's SHA-256, model config and tensor shapes checked) folded and exported as ``to`` ("hf-gpt2" for a
@@ -309,12 +322,14 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     decoder: RMSNorm, SwiGLU, rotary positions) into ``out_dir``, with the tokenizer
     the run trained with (the one of its corpus and vocabulary size, from the local cache or trained again). Returns
     (the folder, the checkpoint's step, what was written of the tokenizer). ``ValueError`` for a run without a
-    checkpoint or a model the target cannot hold, before anything is written."""
+    checkpoint, a model the target cannot hold, or an ``out_dir`` that is the run's folder, holds it or holds another
+    run, before anything is written."""
     from ..train.run_dir import newest_checkpoint, trained_model
 
     targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
+    _check_not_a_run(Path(out_dir), Path(run_dir))
     config, train_config, _ = newest_checkpoint(Path(run_dir), "fold")
     _check(config, targets[to])  # before the weights are read
     tokenizer, said = run_tokenizer(config, train_config.data)

@@ -106,3 +106,17 @@ def test_the_export_carries_the_runs_tokenizer(corpus, trained, tmp_path):
         assert theirs.mask_token == "[MASK]" and theirs.pad_token_id == 0
         if target == "hf-llama":  # a Llama-style run loads with from_pretrained and gives its logits
             assert _same_logits(run, out) <= 1e-4
+
+
+def test_fold_never_writes_over_a_run(trained, tmp_path):
+    """The export replaces its folder whole: the run's own folder, a folder holding it, or another run's folder
+    is refused before anything is written, and the run is left as it was."""
+    run = trained(PRE, 4)
+    before = sorted(p.name for p in run.iterdir())
+    for out in (run, run.parent):
+        done = fold(str(run), str(out), "--to", "hf-gpt2")
+        assert done.exit_code == 2 and "replaces its folder whole" in done.stderr, done.output
+    other = trained(PRE, 2)
+    done = fold(str(run), str(other), "--to", "hf-gpt2")
+    assert done.exit_code == 2 and "holds a training run" in done.stderr
+    assert sorted(p.name for p in run.iterdir()) == before and (other / "run.json").exists()

@@ -37,7 +37,7 @@ __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint"
            "list_checkpoints", "FORMAT", "rng_state_tensors", "restore_rng"]
 
 FORMAT = "sigprop-checkpoint/1"
-_NAME = re.compile(r"^ckpt-(\d{8})\.json$")
+_NAME = re.compile(r"^ckpt-(\d{8,})\.json$")  # the step, zero-padded to 8 digits (more from step 10⁸ on)
 
 
 class CheckpointError(ValueError):
@@ -127,7 +127,7 @@ def list_checkpoints(run_dir) -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    return sorted(p for p in run_dir.iterdir() if _NAME.match(p.name))
+    return sorted((p for p in run_dir.iterdir() if _NAME.match(p.name)), key=lambda p: int(p.name[5:-5]))
 
 
 def latest_checkpoint(run_dir) -> Path | None:

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
 from ..core.validate import check_choice, check_integer, check_number
 
-__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "Arithmetic", "resolve_precision", "train_config_from_dict",
-           "apply_train_overrides"]
+__all__ = ["TrainConfig", "SCHEDULES", "PRECISIONS", "Arithmetic", "resolve_precision", "with_absolute_data",
+           "train_config_from_dict", "apply_train_overrides"]
 
 #: Learning-rate schedules after the linear warmup (:mod:`sigprop.train.schedule`).
 Schedule = Literal["cosine", "linear", "constant"]
@@ -55,7 +55,8 @@ class TrainConfig(DictConfig):
     embeddings only (no decay on norms, biases or residual scales β), moments ``adam_beta1`` / ``adam_beta2``,
     ``adam_eps``. Learning rate: linear warmup over ``warmup_steps`` (step t at ``lr·(t+1)/warmup_steps``, so the
     first step already moves), then ``schedule`` ("cosine", "linear" or "constant") from ``lr`` down to
-    ``lr·final_lr_fraction`` at the last step. ``clip``: the global gradient norm is
+    ``lr·final_lr_fraction`` at the last step (a run with ``warmup_steps`` ≥ ``steps`` ends inside its warmup, at
+    ``lr·steps/warmup_steps``). ``clip``: the global gradient norm is
     clipped to it (None: no clipping). ``batch_size`` is the global batch (sequences or images per step, split over
     the processes of a distributed run). Validation every ``eval_every`` steps on ``eval_batches`` held-out batches
     (the held-out ``val_fraction`` of the corpus's files, or of the images). A checkpoint every
@@ -130,3 +131,30 @@ def train_config_from_dict(data: dict) -> TrainConfig:
 def apply_train_overrides(config: TrainConfig, overrides) -> TrainConfig:
     """Apply ``key=value`` strings (the command line's ``--train-set``), each parsed by its field's type."""
     return apply_field_overrides(config, list(overrides or ()), "--train-set", "training config field")
+
+
+def with_absolute_data(config: TrainConfig) -> TrainConfig:
+    """``config`` with a relative ``data`` path made absolute, so that a run's record names its data wherever it is
+    resumed from; the default, the built-in (``"python"``) and the pinned corpora, and a path that does not exist
+    (refused later, by name), as they are.
+
+    Args:
+        config: a new run's :class:`TrainConfig`.
+
+    Returns:
+        The same config, ``data`` absolute where it is a relative path to a file or folder.
+
+    Example:
+        >>> with_absolute_data(TrainConfig(data="pinned:python-v1")).data
+        'pinned:python-v1'
+    """
+    from pathlib import Path
+
+    from ..data.corpus import PYTHON_CORPUS
+    from ..data.pinned import is_pinned
+
+    data = config.data
+    if data is None or data == PYTHON_CORPUS or is_pinned(data) or Path(data).is_absolute() or not Path(data).exists():
+        return config
+    return replace(config, data=str(Path(data).resolve()))
+

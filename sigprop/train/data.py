@@ -217,6 +217,9 @@ class ImageData(TrainData):
                 raise ValueError(f"image data not found: {p}")
             x, y = read_images(p, None, cfg.image_size, cfg.channels, cfg.n_classes)
             source = str(p)
+        if len(x) < 2:
+            raise ValueError(f"{source} holds {len(x)} image(s); training needs at least 2 (one is held out for "
+                             "validation)")
         parts = [xi.numpy() for xi in x]
         held = torch.from_numpy(_by_hash(parts, train_config.val_fraction))
         return cls(cfg, train_config.seed, x[~held], y[~held], x[held], y[held], source)

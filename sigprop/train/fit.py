@@ -28,6 +28,7 @@ from typing import Protocol
 import torch
 
 from ..core.errors import TrainingDiverged
+from ..data.fingerprint import same_data
 from ..data.mlm import IGNORE_INDEX
 from .checkpoint import (
     latest_checkpoint,
@@ -36,7 +37,7 @@ from .checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from .config import TrainConfig, train_config_from_dict
+from .config import TrainConfig, train_config_from_dict, with_absolute_data
 from .data import make_data, rank_slice, step_generator
 from .distributed import World, all_sum, join_world, leave_world
 from .evaluation import evaluate
@@ -107,7 +108,7 @@ def fit(model_config, train_config: TrainConfig, run_dir, *, device: str | None 
     if not isinstance(train_config, TrainConfig):
         raise ValueError(f"train_config must be a TrainConfig (got {type(train_config).__name__})")
     run_dir = prepare_new_run(run_dir)
-    return _run(model_config, train_config, run_dir, device, progress, None, command)
+    return _run(model_config, with_absolute_data(train_config), run_dir, device, progress, None, command)
 
 
 def resume(run_dir, *, device: str | None = None, progress: TrainProgress | None = None,
@@ -129,7 +130,8 @@ def resume(run_dir, *, device: str | None = None, progress: TrainProgress | None
             (Path(run_dir) / name).unlink(missing_ok=True)
         if progress is not None:
             progress.note(f"{run_dir} holds no checkpoint yet: starting it again from step 0")
-    return _run(model_config, train_config, Path(run_dir), device or run.get("device"), progress, path, command)
+    return _run(model_config, train_config, Path(run_dir), device or run.get("device"), progress, path, command,
+                expected_data=run.get("data") if path is None else None)
 
 
 def _check_memory(model_config, train_config, world: World) -> None:
@@ -200,7 +202,8 @@ def _residual_scales(model) -> list[float] | None:
     return betas or None
 
 
-def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progress, checkpoint_path, command):
+def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progress, checkpoint_path, command,
+         expected_data: dict | None = None):
     from ..core.versions import package_versions
     from ..model.objective import objective_sums
     from ..model.transformer import seeded_model
@@ -217,10 +220,18 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
             TensorBoardScalars.check_available()
         torch.set_flush_denormal(True)
         data = make_data(model_config, train_config, progress=world.main)
+        first = data.train_batch(0, train_config.batch_size)
+        if first.labels is not None and not bool((first.labels != IGNORE_INDEX).any()):
+            raise ValueError("no position of a training batch has a target (a decoder predicts the next token: it "
+                             f"needs seq_len >= 2, got {model_config.seq_len})")
+        if expected_data is not None and not same_data(expected_data, data.meta()):
+            raise ValueError(f"{run_dir} started on other data than its data ({train_config.data or 'the default'}) "
+                             "gives now (the corpus, its tokenizer or the images changed, or a relative path "
+                             "names another folder from here): start a new run")
         if checkpoint_path is None:  # a DSLM ViT's correlation schedule starts from its images' (App. H)
             from ..analysis.experiment import with_batch_input_correlation
 
-            model_config = with_batch_input_correlation(model_config, data.train_batch(0, train_config.batch_size))
+            model_config = with_batch_input_correlation(model_config, first)
         model = seeded_model(model_config, train_config.seed, device=world.device)
         optimizer = make_optimizer(model, train_config, world.device)
         start, tokens, wall0, initial = 0, 0, 0.0, None
@@ -257,7 +268,12 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
                 tracker.step(0)
         if start >= train_config.steps:
             progress.note(f"the run is complete ({start} of {train_config.steps} steps): nothing to resume")
-            return FitResult(run_dir, start, train_config.steps, None, {}, {}, checkpoint_path, (), world.main)
+            figures = ()
+            if world.main and not (run_dir / "curves.png").exists():  # stopped between its last step and figures
+                from .plots import write_run_figures
+
+                figures = write_run_figures(run_dir)
+            return FitResult(run_dir, start, train_config.steps, None, {}, {}, checkpoint_path, figures, world.main)
         log = MetricsLog(run_dir, keep_through_step=start if checkpoint_path is not None else None) \
             if world.main else None
         if log is not None and train_config.tensorboard:
@@ -330,6 +346,19 @@ class _LoopStart:
 
 
 def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
+    params = [p for p in setup.model.parameters() if p.requires_grad]
+    ckpt = latest_checkpoint(setup.run_dir)
+    t0 = time.perf_counter()
+    progress = setup.progress
+    progress.begin(setup.train_config.steps, begin.step)
+    try:
+        return _steps(setup, begin, params, ckpt, t0)
+    finally:
+        progress.end()  # also when the loop raises: a terminal's live bar is closed and its cursor shown
+
+
+def _steps(setup: _LoopSetup, begin: _LoopStart, params: list, ckpt, t0: float) -> FitResult:
+    """The training steps of :func:`_loop`, from ``begin`` to the last (or a stop)."""
     from ..model.shaped import anneal_shaped
 
     net, model, optimizer, data, tc, world = (setup.net, setup.model, setup.optimizer, setup.data,
@@ -337,11 +366,8 @@ def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
     precision, progress, log, tracker, run, run_dir = (setup.precision, setup.progress, setup.log, setup.tracker,
                                                        setup.run, setup.run_dir)
     start, tokens, wall0 = begin.step, begin.tokens, begin.wall
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    last, validation, ckpt = {}, {}, latest_checkpoint(run_dir)
-    t0 = time.perf_counter()
-    progress.begin(tc.steps, start)
+    last: dict = {}
+    validation: dict = {}
     with _Signals() as signals:
         for step in range(start, tc.steps):
             t_step = time.perf_counter()
@@ -398,7 +424,7 @@ def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
             last = record
             progress.update(record)
             stopped = None
-            if stops > 0:
+            if stops > 0 and done < tc.steps:  # a stop asked on the last step: the run is finished all the same
                 stopped = signals.received or "a signal in another process"
             if (done % tc.checkpoint_every == 0 or done == tc.steps or stopped) and world.main:
                 info = {"model_config": run["model_config"], "train_config": run["train_config"],
@@ -408,7 +434,5 @@ def _loop(setup: _LoopSetup, begin: _LoopStart) -> FitResult:
             if stopped:
                 progress.note(f"{stopped}: checkpoint written at step {done}; continue with "
                               f"`sigprop train --resume {run_dir}`")
-                progress.end()
                 return FitResult(run_dir, done, tc.steps, stopped, last, validation, ckpt, (), world.main)
-    progress.end()
     return FitResult(run_dir, tc.steps, tc.steps, None, last, validation, ckpt, (), world.main)

@@ -31,6 +31,8 @@ def prepare_new_run(run_dir) -> Path:
     if (run_dir / RUN_FILE).exists():
         raise ValueError(f"--out: {run_dir} already holds a run; continue it with `sigprop train --resume {run_dir}` "
                          "or choose another folder")
+    if run_dir.is_dir() and any(run_dir.glob("ckpt-*.json")):  # another run's checkpoints would be taken for ours
+        raise ValueError(f"--out: {run_dir} holds checkpoints (ckpt-*.json) of another run; choose another folder")
     return run_dir
 
 

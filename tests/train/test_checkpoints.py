@@ -175,3 +175,79 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(run,
     losses = [json.loads(line)["loss"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
     assert losses == [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert not list(copy.glob(".ckpt-*.tmp"))
+
+
+def test_checkpoints_past_step_10_8_sort_by_their_step(tmp_path):
+    """Names are zero-padded to 8 digits; from step 10⁸ on they grow, and the newest is still the newest."""
+    from sigprop.train.checkpoint import list_checkpoints
+
+    for step in (99_999_999, 100_000_000, 7):
+        (tmp_path / f"ckpt-{step:08d}.json").write_text("{}")
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt-00000007.json", "ckpt-99999999.json",
+                                                             "ckpt-100000000.json"]
+    assert latest_checkpoint(tmp_path).name == "ckpt-100000000.json"
+
+
+def test_a_folder_with_another_run_s_checkpoints_is_refused_for_a_new_run(corpus, tmp_path):
+    out = tmp_path / "stale"
+    out.mkdir()
+    (out / "ckpt-00000009.json").write_text("{}")
+    _one_line_error(train(*tiny_args(corpus, "steps=2"), "--out", str(out)), "holds checkpoints")
+
+
+def test_what_cannot_train_is_refused_before_the_run_folder_is_written(corpus, tmp_path):
+    """A decoder of one token has no next token to predict; one image leaves nothing to validate on."""
+    out = tmp_path / "one-token"
+    _one_line_error(train(*tiny_args(corpus, "steps=2"), "--set", "seq_len=1", "--out", str(out)),
+                    "needs seq_len >= 2")
+    assert not (out / "run.json").exists()
+    import numpy as np
+
+    np.save(tmp_path / "one.npy", np.ones((1, 8, 8)))
+    vit = ["--set", "input=patches", "--set", "image_size=8", "--set", "patch_size=4", "--set", "n_classes=2",
+           "--set", "n_layers=1", "--set", "d_model=16", "--set", "n_heads=2", "--set", "seq_len=4"]
+    out = tmp_path / "one-image"
+    _one_line_error(train(*vit, "--train-set", "steps=2", "--data", str(tmp_path / "one.npy"), "--out", str(out)),
+                    "at least 2")
+    assert not (out / "run.json").exists()
+
+
+def test_a_run_that_raises_closes_its_progress(corpus, tmp_path):
+    """The progress display is ended also when the loop raises (a terminal's live bar would keep the cursor
+    hidden): here the display itself raises at the second step."""
+    from sigprop.train import fit
+    from sigprop.train.presets import resolve_train_configs
+
+    calls = []
+
+    class Recorder:
+        def begin(self, total, first):
+            calls.append("begin")
+
+        def update(self, record):
+            if record["step"] == 2:
+                raise RuntimeError("stop here")
+
+        def note(self, text):
+            pass
+
+        def end(self):
+            calls.append("end")
+
+    args = tiny_args(corpus, "steps=6")
+    sets = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--set"]
+    train_sets = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--train-set"]
+    model_config, train_config = resolve_train_configs(None, None, sets, [*train_sets, f"data={corpus}"])
+    with pytest.raises(RuntimeError, match="stop here"):
+        fit(model_config, train_config, tmp_path / "raises", progress=Recorder())
+    assert calls == ["begin", "end"]
+
+
+def test_resuming_a_complete_run_without_its_figures_draws_them(run, tmp_path):
+    """A run stopped between its last checkpoint and its figures is complete: resuming it trains nothing and
+    draws the figures."""
+    copy = _copy(run, tmp_path)
+    (copy / "curves.png").unlink()
+    done = train("--resume", str(copy))
+    assert done.exit_code == 0, done.stderr
+    assert "nothing to resume" in done.output and (copy / "curves.png").exists()

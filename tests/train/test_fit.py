@@ -132,3 +132,26 @@ def test_a_shaped_recover_model_is_annealed_by_the_trainer(corpus, tmp_path):
     tensors = load_file(str(next((tmp_path / "run").glob("ckpt-*.safetensors"))))
     gammas = {k: v for k, v in tensors.items() if k.endswith(("gamma1", "gamma2"))}
     assert len(gammas) == 2 * m.n_layers and all(float(v.abs().max()) == 0.0 for v in gammas.values())
+
+
+def test_a_relative_data_path_is_recorded_whole_and_a_restart_on_other_data_is_refused(corpus, tmp_path,
+                                                                                        monkeypatch):
+    """``--data corpus`` from one folder is recorded as its absolute path, so resuming from elsewhere reads the
+    same corpus; a run resumed before its first checkpoint on data that changed since is refused by name, not
+    silently started on the other data."""
+    import shutil
+
+    from sigprop.train.run_dir import read_run
+
+    shutil.copytree(corpus, tmp_path / "corpus")
+    monkeypatch.chdir(tmp_path)
+    args = [a if a != str(corpus) else "corpus" for a in tiny_args(corpus, "steps=2", "checkpoint_every=100")]
+    done = run_cli(["train", *args, "--out", "run"])
+    assert done.exit_code == 0, done.stderr
+    assert read_run(tmp_path / "run")["train_config"]["data"] == str((tmp_path / "corpus").resolve())
+    for ck in (tmp_path / "run").glob("ckpt-*"):  # as if killed before its first checkpoint
+        ck.unlink()
+    (tmp_path / "corpus" / "json___init__.py").write_text("x = 1\n" * 500)
+    monkeypatch.chdir(tmp_path.parent)
+    done = run_cli(["train", "--resume", str(tmp_path / "run")])
+    assert done.exit_code == 2 and "started on other data" in done.stderr, done.output

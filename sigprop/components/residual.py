@@ -71,6 +71,29 @@ class Residual(nn.Module):
         else:
             self.register_buffer("beta", beta_t)
 
+    def set_learnable_beta(self, learnable: bool) -> None:
+        """Make β a learnable parameter or a fixed buffer, keeping its value (an optimiser built before holds the
+        old tensor: build it after).
+
+        Args:
+            learnable: whether β is to be learned.
+
+        Example:
+            >>> from torch import nn
+            >>> block = Residual(nn.Identity(), beta=0.5)
+            >>> block.set_learnable_beta(True)
+            >>> [name for name, _ in block.named_parameters()], float(block.beta)
+            (['beta'], 0.5)
+        """
+        if learnable == isinstance(self.beta, nn.Parameter):
+            return
+        value = self.beta.detach().clone()
+        del self.beta
+        if learnable:
+            self.beta = nn.Parameter(value)
+        else:
+            self.register_buffer("beta", value)
+
     def forward(self, x: torch.Tensor, **context: Any) -> torch.Tensor:
         """λ·x + β·branch(x); ``context`` keywords (padding mask, cross-attention memory) go to the branch
         where its ``forward`` declares them."""

@@ -38,7 +38,8 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     """Re-initialise a sigprop or Hugging Face model in place under an init scheme, and return it.
 
     A sigprop :class:`~sigprop.model.transformer.Transformer` is redrawn from the scheme's plan, its λ, β and head
-    scale included, and records the scheme in its ``config`` and ``plan``. A Hugging Face model of a family with a
+    scale included (β becomes a learnable parameter or a fixed buffer as the scheme has it: build the optimiser
+    after), and records the scheme in its ``config`` and ``plan``. A Hugging Face model of a family with a
     weight layout (:data:`sigprop.hf.weights.LAYOUTS`) gets every matrix drawn with the scheme's standard deviation
     for its role, zero biases, norms at weight 1, and the scheme's residual scales folded into the weights as
     :mod:`sigprop.fix.fold` folds them (each branch's output projection × β_l/Π_{j≤l} λ_j, the final norm's weight ×
@@ -70,6 +71,7 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
         ...
         ValueError: scheme must be one of xavier, ... (got 'glorot')
     """
+    from ..components.residual import Residual
     from ..hf.weights import hf_weights
     from ..measurement.adapters import is_hf_model
     from ..model.init_schemes import SCHEME_NAMES
@@ -79,6 +81,9 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
         raise ValueError(f"scheme must be one of {', '.join(SCHEME_NAMES)} (got {scheme!r})")
     if isinstance(model, Transformer):
         plan = plan_for(model.config.replace(init=scheme))
+        for module in model.modules():  # SkipInit/ReZero/LayerScale learn β, the other schemes fix it
+            if isinstance(module, Residual):
+                module.set_learnable_beta(plan.learnable_beta)
         with torch.no_grad():
             plan.apply(model, generator)
         model.config, model.plan = model.config.replace(init=scheme), plan

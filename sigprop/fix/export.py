@@ -23,7 +23,9 @@ parameters (Post-LN OPT has no final norm). OPT's LayerNorm ε is fixed at 1e-5,
 attention / FFN norms, self_attn.{q,k,v}_proj = W_Qᵀ, W_Kᵀ, W_Vᵀ (heads contiguous, each key/value head serving
 a contiguous group of query heads in both; sigprop's rotary convention is Llama's "rotate_half"), o_proj = (β/c)·W_O,
 mlp.gate_proj = W_gateᵀ, up_proj = W_upᵀ, down_proj = (β/c)·W_2, norm = the final norm times the head's output scale,
-lm_head the head. Llama's RMSNorm has no bias, so the fold is exact up to the norms' ε as for GPT-2.
+lm_head the head. Llama's RMSNorm has no bias, so the fold is exact up to the norms' ε as for GPT-2. Llama has no
+dropout on its embeddings or residual branches, only on the attention probabilities (``attention_dropout``, written):
+the export computes the same function in evaluation, and fine-tuning it trains without the run's other dropout.
 
 ``to="bert"`` writes a Post-LN encoder as ``BertForMaskedLM``: word / position / token-type embeddings = the token,
 position and segment tables (one zero token-type row without segments), per layer attention.self.{query,key,value}

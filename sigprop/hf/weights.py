@@ -288,7 +288,28 @@ def hf_weights(model: nn.Module) -> HFWeights:
         why = NO_LAYOUT.get(family, f"its configuration is not mapped to sigprop's (mapped: "
                                     f"{', '.join(sorted(FAMILIES))})")
         raise ValueError(f"the weights of a Hugging Face {kind!r} model are not mapped to sigprop's roles: {why}")
-    return LAYOUTS[family](model)
+    try:
+        layout = LAYOUTS[family](model)
+    except AttributeError as err:  # e.g. a BERT body or classifier where the layout reads a masked-LM head
+        raise ValueError(f"the weights of a Hugging Face {type(model).__name__} are not mapped to sigprop's roles: "
+                         f"its {kind!r} layout is that of the language-model class ({err})") from None
+    left = _uncovered(model, layout)
+    if left:
+        raise ValueError(f"the weights of a Hugging Face {type(model).__name__} are not all mapped to sigprop's "
+                         f"roles: {', '.join(left[:4])}{', …' if len(left) > 4 else ''} (a head other than the "
+                         "language model's?)")
+    return layout
+
+
+def _uncovered(model: nn.Module, layout: HFWeights) -> list[str]:
+    """The model's parameters that no slot, bias, norm or head of ``layout`` holds (a slot may be a slice of a
+    fused matrix: a parameter counts as held when a slot shares its storage)."""
+    held = {slot.tensor.untyped_storage().data_ptr() for slot in layout.slots}
+    modules = [m for _, m in layout.biases] + [m for _, m in layout.norms]
+    modules += [m for m in (layout.final_norm, layout.head) if m is not None]
+    for module in modules:
+        held |= {p.untyped_storage().data_ptr() for p in module.parameters()}
+    return [name for name, p in model.named_parameters() if p.untyped_storage().data_ptr() not in held]
 
 
 def _off(tensor: torch.Tensor, value: float) -> bool:

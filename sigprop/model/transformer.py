@@ -72,7 +72,7 @@ def plan_for(config: TransformerConfig) -> InitPlan:
 def _calibration_config(config: TransformerConfig) -> TransformerConfig:
     """The config the calibration walks: rotary positions off (they leave the scores' variance unchanged; the
     closed-form attention rule then applies: :mod:`sigprop.model.auto_init`)."""
-    return config.replace(position="none") if config.position == "rope" else config
+    return config.replace(position="none", rotary_fraction=1.0) if config.position == "rope" else config
 
 
 _Layers = Sequence[TransformerLayer]

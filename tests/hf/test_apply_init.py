@@ -109,3 +109,20 @@ def test_reinitialised_masked_lm_measures_like_sigprops_model_of_the_scheme(fami
         gap = (hf[k] - ours[k]).abs()
         tol = Z * torch.sqrt(hf[k + 1] ** 2 + ours[k + 1] ** 2)
         assert bool((gap <= tol).all()), (family, what, hf[k], ours[k], tol)
+
+
+def test_a_model_whose_weights_the_layout_does_not_all_hold_is_refused_by_name():
+    """A BERT body or classifier (the layout reads the masked-LM head), a GPT-2 or Llama classifier (its ``score``
+    would keep Hugging Face's draw): a ValueError naming the class and the weight, never an AttributeError nor a
+    weight silently left out; the language-model classes and the bare decoder bodies are held whole."""
+    bert = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64)
+    gpt2 = SMALL_LM_CONFIGS["gpt2"]()
+    gpt2.pad_token_id = 0
+    for model, needle in ((transformers.BertModel(bert), "BertModel.*language-model class"),
+                          (transformers.BertForSequenceClassification(bert), "language-model class"),
+                          (transformers.GPT2ForSequenceClassification(gpt2), "score.weight")):
+        with pytest.raises(ValueError, match=needle):
+            sigprop.apply_init(model, "dslm")
+    for model in (transformers.GPT2Model(gpt2), transformers.BertForMaskedLM(bert)):
+        sigprop.apply_init(model, "xavier", generator=torch.Generator().manual_seed(0))

@@ -29,6 +29,7 @@ FAMILIES = {
     "post": dict(norm_position="post"),
     "derf": dict(norm="derf", dropout=0.0),
     "llama": LLAMA,
+    "partial_rotary": {**LLAMA, "rotary_fraction": 0.25},  # GPT-NeoX / Phi rotate part of each head
     "causal": dict(arch="decoder"),
     "encoder_decoder": dict(arch="encoder_decoder", n_layers=3, n_decoder_layers=3),
 }

@@ -7,18 +7,19 @@ measured quantity spans more than a decade (gradient variances of deep models), 
 read; it is NaN for a quantity that does not vary across layers. Correlations are also judged by absolute error
 (a relative error of a correlation near 0 means little).
 
-When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the share of
-rows whose error is within two of them and the median |pred − meas|/SE, which say whether a discrepancy is larger than
-the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R² that an exact theory
-scores against this measurement in expectation (its residuals are then the measurement errors, E Σ(pred − meas)² = Σ
-SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its ceiling is limited by the
-measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward variance) has a low ceiling, and
-only more seeds raise it. When the prediction takes a boundary from the same measurement (the gradient measured at the
-top layer), its errors share the measurement's and R² may exceed the ceiling. (For quantities whose seed-to-seed spread
-is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself uncertain; see
-docs/results/accuracy.md, "R² against its noise ceiling". The comparison's ``meta["heavy_tails"]`` names the layers
-where Cochran's rule says the seeds are too few: :mod:`sigprop.measurement.spread`.)
-"""
+When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the share
+of rows whose error is within two of them, the share within t_{0.975, K−1} of them (``within_t95``: a mean of K seeds
+has K − 1 degrees of freedom, so an exact theory meets two standard errors only 2F_t(2; K−1) − 1 of the time, 71% at
+K = 2, and the Student interval 95% of the time) and the median |pred − meas|/SE, which say whether a discrepancy is
+larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R² that
+an exact theory scores against this measurement in expectation (its residuals are then the measurement errors, E
+Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its ceiling is
+limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward variance) has a
+low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same measurement (the
+gradient measured at the top layer), its errors share the measurement's and R² may exceed the ceiling. (For quantities
+whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself
+uncertain; see docs/results/accuracy.md, "R² against its noise ceiling". The comparison's ``meta["heavy_tails"]``
+names the layers where Cochran's rule says the seeds are too few: :mod:`sigprop.measurement.spread`.)"""
 
 from __future__ import annotations
 
@@ -56,24 +57,32 @@ class QuantitySummary:
     median_rel_se: float = float("nan")  # the measurement's own standard error relative to it, median over rows
     within_band: float = float("nan")  # share of the rows with a predicted spread whose measured value is in its band
     band_rows: int = 0  # the rows judged against the band (a spread > 0)
+    # share of the rows whose error is within t_{0.975, K−1} standard errors (K seeds: the 95% two-sided Student
+    # interval an exact theory meets 95% of the time; ``within_2se`` it meets 2F_t(2; K−1) − 1 of the time, 0.71 at
+    # K = 2, 0.94 at K = 16)
+    within_t95: float = float("nan")
+    not_finite: int = 0  # rows left out: the prediction or the measurement not finite there (an overflow)
 
     def to_dict(self) -> dict:
         return finite_or_null(dict(self.__dict__))
 
 
-def summarise(quantity: str, pred, meas, se=None, band=None) -> QuantitySummary:
-    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (NaN pairs dropped); ``se``: the measurement's
-    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers);
+def summarise(quantity: str, pred, meas, se=None, band=None, dof: int | None = None) -> QuantitySummary:
+    """:class:`QuantitySummary` of arrays ``pred`` vs ``meas`` (rows where either is not finite left out and
+    counted: ``not_finite``); ``se``: the measurement's
+    standard errors per row, if known (rows without a finite positive SE are left out of the SE-based numbers),
+    with ``dof`` degrees of freedom (K − 1 for a mean of K seeds: ``within_t95``);
     ``band``: (low, high) per row, the predicted band of the measured seed mean (:func:`seed_mean_bands`; rows where
     it is NaN or of zero width are left out of ``within_band``)."""
     p, m = np.asarray(pred, dtype=np.float64), np.asarray(meas, dtype=np.float64)
     e = np.full(p.shape, np.nan) if se is None else np.asarray(se, dtype=np.float64)
     lo, hi = (np.full(p.shape, np.nan),) * 2 if band is None else (np.asarray(b, dtype=np.float64) for b in band)
     keep = np.isfinite(p) & np.isfinite(m)
+    dropped = int((~keep).sum())
     p, m, e, lo, hi = p[keep], m[keep], e[keep], lo[keep], hi[keep]
     nan = float("nan")
     if p.size == 0:
-        return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False)
+        return QuantitySummary(quantity, 0, nan, nan, nan, nan, nan, nan, False, not_finite=dropped)
     abs_err = np.abs(p - m)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(m != 0, abs_err / np.abs(m), np.where(abs_err == 0, 0.0, np.inf))
@@ -87,6 +96,7 @@ def summarise(quantity: str, pred, meas, se=None, band=None) -> QuantitySummary:
     has_se = np.isfinite(e) & (e > 0)
     z = abs_err[has_se] / e[has_se]
     within, median_z = (float(np.mean(z <= 2.0)), float(np.median(z))) if z.size else (nan, nan)
+    within_t = float(np.mean(z <= t95(dof))) if z.size and dof is not None and dof >= 1 else nan
     rel_se = float(np.median(e[has_se] / np.abs(m[has_se]))) if z.size and bool(np.all(m[has_se] != 0)) else nan
     ceiling = nan
     if not np.isnan(r2) and bool(np.all(has_se)):
@@ -96,7 +106,20 @@ def summarise(quantity: str, pred, meas, se=None, band=None) -> QuantitySummary:
     in_band = float(np.mean((m[banded] >= lo[banded]) & (m[banded] <= hi[banded]))) if banded.any() else nan
     return QuantitySummary(quantity, int(p.size), float(np.median(rel)), float(np.mean(rel)),
                            float(np.percentile(rel, 90)), float(abs_err.max()), float(np.median(abs_err)), r2,
-                           use_log, within, median_z, ceiling, rel_se, in_band, int(banded.sum()))
+                           use_log, within, median_z, ceiling, rel_se, in_band, int(banded.sum()), within_t,
+                           dropped)
+
+
+def t95(dof: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom (1.96 as dof → ∞).
+
+    Example:
+        >>> round(t95(1), 3), round(t95(15), 3)
+        (12.706, 2.131)
+    """
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, dof))
 
 
 @dataclass(frozen=True)
@@ -116,10 +139,12 @@ class Comparison:
         summaries: quantity (``fwd_mean``, ``fwd_var``, ``fwd_corr``, ``grad_var``, ``grad_corr``) →
             :class:`QuantitySummary`: ``median_rel``, ``mean_rel``, ``p90_rel`` (relative error), ``max_abs``,
             ``median_abs``, ``r2`` (``r2_log``: over logs), and with standard errors ``within_2se``,
-            ``median_z``, ``r2_noise_ceiling``, ``median_rel_se``, and with a predicted spread ``within_band``,
-            ``band_rows``.
-        meta: ``"heavy_tails"``: the quantities whose seed mean is heavy-tailed at some layer, if any; ``"band"``:
-            with a predicted spread, its level, the seeds K and each row's (low, high) band of a K-seed mean.
+            ``within_t95``, ``median_z``, ``r2_noise_ceiling``, ``median_rel_se``, and with a predicted spread
+            ``within_band``, ``band_rows``.
+        meta: ``"heavy_tails"``: the quantities whose seed mean is heavy-tailed at some layer, if any; ``"t95"``:
+            with K ≥ 2 seeds, the degrees of freedom K − 1 and the threshold of ``within_t95``; ``"band"``: with a
+            predicted spread, its level, the seeds K and each row's (low, high) band of a K-seed mean, and
+            ``"not_judged"``: a quantity left out and why (the gradient's variance under the theory's boundary).
         diagnoses: for the layer outputs, ``"predicted"`` and ``"measured"`` →
             :class:`~sigprop.analysis.diagnosis.Diagnosis` (in the JSON: ``meta["diagnosis"]``); else empty.
 
@@ -235,23 +260,33 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
     stderr = measured.meta.get("stderr") or {}
     seeds = max(1, len(measured.meta.get("seeds") or ()))
     bands = profile_bands(predicted, seeds) if predicted.has_spread else {}
+    unjudged = {}
+    if "grad_var" in bands and not str(predicted.meta.get("grad_source", "")).startswith(("given", "measured")):
+        del bands["grad_var"]  # the band is of the ratio to the top layer's gradient, whose own spread it leaves out
+        unjudged["grad_var"] = ("the gradient's band is that of its ratio to the top layer's; with the theory's "
+                                "boundary the measured mean also carries the loss's own seed-to-seed spread, which "
+                                "the band leaves out: compare with the measured boundary to judge it")
     nan_band = (np.nan, np.nan)
     summaries = {q: summarise(q, [getattr(pred[(lyr, site)], q) for lyr in common],
                               [getattr(meas[(lyr, site)], q) for lyr in common],
                               [stderr.get(f"{lyr}:{site}", {}).get(q, np.nan) for lyr in common],
                               (tuple(zip(*(bands[q].get((lyr, site), nan_band) for lyr in common), strict=True))
-                               if q in bands else None))
+                               if q in bands else None), seeds - 1 if seeds > 1 else None)
                  for q in quantities}
     meta: dict = {}
+    if seeds > 1:
+        meta["t95"] = {"dof": seeds - 1, "threshold": t95(seeds - 1)}
     tails = [dataclasses.asdict(note) for note in heavy_tails(measured, site)]
     if tails:
         meta["heavy_tails"] = tails
-    if bands:
+    if bands or unjudged:
         meta["band"] = {"level": BAND_LEVEL, "seeds": seeds,
                         "what": f"the predicted {100 * BAND_LEVEL:g}% band of a {seeds}-seed mean "
                                 "(sigprop.theory.spread.seed_mean_band)",
                         "rows": {q: {f"{layer}:{s}": list(v) for (layer, s), v in by_row.items() if s == site}
                                  for q, by_row in bands.items()}}
+        if unjudged:
+            meta["band"]["not_judged"] = unjudged
     diagnoses = {p.kind: diagnose(p) for p in (predicted, measured)} if site == "layer" else {}
     return Comparison(predicted, measured, site, tuple(common), summaries, meta, diagnoses)
 

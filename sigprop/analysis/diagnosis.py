@@ -163,6 +163,8 @@ class Finding:
             text = f"{where}{_NAMES[self.quantity]} {self.verdict}: ×{self.change:.3g} {span}"
         if self.law is not None and self.verdict != "bounded":
             text += f"; {self.law.describe(towards_input)}"
+        if self.verdict == "vanishes" and self.change == 0.0:
+            text += " (it reaches 0 at some layer: underflow)"
         return text
 
 
@@ -251,8 +253,10 @@ def growth_law(values) -> GrowthLaw | None:
 
 
 def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
-    if not np.all(np.isfinite(values)) or np.any(values <= 0.0):
+    if not np.all(np.isfinite(values)) or np.any(values < 0.0):
         return Finding(stack, quantity, "not finite", True, math.nan)
+    if np.any(values == 0.0):  # underflow: a variance that vanished all the way to 0 (in float32, below ~1e-45)
+        return Finding(stack, quantity, "vanishes", True, 0.0, math.inf)
     change = values[-1] / values[0] if quantity == "fwd_var" else values[0] / values[-1]
     spread = float(values.max() / values.min())
     law = growth_law(values)

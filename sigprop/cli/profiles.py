@@ -76,11 +76,15 @@ def profile_table(title: str, predicted=None, measured=None) -> Table:
 
 
 def summary_table(comparison, title: str = "agreement per quantity (layer outputs)") -> Table:
-    """Median / mean / p90 relative error, max abs error, R² and the share within 2 SE, per quantity; with a
-    predicted spread, also the layers within its band of the seed mean."""
+    """Median / mean / p90 relative error, max abs error, R² and the share within 2 SE and within the Student
+    95% interval of K seeds, per quantity; with a predicted spread, also the layers within its band of the seed
+    mean."""
     table = Table(title=title, title_justify="left")
     band = comparison.meta.get("band")
+    t95 = comparison.meta.get("t95")
     columns = ["quantity", "median rel", "mean rel", "p90 rel", "max abs", "R²", "R² noise ceiling", "within 2 SE"]
+    if t95:
+        columns.append(f"within {t95['threshold']:.3g} SE (95%, {t95['dof']} dof)")
     if band:
         columns.append(f"within predicted {100 * band['level']:g}% band ({band['seeds']} seeds)")
     for col in columns:
@@ -93,6 +97,8 @@ def summary_table(comparison, title: str = "agreement per quantity (layer output
         ceiling = "–" if s.r2_noise_ceiling != s.r2_noise_ceiling else f"{s.r2_noise_ceiling:.5f}"
         cells = [q, f"{100 * s.median_rel:.2f}%", f"{100 * s.mean_rel:.2f}%", f"{100 * s.p90_rel:.2f}%",
                  f"{s.max_abs:.3g}", r2, ceiling, within]
+        if t95:
+            cells.append("–" if s.within_t95 != s.within_t95 else f"{100 * s.within_t95:.0f}%")
         if band:
             cells.append("–" if not s.band_rows else
                          f"{round(s.within_band * s.band_rows)} of {s.band_rows} layers")
@@ -145,6 +151,8 @@ def _print_band_verdict(comparison) -> None:
         verdict = "within the predicted spread" if inside == s.band_rows else "outside it at some layers"
         console.print(f"{q}: {inside} of {s.band_rows} layers' measured {band['seeds']}-seed means lie in the "
                       f"predicted {100 * band['level']:g}% band: {verdict}")
+    for q, why in (band.get("not_judged") or {}).items():
+        console.print(f"{q}: not judged against the band: {why}")
     note("the band is the spread of the layers' own weights: the embedding's and the loss's seed-to-seed spread "
          "are left out (sigprop.theory.spread.profile_bands), so it is narrower than the measurement's")
 
@@ -294,6 +302,10 @@ def compare_command(
     console.print(profile_table(f"theory vs measurement ({run.seeds} seeds; gradient boundary: "
                                 f"{run.predicted.meta.get('grad_source')})", run.predicted, run.measured))
     console.print(summary_table(run.comparison))
+    for q, s in run.comparison.summaries.items():
+        if s.not_finite:
+            note(f"{q}: {s.not_finite} layer(s) left out of the agreement, not finite in the theory or the "
+                 "measurement (an overflow: see the diagnosis)")
     _print_band_verdict(run.comparison)
     _print_rules(run.predicted)
     _print_seed_spread(run.measured)

@@ -44,8 +44,13 @@ class MomentSums:
                           self.hidden_pairs + other.hidden_pairs, self.n_hidden_pairs + other.n_hidden_pairs)
 
     def sum_over(self, dim: int) -> MomentSums:
-        """Pool the groups along leading dimension ``dim`` (their centres must agree along it)."""
+        """Pool the groups along leading dimension ``dim`` (their centres must agree along it, to rounding:
+        ``ValueError`` otherwise, since sums about different centres do not add)."""
         k = self.s1.shape[dim]
+        if self.center.dim() > dim:
+            first = self.center.select(dim, 0).unsqueeze(dim).expand_as(self.center)
+            if not torch.allclose(self.center, first, rtol=1e-12, atol=0.0):
+                raise ValueError(f"cannot pool MomentSums whose centres differ along dimension {dim}")
         return MomentSums(self.center.select(dim, 0), self.n * k, self.s1.sum(dim), self.s2.sum(dim),
                           self.token_pairs.sum(dim), self.n_token_pairs * k, self.hidden_pairs.sum(dim),
                           self.n_hidden_pairs * k)

@@ -126,3 +126,28 @@ def test_a_comparison_file_gives_back_its_measurement(tmp_path):
         read_measured(path)
     with pytest.raises(ValueError, match="kind"):
         measured_from_json([1, 2])
+
+
+@pytest.mark.parametrize("seeds", [2, 4, 16])
+def test_an_exact_theory_meets_the_student_interval_95_percent_of_the_time(seeds):
+    """Rows measured as the mean of K normal seeds with their sample standard error: an exact theory lies within
+    t_{0.975, K−1} standard errors with probability 0.95 and within 2 with probability 2F_t(2; K−1) − 1 (0.705 at
+    K = 2). Over n rows each share has binomial standard error √(p(1 − p)/n)."""
+    from scipy import stats
+
+    from tests.helpers import Z
+
+    rng = np.random.default_rng(seeds)
+    n = 20_000
+    draws = rng.normal(1.0, 0.3, size=(n, seeds))
+    meas, se = draws.mean(axis=1), draws.std(axis=1, ddof=1) / math.sqrt(seeds)
+    s = summarise("fwd_var", np.ones(n), meas, se, dof=seeds - 1)
+    for share, p in ((s.within_t95, 0.95), (s.within_2se, 2.0 * stats.t.cdf(2.0, seeds - 1) - 1.0)):
+        assert abs(share - p) <= Z * math.sqrt(p * (1.0 - p) / n), (seeds, share, p)
+    assert math.isnan(summarise("fwd_var", np.ones(n), meas, se).within_t95)  # without degrees of freedom
+
+
+def test_rows_that_are_not_finite_are_counted_not_silently_dropped():
+    s = summarise("fwd_var", [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, float("nan")], [0.1] * 4)
+    assert s.n == 3 and s.not_finite == 1
+    assert summarise("fwd_var", [float("inf")], [1.0]).not_finite == 1

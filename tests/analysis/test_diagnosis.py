@@ -100,6 +100,15 @@ def test_overflow_is_not_finite():
     json.dumps(as_dict, allow_nan=False)  # plain JSON
 
 
+def test_a_gradient_that_underflows_to_zero_vanishes():
+    """A gradient variance that reached 0 (float32 underflow) is vanishing, not an overflow."""
+    grad = np.r_[0.0, 1e-40, FLAT[2:]]
+    found = _finding(diagnose(_profile(FLAT, grad, CORR)), "grad_var")
+    assert found.verdict == "vanishes" and found.flagged and found.change == 0.0
+    assert "reaches 0 at some layer: underflow" in found.describe() and "overflow" not in found.describe()
+    json.dumps(diagnose(_profile(FLAT, grad, CORR)).to_dict(), allow_nan=False)
+
+
 def test_encoder_and_decoder_are_read_apart():
     fwd = np.r_[1.0 + LAYERS[:48], FLAT[:48]]
     diagnosis = diagnose(_profile(fwd, FLAT, CORR, arch="encoder_decoder", n_layers=48))

@@ -25,3 +25,13 @@ def test_pooling_replicates_equals_one_group():
     pooled = moment_sums(x, lead=1, center=center).sum_over(0)
     whole = moment_sums(x.reshape(24, 3, 5), center=torch.tensor(0.0, dtype=torch.float64))
     assert torch.allclose(pooled.var(), whole.var()) and torch.allclose(pooled.corr(), whole.corr())
+
+
+def test_pooling_groups_about_different_centres_is_refused():
+    """Sums about each group's own mean do not add: pooling them would mix the groups' centres silently."""
+    import pytest
+
+    x = torch.randn(2, 6, 3, 5, dtype=torch.float64)
+    x[1] += 5.0
+    with pytest.raises(ValueError, match="centres differ"):
+        moment_sums(x, lead=1).sum_over(0)

@@ -63,12 +63,13 @@ def test_bad_band_arguments_are_refused():
             seed_mean_band(1.0, 0.5, **kwargs)
 
 
-def _profiles(measured_grad: list[float], seeds: int) -> tuple[Profile, Profile]:
-    """A predicted profile of three layers with spread, and a measurement of ``seeds`` seeds."""
+def _profiles(measured_grad: list[float], seeds: int, grad_source: str = "given") -> tuple[Profile, Profile]:
+    """A predicted profile of three layers with spread (its gradient boundary taken from the measurement: "given"),
+    and a measurement of ``seeds`` seeds."""
     config = sigprop.TransformerConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=64, seq_len=8).to_dict()
     predicted = Profile("predicted", config, tuple(
         Row(layer, "layer", 0.0, 1.0, 0.5, grad, 0.1, fwd_var_log_sd=0.0, grad_var_log_sd=sd)
-        for layer, grad, sd in ((0, 4.0, 1.0), (1, 2.0, 0.5), (2, 1.0, 0.0))))
+        for layer, grad, sd in ((0, 4.0, 1.0), (1, 2.0, 0.5), (2, 1.0, 0.0))), {"grad_source": grad_source})
     measured = Profile("measured", config, tuple(
         Row(layer, "layer", 0.0, 1.0, 0.5, grad, 0.1) for layer, grad in enumerate(measured_grad)),
         {"seeds": list(range(seeds))})
@@ -96,3 +97,12 @@ def test_compare_without_spread_has_no_band():
     comparison = compare(plain, measured)
     assert "band" not in comparison.meta
     assert comparison.summaries["grad_var"].band_rows == 0 and math.isnan(comparison.summaries["grad_var"].within_band)
+
+
+def test_under_the_theory_s_boundary_the_gradient_is_not_judged_against_its_band():
+    """The band is of the gradient's ratio to the top layer's; a prediction from the theory's own boundary leaves
+    the loss's seed-to-seed spread out of it, so its gradient variance is not judged (and says why)."""
+    comparison = compare(*_profiles([4.0 * 1.5, 2.0, 1.0], seeds=16, grad_source="cross-entropy (theory)"))
+    assert comparison.summaries["grad_var"].band_rows == 0
+    assert "grad_var" not in comparison.meta["band"]["rows"]
+    assert "boundary" in comparison.meta["band"]["not_judged"]["grad_var"]

@@ -32,6 +32,7 @@ from ..data.fingerprint import same_data
 from ..data.mlm import IGNORE_INDEX
 from .checkpoint import (
     latest_checkpoint,
+    load_checkpoint,
     optimizer_state,
     restore_model,
     restore_rng,
@@ -125,6 +126,8 @@ def resume(run_dir, *, device: str | None = None, progress: TrainProgress | None
     train_config = train_config_from_dict(run["train_config"])
     for partial in Path(run_dir).glob(".ckpt-*.tmp"):  # a checkpoint whose writing was cut short
         partial.unlink(missing_ok=True)
+    if path is not None:  # truncated, tampered with or foreign: said before the corpus is read and the model built
+        load_checkpoint(path, model_config.to_dict())
     if path is None:  # killed before its first checkpoint: step 0 is the run's start, which is deterministic
         for name in (METRICS_FILE, TRACK_FILE):
             (Path(run_dir) / name).unlink(missing_ok=True)

@@ -251,3 +251,14 @@ def test_resuming_a_complete_run_without_its_figures_draws_them(run, tmp_path):
     done = train("--resume", str(copy))
     assert done.exit_code == 0, done.stderr
     assert "nothing to resume" in done.output and (copy / "curves.png").exists()
+
+
+def test_a_broken_checkpoint_is_refused_before_the_corpus_is_read(run, tmp_path, monkeypatch):
+    from sigprop.train import fit as fit_module
+
+    copy = _copy(run, tmp_path)
+    path = latest_checkpoint(copy)
+    path.write_text(path.read_text()[:40])
+    monkeypatch.setattr(fit_module, "make_data", lambda *a, **k: pytest.fail("the corpus was read first"))
+    with pytest.raises(CheckpointError, match="unreadable or truncated"):
+        fit_module.resume(copy)

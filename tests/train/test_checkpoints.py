@@ -254,7 +254,9 @@ def test_resuming_a_complete_run_without_its_figures_draws_them(run, tmp_path):
 
 
 def test_a_broken_checkpoint_is_refused_before_the_corpus_is_read(run, tmp_path, monkeypatch):
-    from sigprop.train import fit as fit_module
+    import importlib
+
+    fit_module = importlib.import_module("sigprop.train.fit")  # the module (the package exports a function fit)
 
     copy = _copy(run, tmp_path)
     path = latest_checkpoint(copy)

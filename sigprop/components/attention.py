@@ -129,6 +129,11 @@ FORWARD_MAX_S2 = 1.0
 #: where the presets' stored results were verified. ``tests/components/test_attention_sampled.py`` checks both sides.
 CLOSED_FORM_MAX_S2 = 0.3
 
+#: Shortest sequence at which "auto" uses the bidirectional closed form: it was verified from L = 32 on (the results
+#: page bench-attention-closed-form-range.txt); at a few tokens its O(1/L) expansion breaks down (at L = 2 it gives a
+#: token covariance above the variance), and the sampled rule, cheap at such lengths, is taken instead.
+CLOSED_FORM_MIN_L = 32
+
 #: Largest s² at which "auto" uses the causal closed form (:mod:`sigprop.components.attention_causal`). Against the
 #: sampled rule, at L = 128 every statistic is within its noise up to here and the gradient variance for a shared
 #: output gradient drifts beyond; short sequences drift sooner (the gaps across s², r and L: the results page
@@ -140,13 +145,15 @@ CAUSAL_MAX_S2 = 0.5
 def resolve_approx(approx: str, m: Moments, d_in: Stat, sigma_q2: Stat, sigma_k2: Stat, causal: bool,
                    rope: float | QueryKeyMap | None = None, L: Stat | None = None, heads: int = DEFAULT_HEADS) -> str:
     """The rule "auto" stands for at input ``m``: "sampled" if queries and keys are mapped (``rope``: rotary
-    embedding, QK-norm, :mod:`~sigprop.components.query_key`) or if any s² exceeds
-    :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal), else "exact"; "forward" likewise with
+    embedding, QK-norm, :mod:`~sigprop.components.query_key`), if any s² exceeds
+    :data:`CLOSED_FORM_MAX_S2` (:data:`CAUSAL_MAX_S2` if causal) or, bidirectional, if ``L`` is shorter than
+    :data:`CLOSED_FORM_MIN_L`, else "exact"; "forward" likewise with
     :data:`FORWARD_MAX_S2`; where it would sample ``heads`` heads of length ``L`` (when given) drawing more than
     :data:`SAMPLED_MAX_NUMBERS` numbers, "bounded". Other approximations are returned unchanged."""
     if approx not in ("auto", "forward"):
         return approx
-    if query_key_map(rope) is None:
+    short = not causal and L is not None and bool(np.min(L) < CLOSED_FORM_MIN_L)
+    if query_key_map(rope) is None and not short:
         var, r = _effective_input(m)
         s2 = score_variance(var, r, np.asarray(d_in, dtype=np.float64), np.asarray(sigma_q2) * sigma_k2)
         limit = FORWARD_MAX_S2 if approx == "forward" else (CAUSAL_MAX_S2 if causal else CLOSED_FORM_MAX_S2)

@@ -100,6 +100,25 @@ def test_auto_dispatch():
     assert mha.rule_used == "sampled"
 
 
+def test_short_bidirectional_sequences_take_the_sampled_rule():
+    """Below CLOSED_FORM_MIN_L the bidirectional closed form is not used (at L = 2 its token covariance exceeds
+    the variance); a plain encoder of a few tokens is predicted, and the causal closed form is kept."""
+    import sigprop
+    from sigprop.components.attention import CLOSED_FORM_MIN_L
+
+    m = Moments(0.0, 1.0, 0.5)
+    small = _qk_var(0.5 * CLOSED_FORM_MAX_S2, 0.5)
+    assert resolve_approx("auto", m, D, small, small, False, L=CLOSED_FORM_MIN_L - 1) == "sampled"
+    assert resolve_approx("auto", m, D, small, small, False, L=CLOSED_FORM_MIN_L) == "exact"
+    assert resolve_approx("auto", m, D, small, small, True, L=2) == "exact"
+    for length in (2, 4, 8):
+        config = sigprop.TransformerConfig(n_layers=6, d_model=64, n_heads=2, vocab_size=256, seq_len=length,
+                                           dropout=0.0)
+        profile = sigprop.predict(config)
+        assert profile.meta["attention_rule"].startswith("sampled")
+        assert all(-1.0 <= r.fwd_corr <= 1.0 for r in profile.site("layer"))
+
+
 def test_sampled_draw_is_cached_and_reproducible():
     args = (1.0, 0.3, D, DK, L, 1e-3, 1e-3, 1.0 / D, 0.0, False, 0.0, 64, 11)
     a = sample_attention(*args)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
+import torch
 
 from ..components.draws import DEFAULT_HEADS
 from ..core.moments import GradMoments
@@ -77,12 +78,27 @@ def batch_prediction(model_or_config, batch: Batch | dict | None = None, batch_s
     if batch is None:
         return Prediction(model_or_config, batch_size=batch_size, **kw)
     batch = Batch.from_any(batch)
-    if batch.padding_mask is not None:
-        kw["pad_id"] = PAD_ID
     if config.input == "patches":
         return Prediction(model_or_config, images=batch.inputs, labels=batch.labels, **kw)
-    return Prediction(model_or_config, token_ids=batch.inputs, labels=batch.labels, segment_ids=batch.segment_ids,
-                      decoder_token_ids=batch.decoder_inputs, **kw)
+    ids, decoder_ids = batch.inputs, batch.decoder_inputs
+    if batch.padding_mask is not None or batch.decoder_padding_mask is not None:
+        ids, decoder_ids, kw["pad_id"] = _padding_as_ids(batch)
+    return Prediction(model_or_config, token_ids=ids, labels=batch.labels, segment_ids=batch.segment_ids,
+                      decoder_token_ids=decoder_ids, **kw)
+
+
+def _padding_as_ids(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """The batch's token ids with every padded position (False in its padding masks) set to one id that no real
+    token has (sigprop's [PAD] where free), and that id: the theory reads padding from the ids, whatever id the
+    batch's tokenizer pads with."""
+    pairs = [(batch.inputs, batch.padding_mask), (batch.decoder_inputs, batch.decoder_padding_mask)]
+    real = torch.cat([ids[mask.bool()] if mask is not None else ids.reshape(-1)
+                      for ids, mask in pairs if ids is not None])
+    taken = set(torch.unique(real).tolist())
+    pad = PAD_ID if PAD_ID not in taken else min(set(range(len(taken) + 1)) - taken)
+    out = [ids if ids is None or mask is None else torch.where(mask.bool(), ids, torch.full_like(ids, pad))
+           for ids, mask in pairs]
+    return out[0], out[1], pad
 
 
 def predict_for_batch(config: TransformerConfig, batch: Batch | dict | None = None, grad_top: GradMoments | None = None,

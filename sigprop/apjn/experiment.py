@@ -185,14 +185,17 @@ def curve_checks(curve: ApjnCurve) -> dict:
 
 
 def growth_order(curves: list[ApjnCurve]) -> dict:
-    """Whether the measured APJN at the first measured block orders the curves as the full theory does (the
-    acceptance "measured ordering of APJN growth across α matches theory")."""
-    theory = [float(c.theory("full")[0]) for c in curves]
-    measured = [float(c.measured[0]) for c in curves]
+    """Whether the measured APJN at the block of the whole stack orders the curves as the full theory does (the
+    acceptance "measured ordering of APJN growth across α matches theory"): the first measured block of a backward
+    curve 𝒥^{B,b} (b = 0: through every block), the last of a forward curve 𝒥^{b,0} (b = B), where the curves are
+    furthest apart."""
+    at = -1 if curves[0].setup.kind == "forward" else 0
+    theory = [float(c.theory("full")[at]) for c in curves]
+    measured = [float(c.measured[at]) for c in curves]
     labels = [c.label for c in curves]
     t_order = [labels[i] for i in np.argsort(theory)]
     m_order = [labels[i] for i in np.argsort(measured)]
-    return {"block": int(curves[0].blocks[0]), "theory_order": t_order, "measured_order": m_order,
+    return {"block": int(curves[0].blocks[at]), "theory_order": t_order, "measured_order": m_order,
             "match": t_order == m_order}
 
 

@@ -184,18 +184,19 @@ def _check_output(model, output: str, stop: int) -> None:
 
 @contextlib.contextmanager
 def _measuring(model: nn.Module):
-    """Eval mode and frozen parameters for the duration (both restored)."""
-    was_training = model.training
+    """Eval mode and frozen parameters for the duration (both restored: every submodule's own mode too)."""
+    from ..measurement.preserved import preserved_state
+
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    model.eval()
-    for p, _ in flags:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        model.train(was_training)
+    with preserved_state(model):
+        model.eval()
+        for p, _ in flags:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p, flag in flags:
+                p.requires_grad_(flag)
 
 
 def _forward_ad_attention():

@@ -84,7 +84,9 @@ def apjn_command(
     norms = [n.strip() for n in norm.split(",") if n.strip()]
     alphas = parse_floats(alpha, "--alpha")
     if phase:
-        first = next((n for n in norms if n in ("dyt", "derf")), "derf")
+        first = next((n for n in norms if n in ("dyt", "derf")), None)
+        if first is None:
+            raise ValueError(f"--phase maps λ⁻¹ of DyT or Derf: give --norm dyt or derf (got {norm!r})")
         with Display() as display:
             run = run_phase(first, alphas, grid, max_sigma, display, json_path, plot)
         for label, ph, seconds, lam, c_star, _ in run.maps:

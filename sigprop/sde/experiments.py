@@ -285,8 +285,9 @@ def figure4(width=300, depth=150, gamma=GAMMA_FIG4, tau0=1.0, rho0=0.2, samples=
 
 
 def _stopping(source, v0, width, depth, gamma, tau0, dt, samples, seed):
-    """Stopping times t* (an eigenvalue of V leaves [1e-4, 1e4], Sec. 4.4) capped at 1, and the max-eigenvalue
-    path (median over samples, frozen at stopping for the SDE)."""
+    """Stopping times t* (an eigenvalue of V leaves [1e-4, 1e4], Sec. 4.4) capped at min(1, T), T = depth/width
+    the end of the simulated paths (a path not seen past T is not known to last to 1), and the max-eigenvalue path
+    (median over samples, frozen at stopping for the SDE)."""
     t_end = depth / width
     if source == "sde":
         path = simulate_sde("shaped_attention", v0, t_end, dt, samples, gamma, tau0, seed=seed,
@@ -297,7 +298,7 @@ def _stopping(source, v0, width, depth, gamma, tau0, dt, samples, seed):
         st, times, v = path.stopping_times(), path.times, path.v
     else:
         raise ValueError(f"source must be 'sde' or 'network' (got {source!r})")
-    capped = np.minimum(st, 1.0)
+    capped = np.minimum(st, min(1.0, t_end))
     finite = np.isfinite(v).all(axis=(-1, -2))
     eig = np.full(v.shape[:2], np.inf)
     eig[finite] = np.linalg.eigvalsh(v[finite])[..., -1]
@@ -306,9 +307,9 @@ def _stopping(source, v0, width, depth, gamma, tau0, dt, samples, seed):
 
 def figure5(width=200, depth=200, gammas=DEFAULTS[5]["gammas"], tau0=1.0, rho0=0.2, scale=100.0, dt=0.01,
             samples=100, tokens=4, seed=0, source="network", progress: Progress = None) -> ExperimentResult:
-    """Noci et al. Fig. 5 (Sec. 4.4): stopping time t* = d*/n (an eigenvalue of V leaves [1e-4, 1e4]) capped at 1,
-    median and 10th percentile over ``samples`` paths, vs gamma, from the adversarial V0 = scale V0(rho0); and the
-    median path of the largest eigenvalue (left panel). ``source``: "sde" (Thm. 4.2) or "network"."""
+    """Noci et al. Fig. 5 (Sec. 4.4): stopping time t* = d*/n (an eigenvalue of V leaves [1e-4, 1e4]) capped at
+    min(1, T) (T = depth/width), median and 10th percentile over ``samples`` paths, vs gamma, from the adversarial
+    V0 = scale V0(rho0); and the median path of the largest eigenvalue (left panel). ``source``: "sde" (Thm. 4.2) or "network"."""
     t0 = time.perf_counter()
     v0 = equicorrelated(tokens, rho0, scale)
     rows = []
@@ -316,7 +317,8 @@ def figure5(width=200, depth=200, gammas=DEFAULTS[5]["gammas"], tau0=1.0, rho0=0
         stage(progress, f"{source} gamma={g:.3g}", i, len(gammas))
         st, times, lam = _stopping(source, v0, width, depth, float(g), tau0, dt, samples, seed + i)
         rows.append({"gamma": float(g), "median": float(np.median(st)), "p10": float(np.quantile(st, 0.1)),
-                     "stopped_fraction": float(np.mean(st < 1.0)), "times": times, "median_max_eig": lam})
+                     "stopped_fraction": float(np.mean(st < min(1.0, depth / width))), "times": times,
+                     "median_max_eig": lam})
     stage(progress, "done", len(gammas), len(gammas))
     setup = {"width": width, "depth": depth, "T": depth / width, "gammas": [float(g) for g in gammas],
              "tau0": tau0, "rho0": rho0, "scale": scale, "dt": dt, "samples": samples, "tokens": tokens,
@@ -327,7 +329,7 @@ def figure5(width=200, depth=200, gammas=DEFAULTS[5]["gammas"], tau0=1.0, rho0=0
 
 def figure8(width=200, depth=200, gammas=DEFAULTS[8]["gammas"], tau0s=DEFAULTS[8]["tau0s"], rho0=0.2, scale=100.0,
             dt=0.01, samples=100, tokens=4, seed=0, source="network", progress: Progress = None) -> ExperimentResult:
-    """Noci et al. Fig. 8: median stopping time (capped at 1) over a (gamma, tau0) grid, adversarial V0 as in
+    """Noci et al. Fig. 8: median stopping time (capped at min(1, T)) over a (gamma, tau0) grid, adversarial V0 as in
     :func:`figure5`. ``data["median"][i][j]`` is at gammas[i], tau0s[j]."""
     t0 = time.perf_counter()
     v0 = equicorrelated(tokens, rho0, scale)

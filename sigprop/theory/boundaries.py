@@ -176,7 +176,8 @@ def pooled_head_gradient_variance(model: Transformer, pooled_mean_square: Stat, 
 
 
 def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tensor | None = None,
-                          seq_len: int | None = None, batch_size: int = 1) -> tuple[GradMoments, str]:
+                          seq_len: int | None = None, batch_size: int = 1,
+                          padding: torch.Tensor | None = None) -> tuple[GradMoments, str]:
     """Gradient moments at the last layer's output for the mean cross-entropy over the labelled positions
     (masked-LM or next-token) at initialisation, and a description of their source.
 
@@ -195,8 +196,14 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     ``tests/theory/test_resolved_backward.py``; how much: docs/results/accuracy.md, "The token-resolved backward
     sweep"). The final norm's backward rule maps this to the last layer's output.
     ``labels`` (batch, L) with −100 at unlabelled positions; without, ``config.mask_prob``·L labelled positions
-    per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²).
-    Assumes: the head independent of the hidden states (exact for an untied head; O(1/d) for a tied one).
+    per sequence (``batch_size`` sequences) whose targets repeat like Zipf(1) tokens (Σp²). ``padding`` (bool,
+    the shape of ``labels``, True = real token): the statistics are over the real tokens and their pairs, as the
+    measurement's are (n real tokens, and L − 1 replaced by Σ n_s(n_s − 1)/n over the sequences' real lengths n_s).
+    Assumes: the head independent of the hidden states (O(1/d) for a tied one) and of the softmax weights. The
+    softmax depends on the head through the logits, which adds a part along each hidden state; a final norm (LayerNorm
+    or RMSNorm) projects it out, so with one the rule holds for an untied head, while without one (Post-LN, or
+    ``final_norm=False``) the gradient's token correlation at the top is too small (about 2× at a head scale of 1, 3×
+    at 3) and its variance low by ~1% (5% at a head scale of 3).
     A patch model's classifier reads the mean over tokens instead: :func:`pooled_head_gradient_moments`.
     """
     c = model.config
@@ -221,6 +228,11 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
             pairs += float(keep.sum() * (keep.sum() - 1))
         n: float
         n, source = n_seq * L, "cross-entropy of the batch's labels (theory)"
+        pair_norm: float = max(L - 1, 1)
+        if padding is not None:
+            real = torch.as_tensor(padding).reshape(lab.shape).to(torch.float64).sum(dim=-1)
+            n = float(real.sum())
+            pair_norm = max(float((real * (real - 1.0)).sum()) / n, 1.0)
     else:
         L = int(seq_len or c.seq_len)
         per_seq = c.mask_prob * L if c.arch == "encoder" else L - 1
@@ -228,12 +240,13 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
         pairs = batch_size * per_seq * max(per_seq - 1, 0)
         same = zipf_correlation(c.vocab_size) * pairs
         source = f"cross-entropy of {per_seq:g} labelled positions per sequence, Zipf targets (theory)"
+        pair_norm = max(L - 1, 1)
     normed = cast(Leaf, model.final_norm).forward_moments(m_top) if model.final_norm is not None else m_top
     head_in = model.head_transform.forward_moments(normed) if model.head_transform is not None else normed
     var_z = scale * c.d_model * np.asarray(head_in.var)
     k = 1.0 - different_target_term(var_z, V)
     corr = (same - pairs * different_target_term(np.asarray(head_in.corr) * var_z, V, var_z)) / \
-        (k * max(L - 1, 1) * M)
+        (k * pair_norm * M)
     g = GradMoments(var=scale * k / (M * n), corr=corr)
     if model.head_transform is not None:
         g = model.head_transform.backward_moments(g, normed)
@@ -246,8 +259,9 @@ def head_gradient_gram(model: Transformer, top_gram: torch.Tensor, labels: torch
     """The loss gradient's Gram matrix (B, L, L) at the last layer's output (module docstring, "Boundary"): the mean
     cross-entropy over the labelled positions of ``labels`` (B, L; −100 = unlabelled), through the head and the final
     norm (pairwise, at the forward Gram ``top_gram`` of the last layer's output). Raises ``ValueError`` when no
-    position is labelled. Assumes the head independent of the hidden states (exact for an untied head, O(1/d) for a
-    tied one) and of the labels."""
+    position is labelled. Assumes the head independent of the hidden states (O(1/d) for a tied one), of the softmax
+    weights (the part this leaves out lies along each hidden state: a final norm projects it out; without one the
+    correlations come out too small, :func:`head_gradient_moments`) and of the labels."""
     lab = torch.as_tensor(labels)
     lab = lab[None] if lab.dim() == 1 else lab
     if lab.shape != top_gram.shape[:2]:

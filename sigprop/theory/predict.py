@@ -332,8 +332,10 @@ class Prediction:
         model = self.model
         if grad_top is None:
             L_top = walk.stacks[-1].context["L"]
+            padding = (None if self.pad_id is None or self.labels is None or self.config.arch == "encoder_decoder"
+                       else cast(torch.Tensor, self.token_ids) != self.pad_id)
             grad_top, meta["grad_source"] = boundaries.head_gradient_moments(model, walk.output, self.labels, L_top,
-                                                                            self.batch_size)
+                                                                            self.batch_size, padding)
         else:
             meta["grad_source"] = "given"
         back = backward_sweep(model, walk, grad_top, progress)
@@ -350,12 +352,13 @@ class Prediction:
         meta["input_source"] = ("the batch's images through the patch embedding (App. A.2, H), token by token"
                                 if patches else "token ids of the batch (App. A.1), token by token")
         grad_rows: dict[Site, GradMoments | None] = {}
+        pooled = "[CLS]" if self.config.pool == "cls" else "mean-pooled"
         if not gradients:
             meta["grad_source"] = NO_GRADIENTS
         else:
             grad_rows = cast(dict[Site, GradMoments | None], self._gram_backward(progress))  # pooled
             if grad_top is None:
-                meta["grad_source"] = ("cross-entropy of the images' classes through the mean-pooled head (theory), "
+                meta["grad_source"] = (f"cross-entropy of the images' classes through the {pooled} head (theory), "
                                        "token by token" if patches else
                                        "cross-entropy of the batch's labels through the head (theory), token by token")
             else:
@@ -366,7 +369,7 @@ class Prediction:
                 meta["grad_source"] = ("given: it sets the gradient's scale; which positions and token pairs carry "
                                        "gradient, and how correlated, comes from the batch's labels")
         meta["attention_rule"] = _attention_rules(self.model)[0]
-        meta["backward_state"] = ("token-resolved: each image's gradient Gram matrix, from the mean-pooled head"
+        meta["backward_state"] = (f"token-resolved: each image's gradient Gram matrix, from the {pooled} head"
                                   if patches else
                                   "token-resolved: each sequence's gradient Gram matrix, from the labelled positions")
         return _profile(self.config, cast(dict[Site, Moments], self._gram_rows), grad_rows, meta, self.model.plan)

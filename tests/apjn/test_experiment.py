@@ -115,6 +115,16 @@ def test_checks_and_ordering_report_theory_beside_measurement():
     order = growth_order(curves)
     theory_sorted = sorted(curves, key=lambda c: c.theory("full")[0])
     assert order["theory_order"] == [c.label for c in theory_sorted]
+    assert order["block"] == int(curves[0].blocks[0])  # backward: 𝒥^{B,0}, through every block
+
+
+def test_forward_curves_are_ordered_at_the_last_block():
+    """A forward curve 𝒥^{b,0} has crossed the whole stack at b = B, where the setups are furthest apart."""
+    curves = [compare_apjn(ApjnSetup(norm=n, alpha=a, kind="forward", **TINY))[0]
+              for n, a in (("layernorm", 1.0), ("derf", 0.5))]
+    order = growth_order(curves)
+    assert order["block"] == int(curves[0].blocks[-1])
+    assert order["theory_order"] == [c.label for c in sorted(curves, key=lambda c: c.theory("full")[-1])]
 
 
 @pytest.mark.parametrize("norm, alpha", [("layernorm", 1.0), ("derf", 1.0)])

@@ -265,6 +265,11 @@ def test_dropout_off_and_state_restored():
     b = backward_apjn(m, h, probes=3, generator=gen(21))
     np.testing.assert_array_equal(a.samples, b.samples)  # eval mode: no dropout noise
     assert m.training and [p.requires_grad for p in m.parameters()] == flags
+    first = next(m.children())
+    first.eval()  # a submodule the owner left in eval mode stays so
+    modes = [x.training for x in m.modules()]
+    backward_apjn(m, h, probes=3, generator=gen(21))
+    assert [x.training for x in m.modules()] == modes
 
 
 def test_errors():

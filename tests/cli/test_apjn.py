@@ -55,6 +55,7 @@ def test_apjn_phase_maps(tmp_path):
     (["--p0", "2"], "p0 must be <= q0"),
     (["--tokens", "15"], "square number"),
     (["--phase", "--grid", "1"], "--grid must be"),
+    (["--phase", "--norm", "layernorm"], "--phase maps"),
 ])
 def test_apjn_bad_options_exit_2_with_a_message(args, message):
     result = run_cli(["apjn", *TINY, *args])

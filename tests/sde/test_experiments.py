@@ -121,6 +121,13 @@ def test_figures_5_and_8_stopping_times_are_capped_at_one():
     assert np.all(med[1] <= med[0])
 
 
+def test_a_run_shorter_than_t_1_caps_its_stopping_times_at_its_end():
+    """Paths simulated to T = depth/width < 1: a path still inside the bounds at T is reported at T, not at 1."""
+    r = figure5(gammas=(0.05,), samples=8, width=40, depth=10, source="network")
+    (row,) = r.data["rows"]
+    assert row["median"] <= 0.25 and 0.0 <= row["stopped_fraction"] <= 1.0
+
+
 def test_run_figure_rejects_unknown_figures_and_sources():
     with pytest.raises(ValueError, match="figure must be one of"):
         run_figure(6)

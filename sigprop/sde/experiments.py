@@ -309,7 +309,8 @@ def figure5(width=200, depth=200, gammas=DEFAULTS[5]["gammas"], tau0=1.0, rho0=0
             samples=100, tokens=4, seed=0, source="network", progress: Progress = None) -> ExperimentResult:
     """Noci et al. Fig. 5 (Sec. 4.4): stopping time t* = d*/n (an eigenvalue of V leaves [1e-4, 1e4]) capped at
     min(1, T) (T = depth/width), median and 10th percentile over ``samples`` paths, vs gamma, from the adversarial
-    V0 = scale V0(rho0); and the median path of the largest eigenvalue (left panel). ``source``: "sde" (Thm. 4.2) or "network"."""
+    V0 = scale V0(rho0); and the median path of the largest eigenvalue (left panel). ``source``: "sde" (Thm. 4.2)
+    or "network"."""
     t0 = time.perf_counter()
     v0 = equicorrelated(tokens, rho0, scale)
     rows = []

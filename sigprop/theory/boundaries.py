@@ -202,8 +202,9 @@ def head_gradient_moments(model: Transformer, m_top: Moments, labels: torch.Tens
     Assumes: the head independent of the hidden states (O(1/d) for a tied one) and of the softmax weights. The
     softmax depends on the head through the logits, which adds a part along each hidden state; a final norm (LayerNorm
     or RMSNorm) projects it out, so with one the rule holds for an untied head, while without one (Post-LN, or
-    ``final_norm=False``) the gradient's token correlation at the top is too small (about 2× at a head scale of 1, 3×
-    at 3) and its variance low by ~1% (5% at a head scale of 3).
+    ``final_norm=False``) the gradient's token correlation at the top comes out too small and its variance a little
+    low, more so at a larger head scale (measured: docs/results/accuracy.md, "The loss gradient without a final
+    norm").
     A patch model's classifier reads the mean over tokens instead: :func:`pooled_head_gradient_moments`.
     """
     c = model.config

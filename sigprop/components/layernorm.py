@@ -206,7 +206,9 @@ def layernorm_forward_postnorm(skip: Moments, branch: Moments, lam: Stat, beta: 
     eca = (2.0 * P * Q * (rf + rx) + 2.0 * Q**2 * rf) / (n * A**2)
     bias_mixture = 0.75 * R * ea2 + R * eab / 4.0 - eca
     bias_gauss = -R * (1.0 - R**2) / (2.0 * n)
-    corr = out.corr + bias_mixture - bias_gauss
+    # the exact Gaussian rule at R, the correlation in the centred (d − 1)-dimensional space: the skip's hidden units
+    # are anticorrelated (−1/(d − 1)), so R differs from the sum's element-wise correlation at O(1/d)
+    corr = expected_cosine(n, R) + bias_mixture - bias_gauss + 0.0 * out.corr
     return Moments(mean=out.mean, var=out.var, corr=clip_corr(corr), corr_hidden=out.corr_hidden)
 
 

@@ -56,6 +56,9 @@ _NZ = 40  # Gauss–Hermite nodes over z
 #: Gauss–Laguerre nodes over the Laplace variable. E p = 1/L is reproduced to ~1e-13 relative for L ≥ 300 and
 #: s² ≤ 2, ~1e-10 for L ≥ 10 and s² ≤ 1; short rows with large s² are harder (L = 2, s² = 2: 5e-5).
 _NT = 64
+#: Largest relative miss of E p = 1/L the quadrature may show; beyond it (short rows with large scores: L = 2 at
+#: s² = 4, L = 64 at s² = 16) the higher moments are off by about twice as much, and the rules refuse the input.
+SOFTMAX_QUADRATURE_TOLERANCE = 1e-3
 
 
 @lru_cache(maxsize=8)
@@ -92,7 +95,8 @@ def softmax_power_moments(s2: Stat, L: Stat, orders: tuple[int, ...] = (1, 2, 3,
                           pair: bool = True) -> dict[str, Stat]:
     """E[p_i^n] (n in ``orders``) and, if ``pair``, E[p_i² p_j²] (i ≠ j) for p = softmax(s z), z ~ N(0, I_L).
 
-    Exact up to quadrature error (~1e-12 relative; see the module docstring for the Laplace representation):
+    Exact up to quadrature error (~1e-12 relative for L ≥ 300 and s² ≤ 2; ``ValueError`` where E p misses 1/L by
+    more than :data:`SOFTMAX_QUADRATURE_TOLERANCE`; see the module docstring for the Laplace representation):
     with u = e^{sz}, λ = L e^{s²/2} and t = τ/λ, E[u_i^n/S^n] = λ^{−n}/Γ(n) ∫ τ^{n−1} e^{−τ} H_n(τ) dτ where
     H_n = e^{τ} ψ_n(τ/λ) φ(τ/λ)^{L−1} is smooth, integrated by Gauss–Laguerre; φ, ψ_n by Gauss–Hermite.
     ``s2`` and ``L`` broadcast. Assumes: i.i.d. Gaussian scores (any exchangeable Gaussian input reduces to this).
@@ -113,6 +117,15 @@ def softmax_power_moments(s2: Stat, L: Stat, orders: tuple[int, ...] = (1, 2, 3,
     for a in range(1, max(max(orders), 2 if pair else 1) + 1):
         eu = eu * u
         psi[a] = eu @ wz
+    p1 = (base * psi[1]) @ wt / lam
+    # E p = 1/L exactly: the quadrature's miss says how far it is off (a row of one element, a causal row's first
+    # position, is left out of the check: its p = 1 is known)
+    miss = np.where(L == 1.0, 0.0, np.abs(p1 * L - 1.0))
+    if np.any(miss > SOFTMAX_QUADRATURE_TOLERANCE):
+        i = np.unravel_index(int(np.argmax(miss)), miss.shape) if miss.ndim else ()
+        raise ValueError(f"softmax moments at L = {float(L[i]):g}, score variance s² = {float(s2[i]):.3g}: outside "
+                         f"the range the quadrature resolves (E p misses 1/L by {float(miss[i]):.1e}; short rows "
+                         "with large scores): sample the scores instead (the attention rules' approx='sampled')")
     out = {}
     for n in orders:
         out[f"p{n}"] = (base * psi[n] * tau ** (n - 1)) @ wt / lam**n / special.gamma(n)
@@ -245,7 +258,8 @@ def softmax_forward(m: Moments, L: Stat, approx: str = "exact") -> Moments:
     * mean  = 1/L                                                     (exact: rows sum to one)
     * corr  = −1/(L − 1)                                              (exact: rows sum to one)
     * var   = E[p_i²] − 1/L², with E[p_i²] by ``approx``:
-        - "exact": Laplace-transform quadrature (module docstring); exact up to ~1e-12.
+        - "exact": Laplace-transform quadrature (module docstring); exact up to ~1e-12 where resolved
+          (:func:`softmax_power_moments`).
         - "delta": E_z[u²/(u+M)² (1 + 3V/(u+M)²)], u = e^{sz}, M = (L−1)e^{s²/2}, V = (L−1)(e^{2s²} − e^{s²})
           (second-order delta method in S' = Σ_{k≠i} e^{s z_k}; assumes L ≫ 1, relative error O(s²/L) in the
           variance, e.g. 2e-4 at s² = 1, L = 300; it can turn negative for L ≲ 10).

@@ -48,7 +48,10 @@ def test_no_skip_is_the_gaussian_rule_to_second_order():
 @pytest.mark.long
 @pytest.mark.parametrize("d,lam2,beta2,rx,rf,n_seq", [(128, 0.99, 0.01, 0.3, 0.9, 300_000),
                                                       (256, 0.9, 0.1, 0.5, 0.85, 200_000),
-                                                      (256, 0.5, 0.5, 0.6, 0.2, 200_000)])
+                                                      (256, 0.5, 0.5, 0.6, 0.2, 200_000),
+                                                      # unequal correlations at a small width: the base rule must
+                                                      # be taken at the centred-space correlation R
+                                                      (32, 0.5, 0.5, 0.9, 0.2, 200_000)])
 def test_monte_carlo_on_the_real_modules(d, lam2, beta2, rx, rf, n_seq):
     """One Post-LN step on real tensors: x̂ = LayerNorm of Gaussian tokens with correlation rx, f Gaussian with
     correlation rf, y = LayerNorm(λx̂ + βf). Each sequence holds one token pair with its own shared parts, so the

@@ -215,3 +215,15 @@ def test_invalid_inputs_raise():
     with pytest.raises(ValueError, match="length L is needed"):
         Softmax(dim=-1).forward_moments(m)
     assert Z > 4  # tolerance policy of tests/helpers.py
+
+
+def test_the_quadrature_refuses_rows_it_cannot_resolve():
+    """E p = 1/L exactly; where the quadrature misses it by more than its tolerance (short rows with large
+    scores, where E p² was off by 17% at L = 2, s² = 8), the rule refuses instead of answering wrong."""
+    from sigprop.components.softmax import SOFTMAX_QUADRATURE_TOLERANCE, softmax_power_moments
+
+    for s2, L in ((8.0, 2), (32.0, 64)):
+        with pytest.raises(ValueError, match="outside the range the quadrature resolves"):
+            softmax_power_moments(s2, L)
+    ok = softmax_power_moments(2.0, 300)
+    assert abs(ok["p1"] * 300 - 1.0) <= SOFTMAX_QUADRATURE_TOLERANCE

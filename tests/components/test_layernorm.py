@@ -260,3 +260,17 @@ def test_module_delegates_to_rules():
     assert LayerNorm((4, 16)).d == 64
     x = torch.randn(3, 5, 256)
     torch.testing.assert_close(ln(x), torch.nn.functional.layer_norm(x, (256,), eps=1e-4))
+
+
+def test_an_input_variance_near_eps_is_refused_by_name():
+    """The exact rules are first order in eps; at σ² = eps their variance would be negative (the module gives 0.49):
+    refused, naming eps and the variance, instead of an error about a negative variance."""
+    from sigprop.components.layernorm import layernorm_backward, layernorm_forward
+    from sigprop.core.moments import GradMoments, Moments
+
+    m = Moments(0.0, 1e-5, 0.3)
+    with pytest.raises(ValueError, match="eps = 1e-05 is not small against the input variance"):
+        layernorm_forward(m, 64, eps=1e-5)
+    with pytest.raises(ValueError, match="first order in eps"):
+        layernorm_backward(GradMoments(1.0, 0.2), m, 64, eps=1e-5)
+    assert float(layernorm_forward(Moments(0.0, 1e-3, 0.3), 64, eps=1e-5).var) > 0.98

@@ -16,8 +16,9 @@ so σ²_h = E[φ(a)²] s_b and r_h = ρ·E[φ(a_t)φ(a_s)]/E[φ(a)²], the Gauss
 (96 nodes, tensor rule for the pair; for the many pairs of a token-resolved walk, a table over ρ and s_a of the
 same rule, interpolated). φ and φ' vary on a scale of ~1 while a's standard deviation is √s_a, so the rule converges
 geometrically while s_a is moderate: we state and test the range s_a ≤ 16 (a pre-activation std up to 4; a Llama
-block after RMSNorm with σ²_gate ~ 1/d has s_a ~ 1). The mean is exactly 0 (unlike a ReLU's output): the gate's
-mean E φ(a) > 0 is multiplied by b's zero.
+block after RMSNorm with σ²_gate ~ 1/d has s_a ~ 1). Beyond it nothing is refused, but the fixed nodes under-resolve
+φ's kink at 0 and the gradient variance drifts upwards by percents by s_a ~ 100. The mean is exactly 0 (unlike a
+ReLU's output): the gate's mean E φ(a) > 0 is multiplied by b's zero.
 
 Backward (output gradient g_h of variance G and token correlation r_g, zero-mean and independent of the forward at
 initialisation, as every rule here assumes): g_a = g_h ⊙ b ⊙ φ'(a), g_b = g_h ⊙ φ(a), g_x = g_a W_gateᵀ + g_b W_upᵀ,

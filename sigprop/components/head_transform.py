@@ -30,7 +30,10 @@ train"). The map W_t
 then needs nothing more: its component along the token's input direction (W_t n̂ = u/|n|) carries uᵀg_u, which the
 norm before the transform (a Post-LN layer's, or the final one) removes exactly, so the variance is stated as if the
 gradient were isotropic (exact after that norm, off by (T/E a − 1)/d at the transform's input itself, T =
-Var(φ'(u)ξ) − (E[(z − μ)φ'(u)ξ])²/σ², ξ = u/s). The token covariances get the same factor.
+Var(φ'(u)ξ) − (E[(z − μ)φ'(u)ξ])²/σ², ξ = u/s). The token covariances get the same factor, which is not their
+own: the LayerNorm's non-Gaussian input, GELU's input-dependent slope and the W_t path each move the covariance by
+O(1/d) differently, so the gradient's token correlation after the transform comes out high by O(1/d) (about 0.7/d
+relative at r = r_g = 0.5).
 
 Assumes: W_t independent of the decoder and of the hidden states (initialisation), b_t = 0, the LayerNorm at
 weight 1 and bias 0, input rows of a fixed length (a norm's output: BERT's last layer is a Post-LN norm's; an input

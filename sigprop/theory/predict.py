@@ -406,7 +406,10 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
     Token-resolved moments (``token_resolved``): the forward rows carry each sequence's token Gram matrix instead of
     one correlation for all token pairs (repeated tokens, [MASK], and a decoder's positions kept apart), sampling
     ⌈``attention_heads``/B⌉ heads per sequence for each attention layer whose scores are not all small (those that
-    are take the uniform rule, :mod:`~sigprop.components.attention_uniform`). For a decoder (labels: ``labels``, else
+    are take the uniform rule, :mod:`~sigprop.components.attention_uniform`). The sequences share those draws (common
+    random numbers), so a statistic pooled over them carries the sampling error of ⌈``attention_heads``/B⌉ heads,
+    not of ``attention_heads``: where it matters (short sequences, large scores), raise ``attention_heads`` B-fold.
+    For a decoder (labels: ``labels``, else
     its next tokens), a patch model, and an encoder with ``labels`` and ``token_resolved=True``, the gradient rows are
     token-resolved too, from the loss's gradient at the labelled positions
     (:func:`~sigprop.theory.boundaries.head_gradient_gram`); a given ``grad_top`` then sets only the gradient's

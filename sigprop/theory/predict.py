@@ -388,8 +388,10 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
 
     The theory's model (weights on the meta device: nothing is drawn) is walked layer by layer with its components'
     moment rules, forward from the input boundary and backward from the loss's gradient (ARCHITECTURE.md,
-    "Predicting a model"). Assumes the component rules' assumptions (Gaussian pre-activations,
-    initialisation-time independence of weights and inputs). A decoder's positions are not exchangeable: where the
+    "Predicting a model"). Assumes the component rules' assumptions (Gaussian pre-activations, initialisation-time
+    independence of weights and inputs). Dropout is predicted as training applies it, whatever mode a given model is
+    in; :func:`sigprop.measure` measures in the mode its caller set, so compare a model in training mode, or predict
+    one in eval mode from its config with the dropout at 0. A decoder's positions are not exchangeable: where the
     sweeps are exchangeable (an encoder–decoder, ``token_resolved=False``) the moments passed from layer to layer
     are averages over positions, as the measurement's are (``meta["caveat"]``).
 

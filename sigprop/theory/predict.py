@@ -396,8 +396,9 @@ def predict(model_or_config: TransformerConfig | Transformer, *, plan: InitPlan 
     are averages over positions, as the measurement's are (``meta["caveat"]``).
 
     Attention rule per layer (``meta["attention_rule"]``): the closed form where it is verified (score variance
-    s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2`, causal
-    :data:`~sigprop.components.attention.CAUSAL_MAX_S2`, no rotary positions or QK-norm), else the sampled rule
+    s² ≤ :data:`~sigprop.components.attention.CLOSED_FORM_MAX_S2` and, bidirectional, sequences of at least
+    :data:`~sigprop.components.attention.CLOSED_FORM_MIN_L` tokens; causal
+    :data:`~sigprop.components.attention.CAUSAL_MAX_S2`; no rotary positions or QK-norm), else the sampled rule
     (:mod:`~sigprop.components.attention_sampled`: large scores such as Q/K at 2× Xavier, rotary positions), or where
     its draws would exceed :data:`~sigprop.components.attention.SAMPLED_MAX_NUMBERS` (production widths and
     sequences) the same expectation at bounded cost (:mod:`~sigprop.components.attention_bounded`); each layer draws

@@ -75,6 +75,7 @@ def test_figure1_small_network_agrees_with_the_sde():
     assert ks["statistic"] <= ks["critical"], ks
     _quantiles_agree(r.data["quantiles"]["network"], r.data["quantiles"]["sde"])
     assert r.checks["unshaped_collapses"]
+    assert r.checks["sde_stopped_fraction"] == 0.0  # no SDE path frozen: the KS compares like with like
     j = r.to_json()
     json.dumps(j, allow_nan=False)
     assert len(j["data"]["curves"]["shaped_attention"]["mean_rho"]) == 51

@@ -56,7 +56,9 @@ def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch
             ``mask_prob``, ``vocab_size``, ``n_segments``).
         inputs: token ids (batch, L), or images (batch, channels, height, width) for a patch model.
         generator: the masking's random stream (default: torch's global one).
-        padding_mask: bool (batch, L), True = real token; padding is never masked and never labelled.
+        padding_mask: bool (batch, L), True = real token; padding is never masked and never labelled. Other
+            special tokens among the ids (the [SEP] between documents) may be masked like any token, where BERT's
+            pre-training never selects them; in sigprop's corpora they are rare.
         labels: a patch model's class ids (batch,); not read for token models.
         mask_id: the id that replaces a masked token (sigprop's [MASK]; another tokenizer's own, e.g. a Hugging
             Face folder's).

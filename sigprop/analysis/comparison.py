@@ -9,8 +9,8 @@ read; it is NaN for a quantity that does not vary across layers. Correlations ar
 
 When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the share
 of rows whose error is within two of them, the share within t_{0.975, K−1} of them (``within_t95``: a mean of K seeds
-has K − 1 degrees of freedom, so an exact theory meets two standard errors only 2F_t(2; K−1) − 1 of the time, 71% at
-K = 2, and the Student interval 95% of the time) and the median |pred − meas|/SE, which say whether a discrepancy is
+has K − 1 degrees of freedom, so an exact theory meets two standard errors only with probability 2F_t(2; K−1) − 1,
+0.71 at K = 2, and the Student interval with probability 0.95) and the median |pred − meas|/SE, which say whether a discrepancy is
 larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R² that
 an exact theory scores against this measurement in expectation (its residuals are then the measurement errors, E
 Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its ceiling is
@@ -111,7 +111,8 @@ def summarise(quantity: str, pred, meas, se=None, band=None, dof: int | None = N
 
 
 def t95(dof: int) -> float:
-    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom (1.96 as dof → ∞).
+    """The 0.975 quantile of Student's t with ``dof`` degrees of freedom, the half-width of its two-sided 95%
+    interval in standard errors (1.96 as dof → ∞).
 
     Example:
         >>> round(t95(1), 3), round(t95(15), 3)

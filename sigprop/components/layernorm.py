@@ -53,8 +53,8 @@ MIN_WIDTH = 8
 
 _CHECKS = NormChecks("layernorm", "a LayerNorm", MIN_WIDTH, LAYERNORM_APPROX)
 
-#: Largest first-order eps term d·eps/(σ²_eff(d − 3)) the exact rules take: they are first order in eps, and beyond
-#: this their second-order remainder passes ~2% (at σ²_eff ≈ eps the first-order variance turns negative).
+#: Largest first-order eps term d·eps/(σ²_eff(d − 3)) the exact rules take: they are first order in eps, and their
+#: second-order remainder is about the term's square (at σ²_eff ≈ eps the first-order variance turns negative).
 MAX_EPS_TERM = 0.15
 
 

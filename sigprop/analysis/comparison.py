@@ -10,16 +10,17 @@ read; it is NaN for a quantity that does not vary across layers. Correlations ar
 When the measurement carries standard errors (a seed average: ``meta["stderr"]``), each quantity also gets the share
 of rows whose error is within two of them, the share within t_{0.975, K−1} of them (``within_t95``: a mean of K seeds
 has K − 1 degrees of freedom, so an exact theory meets two standard errors only with probability 2F_t(2; K−1) − 1,
-0.71 at K = 2, and the Student interval with probability 0.95) and the median |pred − meas|/SE, which say whether a discrepancy is
-larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas − mean(meas))², the R² that
-an exact theory scores against this measurement in expectation (its residuals are then the measurement errors, E
-Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An R² near its ceiling is
-limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM forward variance) has a
-low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same measurement (the
-gradient measured at the top layer), its errors share the measurement's and R² may exceed the ceiling. (For quantities
-whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a few seeds is itself
-uncertain; see docs/results/accuracy.md, "R² against its noise ceiling". The comparison's ``meta["heavy_tails"]``
-names the layers where Cochran's rule says the seeds are too few: :mod:`sigprop.measurement.spread`.)"""
+0.71 at K = 2, and the Student interval with probability 0.95) and the median |pred − meas|/SE, which say whether a
+discrepancy is larger than the measurement can resolve, and the *noise ceiling* of R²: 1 − Σ SE²/Σ(meas −
+mean(meas))², the R² that an exact theory scores against this measurement in expectation (its residuals are then the
+measurement errors, E Σ(pred − meas)² = Σ SE², whatever their correlation across layers; on logs SE/meas is used). An
+R² near its ceiling is limited by the measurement, not by the theory; a quantity that barely varies (a DeepScaleLM
+forward variance) has a low ceiling, and only more seeds raise it. When the prediction takes a boundary from the same
+measurement (the gradient measured at the top layer), its errors share the measurement's and R² may exceed the
+ceiling. (For quantities whose seed-to-seed spread is log-normal-like, such as a deep Post-LN gradient, the SE of a
+few seeds is itself uncertain; see docs/results/accuracy.md, "R² against its noise ceiling". The comparison's
+``meta["heavy_tails"]`` names the layers where Cochran's rule says the seeds are too few:
+:mod:`sigprop.measurement.spread`.)"""
 
 from __future__ import annotations
 

@@ -154,6 +154,8 @@ class Finding:
             if self.verdict == "collapses":
                 return f"{where}token correlation reaches {self.change:.4f} at the last layer: rank collapse"
             return f"{where}token correlation at the last layer {self.change:.4f} (below rank collapse)"
+        if self.verdict == "vanishes" and self.change == 0.0 and math.isnan(self.spread):
+            return f"{where}{_NAMES[self.quantity]} is 0 at every layer: nothing reaches this stack"
         towards_input = self.quantity == "grad_var"
         span = "from the last layer to the first" if towards_input else "from the first layer to the last"
         if self.verdict == "varies":
@@ -255,6 +257,8 @@ def growth_law(values) -> GrowthLaw | None:
 def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
     if not np.all(np.isfinite(values)) or np.any(values < 0.0):
         return Finding(stack, quantity, "not finite", True, math.nan)
+    if np.all(values == 0.0):  # nothing reaches the stack (a branch scaled to 0 on the way: ReZero's cross-attention)
+        return Finding(stack, quantity, "vanishes", True, 0.0, math.nan)
     if np.any(values == 0.0):  # underflow: a variance that vanished all the way to 0 (in float32, below ~1e-45)
         return Finding(stack, quantity, "vanishes", True, 0.0, math.inf)
     change = values[-1] / values[0] if quantity == "fwd_var" else values[0] / values[-1]

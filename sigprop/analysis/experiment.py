@@ -82,20 +82,24 @@ def batch_prediction(model_or_config, batch: Batch | dict | None = None, batch_s
         return Prediction(model_or_config, images=batch.inputs, labels=batch.labels, **kw)
     ids, decoder_ids = batch.inputs, batch.decoder_inputs
     if batch.padding_mask is not None or batch.decoder_padding_mask is not None:
-        ids, decoder_ids, kw["pad_id"] = _padding_as_ids(batch)
+        ids, decoder_ids, kw["pad_id"] = _padding_as_ids(batch, config.vocab_size)
     return Prediction(model_or_config, token_ids=ids, labels=batch.labels, segment_ids=batch.segment_ids,
                       decoder_token_ids=decoder_ids, **kw)
 
 
-def _padding_as_ids(batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-    """The batch's token ids with every padded position (False in its padding masks) set to one id that no real
-    token has (sigprop's [PAD] where free), and that id: the theory reads padding from the ids, whatever id the
-    batch's tokenizer pads with."""
+def _padding_as_ids(batch: Batch, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """The batch's token ids with every padded position (False in its padding masks) set to one id of the
+    vocabulary that no real token has (sigprop's [PAD] where free), and that id: the theory reads padding from the
+    ids, whatever id the batch's tokenizer pads with. ``ValueError`` when every id occurs among the real tokens."""
     pairs = [(batch.inputs, batch.padding_mask), (batch.decoder_inputs, batch.decoder_padding_mask)]
     real = torch.cat([ids[mask.bool()] if mask is not None else ids.reshape(-1)
                       for ids, mask in pairs if ids is not None])
     taken = set(torch.unique(real).tolist())
-    pad = PAD_ID if PAD_ID not in taken else min(set(range(len(taken) + 1)) - taken)
+    free = PAD_ID if PAD_ID not in taken else next((i for i in range(vocab_size) if i not in taken), None)
+    if free is None:
+        raise ValueError(f"every id of the vocabulary ({vocab_size}) occurs among the batch's real tokens: none is "
+                         "left to mark its padding for the theory; predict on a batch with fewer distinct tokens")
+    pad = free
     out = [ids if ids is None or mask is None else torch.where(mask.bool(), ids, torch.full_like(ids, pad))
            for ids, mask in pairs]
     return out[0], out[1], pad

@@ -305,7 +305,7 @@ def compare_command(
     for q, s in run.comparison.summaries.items():
         if s.not_finite:
             note(f"{q}: {s.not_finite} layer(s) left out of the agreement, not finite in the theory or the "
-                 "measurement (an overflow: see the diagnosis)")
+                 "measurement (undefined where a branch is scaled to 0, or an overflow: see the diagnosis)")
     _print_band_verdict(run.comparison)
     _print_rules(run.predicted)
     _print_seed_spread(run.measured)

@@ -53,19 +53,16 @@ MIN_WIDTH = 8
 
 _CHECKS = NormChecks("layernorm", "a LayerNorm", MIN_WIDTH, LAYERNORM_APPROX)
 
-#: Largest first-order eps term d·eps/(σ²_eff(d − 3)) the exact rules take: they are first order in eps, and their
-#: second-order remainder is about the term's square (at σ²_eff ≈ eps the first-order variance turns negative).
+#: Largest first-order eps term x = d·eps/(σ²_eff(d − 3)) the rules take to first order, 1 − x: beyond it (a token
+#: table of tiny variance, Xavier's 2/(V + d) at a large vocabulary, feeding the first norm) they take the resummed
+#: 1/(1 + x), which agrees with it to O(x²) and stays positive where 1 − x would not.
 MAX_EPS_TERM = 0.15
 
 
-def _eps_term(var_eff: Stat, d: Stat, eps: Stat) -> Stat:
-    """d·eps/(σ²_eff(d − 3)), ``ValueError`` where it exceeds :data:`MAX_EPS_TERM`."""
-    term = d * eps / (var_eff * (d - 3.0))
-    if np.any(np.asarray(term) > MAX_EPS_TERM):
-        raise ValueError(f"LayerNorm rule: eps = {float(np.max(eps)):.3g} is not small against the input variance "
-                         f"(σ²_eff down to {float(np.min(var_eff)):.3g}; d·eps/(σ²(d − 3)) up to "
-                         f"{float(np.max(term)):.3g} > {MAX_EPS_TERM}): the rule is first order in eps")
-    return term
+def _eps_factor(term: Stat) -> Stat:
+    """The variance factor of a first-order eps term x: 1 − x up to :data:`MAX_EPS_TERM`, 1/(1 + x) beyond."""
+    x = np.asarray(term, dtype=np.float64)
+    return np.where(x <= MAX_EPS_TERM, 1.0 - x, 1.0 / (1.0 + x))
 
 
 def _gamma_ratio_sq(a: Stat, b: Stat) -> Stat:
@@ -156,8 +153,8 @@ def layernorm_forward(m: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exac
             = r(1 − (1 − r²)/(2(d−1))) + O(d⁻²)   (the paper's r(1 − 1/d) is off at O(1/d) unless r = 0),
       corr_hidden_out = −1/(d − 1) exactly (Table 19).
     The eps terms are first order: relative error O((d·eps/σ²_eff)²/d²) in σ²_out, and r_out neglects an eps
-    correction of O(eps/(σ²_eff d)); ``ValueError`` where the first-order term passes :data:`MAX_EPS_TERM`. The
-    input mean drops out exactly.
+    correction of O(eps/(σ²_eff d)); where the first-order term passes :data:`MAX_EPS_TERM` it is resummed,
+    1/(1 + x) for 1 − x. The input mean drops out exactly.
     ``approx="kedia"``: Tables 15, 16, 18, 19 as printed: μ 0, σ² 1, r(1 − 1/d), corr_hidden −1/(d − 1).
     ``approx="kedia_table1"``: Table 1: μ 0, σ² 1, r, corr_hidden −1/(d − 1).
 
@@ -175,7 +172,7 @@ def layernorm_forward(m: Moments, d: Stat, eps: Stat = 1e-5, approx: str = "exac
         return Moments(mean=zero, var=zero + 1.0, corr=clip_corr(zero + m.corr), corr_hidden=corr_hidden)
     _CHECKS.corr_hidden(m.corr_hidden, d)
     var_eff = m.var * (1.0 - m.corr_hidden)
-    var = 1.0 - _eps_term(var_eff, d, eps) + zero
+    var = _eps_factor(d * eps / (var_eff * (d - 3.0))) + zero
     corr = expected_cosine(d - 1.0, m.corr) + zero
     return Moments(mean=zero, var=var, corr=clip_corr(corr), corr_hidden=corr_hidden)
 
@@ -294,8 +291,7 @@ def layernorm_backward(g: GradMoments, m_in: Moments, d: Stat, eps: Stat = 1e-5,
         return GradMoments(var=g.var / m_in.var + zero, corr=clip_corr(g.corr + zero))
     _CHECKS.corr_hidden(m_in.corr_hidden, d)
     var_eff = m_in.var * (1.0 - m_in.corr_hidden)
-    _eps_term(var_eff, d, eps)
-    var = g.var * (d - 2.0) / (var_eff * (d - 3.0)) * (1.0 - d * eps / (var_eff * (d - 5.0))) + zero
+    var = g.var * (d - 2.0) / (var_eff * (d - 3.0)) * _eps_factor(d * eps / (var_eff * (d - 5.0))) + zero
     corr = g.corr * normalised_grad_corr(d - 1.0, m_in.corr) + zero
     return GradMoments(var=var, corr=clip_corr(corr))
 

@@ -72,7 +72,7 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
         ValueError: scheme must be one of xavier, ... (got 'glorot')
     """
     from ..components.residual import Residual
-    from ..hf.weights import hf_weights
+    from ..hf.weights import check_covered, hf_weights
     from ..measurement.adapters import is_hf_model
     from ..model.init_schemes import SCHEME_NAMES
     from ..model.transformer import Transformer, plan_for
@@ -92,6 +92,7 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
         raise ValueError(f"apply_init re-initialises sigprop models and Hugging Face models (got a "
                          f"{type(model).__name__}, which is neither)")
     layout = hf_weights(model)  # a family without a layout: ValueError naming why, before any weight changes
+    check_covered(model, layout)  # every weight gets the scheme's draw, or none does
     config, plan, factors = _hf_plan(model, scheme)
     if plan.head_scale != 1.0 and getattr(layout.final_norm, "weight", None) is None:
         raise ValueError(f"scheme {scheme!r} scales the head's input by {plan.head_scale:.4g}, which this model's "

@@ -270,7 +270,8 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     half-written), safetensors only; with ``tokenizer`` (the ``tokenizers.Tokenizer`` the model was trained with) its
     ``tokenizer.json`` and ``tokenizer_config.json`` beside it
     (:func:`~sigprop.data.tokenizer.write_hf_tokenizer`). Returns the folder. ``ValueError`` naming what does not
-    map, or for an ``out_dir`` that holds a training run (``run.json``: replacing it would delete the run)."""
+    map, or for an ``out_dir`` it could not replace without deleting what is not an export (a training run or an
+    experiment's runs inside it, or any non-empty folder without a ``config.json``)."""
     if to not in EXPORT_TARGETS:
         raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r})")
     _check_not_a_run(Path(out_dir))
@@ -306,15 +307,24 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
 
 
 def _check_not_a_run(out: Path, run_dir: Path | None = None) -> None:
-    """``ValueError`` where writing the export folder ``out`` (which replaces it whole) would delete a training run:
-    ``out`` holds a ``run.json``, or is ``run_dir`` or a folder above it."""
+    """``ValueError`` where writing the export folder ``out`` (which replaces it whole) could delete what is not an
+    export: ``out`` is ``run_dir`` or a folder above it, holds a training run anywhere inside (``run.json``, an
+    experiment's folder of runs), or is a non-empty folder that is not a Hugging Face checkpoint (no
+    ``config.json``)."""
     target = out.resolve()
-    if (target / "run.json").exists():
-        raise ValueError(f"{out} holds a training run (run.json); the export replaces its folder whole: write it to "
-                         "another folder")
     if run_dir is not None and (target == run_dir.resolve() or target in run_dir.resolve().parents):
         raise ValueError(f"{out} is the run folder {run_dir} or holds it; the export replaces its folder whole: "
                          "write it to another folder")
+    if target.is_file():
+        raise ValueError(f"{out} is a file; the export writes a folder")
+    if not target.is_dir() or not any(target.iterdir()):
+        return
+    if next(target.rglob("run.json"), None) is not None:
+        raise ValueError(f"{out} holds a training run (run.json); the export replaces its folder whole: write it to "
+                         "another folder")
+    if not (target / "config.json").is_file():
+        raise ValueError(f"{out} is a folder that is not a Hugging Face checkpoint (no config.json); the export "
+                         "replaces its folder whole: write it to a new or empty folder")
 
 
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:

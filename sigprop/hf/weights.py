@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["Slot", "HFWeights", "hf_weights", "read_hf_plan", "LAYOUTS"]
+__all__ = ["check_covered", "Slot", "HFWeights", "hf_weights", "read_hf_plan", "LAYOUTS"]
 
 
 @dataclass(frozen=True)
@@ -293,12 +293,25 @@ def hf_weights(model: nn.Module) -> HFWeights:
     except AttributeError as err:  # e.g. a BERT body or classifier where the layout reads a masked-LM head
         raise ValueError(f"the weights of a Hugging Face {type(model).__name__} are not mapped to sigprop's roles: "
                          f"its {kind!r} layout is that of the language-model class ({err})") from None
+    return layout
+
+
+def check_covered(model: nn.Module, layout: HFWeights) -> None:
+    """``ValueError`` naming the model's parameters that no slot, bias, norm or head of ``layout`` holds (a head
+    other than the language model's, a pooler): what re-initialising the model would leave at its own draw.
+
+    Args:
+        model: the Hugging Face model.
+        layout: its :func:`hf_weights`.
+
+    Raises:
+        ValueError: some parameter is not held, naming up to four.
+    """
     left = _uncovered(model, layout)
     if left:
         raise ValueError(f"the weights of a Hugging Face {type(model).__name__} are not all mapped to sigprop's "
                          f"roles: {', '.join(left[:4])}{', …' if len(left) > 4 else ''} (a head other than the "
                          "language model's?)")
-    return layout
 
 
 def _uncovered(model: nn.Module, layout: HFWeights) -> list[str]:

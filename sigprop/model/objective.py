@@ -92,7 +92,7 @@ def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch
         if labels is None:
             raise ValueError("a patch model needs class labels")
         return Batch(inputs, labels)
-    pad = PAD_ID if padding_mask is not None else None
+    pad = None  # padding is what padding_mask says, whatever id it holds (a tokenizer's id 0 may be a real token)
     if config.arch == "encoder":
         masked, mlm_labels = mask_tokens(inputs, mask_id, prob=config.mask_prob, generator=generator, pad_id=pad,
                                          vocab_size=config.vocab_size, random_low=N_SPECIAL, padding_mask=padding_mask)

@@ -332,10 +332,11 @@ class Prediction:
         model = self.model
         if grad_top is None:
             L_top = walk.stacks[-1].context["L"]
-            padding = (None if self.pad_id is None or self.labels is None or self.config.arch == "encoder_decoder"
-                       else cast(torch.Tensor, self.token_ids) != self.pad_id)
+            # the loss is over the decoder's tokens in an encoder–decoder, else over the input's
+            targets = self.decoder_token_ids if self.config.arch == "encoder_decoder" else self.token_ids
+            padding = None if self.pad_id is None or self.labels is None or targets is None else targets != self.pad_id
             grad_top, meta["grad_source"] = boundaries.head_gradient_moments(model, walk.output, self.labels, L_top,
-                                                                            self.batch_size, padding)
+                                                                            self.sequences, padding)
         else:
             meta["grad_source"] = "given"
         back = backward_sweep(model, walk, grad_top, progress)

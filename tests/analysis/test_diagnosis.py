@@ -109,6 +109,14 @@ def test_a_gradient_that_underflows_to_zero_vanishes():
     json.dumps(diagnose(_profile(FLAT, grad, CORR)).to_dict(), allow_nan=False)
 
 
+def test_a_gradient_that_is_zero_at_every_layer_reaches_nothing():
+    """A stack no gradient reaches (a cross-attention β = 0 upstream) is said to be reached by nothing, not to
+    underflow."""
+    found = _finding(diagnose(_profile(FLAT, np.zeros(N), CORR)), "grad_var")
+    assert found.verdict == "vanishes" and "0 at every layer: nothing reaches this stack" in found.describe()
+    json.dumps(diagnose(_profile(FLAT, np.zeros(N), CORR)).to_dict(), allow_nan=False)
+
+
 def test_encoder_and_decoder_are_read_apart():
     fwd = np.r_[1.0 + LAYERS[:48], FLAT[:48]]
     diagnosis = diagnose(_profile(fwd, FLAT, CORR, arch="encoder_decoder", n_layers=48))

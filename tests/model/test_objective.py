@@ -233,3 +233,11 @@ def test_a_padding_mask_keeps_padding_of_any_id_unmasked_and_unlabelled():
     assert int(labelled.sum()) > 0 and bool((batch.labels[labelled] == ids[labelled]).all())
     dec = enc.replace(arch="decoder")
     assert make_batch(dec, ids[:1], padding_mask=real[:1]).labels.tolist() == [[11, 12, 13] + [-100] * 5]
+
+
+def test_with_a_padding_mask_a_real_token_of_id_0_is_labelled():
+    """A tokenizer's id 0 may be a real token (GPT-2's "!"): with a padding mask, only the mask says what is padding."""
+    dec = TransformerConfig(arch="decoder", n_layers=1, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+    ids = torch.tensor([[10, 0, 12, 0, 13, 50, 50, 50]])
+    batch = make_batch(dec, ids, padding_mask=ids != 50)
+    assert batch.labels.tolist() == [[0, 12, 0, 13, -100, -100, -100, -100]]

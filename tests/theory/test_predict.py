@@ -226,15 +226,18 @@ def test_the_exchangeable_sweeps_draw_each_layers_attention_from_a_seed_of_its_o
     assert backward == sorted(backward, key=forward.index, reverse=True)  # walked from the top layer down
 
 
-@pytest.mark.parametrize("pad_id", [0, 7])
-def test_padding_is_left_out_of_the_loss_gradient_as_the_measurement_leaves_it(pad_id):
-    """An encoder's exchangeable backward sweep on a padded batch: the loss gradient's variance at the top layer is
-    over the real tokens, as measured (a third of the positions padded moved it by a third before); the batch's
-    padding mask is read whatever id the padding holds. Within Z standard errors of 32 seeds."""
+@pytest.mark.parametrize(("pad_id", "arch"), [(0, "encoder"), (7, "encoder"), (7, "encoder_decoder")])
+def test_padding_is_left_out_of_the_loss_gradient_as_the_measurement_leaves_it(pad_id, arch):
+    """The exchangeable backward sweep on a padded batch: the loss gradient's variance at the top layer is over the
+    real tokens (an encoder–decoder's: its decoder's), as measured (a third of the positions padded moved it by a
+    third before); the batch's padding mask is read whatever id the padding holds. Within Z standard errors of 32
+    seeds."""
     import sigprop
     from sigprop.analysis.experiment import batch_prediction
 
-    config = TransformerConfig(n_layers=2, d_model=64, n_heads=2, vocab_size=256, seq_len=32, dropout=0.0)
+    extra = {"n_decoder_layers": 2} if arch == "encoder_decoder" else {}
+    config = TransformerConfig(arch=arch, n_layers=2, d_model=64, n_heads=2, vocab_size=256, seq_len=32, dropout=0.0,
+                               **extra)
     ids = torch.randint(5, 256, (4, 32), generator=torch.Generator().manual_seed(0))
     real = torch.ones(4, 32, dtype=torch.bool)
     real[0, 20:], real[1, 10:], real[2, 28:] = False, False, False
@@ -245,3 +248,14 @@ def test_padding_is_left_out_of_the_loss_gradient_as_the_measurement_leaves_it(p
     top = measured.site("layer")[-1]
     se = measured.meta["stderr"][f"{top.layer}:layer"]["grad_var"]
     assert abs(predicted.lookup()[(top.layer, "layer")].grad_var - top.grad_var) <= Z * se
+
+
+def test_a_batch_whose_real_tokens_take_every_id_cannot_mark_its_padding():
+    import sigprop
+    from sigprop.analysis.experiment import batch_prediction
+
+    config = TransformerConfig(arch="decoder", n_layers=1, d_model=16, n_heads=2, vocab_size=8, seq_len=10)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 7, 7]])
+    batch = sigprop.make_batch(config, ids, padding_mask=torch.tensor([[True] * 8 + [False] * 2]))
+    with pytest.raises(ValueError, match="none is left to mark its padding"):
+        batch_prediction(config, batch)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -117,6 +119,19 @@ def test_fold_never_writes_over_a_run(trained, tmp_path):
         done = fold(str(run), str(out), "--to", "hf-gpt2")
         assert done.exit_code == 2 and "replaces its folder whole" in done.stderr, done.output
     other = trained(PRE, 2)
-    done = fold(str(run), str(other), "--to", "hf-gpt2")
-    assert done.exit_code == 2 and "holds a training run" in done.stderr
+    done = fold(str(run), str(other), "--to", "hf-gpt2")  # another run
+    assert done.exit_code == 2 and "holds a training run" in done.stderr, done.output
+    experiment = tmp_path / "experiment"  # a folder of runs (an experiment's), the run elsewhere
+    shutil.copytree(other, experiment / other.name)
+    done = fold(str(run), str(experiment), "--to", "hf-gpt2")
+    assert done.exit_code == 2 and "holds a training run" in done.stderr, done.output
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    done = fold(str(run), str(tmp_path / "notes"), "--to", "hf-gpt2")
+    assert done.exit_code == 2 and "not a Hugging Face checkpoint" in done.stderr
     assert sorted(p.name for p in run.iterdir()) == before and (other / "run.json").exists()
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+    done = fold(str(run), str(tmp_path / "export"), "--to", "hf-gpt2")
+    assert done.exit_code == 0, done.output
+    done = fold(str(run), str(tmp_path / "export"), "--to", "hf-gpt2")  # an export is replaced by a new one
+    assert done.exit_code == 0, done.output

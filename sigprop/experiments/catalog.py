@@ -166,12 +166,12 @@ def _depth_budget_cpu() -> Scale:
 
     return Scale(
         models=budget_models(_LADDER_BASE, _LADDER_TRAIN), base_model=_LADDER_BASE, train=_LADDER_TRAIN,
-        tokens_per_parameter=None, seeds=3, tuning_seeds=2, grid_extensions=2, lr_step=LR_STEP, lr_anchor=1e-3,
+        tokens_per_parameter=None, seeds=3, tuning_seeds=2, grid_extensions=4, lr_step=LR_STEP, lr_anchor=1e-3,
         note="the shape ladder's training at rung d = 128 (causal LM on the pinned corpus `pinned:python-v1`, 2,000 "
              "steps of 31 × 128 tokens, ~20 tokens per parameter, 100 warmup steps, cosine to 10%, dropout 0.1, 64 "
              "validation batches) for the pair, whose runs are the ladder's; each row's one change; two seeds at "
              "each of three rates √2 apart around the model's best rate at the ladder's rung, the best on their "
-             "mean, a grid extended past an edge (twice at most), then a third seed at the best.")
+             "mean, a grid extended past an edge (four times at most), then a third seed at the best.")
 
 
 DEPTH_BUDGET = Experiment(

@@ -179,10 +179,14 @@ def _judge(spec: RunSpec, run_dir: Path, code: int, log: Path, unigram: float, m
     metrics = _metrics(run_dir)
     curve = [(m["tokens"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None and "tokens" in m]
     last = metrics[-1] if metrics else {}
-    final = curve[-1][1] if curve else None
+    evaluations = [m for m in metrics if "val_loss" in m]  # a non-finite loss is logged as null: it stays here
+    final = evaluations[-1]["val_loss"] if evaluations else None
     fate: Fate
     if code == 0:
-        if final is None or not math.isfinite(final):
+        if evaluations and (final is None or not math.isfinite(final)):
+            final = None
+            fate, detail = "diverged", f"non-finite validation loss at step {evaluations[-1].get('step', '?')}"
+        elif final is None:
             fate, detail = "failed", "no final validation loss"
         elif final > unigram - margin:
             fate, detail = "stalled", f"final validation loss {final:.4f} ≥ unigram loss {unigram:.4f} − {margin:g}"

@@ -116,6 +116,31 @@ def test_fates_diverged_and_stalled_are_recorded(tiny, tmp_path):
     assert result.summary["rows"][0]["best_lr"] is None and result.summary["rows"][0]["seeds"] == 0
 
 
+@pytest.mark.parametrize("last", [float("nan"), float("inf")])
+def test_a_run_whose_last_validation_loss_is_not_finite_is_diverged_not_judged_on_an_earlier_one(tmp_path, last):
+    from sigprop.experiments.runner import _judge
+    from sigprop.experiments.spec import RunSpec
+    from sigprop.train.run_dir import MetricsLog
+
+    log = MetricsLog(tmp_path)
+    log.write({"step": 1000, "tokens": 100, "loss": 3.9, "val_loss": 3.8})
+    log.write({"step": 2000, "tokens": 200, "loss": 3.7, "val_loss": last})  # logged as null
+    log.close()
+    result = _judge(RunSpec("m", {}, {}, 0, 1e-3, True), tmp_path, 0, tmp_path / "none.log", unigram=6.0,
+                    margin=0.1, wall=1.0)
+    assert (result.fate, result.final_val) == ("diverged", None)
+    assert "step 2000" in result.detail
+    finite = tmp_path / "finite"
+    finite.mkdir()
+    log = MetricsLog(finite)
+    log.write({"step": 1000, "tokens": 100, "loss": 3.9, "val_loss": 3.8})
+    log.write({"step": 2000, "tokens": 200, "loss": 3.7, "val_loss": 3.6})
+    log.close()
+    result = _judge(RunSpec("m", {}, {}, 0, 1e-3, True), finite, 0, tmp_path / "none.log", unigram=6.0,
+                    margin=0.1, wall=1.0)
+    assert (result.fate, result.final_val) == ("trained", 3.6)
+
+
 @pytest.mark.long
 def test_sigterm_stops_the_runs_which_resume_next_time(corpus, tmp_path):
     out = tmp_path / "smoke"

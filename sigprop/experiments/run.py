@@ -159,7 +159,8 @@ def run_experiment(name: str, scale: str = "cpu", seeds: int | None = None, out=
                    device: str = "cpu", overrides=(), train_overrides=(), say=print,
                    command: str = "", runs_dir=None, models=(), train: bool = True, rungs=()) -> ExperimentResult:
     """Run experiment ``name`` at ``scale`` into ``out`` (default ``experiments/NAME-SCALE``): the tuning runs
-    (seed 0 at every rate), then the other seeds at each model's best rate, ``workers`` at a time (default: one per
+    (the scale's tuning seeds, 0 or 0–1, at every rate; a grid extended past an edge where the best rate sits), then
+    the other seeds at each model's best rate, ``workers`` at a time (default: one per
     CPU core, or per GPU with ``device="cuda"``); then ``results.json``, ``table.md`` and ``figure.png``. Runs that
     finished before are skipped and interrupted ones resumed. ``models``: shell-style patterns; only the models
     whose names match one are run, and the table holds every finished run of the experiment in ``out`` (several
@@ -242,7 +243,8 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
         with contextlib.suppress(OSError, ValueError):
             fate = json.loads(fate_file.read_text(encoding="utf-8"))
             # a run's own folder only: not an interrupted copy (".RUN_ID.copying") nor a run set aside
-            if fate.get("model_name") in names and fate.get("run_id") == fate_file.parent.name:
+            if (fate.get("model_name") in names and fate.get("run_id") == fate_file.parent.name
+                    and fate.get("fate") != "failed"):  # a crash recorded by an older version: not a result
                 fates.append(fate)
     tuned: dict = {}
     for fate in fates:

@@ -9,7 +9,10 @@ checkpoint and stop; the next invocation continues them.
 Fates: "trained" (the final validation loss is at least the experiment's margin below the unigram loss of the
 validation text), "stalled" (it is not: the model learned nothing beyond token frequencies), "diverged" (the loss or
 gradient stopped being finite: the step and the trainer's message are kept), "failed" (anything else, with the last
-error line). An interrupted run gets no fate and is resumed.
+error line). An interrupted run gets no fate and is resumed. A failed run (a crash: out of memory, a full disk) is a
+fault of the run, not a result of its model and rate: its record goes to ``failed.json`` instead of a fate, it steers
+neither the rate search nor the seeds (a crashed extension past an edge would otherwise end the search there), and
+the next invocation tries it again (resumed from its last checkpoint).
 
 Every run records the SHA-256 of its training and validation data (``run.json``, :mod:`sigprop.data.fingerprint`).
 A finished run whose data differ from the experiment's (:func:`corpus_mismatch`: trained on another machine's
@@ -46,6 +49,7 @@ __all__ = ["RunResult", "execute", "unigram_loss", "reference_data", "corpus_mis
 Fate = Literal["trained", "stalled", "diverged", "failed"]
 FATES: tuple[Fate, ...] = get_args(Fate)
 FATE_FILE = "fate.json"
+FAILED_FILE = "failed.json"  # a failed run's record: not a fate, so the run is tried again by the next invocation
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -154,10 +158,13 @@ def _set_aside(run_dir: Path, why: str) -> Path:
 
 
 def _fate_of(run_dir: Path) -> dict | None:
+    """The run's fate record; None where it has none (not finished), or where an older version recorded a crash as
+    the fate "failed" (tried again, as a failed run is now)."""
     try:
-        return json.loads((run_dir / FATE_FILE).read_text(encoding="utf-8"))
+        fate = json.loads((run_dir / FATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return None if fate.get("fate") == "failed" else fate
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -339,6 +346,7 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
     results: dict[str, RunResult] = {}
     seen: set[str] = set()  # run ids whose earlier fate has been looked for
     interrupted: set[str] = set()  # runs stopped from outside: resumed by the next invocation, not by this one
+    failed: set[str] = set()  # runs that crashed: tried again by the next invocation, not by this one
     reused = 0
     running: dict[int, _Launched] = {}
 
@@ -373,7 +381,7 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                 if report and reused > before:
                     say(f"{reused - before} more finished run(s) of identical spec copied from "
                         f"{', '.join(map(str, folders))}")
-                skip = {job.spec.run_id for job in running.values()} | interrupted
+                skip = {job.spec.run_id for job in running.values()} | interrupted | failed
                 todo = [s for s in needed if s.run_id not in results and s.run_id not in skip]
                 return needed, [s for s in todo if not arithmetic_clash(s)]
 
@@ -441,9 +449,14 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
                     continue
                 result = _judge(job.spec, out / job.spec.run_id, code, Path(job.log.name),
                                 unigram[job.spec.model_name], margin, time.perf_counter() - job.started)
+                done += 1
+                if result.fate == "failed":
+                    write_json_atomic(out / job.spec.run_id / FAILED_FILE, asdict(result))
+                    failed.add(result.run_id)
+                    say(f"failed {result.run_id} ({result.detail}); tried again next invocation")
+                    continue
                 write_json_atomic(out / job.spec.run_id / FATE_FILE, asdict(result))
                 results[result.run_id] = result
-                done += 1
                 if stop["signal"] is None:  # the schedule may now ask for more (a grid extension, other seeds)
                     needed, todo = plan()
                 final = "–" if result.final_val is None else f"{result.final_val:.4f}"
@@ -462,6 +475,10 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
             say(f"interrupted {job.spec.run_id} at its last checkpoint (resumed next time)")
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if failed:
+        waiting = sorted({s.model_name for s in needed if s.run_id in failed})
+        say(f"{len(failed)} run(s) failed (see {out / 'logs'}); {', '.join(waiting)} wait(s) for them and is not "
+            "settled. Rerun the same command to try them again")
     if interrupted and stop["signal"] is None:
         waiting = sorted({s.model_name for s in needed if s.run_id in interrupted})
         say(f"{len(interrupted)} run(s) ended by a signal the runner did not send (killed from outside, or for "

@@ -214,3 +214,47 @@ def test_a_run_found_on_disk_with_another_role_is_given_this_experiment_s(tmp_pa
     results, stopped = runner.execute([run], tmp_path, 1, "cpu", {"a": 5.0}, 0.1, say=lambda s: None)
     assert not stopped and [r.tuning for r in results] == [True]
     assert json.loads((tmp_path / run.run_id / runner.FATE_FILE).read_text())["tuning"] is True  # the table's too
+
+
+def test_a_crashed_run_steers_nothing_and_is_tried_again_by_the_next_invocation(tmp_path, monkeypatch):
+    """A crash (out of memory, a full disk) is not a result of the model and rate: a failed extension past the top
+    edge must not end the search there and settle the model at the old edge rate."""
+    import subprocess
+    import sys
+    import time
+
+    from sigprop.experiments import runner
+
+    optima = {"a": 2e-3}  # best at the top edge: the grid extends up to 2e-3
+    experiment = _experiment(optima)
+    launched: list[str] = []
+    crash = {"on": True}
+
+    def launch(spec, out, device, slot, gpus=1):
+        launched.append(spec.run_id)
+        (out / spec.run_id).mkdir(parents=True, exist_ok=True)
+        log = open(tmp_path / f"{spec.run_id}.log", "w")  # noqa: SIM115 - the runner closes it
+        return runner._Launched(spec, subprocess.Popen([sys.executable, "-c", "pass"]), log, time.perf_counter())
+
+    def judge(spec, run_dir, code, log, unigram, margin, wall):
+        if crash["on"] and spec.lr > 1.5e-3:  # every run past the first grid's top crashes
+            return dataclasses.replace(_loss(optima, spec), fate="failed", final_val=None, detail="exit status 1")
+        return _loss(optima, spec)
+
+    monkeypatch.setattr(runner, "_launch", launch)
+    monkeypatch.setattr(runner, "_judge", judge)
+    said: list[str] = []
+    results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 1,
+                                      "cpu", {"a": 5.0}, 0.1, say=said.append)
+    crashed = [r for r in launched if "lr0.002-" in r]
+    assert len(crashed) == 2 and not stopped
+    assert not any(r.tuning is False for r in results)  # no third seed at the old edge rate 1.41e-3
+    assert all((tmp_path / "out" / r / runner.FAILED_FILE).exists() for r in crashed)
+    assert not any((tmp_path / "out" / r / runner.FATE_FILE).exists() for r in crashed)
+    assert any("2 run(s) failed" in line and "a wait(s) for them" in line for line in said)
+
+    crash["on"], launched[:] = False, []  # the next invocation: the crashed runs train, the search goes on
+    results, _ = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 1,
+                                "cpu", {"a": 5.0}, 0.1, say=said.append)
+    assert set(crashed) <= set(launched)
+    assert best_learning_rates(results)["a"] == 2e-3

@@ -16,7 +16,7 @@ from ..core.figures import save_figure
 from .budget import ROW_KEYS, budget_model
 from .ladder import Role
 from .ladder_stats import PairedGap, paired_gap
-from .summary import finish_axes, seed_losses, write_evaluation
+from .summary import Standing, finish_axes, seed_losses, unsettled_reason, write_evaluation
 
 __all__ = ["RULES", "evaluate_budget", "read_row", "budget_markdown", "budget_figure", "write_budget"]
 
@@ -46,7 +46,8 @@ def read_row(row: dict, pair: dict) -> str:
 
     Returns:
         ``flips the sign``, ``narrows the gap``, ``widens the gap``, ``not separated from the pair`` or
-        ``not read (…)``.
+        ``not read (…)``: why (tuning not finished while any of the four models still has runs to train; else the
+        first unsettled model and why nothing more will train for it).
 
     Example:
         >>> gap = lambda *d: {"differences": list(d), "seeds": list(range(len(d))), "high": max(d) + 0.05,
@@ -56,7 +57,7 @@ def read_row(row: dict, pair: dict) -> str:
         'narrows the gap'
     """
     if not (row["final"] and pair["final"]):
-        return "not read (tuning not finished)"
+        return f"not read ({unsettled_reason(_models(row, pair))})"
     gap, base, change = row.get("gap"), pair.get("gap"), row.get("change")
     if gap is None or base is None or change is None or gap["high"] is None or change["high"] is None:
         return "not read (fewer than two paired seeds)"
@@ -69,11 +70,18 @@ def read_row(row: dict, pair: dict) -> str:
     return "not separated from the pair"
 
 
+def _models(*records: dict) -> list[dict | None]:
+    """The model records of row records (None where a model has not run)."""
+    return [m for r in records for m in r.get("models", {}).values()]
+
+
 def _model_record(name: str | None, row: dict | None, losses: dict[int, float]) -> dict | None:
     if name is None or row is None:
         return None
     return {"model": name, "best_lr": row["best_lr"], "best_lr_at_edge": row.get("best_lr_at_edge", False),
-            "settled": bool(row.get("settled", False)), "losses": {str(s): v for s, v in losses.items()}}
+            "settled": bool(row.get("settled", False)),
+            "standing": row.get("standing", Standing.SETTLED.value if row.get("settled") else Standing.TUNING.value),
+            "losses": {str(s): v for s, v in losses.items()}}
 
 
 def evaluate_budget(summary: dict, results: Sequence, runs_dir: Path | None = None, out: Path | None = None,
@@ -152,7 +160,7 @@ def budget_markdown(table: dict, title: str, intro: str) -> str:
                            f"{m['best_lr']:g}" + (" (edge)" if m["best_lr_at_edge"] else "")
                            for role in (Role.SHALLOW_WIDE, Role.DEEP_THIN))
         per_seed = "–" if r["gap"] is None else ", ".join(f"s{s}: {d:+.3f}" for s, d in _by_seed(r["gap"]).items())
-        state = "" if r["settled"] else " (provisional: tuning not finished)" if r["gap"] else " (not run)"
+        state = "" if r["settled"] else f" (provisional: {unsettled_reason(_models(r))})" if r["gap"] else " (not run)"
         lines.append(f"| {r['label']} | {rates} | {per_seed} | {_interval(r['gap'])}{state} | "
                      f"{_interval(r['change'])} | {r['reading'] or '(the reference)'} |")
     if table.get("not_pooled"):

@@ -20,7 +20,7 @@ from ..core.figures import save_figure
 from ..core.jsonio import finite_or_null
 from .ladder import Role, ladder_model
 from .ladder_stats import IntervalKind, PairedGap, Trend, fit_trend, paired_gap
-from .summary import finish_axes, write_evaluation
+from .summary import Standing, finish_axes, unsettled_reason, write_evaluation
 
 __all__ = ["RULES", "evaluate_ladder", "write_ladder", "judge"]
 
@@ -60,10 +60,10 @@ def _training_tokens(runs_dir) -> int | None:
     return None
 
 
-def _gap_record(gap: PairedGap | None, final: bool) -> dict | None:
+def _gap_record(gap: PairedGap | None, final: bool, unread: str | None = None) -> dict | None:
     if gap is None:
         return None
-    return {**gap.to_dict(), "final": final,
+    return {**gap.to_dict(), "final": final, "unread": None if final else unread or Standing.TUNING.value,
             "decides": "deep side wins" if gap.below_zero else "shallow-wide wins" if gap.above_zero else "undecided"}
 
 
@@ -108,13 +108,19 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
         One paragraph.
     """
     decided = [r for r in rungs if _final(r.get("deep-thin"))]
+    unread = [r for r in rungs if r.get("deep-thin") is not None and not _final(r["deep-thin"])]
+    why = "".join(f" d = {r['d']} ran but is not read ({r['deep-thin'].get('unread') or 'one paired seed'})."
+                  for r in unread)
     if not decided:
         return ("No rung is finished yet (a rung decides once both models' rate searches and seeds are done); the "
-                "gaps in the table are provisional.")
+                "gaps in the table are provisional." + why)
     wins = [r for r in decided if r["deep-thin"]["decides"] == "deep side wins"]
     first = next((r for i, r in enumerate(decided)
                   if all(x["deep-thin"]["decides"] == "deep side wins" for x in decided[i:])), None)
-    if first is not None:  # the smallest rung from which deep-thin wins at every larger rung run
+    if first is not None and any(r["d"] > first["d"] for r in unread):  # a larger rung ran: it may not be a win
+        text = (f"Deep-thin wins at every rung read from {first['parameters']:,} non-embedding parameters (d = "
+                f"{first['d']}) on, but a larger rung is not read: not yet 'reproduced'.")
+    elif first is not None:  # the smallest rung from which deep-thin wins at every larger rung run
         text = f"Reproduced at ≥ {first['parameters']:,} non-embedding parameters (d = {first['d']})."
     elif not wins:
         top = decided[-1]
@@ -122,6 +128,7 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
     else:
         text = ("Mixed: deep-thin wins at d = " + ", ".join(str(r["d"]) for r in wins) + " but not at every larger "
                 "rung run.")
+    text += why
     if trend is None:
         return text + " Fewer than three rungs with an interval: no trend."
     if trend.kind is IntervalKind.BOUNDED and trend.crossover is not None:
@@ -172,9 +179,10 @@ def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
                              for role, name in names.items()}}
         for role in _COMPARED:
             if role in names:
-                final = bool(row.get("settled", True) and rows[names[role]].get("settled", True))
+                pair = (row, rows[names[role]])
+                final = all(r.get("settled", True) for r in pair)
                 record[role.value] = _gap_record(paired_gap(losses.get(names[role], {}), losses.get(wide, {})),
-                                                 final)
+                                                 final, None if final else unsettled_reason(pair))
         rungs.append(record)
     trend = _trend_of(rungs, Role.DEEP_THIN.value)
     control = _trend_of(rungs, Role.CONTROL.value)
@@ -186,7 +194,7 @@ def evaluate_ladder(summary: dict, results, runs_dir, out, say=print) -> dict:
 def _cell(gap: dict | None) -> str:
     if gap is None:
         return "–"
-    provisional = "" if gap.get("final", True) else " (provisional: tuning not finished)"
+    provisional = "" if gap.get("final", True) else f" (provisional: {gap.get('unread') or Standing.TUNING.value})"
     if gap["se"] is None:
         return f"{gap['mean']:+.3f} (1 seed){provisional}"
     decides = gap["decides"] if not provisional else "not judged"

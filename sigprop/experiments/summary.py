@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,8 @@ from ..core.figures import pyplot, save_figure
 from ..core.jsonio import finite_or_null, write_json_atomic, write_text_atomic
 from .ladder_stats import PairedGap, paired_gap
 
-__all__ = ["best_learning_rates", "tuning_scores", "summarise", "settled", "write_summary", "mean_se_cell",
+__all__ = ["best_learning_rates", "tuning_scores", "summarise", "settled", "Standing", "standing", "unsettled_reason",
+           "write_summary", "mean_se_cell",
            "seed_losses", "paired_gap_at_best"]
 
 
@@ -110,13 +112,24 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else math.nan
 
 
-def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
-    """Whether a model's rate search and seeds are finished: every rate of its first grid tuned, every rate tried
-    (extensions included) tuned on all ``scale.tuning_seeds`` seeds, its best rate interior to those tried where the
-    scale extends grids (a best rate still at an edge when the extensions run out is never settled), and ``seeds``
-    seeds trained at it. A model that trained at no rate is settled only where the scale lowers such a model's grid
-    (``scale.lower_when_none_trains``) and those lower rates are spent: its outcome is then "trained at no rate tried".
-    A table's gaps between models read as final only when both are settled.
+class Standing(StrEnum):
+    """Where a model's rate search and seeds stand (:func:`standing`): settled, still to train, or unsettled for good
+    (nothing more will train for it under the experiment's rules, so a table must not say it is still tuning)."""
+
+    SETTLED = "settled"
+    TUNING = "tuning not finished"
+    EDGE_SPENT = "best rate at an edge of the rates tried, its grid extensions spent"
+    SEED_LOST = "a seed at the best rate diverged or stalled"
+    NONE_TRAINED = "trained at no rate tried"
+
+
+def standing(spec, mine: list, best: float | None, scale, seeds: int) -> Standing:
+    """Where a model's rate search and seeds stand. It is settled when every rate of its first grid is tuned, every
+    rate tried (extensions included) is tuned on all ``scale.tuning_seeds`` seeds, its best rate is interior to those
+    tried where the scale extends grids, and ``seeds`` seeds trained at it. A model that trained at no rate is settled
+    only where the scale lowers such a model's grid (``scale.lower_when_none_trains``) and those lower rates are
+    spent: its outcome is then "trained at no rate tried". A table's gaps between models read as final only when
+    both are settled.
 
     Args:
         spec: the model's :class:`~sigprop.experiments.spec.ModelSpec` (its first grid, ``lrs``).
@@ -127,9 +140,45 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
         seeds: the seeds every model trains at its best rate.
 
     Returns:
-        True when the model's rate search and seeds are finished as the rules ask. False also where nothing more
-        will train for it: a best rate still at an edge once the extensions are spent, or a seed at the best rate
-        that diverged or stalled (its fate is final, so it is not trained again): such a model stays provisional.
+        :attr:`Standing.SETTLED`; :attr:`Standing.TUNING` while runs remain to train; or why nothing more will train
+        although the model is not settled: a best rate still at an edge once that edge's extensions are spent
+        (:attr:`Standing.EDGE_SPENT`), a seed at the best rate that diverged or stalled (its fate is final, so it is
+        not trained again: :attr:`Standing.SEED_LOST`), no rate trained where the scale does not lower the grid
+        (:attr:`Standing.NONE_TRAINED`).
+
+    Example:
+        >>> from types import SimpleNamespace as Run
+        >>> spec = Run(lrs=(1.0, 2.0, 4.0))
+        >>> scale = Run(tuning_seeds=2, grid_extensions=1, lower_when_none_trains=False)
+        >>> runs = [Run(lr=lr, tuning=True, fate="trained") for lr in (1.0, 2.0, 4.0) for _ in range(2)]
+        >>> standing(spec, runs, 2.0, scale, 3).name, standing(spec, runs, 4.0, scale, 3).name
+        ('TUNING', 'TUNING')
+        >>> wider = runs + [Run(lr=8.0, tuning=True, fate="trained") for _ in range(2)]
+        >>> standing(spec, wider, 8.0, scale, 3).name
+        'EDGE_SPENT'
+    """
+    tuning = [r for r in mine if r.tuning]
+    tried = {r.lr for r in tuning}
+    if not set(spec.lrs) <= tried or any(sum(r.lr == lr for r in tuning) < scale.tuning_seeds for lr in tried):
+        return Standing.TUNING
+    if best is None:  # trained at no rate: settled once the lowered rates are spent, where the scale lowers them
+        if not scale.lower_when_none_trains:
+            return Standing.NONE_TRAINED
+        spent = sum(lr < min(spec.lrs) for lr in tried) >= scale.grid_extensions
+        return Standing.SETTLED if spent else Standing.TUNING
+    if scale.grid_extensions > 0 and len(tried) > 1 and best in (min(tried), max(tried)):
+        beyond = (sum(lr > max(spec.lrs) for lr in tried) if best == max(tried)
+                  else sum(lr < min(spec.lrs) for lr in tried))
+        return Standing.EDGE_SPENT if beyond >= scale.grid_extensions else Standing.TUNING
+    at_best = [r for r in mine if r.lr == best]
+    if sum(r.fate == "trained" for r in at_best) >= seeds:
+        return Standing.SETTLED
+    return Standing.SEED_LOST if any(r.fate in ("diverged", "stalled") for r in at_best) else Standing.TUNING
+
+
+def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
+    """Whether a model's rate search and seeds are finished (:func:`standing` is :attr:`Standing.SETTLED`; its
+    arguments).
 
     Example:
         >>> from types import SimpleNamespace as Run
@@ -140,15 +189,29 @@ def settled(spec, mine: list, best: float | None, scale, seeds: int) -> bool:
         ...                                                 2.0, scale, 3)
         (False, True)
     """
-    tuning = [r for r in mine if r.tuning]
-    tried = {r.lr for r in tuning}
-    if not set(spec.lrs) <= tried or any(sum(r.lr == lr for r in tuning) < scale.tuning_seeds for lr in tried):
-        return False
-    if best is None:  # trained at no rate: settled once the lowered rates are spent, where the scale lowers them
-        return scale.lower_when_none_trains and sum(lr < min(spec.lrs) for lr in tried) >= scale.grid_extensions
-    if scale.grid_extensions > 0 and len(tried) > 1 and best in (min(tried), max(tried)):
-        return False
-    return sum(r.lr == best and r.fate == "trained" for r in mine) >= seeds
+    return standing(spec, mine, best, scale, seeds) is Standing.SETTLED
+
+
+def unsettled_reason(models: Iterable[dict | None]) -> str:
+    """Why a gap between ``models`` is not read: "tuning not finished" while one of them has runs to train (or has
+    not run), else the first unsettled model and its :class:`Standing` (nothing more will train for it).
+
+    Args:
+        models: summary rows or records of the models (``model``, ``settled``, ``standing``), None where a model
+            has not run.
+
+    Returns:
+        The reason, for "not read (…)" or "provisional: …".
+
+    Example:
+        >>> unsettled_reason([{"model": "a", "settled": True, "standing": "settled"},
+        ...                   {"model": "b", "settled": False, "standing": Standing.EDGE_SPENT.value}])
+        'b: best rate at an edge of the rates tried, its grid extensions spent'
+    """
+    unsettled = [m for m in models if m is None or not m["settled"]]
+    if not unsettled or any(m is None or m.get("standing", Standing.TUNING) == Standing.TUNING for m in unsettled):
+        return Standing.TUNING.value
+    return f"{unsettled[0]['model']}: {unsettled[0]['standing']}"
 
 
 def summarise(experiment, scale_name: str, scale, results, unigram: dict, parameters: dict, tokens: dict,
@@ -175,7 +238,8 @@ def summarise(experiment, scale_name: str, scale, results, unigram: dict, parame
                                                          sorted({r.fate for r in mine})},
             "wall_per_run_s": float(np.mean([r.wall for r in mine])) if mine else math.nan,
             "diverged": [f"lr {r.lr:g} seed {r.seed}: {r.detail}" for r in mine if r.fate == "diverged"],
-            "settled": settled(spec, mine, lr, scale, seeds or scale.seeds),
+            "settled": (where := standing(spec, mine, lr, scale, seeds or scale.seeds)) is Standing.SETTLED,
+            "standing": where.value,
         })
     return finite_or_null({"experiment": experiment.name, "scale": scale_name, "question": experiment.question,
                            "reference": experiment.reference, "note": scale.note, "command": command, "rows": rows,

@@ -127,6 +127,45 @@ def test_rows_are_read_by_the_pre_registered_rules(gap, change, reading):
                     below) == "narrows the gap"
 
 
+def test_a_row_that_can_never_settle_says_why_instead_of_still_tuning():
+    from sigprop.experiments.summary import Standing
+
+    def model(name, standing):
+        return {"model": name, "settled": standing is Standing.SETTLED, "standing": standing.value}
+
+    pair = {"final": True, "gap": _gap(0.1, 0.2, 0.15),
+            "models": {"a": model("wide", Standing.SETTLED), "b": model("thin", Standing.SETTLED)}}
+    row = {"final": False, "gap": _gap(0.1, 0.2), "change": _gap(0.0, 0.0),
+           "models": {"a": model("wide, 4x", Standing.EDGE_SPENT), "b": model("thin, 4x", Standing.SETTLED)}}
+    assert read_row(row, pair) == f"not read (wide, 4x: {Standing.EDGE_SPENT.value})"
+    row["models"]["b"] = model("thin, 4x", Standing.TUNING)  # something still trains: it may yet settle
+    assert read_row(row, pair) == "not read (tuning not finished)"
+
+
+def test_standing_tells_a_model_still_tuning_from_one_that_never_will_settle():
+    from types import SimpleNamespace as Run
+
+    from sigprop.experiments.summary import Standing, standing
+
+    spec = Run(lrs=(1.0, 2.0, 4.0))
+    scale = Run(tuning_seeds=2, grid_extensions=2, lower_when_none_trains=False)
+
+    def runs(*lrs, fate="trained", tuning=True):
+        return [Run(lr=lr, tuning=tuning, fate=fate) for lr in lrs for _ in range(2 if tuning else 1)]
+
+    grid = runs(1.0, 2.0, 4.0)
+    assert standing(spec, grid[:-1], 2.0, scale, 3) is Standing.TUNING  # a tuning seed still to train
+    assert standing(spec, grid, 1.0, scale, 3) is Standing.TUNING  # at the lower edge: extends down
+    assert standing(spec, grid + runs(0.5, 0.25), 0.25, scale, 3) is Standing.EDGE_SPENT
+    assert standing(spec, grid + runs(0.5), 0.5, scale, 3) is Standing.TUNING  # one extension left
+    assert standing(spec, grid + runs(8.0, 16.0), 16.0, scale, 3) is Standing.EDGE_SPENT
+    assert standing(spec, grid, 2.0, scale, 3) is Standing.TUNING  # its third seed to train
+    assert standing(spec, grid + runs(2.0, tuning=False), 2.0, scale, 3) is Standing.SETTLED
+    lost = grid + runs(2.0, tuning=False, fate="diverged")
+    assert standing(spec, lost, 2.0, scale, 3) is Standing.SEED_LOST
+    assert standing(spec, runs(1.0, 2.0, 4.0, fate="stalled"), None, scale, 3) is Standing.NONE_TRAINED
+
+
 def _results(losses: dict, best: dict) -> list[RunResult]:
     runs = [RunResult(f"{m}-{s}", m, s, best[m], s < 2, "trained", "", v, 1, 1, 1.0, [])
             for m, values in losses.items() for s, v in enumerate(values)]

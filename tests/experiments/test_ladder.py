@@ -286,6 +286,19 @@ def test_the_verdict_follows_the_preregistered_rules():
     assert judge(late, None).startswith("Reproduced at ≥ 900,000 non-embedding parameters (d = 192)")
 
 
+def test_the_verdict_claims_no_reproduction_while_a_larger_rung_that_ran_is_not_read():
+    won = [_rung_record(64, -0.3, -0.1, 10**5)]
+    stuck = _rung_record(96, 0.1, 0.3, 2 * 10**5)  # shallow-wide ahead, but a deep-thin seed diverged at its best
+    stuck["deep-thin"] |= {"final": False, "unread": "8x48 dslm: a seed at the best rate diverged or stalled"}
+    text = judge([*won, stuck], None)
+    assert not text.startswith("Reproduced") and "not yet 'reproduced'" in text
+    assert "d = 96 ran but is not read (8x48 dslm: a seed at the best rate diverged or stalled)" in text
+    assert judge(won, None).startswith("Reproduced at ≥ 100,000")
+    single = _rung_record(96, 0.1, 0.3, 2 * 10**5)
+    single["deep-thin"]["se"] = None  # settled, but one paired seed: no interval
+    assert "d = 96 ran but is not read (one paired seed)" in judge([*won, single], None)
+
+
 def _trend_rungs(deltas, se=0.02):
     """Rungs at P = 10⁵, 10^5.5, 10⁶ with these deep-thin gaps, each with standard error ``se``."""
     return [{"d": 64 * (i + 1), "parameters": 10 ** (5 + 0.5 * i),

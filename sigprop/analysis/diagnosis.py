@@ -149,7 +149,8 @@ class Finding:
             return (f"{where}every layer passes the stream on unchanged (residual branches scaled to ~0 at "
                     "initialisation): nothing propagates until training moves β")
         if self.verdict == "not finite":
-            return f"{where}{_NAMES[self.quantity]} is not finite at some layer (overflow)"
+            return (f"{where}{_NAMES[self.quantity]} is NaN, infinite or negative at some layer (an overflow, or NaN "
+                    "in the weights or the inputs)")
         if self.quantity == "fwd_corr":
             if self.verdict == "collapses":
                 return f"{where}token correlation reaches {self.change:.4f} at the last layer: rank collapse"
@@ -277,6 +278,15 @@ def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits
     return Finding(stack, quantity, verdict, True, float(change), spread, law)
 
 
+def _not_carried(profile: Profile, quantity: Quantity) -> bool:
+    """Whether a quantity that is NaN at every layer was never computed rather than computed as NaN."""
+    from ..theory.predict import NO_GRADIENTS
+
+    if quantity == "grad_var":
+        return profile.meta.get("grad_source") == NO_GRADIENTS
+    return quantity == "fwd_corr"  # one token has no pair; a NaN stream is the forward variance's finding
+
+
 def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
     last = float(values[-1])
     if not math.isfinite(last):
@@ -360,7 +370,9 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
     E.2; DeepScaleLM's O(1), App. E.3–E.4), with the law fitted over the middle layers; the last layer's token
     correlation collapses at ``limits.collapse`` (Noci et al. 2022's rank collapse, Kedia et al. App. F); a stack
     whose every residual branch is scaled to ~0 is an identity (SkipInit, ReZero). Quantities the profile does not
-    carry (all NaN) are skipped.
+    carry are skipped: gradients not computed (``predict(gradients=False)``), a token correlation that is NaN at every
+    layer (one token: there is no pair); a forward variance or a computed gradient that is NaN at every layer is
+    "not finite" (NaN weights or inputs, a loss that overflowed).
 
     Args:
         profile: a predicted or measured :class:`~sigprop.core.profile.Profile` (its "layer" rows are read).
@@ -387,7 +399,7 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
             continue
         for quantity in ("fwd_var", "grad_var", "fwd_corr"):
             values = np.array([getattr(r, quantity) for r in rows], dtype=np.float64)
-            if np.all(np.isnan(values)):
+            if np.all(np.isnan(values)) and _not_carried(profile, quantity):
                 continue
             if quantity == "fwd_corr":
                 findings.append(_correlation_finding(stack, values, limits))

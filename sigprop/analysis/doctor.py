@@ -232,12 +232,14 @@ class DoctorReport:
         return f"unstable at initialisation: {flagged}"
 
     def to_dict(self) -> dict:
+        """Plain JSON: a value that is not finite (a diagnosis of "not finite") becomes null."""
+
         def profile(p):
             return None if p is None else [{"layer": r.layer, "site": r.site, "fwd_var": r.fwd_var,
                                             "fwd_corr": r.fwd_corr, "grad_var": r.grad_var,
                                             "grad_corr": r.grad_corr} for r in p.site("layer")]
 
-        return {"kind": "doctor", "source": self.source,
+        return finite_or_null({"kind": "doctor", "source": self.source,
                 "config": None if self.config is None else self.config.to_dict(), "seeds": self.seeds,
                 "measured_what": self.measured_what, "approximations": list(self.approximations),
                 "theory": self.theory,
@@ -250,7 +252,7 @@ class DoctorReport:
                 "gradient_interval": {k: v.to_dict() for k, v in self.intervals.items()},
                 "profiles": {"predicted": profile(self.predicted), "measured": profile(self.measured),
                              "fixed_predicted": profile(self.fixed_predicted),
-                             "fixed_measured": profile(self.fixed_measured)}}
+                             "fixed_measured": profile(self.fixed_measured)}})  # NaN, ±inf: null
 
 
 def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = "sigprop",

@@ -102,3 +102,29 @@ def test_a_model_beyond_dslm_s_closed_forms_gets_auto():
     assert report.recommendation.changes["init"] == "auto", report.recommendation
     assert "activation=swiglu, norm=rmsnorm" in report.recommendation.reasons[0]
     assert not any(f.flagged for f in report.fixed_diagnosis.findings if f.quantity == "fwd_var")
+
+
+def test_a_model_with_nan_weights_is_diagnosed_not_finite_and_its_report_is_plain_json():
+    """NaN weights make every measured statistic NaN: the doctor says so (it once called such a model stable) and its
+    JSON report, with nulls for the NaNs, can still be written."""
+    import torch
+
+    from sigprop.analysis.doctor import doctor_measured
+    from sigprop.model.transformer import Transformer
+
+    config = TransformerConfig(arch="decoder", n_layers=2, d_model=16, n_heads=2, vocab_size=32, seq_len=8)
+
+    def build(seed):
+        torch.manual_seed(seed)
+        model = Transformer(config)
+        with torch.no_grad():
+            next(model.parameters()).fill_(float("nan"))
+        return model
+
+    from sigprop.model.objective import make_batch
+
+    batch = make_batch(config, torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0)))
+    report = doctor_measured(build, batch, [0], "a NaN model", "no theory (test)")
+    assert report.flagged and "NaN, infinite or negative" in report.verdict
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    assert '"fwd_var": null' in text

@@ -162,6 +162,24 @@ def test_a_layer_whose_gradient_vanishes_is_warned_of_once_with_its_layer_and_st
     assert len(messages) == 2 and "step 10, layer 0" in messages[0] and "step 10, layer 1" in messages[1]
 
 
+def test_a_model_that_diverges_is_flagged_and_warned_of_once_per_layer(caplog):
+    """The Hugging Face Trainer and Lightning train on after a NaN loss: the monitor is what says so."""
+    config, model = _sigprop_model()
+    monitor = sigprop.Monitor(model, _sigprop_batch(config, 99), every=1)
+    assert not any(a.kind is AlertKind.NOT_FINITE for a in monitor.alerts)
+    monitor.step(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    with caplog.at_level(logging.WARNING, logger="sigprop.monitor"):
+        point = monitor.step(1)
+        monitor.step(2)
+    assert point.diagnosis.flagged
+    diverged = [(a.layer, a.step) for a in monitor.alerts if a.kind is AlertKind.NOT_FINITE]
+    assert diverged == [(layer, 1) for layer in point.columns.layers]
+    assert sum("the model has diverged" in r.getMessage() for r in caplog.records) == len(diverged)
+
+
 def test_bad_input_is_refused_before_training(tmp_path):
     config, model = _sigprop_model()
     probe = _sigprop_batch(config, 0)

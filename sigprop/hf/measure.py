@@ -32,7 +32,10 @@ __all__ = ["HFSource", "NotInCache", "resolve_hf_location", "read_hf_source", "h
            "load_hf_model", "folder_tokenizer", "tokenizer_ids", "hf_batch", "hf_token_batch", "measure_hf"]
 
 #: Mapped families whose pre-training objective is masked language modelling (the others: the next token).
-_MASKED_LM_FAMILIES = ("bert", "roberta")
+#: A mapped family → the ``transformers`` auto class of the objective its mapped configuration trains (a family not
+#: listed: a causal LM).
+_FAMILY_CLASSES = {"bert": "AutoModelForMaskedLM", "roberta": "AutoModelForMaskedLM",
+                   "vit": "AutoModelForImageClassification"}
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,12 @@ def hf_class(config):
 
     family = FAMILIES.get(config.model_type)
     if family is not None:  # a mapped family: the class of the objective its mapped configuration trains
-        name = "AutoModelForMaskedLM" if family in _MASKED_LM_FAMILIES else "AutoModelForCausalLM"
-        return getattr(transformers, name)._model_mapping[type(config)]
+        name = _FAMILY_CLASSES.get(family, "AutoModelForCausalLM")
+        mapping = getattr(transformers, name)._model_mapping
+        if type(config) not in mapping:
+            raise ValueError(f"transformers {transformers.__version__} has no {name} class for a "
+                             f"{config.model_type!r} config")
+        return mapping[type(config)]
     for name in (getattr(config, "architectures", None) or [])[:1]:
         cls = getattr(transformers, name, None)
         if cls is not None:

@@ -35,6 +35,19 @@ def test_measure_a_config_over_seeds_and_a_saved_model_once(tmp_path):
     assert json.loads(out.read_text())["meta"]["seeds"] == [0]  # one set of saved weights: measured once
 
 
+def test_a_saved_vit_is_measured_and_doctored_as_an_image_classifier(tmp_path):
+    """ViT is a mapped family, but not a language model: its class is the image classifier's."""
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                    image_size=16, patch_size=4, num_labels=10)
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "vit")
+    out = tmp_path / "m.json"
+    res = run_cli(["measure", "--hf", str(tmp_path / "vit"), "--synthetic", "--batch-size", "2", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(out.read_text())["per_layer"]) == 3
+    res = run_cli(["doctor", str(tmp_path / "vit"), "--seeds", "1"])
+    assert res.exit_code == 0, res.output
+
+
 def test_measure_hf_errors(tmp_path):
     res = run_cli(["measure", "--hf", str(tmp_path / "missing")])
     assert res.exit_code == 2 and "not found" in res.output

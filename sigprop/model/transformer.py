@@ -60,6 +60,8 @@ def plan_for(config: TransformerConfig) -> InitPlan:
     from .auto_init import branch_factors
 
     factors = branch_factors(Transformer(_calibration_config(config), plan=plan, sample=False))
+    if config.parallel_block:  # one branch, Attn + FFN, whose site is "attn": both its last matrices carry the factor
+        factors["ffn"] = factors["attn"]
     stds = dict(plan.stds)
     stds["o"] = plan.stds["o"] * np.sqrt(factors["attn"])
     stds["w2"] = plan.stds["w2"] * np.sqrt(factors["ffn"])

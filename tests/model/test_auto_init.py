@@ -32,6 +32,7 @@ FAMILIES = {
     "partial_rotary": {**LLAMA, "rotary_fraction": 0.25},  # GPT-NeoX / Phi rotate part of each head
     "causal": dict(arch="decoder"),
     "encoder_decoder": dict(arch="encoder_decoder", n_layers=3, n_decoder_layers=3),
+    "parallel": dict(arch="decoder", parallel_block=True, activation="gelu"),  # GPT-J / GPT-NeoX / Phi
 }
 
 

@@ -87,6 +87,8 @@ class ComponentResult:
             p50, p90, p99 = np.percentile(e[ok], [50, 90, 99]) if ok.any() else (np.nan,) * 3
             n50, n99 = np.percentile(s[ok], [50, 99]) if ok.any() else (np.nan,) * 2
             out[q] = {"p50": float(p50), "p90": float(p90), "p99": float(p99), "n_configs": int(ok.sum()),
+                      # a rule or a measurement that is not finite fails the targets (it is not left out)
+                      "not_finite": int((~ok).sum()),
                       "noise_p50": float(n50), "noise_p99": float(n99),
                       # Share of configurations whose error exceeds 3 standard errors. For an exact rule this is
                       # P(|t| > 3) under Student's t with replicates − 1 degrees of freedom (≈ 2% for 8 replicates,

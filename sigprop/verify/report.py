@@ -12,9 +12,15 @@ TARGET_P50, TARGET_P99 = 1.0, 5.0
 
 def meets_targets(report_json: dict, p50: float = TARGET_P50, p99: float = TARGET_P99) -> bool:
     """Whether every component and quantity of a report's JSON has its median error ≤ ``p50`` and its 99th percentile
-    ≤ ``p99`` (percent)."""
-    return all(s["p50"] <= p50 and s["p99"] <= p99
+    ≤ ``p99`` (percent), and no configuration whose error is not finite (a NaN rule or measurement)."""
+    return all(s["p50"] <= p50 and s["p99"] <= p99 and not s.get("not_finite", 0)
                for summary in report_json["components"].values() for s in summary.values())
+
+
+def _configs(summary: dict) -> str:
+    """The configurations judged, and those whose error is not finite (they fail the targets)."""
+    bad = summary.get("not_finite", 0)
+    return f"{summary['n_configs']}" + (f" ({bad} not finite)" if bad else "")
 
 
 def _fmt(v: float, limit: float | None = None) -> str:
@@ -34,7 +40,7 @@ def render_table(report, target_p50: float, target_p99: float) -> Table:
             paper = "/".join(f"{v:g}" for v in s["paper"]) if "paper" in s else "—"
             table.add_row(name if first else "", q, _fmt(s["p50"], target_p50), _fmt(s["p90"]),
                           _fmt(s["p99"], target_p99), paper, f"{s['noise_p50']:.2f}/{s['noise_p99']:.2f}",
-                          str(s["n_configs"]))
+                          _configs(s))
             first = False
         table.add_section()
     return table
@@ -49,5 +55,5 @@ def markdown_table(report_json: dict) -> str:
             paper = " / ".join(f"{v:g}" for v in s["paper"]) if "paper" in s else "—"
             lines.append(f"| {name} | {q} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | {paper} | "
                          f"{s['noise_p50']:.2f} / {s['noise_p99']:.2f} | {100 * s['beyond_3se']:.1f}% | "
-                         f"{s['n_configs']} |")
+                         f"{_configs(s)} |")
     return "\n".join(lines)

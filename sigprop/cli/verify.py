@@ -13,8 +13,9 @@ __all__ = ["verify_command"]
 
 
 def verify_command(
-    components: list[str] = typer.Argument(None, help="Components to verify (default: all). "
-                                           "See `sigprop verify --list`."),
+    components: list[str] = typer.Argument(None, help="Components to verify (default: all but glu and rope_gqa, "
+                                           "whose sweeps take ~8 and ~75 min: name them). See `sigprop verify "
+                                           "--list`."),
     component: list[str] = typer.Option(None, "--component", "-c", help="A component to verify (repeatable)."),
     quick: bool = typer.Option(False, "--quick", help="Small sweep (48 configurations per component, fewer "
                                "samples): a smoke test in well under a minute."),

@@ -11,7 +11,7 @@ from ..core.jsonio import write_json_atomic
 from ..core.progress import Progress, tasks
 from ..core.validate import integer_value
 from .harness import NORMALISATION, ComponentResult, run_component
-from .registry import COMPONENTS, available, load_spec
+from .registry import COMPONENTS, default_sweep, load_spec
 
 __all__ = ["run_verification", "VerificationReport"]
 
@@ -54,9 +54,10 @@ class VerificationReport:
 
 
 def resolve_components(names: list[str] | None) -> list[str]:
-    """Validate component names (``None``/empty → every available component)."""
+    """Validate component names (``None``/empty → the default sweep: every available component but those verified
+    on request, :data:`~sigprop.verify.registry.ON_REQUEST`)."""
     if not names:
-        return available()
+        return default_sweep()
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown:
         raise ValueError(f"unknown component(s) {', '.join(unknown)}; choose from: {', '.join(COMPONENTS)}")

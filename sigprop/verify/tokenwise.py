@@ -20,8 +20,9 @@ ELEMENTWISE_HIDDEN = 256
 ELEMENTS_PER_REPLICATE = 2**16
 
 #: Configurations simulated per tensor (a spec's ``max_group``). With ~5e5 elements per configuration the per-call
-#: overhead is already negligible, and larger tensors fall out of cache: 4 per tensor was fastest, 1.0–1.9x faster
-#: than 16 (bench/bench_verify.py).
+#: overhead is already negligible, and larger tensors fall out of cache: 4 per tensor was fastest for the elementwise
+#: maps (relu, dyt: ~2x faster than 16); dropout gains a little from larger tensors, layernorm hardly changes
+#: (bench/bench_verify.py; docs/results/performance.md).
 CHUNK = 4
 
 ELEMENTWISE_NOTE = (

@@ -40,7 +40,7 @@ from ..core.profile import Profile
 from ..model.init_schemes import INIT_SCHEMES
 
 __all__ = ["DiagnosisLimits", "GrowthLaw", "Finding", "Diagnosis", "Verdict", "Quantity", "diagnose",
-           "record_diagnosis", "growth_law",
+           "record_diagnosis", "overflow_diagnosis", "growth_law",
            "exponential_and_power_fits", "side_by_side"]
 
 #: What a finding says of its quantity (the words its JSON and its sentence carry): a variance is "bounded",
@@ -168,6 +168,8 @@ class Finding:
             text += f"; {self.law.describe(towards_input)}"
         if self.verdict == "vanishes" and self.change == 0.0:
             text += " (it reaches 0 at some layer: underflow)"
+        if self.verdict == "explodes" and math.isinf(self.change):
+            text += " (past float64's range: the theory overflows)"
         return text
 
 
@@ -196,10 +198,10 @@ class Diagnosis:
     Example:
         >>> import sigprop
         >>> from sigprop.core.profile import Row
-        >>> rows = tuple(Row(layer, "layer", fwd_var=1.0, fwd_corr=0.5) for layer in range(4))
+        >>> rows = tuple(Row(layer, "layer", fwd_var=1.0, fwd_corr=0.5, grad_var=2.0) for layer in range(4))
         >>> diagnosis = sigprop.diagnose(sigprop.Profile("measured", {}, rows))
         >>> diagnosis.kind, diagnosis.flagged, [f.verdict for f in diagnosis.findings]
-        ('measured', False, ['bounded', 'stays below rank collapse'])
+        ('measured', False, ['bounded', 'bounded', 'stays below rank collapse'])
         >>> diagnosis.lines()[0]
         'forward variance bounded: ×1 from the first layer to the last'
     """
@@ -279,12 +281,11 @@ def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits
 
 
 def _not_carried(profile: Profile, quantity: Quantity) -> bool:
-    """Whether a quantity that is NaN at every layer was never computed rather than computed as NaN."""
-    from ..theory.predict import NO_GRADIENTS
-
-    if quantity == "grad_var":
-        return profile.meta.get("grad_source") == NO_GRADIENTS
-    return quantity == "fwd_corr"  # one token has no pair; a NaN stream is the forward variance's finding
+    """Whether a quantity that is NaN at every layer was never computed rather than computed as NaN: a prediction's
+    (its walk refuses moments that are not finite, so NaN there is a quantity it did not compute, e.g. gradients
+    with ``gradients=False``), or a token correlation (one token has no pair; a NaN stream is the forward variance's
+    finding). A measurement computes every quantity: NaN there is what the model gave."""
+    return profile.kind == "predicted" or quantity == "fwd_corr"
 
 
 def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
@@ -370,9 +371,9 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
     E.2; DeepScaleLM's O(1), App. E.3–E.4), with the law fitted over the middle layers; the last layer's token
     correlation collapses at ``limits.collapse`` (Noci et al. 2022's rank collapse, Kedia et al. App. F); a stack
     whose every residual branch is scaled to ~0 is an identity (SkipInit, ReZero). Quantities the profile does not
-    carry are skipped: gradients not computed (``predict(gradients=False)``), a token correlation that is NaN at every
-    layer (one token: there is no pair); a forward variance or a computed gradient that is NaN at every layer is
-    "not finite" (NaN weights or inputs, a loss that overflowed).
+    carry (NaN at every layer of a prediction, e.g. gradients with ``gradients=False``; a token correlation NaN at
+    every layer: one token) are skipped; a measured variance NaN at every layer is "not finite" (NaN weights or
+    inputs, a loss that overflowed).
 
     Args:
         profile: a predicted or measured :class:`~sigprop.core.profile.Profile` (its "layer" rows are read).
@@ -409,6 +410,25 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
         if identity is not None:
             findings.append(identity)
     return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))
+
+
+def overflow_diagnosis(config: dict, where: str) -> Diagnosis:
+    """The diagnosis of a model whose theory overflowed float64 (a :class:`~sigprop.core.errors.NotFinite` from its
+    forward walk): its forward variance explodes, beyond any factor a profile could state.
+
+    Args:
+        config: the model's configuration (as a dict), for the hint.
+        where: the walk's message (the layer at which it overflowed).
+
+    Returns:
+        A predicted :class:`Diagnosis` with one flagged finding.
+
+    Example:
+        >>> overflow_diagnosis({}, "layer 118: Moments.var must be finite").lines()[0]
+        "forward variance explodes: ×inf from the first layer to the last (past float64's range: the theory overflows)"
+    """
+    findings = [Finding("", "fwd_var", "explodes", True, math.inf, math.inf)]
+    return Diagnosis("predicted", tuple(findings), _hint(config, findings))
 
 
 def record_diagnosis(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnosis:

@@ -39,12 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ..core.errors import NotFinite
 from ..core.jsonio import finite_or_null
 from ..model.auto_init import beyond_dslm
 from ..model.batch import Batch
 from ..model.config import TransformerConfig
 from .config_checks import Check, config_checks
-from .diagnosis import Diagnosis, diagnose
+from .diagnosis import Diagnosis, diagnose, overflow_diagnosis
 from .fix_cases import fix_evidence
 
 __all__ = ["DoctorReport", "Recommendation", "SavedModel", "GradientInterval", "doctor", "doctor_measured",
@@ -417,8 +418,16 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
                                                          measured=measured, spread=with_spread)
         return predicted, measured, *_median_errors(comparison)
 
-    predicted, measured, errors, noise = look(config, "current", saved)
-    diagnosis = diagnose(measured if measured is not None else predicted)
+    def looked(cfg: TransformerConfig, what: str, own: SavedModel | None = None):
+        """``look``, and its diagnosis; a theory that overflows float64 is diagnosed as exploding (its profile,
+        and a measurement compared with it, are then absent)."""
+        try:
+            predicted, measured, errors, noise = look(cfg, what, own)
+        except NotFinite as err:
+            return None, None, {}, {}, overflow_diagnosis(cfg.to_dict(), str(err))
+        return predicted, measured, errors, noise, diagnose(measured if measured is not None else predicted)
+
+    predicted, measured, errors, noise, diagnosis = looked(config, "current", saved)
     checks = config_checks(config, predicted)
     report = DoctorReport(config, source, 1 if saved is not None else seeds, predicted, measured, diagnosis,
                           recommend(config, diagnosis, source, checks), agreement={"current": errors} if errors else {},
@@ -426,18 +435,17 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
                           checks=checks, measured_what="fresh seeds" if saved is None else saved.describe + "".join(
                               f", on text tokenised by {t}" for t in tokenised_by),
                           approximations=approximations)
-    current = GradientInterval.of(predicted)
+    current = None if predicted is None else GradientInterval.of(predicted)
     if current is not None:
         report.intervals["current"] = current
     if report.recommendation is not None:
         fixed = config.replace(**report.recommendation.changes)
-        f_pred, f_meas, f_errors, f_noise = look(fixed, "fixed")
+        f_pred, f_meas, f_errors, f_noise, report.fixed_diagnosis = looked(fixed, "fixed")
         report.fixed_config, report.fixed_predicted, report.fixed_measured = fixed, f_pred, f_meas
-        report.fixed_diagnosis = diagnose(f_meas if f_meas is not None else f_pred)
         report.fixed_checks = config_checks(fixed, f_pred)
         if f_errors:
             report.agreement["fixed"], report.noise["fixed"] = f_errors, f_noise
-        fixed_interval = GradientInterval.of(f_pred)
+        fixed_interval = None if f_pred is None else GradientInterval.of(f_pred)
         if fixed_interval is not None:
             report.intervals["fixed"] = fixed_interval
     return report

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..core.errors import NotFinite
 from ..core.jsonio import finite_or_null
 from .diagnosis import Diagnosis, Finding, diagnose, exponential_and_power_fits
 
@@ -152,9 +153,7 @@ def _predict_one(config, init: str, n_layers: int, attention_heads: int, progres
     else:
         try:
             return InitRow(init, n_layers, diagnose(prediction.profile(progress=step)), time.perf_counter() - t0)
-        except (ValueError, FloatingPointError, OverflowError) as err:
-            if "finite" not in str(err):
-                raise
+        except (NotFinite, FloatingPointError, OverflowError) as err:
             error = f"overflow: {err}"
     if progress is not None:
         progress(sweep_steps(config, [init], [n_layers], batch, token_resolved) - sum(done))

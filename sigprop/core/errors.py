@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["DeviceError", "TrainingDiverged"]
+__all__ = ["DeviceError", "TrainingDiverged", "NotFinite"]
+
+
+class NotFinite(ValueError):
+    """A value that must be finite is not: bad input, or, inside the theory's walk, moments that overflowed float64
+    (a variance that grows exponentially with depth passes 1e308 within a few hundred layers)."""
 
 
 class DeviceError(RuntimeError):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..components.draws import DEFAULT_GRAM_HEADS, layer_context
+from ..core.errors import NotFinite
 from ..core.moments import GradMoments, Moments
 from ..model.layer import TransformerLayer
 from ..model.transformer import Stack, Transformer
@@ -82,12 +83,18 @@ class BackwardWalk(Generic[Gradient]):
     encoder_reached: bool = True
 
 
+def _at_layer(index: int, err: ValueError) -> ValueError:
+    """``err`` naming the layer it came from, of the same kind (:class:`~sigprop.core.errors.NotFinite`: the
+    moments overflowed, which a caller may diagnose rather than refuse)."""
+    return (NotFinite if isinstance(err, NotFinite) else ValueError)(f"layer {index}: {err}")
+
+
 def _walk_layer(walker: Walker[Forward, Gradient], layer: TransformerLayer,
                 flow: Flow[Forward]) -> tuple[Flow[Forward], Tape[Forward]]:
     try:
         return walker.forward(layer, flow)
     except ValueError as err:
-        raise ValueError(f"layer {layer.index}: {err}") from None
+        raise _at_layer(layer.index, err) from None
 
 
 def forward_sweep(model: Transformer, state: WalkState[Forward, Gradient], inputs: list[Forward],
@@ -156,7 +163,7 @@ def backward_sweep(model: Transformer, forward: ForwardWalk[Forward, Gradient], 
             try:
                 gflow = walker.backward(layer, gflow, tape)
             except ValueError as err:
-                raise ValueError(f"layer {layer.index}: {err}") from None
+                raise _at_layer(layer.index, err) from None
             sent += [(layer.index, g) for g in walker.memory]
             tick(1)
         out.rows[walk.stack.input_site] = state.pool_grad(gflow.value)

@@ -100,10 +100,8 @@ def test_overflow_is_not_finite():
     json.dumps(as_dict, allow_nan=False)  # plain JSON
 
 
-def test_a_quantity_nan_at_every_layer_is_not_finite_unless_it_was_never_computed():
+def test_a_measured_quantity_nan_at_every_layer_is_not_finite():
     """NaN weights make every statistic NaN, and a loss that overflows every gradient: neither is "stable"."""
-    from sigprop.theory.predict import NO_GRADIENTS
-
     nan = np.full(N, math.nan)
     stream = diagnose(_profile(nan, nan, nan, kind="measured"))
     assert {(f.quantity, f.verdict) for f in stream.findings} == {("fwd_var", "not finite"),
@@ -111,8 +109,7 @@ def test_a_quantity_nan_at_every_layer_is_not_finite_unless_it_was_never_compute
     assert stream.flagged
     gradient = diagnose(_profile(FLAT, nan, CORR, kind="measured"))
     assert _finding(gradient, "grad_var").verdict == "not finite" and gradient.flagged
-    skipped = _profile(FLAT, nan, CORR)
-    skipped.meta["grad_source"] = NO_GRADIENTS  # predict(gradients=False): the forward sweep only
+    skipped = _profile(FLAT, nan, CORR)  # predicted: predict(gradients=False), the forward sweep only
     assert not any(f.quantity == "grad_var" for f in diagnose(skipped).findings)
     one_token = diagnose(_profile(FLAT, FLAT, nan))  # no token pair: no correlation to read
     assert not any(f.quantity == "fwd_corr" for f in one_token.findings) and not one_token.flagged

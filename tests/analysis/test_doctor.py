@@ -128,3 +128,16 @@ def test_a_model_with_nan_weights_is_diagnosed_not_finite_and_its_report_is_plai
     assert report.flagged and "NaN, infinite or negative" in report.verdict
     text = json.dumps(report.to_dict(), allow_nan=False)
     assert '"fwd_var": null' in text
+
+
+def test_a_model_whose_theory_overflows_is_diagnosed_as_exploding_and_fixed():
+    """DeepNet's up-weighted skip in a Pre-LN stack multiplies the stream's variance by λ² = 20 per layer: past ~120
+    layers it leaves float64, where the doctor once stopped with an error instead of a diagnosis."""
+    config = TransformerConfig(arch="decoder", n_layers=200, d_model=16, n_heads=2, vocab_size=64, seq_len=8,
+                               init="deepnorm")
+    report = doctor(config, seeds=0, batch_size=1)
+    assert report.predicted is None and report.flagged
+    assert "explodes: ×inf" in report.verdict and "the theory overflows" in report.verdict
+    assert report.recommendation is not None and report.recommendation.changes["init"] == "dslm"
+    assert report.fixed_diagnosis is not None and not report.fixed_diagnosis.flagged
+    json.dumps(report.to_dict(), allow_nan=False)

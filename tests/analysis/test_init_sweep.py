@@ -67,11 +67,12 @@ def test_a_patch_model_is_swept_on_its_images():
 
 
 def test_an_overflowing_theory_is_a_row_and_its_steps_are_counted(monkeypatch):
+    from sigprop.core.errors import NotFinite
     from sigprop.theory.predict import Prediction
 
     def overflow(self, grad_top=None, gradients=True, progress=None):
         progress(3)
-        raise ValueError("layer 120: Moments.var must be finite (got inf)")
+        raise NotFinite("layer 120: Moments.var must be finite (got inf)")
 
     monkeypatch.setattr(Prediction, "profile", overflow)
     config = TransformerConfig(n_layers=4, **SMALL)

@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
             raise
         error(str(err) or type(err).__name__)
         sys.exit(2)
+    except MemoryError as err:  # sizes no memory holds (numpy's allocation error is one): ask for less
+        if os.environ.get("SIGPROP_TRACEBACK"):
+            raise
+        error(f"out of memory: {str(err) or type(err).__name__}; ask for smaller sizes")
+        sys.exit(2)
     except Exception as err:  # the option parser's (click's) exceptions, recognised by name across its versions
         name, code = type(err).__name__, getattr(err, "exit_code", None)
         if name == "Abort":  # click's form of Ctrl-C

@@ -133,7 +133,7 @@ class Request:
         if self.measured is not None:
             _refuse("--measured takes the model and its seeds from the file", preset=self.preset,
                     config=self.config_file, set=self.overrides, seeds=self.seeds, device=self.device,
-                    merge=self.merge)
+                    merge=self.merge, hf=self.hf, run=self.run, fresh=self.fresh)
         if self.merge:
             _refuse("--merge measures nothing", preset=self.preset, config=self.config_file, set=self.overrides,
                     seeds=self.seeds, batch_size=self.batch_size, data=self.data, synthetic=self.synthetic,
@@ -476,7 +476,11 @@ def run_inits(request: Request, inits: list[str] | None = None, depths: list[int
     check_fits(theory_bytes(config.replace(n_layers=max(layer_counts)), batch_size, request.attention_heads,
                             request.token_resolved),
                f"predicting {max(layer_counts)} layers")
-    if request.data is not None or request.real or request.synthetic or config.input == "patches":
+    batched = request.data is not None or request.real or request.synthetic or config.input == "patches"
+    if request.token_resolved and not batched:  # a request no scheme can meet, as predict says
+        raise ValueError("--token-resolved: not available without a batch (no token ids given): add --data, --real "
+                         "or --synthetic")
+    if batched:
         config, batch = _batch(config, request, batch_size, progress, [])
     tick = tasks(progress).task(f"predict {len(names)} schemes × {len(layer_counts)} depths",
                                 sweep_steps(config, names, layer_counts, batch, request.token_resolved))

@@ -271,3 +271,21 @@ def test_components_name_a_bad_width():
 def test_env(tmp_path):
     result = run_cli(["env", "--json", tmp_path / "env.json"])
     assert result.exit_code == 0 and "torch" in json.loads((tmp_path / "env.json").read_text())
+
+
+def test_compare_measured_with_another_model_s_flags(tmp_path):
+    """--measured takes its model from the file: --hf, --run and --fresh beside it were ignored and another model
+    than the one asked for was compared."""
+    measured = tmp_path / "m.json"
+    assert run_cli(["measure", *SMALL, "--seeds", "2", "--batch-size", "2", "--synthetic", "--json",
+                    str(measured)]).exit_code == 0
+    refused(["compare", "--measured", str(measured), "--hf", str(tmp_path)], "--measured", "--hf")
+
+
+def test_inits_token_resolved_without_a_batch():
+    """predict refuses it; inits once wrote a table of every scheme refused and exited 0."""
+    refused(["inits", *SMALL, "--token-resolved"], "--token-resolved", "--data")
+
+
+def test_sizes_no_memory_holds():
+    refused(["sde", "--samples", "1000000000"], "out of memory")

@@ -60,10 +60,11 @@ def load_spec(name: str, approx: str | None = None) -> ComponentSpec:
     module = importlib.import_module(f"sigprop.verify.specs.{COMPONENTS[name]}")
     if approx in (None, "exact"):
         return module.SPEC
+    offered = getattr(module, "APPROXIMATIONS", ("exact",))
+    if approx not in offered:  # checked here, before any sweep: not when this component's turn comes
+        raise ValueError(f"--approx {approx!r}: component {name!r} has no approximation of that name (it offers "
+                         f"{', '.join(map(repr, offered))})")
     if hasattr(module, "make_spec"):
         return module.make_spec(approx)
-    if hasattr(module, "predict"):
-        return dataclasses.replace(module.SPEC, name=f"{name}[{approx}]",
-                                   predict=functools.partial(module.predict, approx=approx))
-    raise ValueError(f"--approx {approx!r}: component {name!r} has no approximation of that name (it offers only "
-                     "'exact')")
+    return dataclasses.replace(module.SPEC, name=f"{name}[{approx}]",
+                               predict=functools.partial(module.predict, approx=approx))

@@ -289,3 +289,11 @@ def test_inits_token_resolved_without_a_batch():
 
 def test_sizes_no_memory_holds():
     refused(["sde", "--samples", "1000000000"], "out of memory")
+
+
+def test_verify_approx_unknown_to_a_later_component(tmp_path):
+    """Checked before any sweep: relu's sweep once ran to its end before gelu refused the name, writing nothing."""
+    start = time.perf_counter()
+    refused(["verify", "--approx", "kedia_table1", "--quick", "relu", "gelu", "--json", str(tmp_path / "v.json")],
+            "--approx", "'gelu'", "'kedia'")
+    assert time.perf_counter() - start < 30 and not (tmp_path / "v.json").exists()

@@ -37,10 +37,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ...components.attention import SingleHeadAttention, attention_backward, attention_forward
+from ...components.attention import ATTENTION_APPROX, SingleHeadAttention, attention_backward, attention_forward
 from ...core.moments import GradMoments, Moments
 from ..spec import QUANTITIES, ComponentSpec, Estimate, Param
 from .common import as_quantities, correlation_and_gradient_params
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = ATTENTION_APPROX
 
 __all__ = ["SPEC", "make_spec", "surrogate_expectations", "simulate_attention", "N_QUERIES", "in_chunks",
            "query_inputs", "two_pass_gradients", "output_moments", "gradient_statistics", "replicate_estimates",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from ...components.gelu import GELU, gelu_backward, gelu_forward
+from ...components.gelu import GELU, GELU_APPROX, gelu_backward, gelu_forward
 from .activation import activation_spec
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = GELU_APPROX
 
 SPEC, predict = activation_spec(
     "gelu", "GeLU (exact erf form)", GELU, gelu_forward, gelu_backward,

@@ -6,11 +6,14 @@ from collections.abc import Callable
 
 import torch
 
-from ...components.layernorm import LayerNorm, layernorm_backward, layernorm_forward
+from ...components.layernorm import LAYERNORM_APPROX, LayerNorm, layernorm_backward, layernorm_forward
 from ...core.moments import GradMoments, Moments
 from ..spec import ComponentSpec, Param
 from ..tokenwise import CHUNK, simulate_tokenwise
 from .common import FORWARD_BACKWARD, as_quantities, gaussian_input_params
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = LAYERNORM_APPROX
 
 __all__ = ["SPEC", "NORM_NOTE", "width_param", "frozen", "norm_spec"]
 

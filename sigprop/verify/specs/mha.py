@@ -22,7 +22,7 @@ import math
 import numpy as np
 import torch
 
-from ...components.attention import MultiHeadAttention, mha_backward, mha_forward
+from ...components.attention import ATTENTION_APPROX, MultiHeadAttention, mha_backward, mha_forward
 from ..spec import QUANTITIES, ComponentSpec, Param
 from .attention import (
     attention_moments,
@@ -37,6 +37,9 @@ from .attention import (
     two_pass_gradients,
 )
 from .common import as_quantities, correlation_and_gradient_params
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = ATTENTION_APPROX
 
 __all__ = ["SPEC", "make_spec", "simulate_mha", "sdpa_dropout_mask"]
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from ...components.relu import ReLU, relu_backward, relu_forward
+from ...components.relu import RELU_APPROX, ReLU, relu_backward, relu_forward
 from .activation import activation_spec
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = RELU_APPROX
 
 SPEC, predict = activation_spec(
     "relu", "ReLU", ReLU, relu_forward, relu_backward,

@@ -19,13 +19,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...components.softmax import Softmax, softmax_backward, softmax_forward
+from ...components.softmax import SOFTMAX_APPROX, Softmax, softmax_backward, softmax_forward
 from ...core.gaussian import expect_1d
 from ...core.moments import GradMoments, Moments
 from ...core.stats import moment_sums
 from ..sampling import column, estimates
 from ..spec import ComponentSpec, Estimate, Param
 from .common import CORR_MAX, as_quantities
+
+#: The approximations ``sigprop verify --approx`` may score (checked before any sweep).
+APPROXIMATIONS = SOFTMAX_APPROX
 
 #: Softmax elements per replicate at full budget (8 replicates per configuration).
 ELEMENTS_PER_REPLICATE = 2**13

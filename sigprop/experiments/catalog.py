@@ -492,9 +492,9 @@ _LADDER_QUESTION = (
     "Xavier (2 × d), with 8 × d/2 Xavier as the control and 32 × d/4 DSLM from d = 256? Pre-registered: deep-thin "
     "wins at a rung only if the paired 95% interval of Δ = loss(deep-thin) − loss(shallow-wide) lies below 0; the "
     "paper's claim is 'reproduced at ≥ P' if deep-thin wins at P and every larger rung run, 'not reproduced up to "
-    "P' if it wins at no rung (P the largest run), otherwise 'mixed'; the weighted least-squares trend of Δ against "
-    "log₁₀ P 'points to a crossover near P*' (Fieller 95% interval) when its slope is negative and the interval "
-    "bounded.")
+    "P' if it wins at no rung (P the largest run), otherwise 'mixed'; the least-squares trend of Δ against log₁₀ P "
+    "(the seeds' variance pooled over the rungs) 'points to a crossover near P*' (Fieller 95% interval) when its "
+    "slope is negative and the interval bounded.")
 
 
 def _ladder_scale(rungs, base: dict, train: dict, note: str, grid_extensions: int = 6, **ladder) -> Scale:

@@ -29,9 +29,11 @@ RULES = ("Deep-thin wins at a rung only if the paired 95% interval of Δ = loss(
          "lies below 0; shallow-wide wins only if it lies above 0; otherwise the rung does not decide. The paper's "
          "claim (deep-thin DSLM better at equal N·d²) is 'reproduced at ≥ P' when deep-thin wins at the rung of P and "
          "at every larger rung run; 'not reproduced up to P' when it wins at no rung, P the largest rung run; "
-         "otherwise 'mixed'. Beside it, the weighted least-squares trend of Δ against log₁₀ P (weights 1/se², se "
-         "inflated by the scatter about the line when larger) 'points to a crossover near P* (Fieller 95% "
-         "interval)' when its slope is negative and the interval is bounded, and does not locate one otherwise.")
+         "otherwise 'mixed'. Beside it, the least-squares trend of Δ against log₁₀ P (each rung's mean weighted by "
+         "its seeds, the seeds' variance pooled over the rungs and inflated by the scatter about the line when "
+         "larger; first written with weights 1/se², changed before the GPU rungs when that was found to under-cover) "
+         "'points to a crossover near P* (Fieller 95% interval)' when its slope is negative and the interval is "
+         "bounded, and does not locate one otherwise.")
 
 #: The gaps of a rung: role compared with shallow-wide.
 _COMPARED = (Role.DEEP_THIN, Role.CONTROL, Role.DEEPER)
@@ -81,7 +83,8 @@ def _trend_record(trend: Trend | None) -> dict | None:
             "crossover_p": (10 ** trend.crossover if trend.crossover is not None and abs(trend.crossover) < 300
                             else None),
             "interval": trend.kind.value, "interval_log10_p": [trend.low, trend.high],
-            "method": "weighted least squares on log10 P; crossover interval by Fieller's method"}
+            "method": "least squares on log10 P, each rung's mean weighted by its seeds, the seeds' variance pooled "
+                      "over the rungs; crossover interval by Fieller's method"}
 
 
 def _fitted(rungs: list[dict], key: str) -> list[dict]:
@@ -90,11 +93,10 @@ def _fitted(rungs: list[dict], key: str) -> list[dict]:
 
 
 def _trend_of(rungs: list[dict], key: str) -> Trend | None:
-    points = [(math.log10(r["parameters"]), r[key]["mean"], r[key]["se"]) for r in _fitted(rungs, key)]
-    if len(points) < 3:
+    fitted = _fitted(rungs, key)
+    if len(fitted) < 3:
         return None
-    x, y, s = zip(*points, strict=True)
-    return fit_trend(x, y, s)
+    return fit_trend([math.log10(r["parameters"]) for r in fitted], [r[key]["differences"] for r in fitted])
 
 
 def judge(rungs: list[dict], trend: Trend | None) -> str:
@@ -286,7 +288,7 @@ def _draw_trend(ax, trend: dict, fitted: list[int]) -> None:
     line = trend["intercept"] + trend["slope_per_decade"] * xs
     cov = np.asarray(trend["cov"], dtype=np.float64)
     half = trend["t"] * np.sqrt(np.maximum(cov[0, 0] + 2 * xs * cov[0, 1] + xs ** 2 * cov[1, 1], 0.0))
-    ax.plot(10 ** xs, line, "--", color="C0", lw=1, label="deep-thin trend (WLS)")
+    ax.plot(10 ** xs, line, "--", color="C0", lw=1, label="deep-thin trend (least squares)")
     ax.fill_between(10 ** xs, line - half, line + half, color="C0", alpha=0.12, lw=0,
                     label=f"the trend's 95% band ({trend['dof']} dof)")
     if trend["interval"] == "bounded" and trend["crossover_p"] is not None:

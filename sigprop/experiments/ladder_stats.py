@@ -6,11 +6,16 @@ are functions of (seed, step)), so the per-seed differences Δ_s = loss(deep-thi
 paired. Their mean, its standard error s/√n and the two-sided t interval with n − 1 degrees of freedom (Student's
 paired t) give the gap and its 95% interval.
 
-**The trend.** Δ against x = log₁₀ P (P: non-embedding parameters of the rung) by weighted least squares,
-weights 1/se², on the rungs with an interval (n ≥ 2). The covariance of (intercept, slope) is (XᵀWX)⁻¹ times
-max(1, χ²/(k − 2)): the seeds' standard errors, inflated when the rungs scatter about the line more than they
-allow (never deflated), and the quantile is Student's t with k − 2 degrees of freedom (k rungs); at least three
-rungs are needed.
+**The trend.** Δ against x = log₁₀ P (P: non-embedding parameters of the rung) by least squares through the mean
+paired differences Δ̄_r of the rungs with an interval (n_r ≥ 2 seeds), each weighted by its seeds. The variance of
+one seed's difference is read from the rungs' scatter about the line, Σ_r n_r (Δ̄_r − line_r)² / (k − 2), floored at
+the seeds' own spread pooled over the rungs, Σ_rs (Δ_rs − Δ̄_r)² / Σ_r (n_r − 1) (never below what the seeds
+allow): the covariance of (intercept, slope) is that variance times (Σ_r n_r X_rᵀX_r)⁻¹, with Student's t on k − 2
+degrees of freedom (k rungs); at least three rungs are needed. No rung's weight rests on its own two degrees of
+freedom, and unequal spreads across rungs (small models vary more) are covered by the scatter about the line. (The
+first version, fixed before the runs, weighted each rung by 1/se² from its own three seeds, inflated by
+max(1, χ²/(k − 2)); it under-covered and was changed before the GPU rungs ran: ``bench/ladder_trend_coverage.py``,
+docs/results/experiments/shape-ladder.md.)
 
 **The crossover.** The trend is zero at x* = −a/b. Its interval is Fieller's: the x at which a t test does not
 reject Δ(x) = 0, i.e. the solutions of (a + b·x)² ≤ t²·(V_a + 2x·C_ab + x²·V_b). It is a bounded interval when the
@@ -145,8 +150,9 @@ def fieller_interval(a: float, b: float, var_a: float, var_b: float, cov_ab: flo
 
 @dataclass(frozen=True)
 class Trend:
-    """The weighted least-squares line Δ = a + b·log₁₀ P over ``k`` rungs: the coefficients, their covariance (the
-    seeds' standard errors inflated by ``inflation`` = max(1, χ²/(k − 2))), the degrees of freedom and t quantile,
+    """The least-squares line Δ = a + b·log₁₀ P over ``k`` rungs: the coefficients, their covariance, the rungs'
+    scatter about the line against the seeds' (``chi2``: Σ n_r (Δ̄_r − line_r)² over the seeds' pooled variance;
+    ``inflation``: the variance used over that pooled variance, ≥ 1), the degrees of freedom (k − 2) and t quantile,
     and the crossover log₁₀ P* = −a/b with its Fieller interval (``kind``, ``low``, ``high``, in log₁₀ P)."""
 
     k: int
@@ -168,42 +174,50 @@ class Trend:
         return self.intercept + self.slope * np.asarray(log10_p, dtype=np.float64)
 
 
-def fit_trend(log10_p, delta, se, level: float = 0.95) -> Trend | None:
-    """The weighted least-squares trend of ``delta`` against ``log10_p`` (weights 1/se²) and its crossover (module
-    docstring).
+def fit_trend(log10_p, differences, level: float = 0.95) -> Trend | None:
+    """The least-squares trend of the rungs' mean paired differences against ``log10_p``, its variance from their
+    scatter about the line floored at the seeds' pooled spread, and its crossover (module docstring).
 
     Args:
         log10_p: log₁₀ of each rung's non-embedding parameters.
-        delta: each rung's mean paired gap.
-        se: each rung's standard error (positive).
+        differences: each rung's per-seed paired differences (two or more per rung).
         level: the coverage of the crossover's interval.
 
     Returns:
         The :class:`Trend`, or None with fewer than three rungs.
 
     Example:
-        >>> tr = fit_trend([5.0, 5.5, 6.0, 6.5], [0.3, 0.2, 0.1, 0.0], [0.01] * 4)
-        >>> round(tr.slope, 3), round(tr.crossover, 3)
-        (-0.2, 6.5)
+        >>> d = [[0.31, 0.29], [0.21, 0.19], [0.11, 0.09], [0.01, -0.01]]
+        >>> tr = fit_trend([5.0, 5.5, 6.0, 6.5], d)
+        >>> round(tr.slope, 3), round(tr.crossover, 3), tr.dof
+        (-0.2, 6.5, 2)
     """
     from scipy import stats
 
-    x, y, s = (np.asarray(v, dtype=np.float64) for v in (log10_p, delta, se))
-    if not x.shape == y.shape == s.shape:
-        raise ValueError("log10_p, delta and se must have one value per rung")
+    x = np.asarray(log10_p, dtype=np.float64)
+    rungs = [np.asarray(d, dtype=np.float64) for d in differences]
+    if x.ndim != 1 or len(rungs) != x.size or any(d.ndim != 1 for d in rungs):
+        raise ValueError("log10_p and differences must have one entry per rung")
     if x.size < 3:
         return None
-    if not np.all(s > 0):
-        raise ValueError("every rung's standard error must be positive")
-    w = 1.0 / s**2
+    n = np.array([d.size for d in rungs], dtype=np.float64)
+    if np.any(n < 2):
+        raise ValueError("every rung needs two or more paired differences (its seeds' spread)")
+    within = float(sum(np.sum((d - d.mean()) ** 2) for d in rungs))  # the seeds' scatter about their rung's mean
+    pooled = within / float(np.sum(n - 1))
+    if not pooled > 0:
+        raise ValueError("the paired differences have no spread within any rung: no variance to pool")
+    y = np.array([d.mean() for d in rungs])
     design = np.stack([np.ones_like(x), x], axis=1)
-    normal = design.T @ (design * w[:, None])
-    coef = np.linalg.solve(normal, design.T @ (w * y))
+    normal = design.T @ (design * n[:, None])  # every seed one observation: each rung's mean weighs n_r
+    coef = np.linalg.solve(normal, design.T @ (n * y))
     resid = y - design @ coef
-    chi2 = float(np.sum(w * resid**2))
+    about_line = float(np.sum(n * resid**2))  # the rungs' scatter about the line
     dof = x.size - 2
-    inflation = max(1.0, chi2 / dof)
-    cov = np.linalg.inv(normal) * inflation
+    variance = max(pooled, about_line / dof)  # the rungs' scatter about the line, floored at the seeds' spread
+    chi2 = about_line / pooled
+    inflation = variance / pooled
+    cov = np.linalg.inv(normal) * variance
     t = float(stats.t.ppf(0.5 + level / 2, dof))
     a, b = float(coef[0]), float(coef[1])
     kind, low, high = fieller_interval(a, b, float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1]), t)

@@ -306,19 +306,24 @@ def _trend_rungs(deltas, se=0.02):
             for i, delta in enumerate(deltas)]
 
 
+def _spread(means, half=0.03):
+    """Three paired differences, ``mean`` and ``mean`` ± ``half``, at each rung: tight rungs."""
+    return [[m - half, m, m + half] for m in means]
+
+
 def test_the_verdict_places_the_trend_s_zero_on_the_side_where_it_lies():
     """Fieller's interval of the zero is bounded in each case; the text says on which side of the rungs the zero
     lies, and a rising Δ is never read as a crossover of the paper's kind."""
     falling_above = _trend_rungs((0.6, 0.4, 0.2))  # zero at log₁₀ P = 6.5
-    trend = fit_trend([5.0, 5.5, 6.0], [0.6, 0.4, 0.2], [0.02] * 3)
+    trend = fit_trend([5.0, 5.5, 6.0], _spread((0.6, 0.4, 0.2)))
     text = judge(falling_above, trend)
     assert "points to a crossover near P* = 3.16e+06" in text and "beyond the largest rung fitted" in text
     rising_above = _trend_rungs((-0.6, -0.4, -0.2))
-    trend = fit_trend([5.0, 5.5, 6.0], [-0.6, -0.4, -0.2], [0.02] * 3)
+    trend = fit_trend([5.0, 5.5, 6.0], _spread((-0.6, -0.4, -0.2)))
     text = judge(rising_above, trend)
     assert "points away from a crossover" in text and "beyond the largest rung fitted" in text
     rising_below = _trend_rungs((0.2, 0.4, 0.6))  # zero at log₁₀ P = 4.5
-    trend = fit_trend([5.0, 5.5, 6.0], [0.2, 0.4, 0.6], [0.02] * 3)
+    trend = fit_trend([5.0, 5.5, 6.0], _spread((0.2, 0.4, 0.6)))
     assert "below the smallest rung fitted" in judge(rising_below, trend)
 
 

@@ -25,13 +25,14 @@ from ..monitor.reporters import Reporter, installed
 __all__ = ["SigpropCallback", "trainer_reporters"]
 
 
-def trainer_reporters(args, log_dir: Path | None) -> list[Reporter]:
-    """The reporters of a Trainer run (module docstring): the track file under ``log_dir``, TensorBoard when
-    ``args.report_to`` names it (and it is installed), the active W&B run when it names ``wandb``."""
+def trainer_reporters(args, log_dir: Path | None, resume_step: int | None = None) -> list[Reporter]:
+    """The reporters of a Trainer run (module docstring): the track file under ``log_dir`` (a resumed run's, from
+    ``resume_step``, keeps its earlier points), TensorBoard when ``args.report_to`` names it (and it is installed),
+    the active W&B run when it names ``wandb``."""
     from ..monitor.track_file import TrackFile
 
     report_to = args.report_to if isinstance(args.report_to, list | tuple) else [args.report_to]
-    out: list[Reporter] = [] if log_dir is None else [TrackFile(log_dir)]
+    out: list[Reporter] = [] if log_dir is None else [TrackFile(log_dir, resume_step)]
     if "tensorboard" in report_to and installed("tensorboard"):
         from ..monitor.tensorboard_scalars import TensorBoardScalars
 
@@ -67,8 +68,9 @@ class SigpropCallback(HoldsPendingMonitor, TrainerCallback):
     """
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if self.pending.monitor is None:
-            self.pending.start(model, trainer_reporters(args, self.pending.log_dir))
+        if self.pending.monitor is None:  # a resumed run starts at its checkpoint's step: its track file is kept
+            self.pending.start(model, lambda resume: trainer_reporters(args, self.pending.log_dir, resume),
+                               state.global_step)
         self.pending.step(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -1,6 +1,7 @@
 """``SigpropCallback`` for Lightning: a :class:`~sigprop.monitor.monitor.Monitor` of the ``LightningModule`` being
 fitted, stepped at the Trainer's optimiser steps (``trainer.global_step``: with ``accumulate_grad_batches``, once per
-optimiser step), made when fitting starts (the module on its device) and closed when training ends.
+optimiser step), made when training starts (the module on its device; a resumed fit keeps its earlier points and
+its step-0 theory) and closed when training ends.
 
 Where the points go: ``track.jsonl`` and ``track-prediction.json`` into ``log_dir`` when given, and every logger of
 the Trainer (``trainer.loggers``: ``log_metrics`` with ``sigprop/fwd_var/layer_07`` … at the point's step; the
@@ -68,15 +69,15 @@ class SigpropCallback(HoldsPendingMonitor, Callback):
         >>> callback.history[-1].diagnosis.flagged
     """
 
-    def on_fit_start(self, trainer, pl_module) -> None:
-        if self.pending.monitor is None:
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.pending.monitor is None:  # here, not at fit start: a resumed fit's global_step is restored by now
             from ..monitor.track_file import TrackFile
 
-            log_dir = self.pending.log_dir
-            track = [] if log_dir is None else [TrackFile(log_dir)]
-            self.pending.start(pl_module, [*track, LoggersReporter(trainer)])
+            def reporters(resume: int | None) -> list:
+                log_dir = self.pending.log_dir
+                return [*([] if log_dir is None else [TrackFile(log_dir, resume)]), LoggersReporter(trainer)]
 
-    def on_train_start(self, trainer, pl_module) -> None:
+            self.pending.start(pl_module, reporters, trainer.global_step)
         self.pending.step(trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -51,12 +51,28 @@ class PendingMonitor:
         """The points so far (empty before :meth:`start`)."""
         return [] if self.monitor is None else self.monitor.history
 
-    def start(self, model: nn.Module, reporters: Sequence[Reporter]) -> Monitor:
-        """The monitor of ``model`` reporting to ``reporters`` (made once; a probe batch the model cannot take is a
-        ``ValueError`` here)."""
+    def start(self, model: nn.Module, reporters: Callable[[int | None], Sequence[Reporter]], step: int = 0) -> Monitor:
+        """The monitor of ``model`` (made once; a probe batch the model cannot take is a ``ValueError`` here).
+
+        Args:
+            model: the model the framework trains.
+            reporters: ``reporters(resume_step)`` makes where the points go, on the process of rank 0 only (a
+                reporter's side effects, e.g. a new track file, stay off the other ranks); ``resume_step``: the step a
+                resumed run starts from, None for a new run.
+            step: the framework's optimiser steps so far (> 0: a resumed run, whose earlier points in the track file
+                are kept and stay the alerts' reference, and whose theory is not recomputed from trained weights).
+
+        Returns:
+            The monitor.
+        """
         if self.monitor is None:
+            from .monitor import _rank
+            from .track_file import TrackFile
+
+            made = list(reporters(step if step > 0 else None)) if _rank() == 0 else []
+            history = [p for r in made if isinstance(r, TrackFile) for p in r.kept]
             self.monitor = Monitor(model, self.probe_batch, self.every, self.loss_fn, seed=self.seed,
-                                   reporters=reporters, theory=self.theory)
+                                   reporters=made, history=history, theory=self.theory and step == 0)
         return self.monitor
 
     def step(self, step: int) -> TrackPoint | None:

@@ -38,8 +38,9 @@ class TrackFile:
         self.log_dir = Path(log_dir)
         self.path = self.log_dir / TRACK_FILE
         self.kept: list[TrackPoint] = []
-        if resume_step is None:
+        if resume_step is None:  # a new run: an earlier run's points and theory in this folder are not its own
             self.path.unlink(missing_ok=True)
+            (self.log_dir / PREDICTION_FILE).unlink(missing_ok=True)
         else:
             lines = [r for r in read_track(self.log_dir) if r["step"] <= resume_step]
             write_text_atomic(self.path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in lines))

@@ -72,3 +72,31 @@ def test_bad_input_is_refused_before_training(tmp_path):
     callback = SigpropCallback({"input_ids": torch.full((2, LENGTH), VOCAB + 5)}, every=1)
     with pytest.raises(ValueError, match="the probe batch cannot be taken by GPT2LMHeadModel"):
         _train(tmp_path, "bad", [callback], [])
+
+
+def test_a_resumed_run_keeps_its_points_and_its_step_zero_theory(tmp_path):
+    """Resuming from a checkpoint once deleted the first run's points and recomputed the theory from the trained
+    weights, which then became the alerts' reference."""
+    import json
+
+    probe = {"input_ids": torch.randint(0, VOCAB, (2, LENGTH), generator=torch.Generator().manual_seed(99))}
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2)
+    log_dir = tmp_path / "probe"
+
+    def run(max_steps, resume):
+        transformers.set_seed(0)
+        callback = SigpropCallback(probe, every=2, log_dir=log_dir)
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=4, use_cpu=True,
+            report_to=[], save_strategy="steps", save_steps=3, logging_strategy="no", disable_tqdm=True, seed=0)
+        transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=_Ids(64),
+                             callbacks=[callback]).train(resume_from_checkpoint=resume)
+        return callback
+
+    run(3, None)
+    theory = (log_dir / "track-prediction.json").read_text()
+    assert [r["step"] for r in read_track(log_dir)] == [0, 2]
+    resumed = run(6, str(tmp_path / "out" / "checkpoint-3"))
+    assert [r["step"] for r in read_track(log_dir)] == [0, 2, 4, 6]
+    assert (log_dir / "track-prediction.json").read_text() == theory and json.loads(theory)["step"] == 0
+    assert resumed.history[0].step == 0  # the alerts' reference is the first run's first point

@@ -71,3 +71,24 @@ def test_bad_input_is_refused_before_training(tmp_path):
     callback = SigpropCallback(nanogpt_batch(0), every=1)  # nanoGPT's own keys: the module's forward cannot read them
     with pytest.raises(ValueError, match="the probe batch cannot be taken by _Module"):
         _train(tmp_path, "bad", [callback])
+
+
+def test_a_resumed_fit_keeps_its_points(tmp_path):
+    """Resuming from a checkpoint once deleted the first fit's points (the track file was made at fit start, before
+    Lightning restored the step)."""
+    probe = {"input_ids": nanogpt_batch(99)["idx"]}
+    loader = torch.utils.data.DataLoader([nanogpt_batch(i) for i in range(20)], batch_size=None)
+
+    def fit(max_steps, checkpoint):
+        torch.manual_seed(0)
+        callback = SigpropCallback(probe, every=2, log_dir=tmp_path / "probe")
+        trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False, callbacks=[callback],
+                             enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+        trainer.fit(_Module(), loader, ckpt_path=checkpoint)
+        return trainer, callback
+
+    trainer, _ = fit(4, None)
+    trainer.save_checkpoint(tmp_path / "c.ckpt")
+    _, resumed = fit(8, str(tmp_path / "c.ckpt"))
+    assert [r["step"] for r in read_track(tmp_path / "probe")] == [0, 2, 4, 6, 8]
+    assert resumed.history[0].step == 0

@@ -306,3 +306,29 @@ def test_the_wandb_run_s_own_steps_are_left_to_its_owner(monkeypatch):
         assert [r["sigprop/step"] for r in run.rows if "sigprop/step" in r] == [0, 1, 2]
         if owner_logs:
             assert [r["loss"] for r in run.rows if "loss" in r] == [0.0, 1.0, 2.0]
+
+
+def test_a_framework_s_monitor_makes_its_reporters_on_rank_0_only(tmp_path, monkeypatch):
+    """Another rank once built the reporters before the monitor found it inactive: each deleted the shared track
+    file and left a TensorBoard event file open."""
+    from sigprop.monitor import monitor as module
+    from sigprop.monitor.pending import PendingMonitor
+
+    config, model = _sigprop_model()
+    made: list = []
+    monkeypatch.setattr(module, "_rank", lambda: 1)
+    pending = PendingMonitor(_sigprop_batch(config, 0), every=1, log_dir=tmp_path)
+    monitor = pending.start(model, lambda resume: made.append(resume) or [])
+    assert made == [] and not monitor.active and monitor.reporters == []
+    monkeypatch.setattr(module, "_rank", lambda: 0)
+    PendingMonitor(_sigprop_batch(config, 0), every=1, log_dir=tmp_path).start(
+        model, lambda resume: made.append(resume) or [], step=7)
+    assert made == [7]  # rank 0, resumed at step 7
+
+
+def test_a_new_run_in_a_used_folder_does_not_inherit_the_last_run_s_theory(tmp_path):
+    from sigprop.monitor.track_file import PREDICTION_FILE, TrackFile
+
+    (tmp_path / PREDICTION_FILE).write_text(json.dumps({"step": 0, "layers": [0, 1]}))
+    TrackFile(tmp_path)  # a new run (no resume step)
+    assert read_prediction(tmp_path) is None

@@ -69,6 +69,22 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu") if first is None else first.device
 
 
+@contextlib.contextmanager
+def _own_forward(model: nn.Module):
+    """The model's own ``forward`` for the duration: accelerate's mixed precision (the Hugging Face Trainer's
+    ``bf16=True`` / ``fp16=True``) replaces a model's ``forward`` by one that enters autocast itself, keeping the
+    original as ``_original_forward``, which an autocast-off context around the call cannot undo."""
+    original, patched = getattr(model, "_original_forward", None), model.__dict__.get("forward")
+    if original is None or patched is None:
+        yield
+        return
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = patched
+
+
 class Probe:
     """Measures ``model`` on ``batch`` (module docstring).
 
@@ -103,14 +119,15 @@ class Probe:
 
     @contextlib.contextmanager
     def isolated(self):
-        """Training mode, autocast off and a forked random state seeded as every time (on every GPU the model's
+        """Training mode, autocast off (also inside a forward that a framework's mixed precision wrapped in one:
+        :func:`_own_forward`) and a forked random state seeded as every time (on every GPU the model's
         parameters are on); afterwards every module's mode and every buffer's values as they were
         (:func:`~sigprop.measurement.preserved.preserved_state`: a BatchNorm's running statistics untouched)."""
         from ..measurement.preserved import preserved_state
 
         device = self.device
         gpus = sorted({p.device.index or 0 for p in self.model.parameters() if p.device.type == "cuda"})
-        with preserved_state(self.model):
+        with preserved_state(self.model), _own_forward(self.model):
             self.model.train()
             with torch.random.fork_rng(devices=gpus), torch.autocast(device.type, enabled=False):
                 torch.manual_seed(self.seed + PROBE_SEED)

@@ -100,3 +100,33 @@ def test_a_resumed_run_keeps_its_points_and_its_step_zero_theory(tmp_path):
     assert [r["step"] for r in read_track(log_dir)] == [0, 2, 4, 6]
     assert (log_dir / "track-prediction.json").read_text() == theory and json.loads(theory)["step"] == 0
     assert resumed.history[0].step == 0  # the alerts' reference is the first run's first point
+
+
+def test_the_probe_runs_in_the_weights_precision_under_the_trainer_s_mixed_precision(tmp_path):
+    """bf16=True makes accelerate wrap the model's forward in autocast itself, which the probe's autocast-off
+    context around the call could not undo: every probe ran in bf16."""
+    probe = {"input_ids": torch.randint(0, VOCAB, (2, LENGTH), generator=torch.Generator().manual_seed(99))}
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2)
+    transformers.set_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    dtypes: list[set] = []
+    seen: set = set()
+    model.transformer.h[0].mlp.c_fc.register_forward_hook(lambda module, args, out: seen.add(out.dtype))
+    callback = SigpropCallback(probe, every=1, theory=False)
+    step = callback.pending.step
+
+    def probed(at):  # what the probe's own forward passes ran in; the Trainer's forward back in place after
+        seen.clear()
+        wrapped = model.__dict__.get("forward")
+        point = step(at)
+        if point is not None:
+            dtypes.append(set(seen))
+        assert model.__dict__.get("forward") is wrapped
+        return point
+
+    callback.pending.step = probed
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, bf16=True, use_cpu=True,
+        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    transformers.Trainer(model=model, args=args, train_dataset=_Ids(16), callbacks=[callback]).train()
+    assert dtypes == [{torch.float32}] * 3

@@ -131,7 +131,7 @@ _UNSET = object()
 _LATER_FIELDS = {"n_kv_heads": None, "head_dim": None, "position": "learned", "rope_theta": 10000.0,
                  "initializer_range": 0.02, "embed_scale": 1.0,
                  "qk_norm": False, "rotary_fraction": 1.0, "parallel_block": False,
-                 "head_transform": False, "pool": "mean"}
+                 "head_transform": False, "pool": "mean", "embed_dropout": None}
 
 
 @dataclass(frozen=True)

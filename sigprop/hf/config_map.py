@@ -98,9 +98,6 @@ def _seq_len(max_len: int) -> int:
 
 def _gpt2(c, notes: list) -> dict:
     d = int(c.n_embd)
-    if c.embd_pdrop != c.resid_pdrop:
-        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
-                     "has one, resid_pdrop is used")
     if not getattr(c, "scale_attn_weights", True):
         raise ValueError("GPT-2 with scale_attn_weights=False (attention scores without 1/√d_head) is not mapped: "
                          "sigprop's attention always scales its scores by 1/√d_head")
@@ -112,9 +109,10 @@ def _gpt2(c, notes: list) -> dict:
     return dict(arch="decoder", n_layers=int(c.n_layer), d_model=d, n_heads=int(c.n_head),
                 d_ff=int(c.n_inner) if c.n_inner else 4 * d,
                 activation=_activation(c.activation_function, notes, False),
-                dropout=float(c.resid_pdrop), attn_dropout=float(c.attn_pdrop), norm="layernorm",
-                norm_eps=float(c.layer_norm_epsilon), norm_position="pre", final_norm=True, position="learned",
-                max_len=int(c.n_positions), seq_len=_seq_len(c.n_positions), vocab_size=int(c.vocab_size),
+                dropout=float(c.resid_pdrop), attn_dropout=float(c.attn_pdrop), embed_dropout=float(c.embd_pdrop),
+                norm="layernorm", norm_eps=float(c.layer_norm_epsilon), norm_position="pre", final_norm=True,
+                position="learned", max_len=int(c.n_positions), seq_len=_seq_len(c.n_positions),
+                vocab_size=int(c.vocab_size),
                 tie_head=bool(getattr(c, "tie_word_embeddings", True)), init="bert",
                 initializer_range=float(c.initializer_range), beta=1.0 / math.sqrt(2.0 * int(c.n_layer)))
 
@@ -188,7 +186,8 @@ def _opt(c, notes: list) -> dict:
         notes.append("layerdrop is not modelled (it acts in training only)")
     return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=int(c.num_attention_heads),
                 d_ff=int(c.ffn_dim), activation=_activation(c.activation_function, notes, False),
-                dropout=float(c.dropout), attn_dropout=float(c.attention_dropout), norm="layernorm", norm_eps=1e-5,
+                dropout=float(c.dropout), attn_dropout=float(c.attention_dropout), embed_dropout=0.0,  # none in OPT
+                norm="layernorm", norm_eps=1e-5,
                 norm_position="pre" if pre else "post",
                 final_norm=pre and not getattr(c, "_remove_final_layer_norm", False), position="learned",
                 max_len=int(c.max_position_embeddings) + 2, seq_len=_seq_len(c.max_position_embeddings),
@@ -245,12 +244,10 @@ def _phi(c, notes: list) -> dict:
                          "is Qwen3's RMSNorm")
     d, h = int(c.hidden_size), int(c.num_attention_heads)
     notes.append("biases (zero at initialisation) are not modelled")
-    if float(c.embd_pdrop) != float(c.resid_pdrop):
-        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
-                     "has one, resid_pdrop is used")
     return dict(arch="decoder", n_layers=int(c.num_hidden_layers), d_model=d, n_heads=h,
                 n_kv_heads=int(getattr(c, "num_key_value_heads", None) or h), d_ff=int(c.intermediate_size),
                 activation=_activation(c.hidden_act, notes, False), dropout=float(c.resid_pdrop),
+                embed_dropout=float(c.embd_pdrop),
                 attn_dropout=float(c.attention_dropout), norm="layernorm", norm_eps=float(c.layer_norm_eps),
                 norm_position="pre", final_norm=True, position="rope", rope_theta=_rope_theta(c, notes),
                 rotary_fraction=_rotary_fraction(c), parallel_block=True, max_len=int(c.max_position_embeddings),
@@ -283,12 +280,12 @@ def _vit(c, notes: list) -> dict:
 
 def _phi3(c, notes: list) -> dict:
     """Phi-3: Llama's network with fused projections (``qkv_proj``, ``gate_up_proj``: the same matrices side by
-    side), dropout on each branch's output (``resid_pdrop``) and the embedding (``embd_pdrop``)."""
+    side) and dropout on each branch's output (``resid_pdrop``); Hugging Face's ``Phi3Model`` drops out nothing
+    after the embeddings, whatever ``embd_pdrop`` says."""
     fields = {**_llama(c, notes), "rotary_fraction": _rotary_fraction(c)}
-    if float(c.embd_pdrop) != float(c.resid_pdrop):
-        notes.append(f"embedding dropout {c.embd_pdrop} differs from the residual dropout {c.resid_pdrop}: sigprop "
-                     "has one, resid_pdrop is used")
-    return {**fields, "dropout": float(c.resid_pdrop)}
+    if float(getattr(c, "embd_pdrop", 0.0) or 0.0) > 0:
+        notes.append(f"embd_pdrop = {c.embd_pdrop} is not applied by Hugging Face's Phi3Model: no embedding dropout")
+    return {**fields, "dropout": float(c.resid_pdrop), "embed_dropout": 0.0}
 
 
 def _gemma(c, notes: list) -> dict:

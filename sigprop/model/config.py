@@ -79,6 +79,8 @@ class TransformerConfig(DictConfig):
             φ(x W_gate) ⊙ (x W_up) as in Llama-style models (:mod:`sigprop.components.glu`).
         dropout: after the embeddings and every block (≤ 0.9).
         attn_dropout: on the attention probabilities (None = ``dropout``).
+        embed_dropout: after the embeddings (None = ``dropout``; OPT and Phi-3 apply none there, GPT-2 and Phi their
+            ``embd_pdrop``).
         norm: layernorm / rmsnorm / dyt / derf / none (``"none"``: no norm anywhere, final norm included, as in Noci
             et al.'s unnormalised shaped Transformer; not with ``norm_position="post"``, where the norm is the only
             thing after the residual add).
@@ -193,6 +195,7 @@ class TransformerConfig(DictConfig):
     activation: str = "relu"
     dropout: float = 0.1
     attn_dropout: float | None = None
+    embed_dropout: float | None = None
     norm: str = "layernorm"
     norm_position: NormPosition = "pre"
     norm_eps: float = 1e-5
@@ -273,6 +276,7 @@ class TransformerConfig(DictConfig):
         number("initializer_range", 0.0, lo_open=True)
         number("dropout", 0.0, MAX_DROPOUT)
         number("attn_dropout", 0.0, MAX_DROPOUT, optional=True)
+        number("embed_dropout", 0.0, MAX_DROPOUT, optional=True)
         number("norm_eps", 0.0)
         number("norm_alpha", 0.0, lo_open=True)
         for name in ("norm_alpha_attn", "norm_alpha_ffn", "norm_alpha_final"):
@@ -412,6 +416,11 @@ class TransformerConfig(DictConfig):
     @property
     def p_attn(self) -> float:
         return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    @property
+    def p_embed(self) -> float:
+        """The dropout after the embeddings: ``embed_dropout``, or ``dropout`` where that is None."""
+        return self.dropout if self.embed_dropout is None else self.embed_dropout
 
     def alpha_at(self, position: str) -> float:
         """DyT/Derf's initial α at ``position`` ("attn", "cross", "ffn" or "final"): the position's own field, or

@@ -307,7 +307,7 @@ def _dslm_beta2(c: TransformerConfig) -> float:
 def _dslm_common(c: TransformerConfig) -> tuple[dict, dict, dict, dict]:
     d, p, n = c.d_model, c.dropout, c.total_layers
     stds = _xavier_stds(c)
-    emb_std = math.sqrt((1.0 - p) / c.n_embedding_types)
+    emb_std = math.sqrt((1.0 - c.p_embed) / c.n_embedding_types)  # undoes the embedding dropout's 1/(1 − p)
     stds["token"] = stds["position"] = stds["segment"] = emb_std
     # a patch embedding sees pixels of unit variance (normalised images): σ²·patch_dim = σ²_e
     stds["patch"] = emb_std / math.sqrt(_patch_dim(c))
@@ -335,10 +335,10 @@ def _input_correlation(c: TransformerConfig) -> float:
                          "command line fills it in from its batch")
     from ..components.embedding import embedding_forward, zipf_correlation
 
-    var = (1.0 - c.dropout) / c.n_embedding_types
+    var = (1.0 - c.p_embed) / c.n_embedding_types
     m = embedding_forward(var, zipf_correlation(c.vocab_size), position_var=var if c.position_table else 0.0,
                           segment_var=var if c.n_segments else 0.0)
-    return (1.0 - c.dropout) * float(m.corr)
+    return (1.0 - c.p_embed) * float(m.corr)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -463,7 +463,7 @@ def _scheme_shaped(c: TransformerConfig) -> InitPlan:
     """Noci et al. 2023 Secs. 2–4, App. D (module docstring)."""
     d, n = c.d_model, c.total_layers
     per_layer = lambda v: np.full(n, v, dtype=np.float64)  # noqa: E731
-    emb = math.sqrt((1.0 - c.dropout) / c.n_embedding_types)
+    emb = math.sqrt((1.0 - c.p_embed) / c.n_embedding_types)
     stds = {"token": emb, "position": emb, "segment": emb, "patch": emb / math.sqrt(_patch_dim(c)),
             "q": per_layer(1.0 / math.sqrt(d)), "k": per_layer(1.0 / math.sqrt(d)),
             "v": per_layer(1.0 / math.sqrt(d)), "o": per_layer(1.0 / math.sqrt(c.n_heads * c.d_head)),

@@ -178,14 +178,14 @@ class Transformer(nn.Module):
                                    token_scale=c.embed_scale)
         else:
             self.embed = PatchEmbedding(c.image_size, c.patch_size, c.channels, c.d_model, cls_token=c.pool == "cls")
-        self.embed_drop = Dropout(c.dropout)
+        self.embed_drop = Dropout(c.p_embed)
         learn = self.plan.learnable_beta
         causal = c.arch == "decoder"
         self.layers = nn.ModuleList(TransformerLayer(c, i, causal=causal, learnable_beta=learn)
                                     for i in range(c.n_layers))
         if c.arch == "encoder_decoder":
             n_dec = c.n_decoder_layers or c.n_layers
-            self.dec_embed_drop = Dropout(c.dropout)
+            self.dec_embed_drop = Dropout(c.p_embed)
             self.enc_norm = make_norm(c.norm, c.d_model, **norm_kwargs(c, "final")) if c.has_final_norm else None
             self.dec_layers = nn.ModuleList(
                 TransformerLayer(c, c.n_layers + j, causal=True, cross=True, learnable_beta=learn)

@@ -290,3 +290,43 @@ def test_hf_masked_lm_against_the_prediction_of_the_mapped_config(family):
     p_fwd, p_grad = layer_stats(pred, config.n_layers)
     assert bool(((p_fwd - fwd).abs() <= 0.05 * fwd + Z * fwd_se).all()), (family, p_fwd, fwd, fwd_se)
     assert bool(((p_grad - grad).abs() <= 0.05 * grad + Z * grad_se).all()), (family, p_grad, grad, grad_se)
+
+
+#: Family → its small config with dropout 0.3 wherever the family has one, the embedding dropout named apart.
+_DROPPED = {
+    "opt": lambda: transformers.OPTConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, ffn_dim=512,
+                                          max_position_embeddings=64, vocab_size=211, dropout=0.3),
+    "phi3": lambda: transformers.Phi3Config(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=256, max_position_embeddings=64,
+                                            vocab_size=211, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                            resid_pdrop=0.3, embd_pdrop=0.3),
+    "gpt2": lambda: transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64, vocab_size=211,
+                                            resid_pdrop=0.3, embd_pdrop=0.2, attn_pdrop=0.0),
+}
+
+
+@pytest.mark.parametrize("family, expected", [("opt", 0.0), ("phi3", 0.0), ("gpt2", 0.2)])
+def test_the_embedding_dropout_is_the_family_s_own(family, expected):
+    """OPT and Phi-3 drop out nothing after the embeddings, GPT-2 its embd_pdrop: measured in training mode over 8
+    seeds, the input's variance of the Hugging Face model and of sigprop's model of the mapped config agree within
+    Z standard errors (with the block dropout there, OPT's was 1/(1 − p) = 1.43× too large)."""
+    from tests.helpers import Z
+
+    hf_config = _DROPPED[family]()
+    config = map_hf_config(hf_config).config.replace(seq_len=L)
+    assert config.p_embed == expected and config.dropout > 0
+    ids = torch.randint(5, config.vocab_size, (B, L), generator=torch.Generator().manual_seed(7))
+    batch = sigprop.make_batch(config, ids)
+    hf_class = getattr(transformers, LM_CLASSES[family])
+
+    def input_variance(build):
+        values = []
+        for seed in range(8):
+            (row,) = [r for r in sigprop.measure(build(seed), batch).rows if r.site == "input"]
+            values.append(row.fwd_var)
+        return torch.tensor(values)
+
+    hf = input_variance(lambda seed: (torch.manual_seed(seed), hf_class(hf_config))[1])
+    ours = input_variance(lambda seed: Transformer(config, generator=torch.Generator().manual_seed(100 + seed)))
+    gap, tol = abs(hf.mean() - ours.mean()), Z * math.sqrt((hf.var() + ours.var()) / 8)
+    assert gap <= tol, (family, float(hf.mean()), float(ours.mean()), tol)

@@ -425,6 +425,8 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
             predicted, measured, errors, noise = look(cfg, what, own)
         except NotFinite as err:
             return None, None, {}, {}, overflow_diagnosis(cfg.to_dict(), str(err))
+        if measured is not None and predicted is not None and "plan" in predicted.meta:
+            measured.meta.setdefault("plan", predicted.meta["plan"])  # β as read from the weights, not the config's
         return predicted, measured, errors, noise, diagnose(measured if measured is not None else predicted)
 
     predicted, measured, errors, noise, diagnosis = looked(config, "current", saved)

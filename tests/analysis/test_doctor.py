@@ -141,3 +141,26 @@ def test_a_model_whose_theory_overflows_is_diagnosed_as_exploding_and_fixed():
     assert report.recommendation is not None and report.recommendation.changes["init"] == "dslm"
     assert report.fixed_diagnosis is not None and not report.fixed_diagnosis.flagged
     json.dumps(report.to_dict(), allow_nan=False)
+
+
+def test_a_saved_model_whose_beta_training_moved_is_not_called_the_identity():
+    """A SkipInit model whose learnable β = 0 was moved to 0.7: the identity finding came from the config's plan
+    (β = 0) instead of the weights, and said nothing propagates while the measured variance grew ×5.5."""
+    import torch
+
+    import sigprop
+    from sigprop.analysis.doctor import SavedModel
+    from sigprop.components.residual import Residual
+
+    config = TransformerConfig(n_layers=4, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16,
+                               init="skipinit", learnable_beta=True)
+    torch.manual_seed(0)
+    model = sigprop.Transformer(config)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, Residual):
+                module.beta.fill_(0.7)
+    report = doctor(config, seeds=1, batch_size=2, saved=SavedModel.of(model, "a trained SkipInit model"))
+    assert not any(f.verdict == "identity" for f in report.diagnosis.findings)
+    fresh = doctor(config, seeds=1, batch_size=2)  # at initialisation, β = 0: the identity it is
+    assert any(f.verdict == "identity" for f in fresh.diagnosis.findings)

@@ -131,7 +131,8 @@ class Finding:
     def changes_with_depth(self) -> bool:
         """Whether this is a variance that changes along the depth, what DeepScaleLM's scaling addresses: a verdict
         of :data:`DEPTH_VERDICTS`, or one that *varies* and changes over the middle layers too (its law there is
-        not flat). A variance that varies only by a boundary layer's jump, flat between, does not.
+        not flat). A variance that changes only by a boundary layer's jump, flat between (whatever its verdict), does
+        not, nor a stack that nothing reaches.
 
         Example:
             >>> jump = Finding("", "grad_var", "varies", True, 0.5, 100.0, GrowthLaw("flat"))
@@ -139,9 +140,13 @@ class Finding:
             >>> jump.changes_with_depth, trend.changes_with_depth
             (False, True)
         """
+        if self.law is not None and self.law.kind == "flat":  # the change is one boundary layer's jump
+            return False
+        if self.verdict == "vanishes" and self.change == 0.0 and math.isnan(self.spread):
+            return False  # nothing reaches this stack (a branch scaled to 0 upstream): not a change along it
         if self.verdict in DEPTH_VERDICTS:
             return True
-        return self.verdict == "varies" and self.law is not None and self.law.kind != "flat"
+        return self.verdict == "varies" and self.law is not None
 
     def describe(self) -> str:
         where = f"{self.stack}: " if self.stack else ""

@@ -79,6 +79,17 @@ def test_a_boundary_jump_varies_and_gets_no_depth_hint():
     assert diagnosis.hint is None
 
 
+def test_one_boundary_layer_s_jump_is_not_a_change_with_depth_whatever_its_size():
+    """×20 at the top layer alone grows past the limit, but flat over the middle layers: DeepScaleLM's scaling is not
+    its fix (the doctor once recommended it for this, and not for the same jump at ×5)."""
+    grad = np.r_[FLAT[:-1], 0.05]
+    found = _finding(diagnose(_profile(FLAT, grad, CORR)), "grad_var")
+    assert found.verdict == "grows" and found.flagged and found.law.kind == "flat"
+    assert not found.changes_with_depth and diagnose(_profile(FLAT, grad, CORR)).hint is None
+    nothing = _finding(diagnose(_profile(FLAT, np.zeros(N), CORR)), "grad_var")  # no gradient reaches the stack
+    assert nothing.flagged and not nothing.changes_with_depth
+
+
 def test_deepscalelm_gets_no_deepscalelm_hint():
     profile = _profile(0.4 + 1.3 * LAYERS, FLAT, CORR, init="dslm")
     assert diagnose(profile).flagged and diagnose(profile).hint is None

@@ -345,6 +345,17 @@ def _stacks(profile: Profile) -> list[tuple[str, list]]:
     return [("", rows)]
 
 
+def _beyond_dslm(config: dict) -> str:
+    """:func:`~sigprop.model.auto_init.beyond_dslm` of a configuration's dict ("" where it does not read as one)."""
+    from ..model.auto_init import beyond_dslm
+    from ..model.config import config_from_dict
+
+    try:
+        return beyond_dslm(config_from_dict(config))
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
 def _hint(config: dict, findings: list[Finding]) -> str | None:
     if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
         return None
@@ -356,9 +367,13 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
         hints.append("DeepNet (deepnorm) is a Post-LN scheme (Wang et al. 2022; Kedia et al. Table 3 gives it no "
                      "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
                      "compounds here")
-    if variance and not (scheme is not None and scheme.bounds_depth):  # DSLM's hint would be redundant
-        hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth: --set init=dslm "
-                     "(Kedia et al. Sec. 3.5, App. E.3–E.4)")
+    if variance and not (scheme is not None and scheme.bounds_depth) and config.get("norm_position", "pre") in (
+            "pre", "post"):  # the doctor's rule: DSLM where its forms hold, `auto` beyond them; no norm, no fix
+        beyond = _beyond_dslm(config)
+        hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
+                     "App. E.3–E.4): " + (f"its closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
+                                          "--set init=auto calibrates its output projections with sigprop's rules"
+                                          if beyond else "--set init=dslm"))
     if collapse:
         hints.append("dropout caps the token correlation at r_max < 1 (Kedia et al. App. F; e.g. --set dropout=0.1), "
                      "and shaped attention keeps tokens apart by design (Noci et al. 2023; --set attention=shaped "

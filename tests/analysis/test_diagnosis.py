@@ -201,3 +201,15 @@ def test_skipinit_is_diagnosed_as_the_identity_by_the_theory(norm_position):
     (found,) = [f for f in diagnose(predict(config)).findings if f.quantity == "stream"]
     assert found.verdict == "identity"
     assert not [f for f in diagnose(predict(config.replace(init="xavier"))).findings if f.quantity == "stream"]
+
+
+def test_the_hint_proposes_what_the_doctor_does():
+    """A Llama-style model gets `auto` (DSLM's forms assume ReLU/GELU and LayerNorm), an unnormalised one no scheme:
+    the hint once proposed `init=dslm` for both, while the doctor does not."""
+    growing = 1.5 ** LAYERS[:16]
+    llama = _profile(growing, FLAT[:16], CORR[:16], activation="swiglu", norm="rmsnorm", n_layers=16)
+    assert "--set init=auto" in diagnose(llama).hint and "init=dslm" not in diagnose(llama).hint
+    bare = _profile(growing, FLAT[:16], CORR[:16], norm_position="none", n_layers=16)
+    assert diagnose(bare).hint is None
+    plain = _profile(growing, FLAT[:16], CORR[:16], n_layers=16)
+    assert "--set init=dslm" in diagnose(plain).hint

@@ -1,6 +1,7 @@
 """Re-initialise a model in place under an init scheme: ``sigprop.apply_init(model, scheme)`` for a sigprop
 :class:`~sigprop.model.transformer.Transformer` or a Hugging Face model of a family with a weight layout
-(:data:`sigprop.hf.weights.LAYOUTS`: GPT-2, OPT with LayerNorm before each branch, Llama, Qwen2, Mistral, Phi-3).
+(:data:`sigprop.hf.weights.LAYOUTS`: GPT-2, OPT with LayerNorm before each branch, Llama, Qwen2, Mistral, Qwen3,
+Phi-3, Gemma, GPT-NeoX, Phi, BERT, RoBERTa, ViT).
 
 A sigprop model is redrawn from the scheme's plan (:class:`~sigprop.model.init.InitPlan`), its λ, β and head scale
 included, and records the scheme in its ``config`` and ``plan``.
@@ -12,7 +13,9 @@ convention removed, so the scheme's own apply), every matrix is drawn with the s
 head), biases are zero and norms start at weight 1, and the scheme's residual scales are carried the way
 :mod:`sigprop.fix.fold` folds them: each branch's output projection is multiplied by β_l/Π_{j≤l} λ_j and the final
 norm's weight by the head scale. At initialisation the Hugging Face model then computes the function of sigprop's
-model of the scheme (exactly up to the norms' ε, whose effective value the fold moves). Its residual stream is
+model of the scheme (exactly up to the norms' ε, whose effective value the fold moves; BERT and RoBERTa excepted:
+their embedding LayerNorm, which sigprop's model does not have, brings the embedding sum to unit variance whatever
+the scheme's embedding scale, so their input differs by that factor). Its residual stream is
 sigprop's divided by c_l = Π_{j≤l} λ_j (a vanilla block cannot shrink the stream; the norms do not see the scale), so
 after layer l its forward variance is sigprop's / c_l² and its gradient variance sigprop's · c_l²
 (``tests/hf/test_apply_init.py``: every layer's measured variances, so rescaled, within Z standard errors of the

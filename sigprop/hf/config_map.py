@@ -41,7 +41,8 @@ NOT_MAPPED = {
     "t5": "relative position buckets and attention scores without the 1/√d_k scaling (folded into its "
           "initialisation), in an encoder–decoder",
     "bloom": "ALiBi position biases, which sigprop has no rule for",
-    "falcon": "parallel attention and MLP, and multi-query attention with its own layout",
+    "falcon": "its fused query–key–value layout (no weight layout is written for it), optional ALiBi position "
+              "biases and the two-norm block of new_decoder_architecture",
     "mixtral": "a mixture of experts in every block",
 }
 
@@ -164,6 +165,9 @@ def _roberta(c, notes: list) -> dict:
     padding id + 1: the rows of the table it reads are as i.i.d. as BERT's first ones (the same statistics at
     initialisation), and its context is ``max_position_embeddings`` − padding id − 1 tokens."""
     fields = _bert(c, notes)
+    if str(getattr(c, "hidden_act", "gelu")) not in ("gelu", "gelu_python"):  # RobertaLMHead calls gelu itself
+        raise ValueError(f"RoBERTa with hidden_act={c.hidden_act!r} is not mapped: its masked-LM head transform "
+                         "applies GELU whatever hidden_act says, and sigprop's uses the blocks' activation")
     offset = int(getattr(c, "pad_token_id", 1) or 0) + 1
     notes.append(f"position ids start at {offset} (RoBERTa's padding offset): the same i.i.d. rows at initialisation")
     return {**fields, "seq_len": _seq_len(int(c.max_position_embeddings) - offset)}
@@ -314,14 +318,19 @@ _MAPPERS = {"gpt2": _gpt2, "bert": _bert, "roberta": _roberta, "opt": _opt, "lla
 
 def map_hf_config(obj, **overrides) -> HFMapping:
     """Map a Hugging Face config, model or local model folder to a :class:`TransformerConfig` (module docstring);
-    ``overrides`` set config fields afterwards (e.g. ``seq_len=256``). ``ValueError`` for a model type or an
-    activation sigprop has no rules for, naming it."""
+    ``overrides`` set config fields afterwards (e.g. ``seq_len=256``); another ``init`` than the family's drops the
+    family's residual scales (λ, β) unless they are given too. ``ValueError`` for a model type or an activation
+    sigprop has no rules for, naming it."""
     cfg = _hf_config(obj)
     kind = str(cfg.model_type)
     if kind not in FAMILIES:
         raise ValueError(not_mapped_reason(kind))
     notes: list = []
     fields = _MAPPERS[FAMILIES[kind]](cfg, notes)
+    if overrides.get("init", fields.get("init")) != fields.get("init"):  # another scheme: its own λ and β, not the
+        for scale in ("lam", "beta"):                                      # family's (GPT-2's β = 1/√(2N))
+            if scale not in overrides:
+                fields.pop(scale, None)
     fields.update(overrides)
     window = getattr(cfg, "sliding_window", None)  # against the sequence length measured, overrides included
     if window and getattr(cfg, "use_sliding_window", True) and int(window) < int(fields.get("seq_len", 0)):

@@ -365,6 +365,14 @@ class TransformerConfig(DictConfig):
         if self.parallel_block and (self.norm_position != "pre" or self.arch == "encoder_decoder"):
             raise ValueError("parallel_block is supported for norm_position='pre' in an encoder or a decoder (GPT-J, "
                              f"GPT-NeoX; got norm_position={self.norm_position!r}, arch={self.arch!r})")
+        # fields that would otherwise be accepted and ignored: the model built would not be the one asked for
+        if self.n_decoder_layers is not None and self.arch != "encoder_decoder":
+            raise ValueError(f"n_decoder_layers applies to arch='encoder_decoder' only (got arch={self.arch!r})")
+        if self.embed_scale != 1.0 and self.input != "tokens":
+            raise ValueError("embed_scale scales the token embedding: it applies to input='tokens' only (got "
+                             f"input={self.input!r})")
+        if self.final_norm and self.norm_position == "none":
+            raise ValueError("final_norm=True needs norms: norm_position='none' has none, final norm included")
 
     def _check_shaped(self) -> None:
         """The shaped-Transformer fields' cross-field rules (Noci et al. App. D)."""

@@ -34,6 +34,7 @@ INTS = {"vocab_size": 1, "max_len": 1, "n_layers": 1, "d_model": 1, "n_heads": 1
 OPTIONAL_INTS = {"n_decoder_layers": 1, "d_ff": 1, "shaped_anneal_steps": 1, "n_kv_heads": 1, "head_dim": 1}
 FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
     "dropout": (0.0, False, MAX_DROPOUT, False), "attn_dropout": (0.0, False, MAX_DROPOUT, True),
+    "embed_dropout": (0.0, False, MAX_DROPOUT, True),
     "norm_eps": (0.0, False, MAX_NUMBER, False), "norm_alpha": (0.0, True, MAX_NUMBER, False),
     "norm_alpha_attn": (0.0, True, MAX_NUMBER, True), "norm_alpha_ffn": (0.0, True, MAX_NUMBER, True),
     "norm_alpha_final": (0.0, True, MAX_NUMBER, True), "head_scale": (0.0, True, MAX_NUMBER, True),

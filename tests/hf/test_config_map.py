@@ -118,6 +118,11 @@ def test_gpt2_output_projection_scale_is_the_residual_beta():
     assert std == pytest.approx(mapped.beta * mapped.initializer_range, rel=0.01)
     fc = float(torch.cat([b.mlp.c_fc.weight.detach().flatten() for b in model.transformer.h]).std())
     assert fc == pytest.approx(mapped.initializer_range, rel=0.01)
+    # another scheme brings its own residual scales: DSLM's λ² + β² = 1, not GPT-2's β with DSLM's λ
+    dslm = sigprop.make_plan(map_hf_config(cfg, init="dslm").config)
+    lam, beta = float(dslm.lam["attn"][0]), float(dslm.beta["attn"][0])
+    assert lam**2 + beta**2 == pytest.approx(1.0) and beta**2 == pytest.approx(2 / 4)
+    assert map_hf_config(cfg, init="dslm", beta=0.1).config.beta == 0.1  # unless given too
 
 
 def test_from_hf_warns_with_what_it_leaves_out_and_rejects_the_unknown(tmp_path):

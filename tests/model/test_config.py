@@ -174,11 +174,14 @@ def test_derived_properties():
     assert cfg(norm_position="post").has_final_norm is False
     assert cfg(norm_position="post", final_norm=True).has_final_norm is True
     assert cfg(final_norm=False).has_final_norm is False
-    assert cfg(norm_position="none", final_norm=True).has_final_norm is False  # no norm anywhere
+    assert cfg(norm_position="none").has_final_norm is False  # no norm anywhere
+    with pytest.raises(ValueError, match="final_norm=True needs norms"):  # asked for and ignored, once
+        cfg(norm_position="none", final_norm=True)
+    with pytest.raises(ValueError, match="n_decoder_layers applies to arch='encoder_decoder' only"):
+        cfg(arch="encoder", n_decoder_layers=6)
     assert c.total_layers == 2 and cfg(arch="decoder").total_layers == 2
     assert cfg(arch="encoder_decoder").total_layers == 4
     assert cfg(arch="encoder_decoder", n_decoder_layers=1).total_layers == 3
-    assert cfg(arch="encoder", n_decoder_layers=5).total_layers == 2  # ignored outside encoder_decoder
     assert c.n_embedding_types == 2 and cfg(n_segments=2).n_embedding_types == 3
     p = cfg(input="patches", image_size=8, patch_size=2, seq_len=16)
     assert p.n_patches == 16 and p.n_embedding_types == 2

@@ -265,7 +265,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
     changes, reasons = {}, []
     depth = any(f.flagged and f.changes_with_depth for f in diagnosis.findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in diagnosis.findings)
-    if depth and not config.scheme.bounds_depth and config.norm_position in ("pre", "post"):
+    if depth and not config.scheme.bounds_depth and config.norm_position in ("pre", "post") and _keeps_skip(config):
         beyond = beyond_dslm(config)
         changes["init"] = "auto" if beyond else "dslm"
         reasons.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
@@ -314,6 +314,12 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
                           evidence=fix_evidence(config, changes))
 
 
+def _keeps_skip(config: TransformerConfig) -> bool:
+    """Whether DeepScaleLM's residual scales keep a skip path at this depth: β² = k/N^α < 1 (Sec. 3.5). At N ≤ k
+    (two layers, k = 2) λ = 0 would remove every skip connection: no fix a doctor should propose."""
+    return config.beta_k / config.total_layers**config.beta_alpha < 1.0
+
+
 def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:
     """Why :func:`recommend` has no fix for the flagged findings of ``diagnosis`` of ``config``: a sentence."""
     flagged = [f for f in diagnosis.findings if f.flagged]
@@ -325,6 +331,10 @@ def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:
     if depth and config.norm_position not in ("pre", "post"):
         return (f"the model has no norms (norm_position={config.norm_position!r}): DeepScaleLM's bounds need a Pre-LN "
                 "or Post-LN stack, and sigprop has no fix for an unnormalised one")
+    if depth and not _keeps_skip(config):
+        return (f"with {config.total_layers} layers DeepScaleLM's β² = {config.beta_k:g}/N^{config.beta_alpha:g} "
+                "reaches 1 and its λ = 0 would remove every skip connection; a change over so few layers is not a "
+                "depth law that a residual scaling fixes")
     if any(f.quantity == "fwd_corr" for f in flagged) and config.dropout > 0:
         return (f"the tokens collapse although the model has dropout {config.dropout:g}: dropout is the fix sigprop "
                 "knows (Kedia et al. App. F), and it is already there")

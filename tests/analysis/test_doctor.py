@@ -164,3 +164,13 @@ def test_a_saved_model_whose_beta_training_moved_is_not_called_the_identity():
     assert not any(f.verdict == "identity" for f in report.diagnosis.findings)
     fresh = doctor(config, seeds=1, batch_size=2)  # at initialisation, β = 0: the identity it is
     assert any(f.verdict == "identity" for f in fresh.diagnosis.findings)
+
+
+def test_two_layers_get_no_scheme_that_removes_every_skip_connection():
+    """At N = 2 DeepScaleLM's β² = 2/N = 1 and λ = 0: the doctor once proposed it (with the Q/K fix that alone
+    addresses the cause), a network without any residual path."""
+    config = TransformerConfig(arch="decoder", n_layers=2, d_model=32, n_heads=2, vocab_size=300, seq_len=16,
+                               max_len=16, qk_gain=8.0)
+    report = doctor(config, seeds=0, batch_size=1)
+    assert report.recommendation is not None and report.recommendation.changes == {"qk_gain": 1.0}
+    assert not report.fixed_diagnosis.flagged

@@ -16,7 +16,8 @@ pass the stream on unchanged. The recommendation, when something is flagged:
   docs/results/auto-init.md);
 * with it, Q/K scaled above their scheme's std (``qk_gain`` > 1): back to 1 (Sec. 3.3);
 * rank collapse without dropout: dropout 0.1, which caps the token correlation below 1 (App. F);
-* with a new scheme, a learning-rate warning (DeepScaleLM's best rate sits higher: :data:`LEARNING_RATE_WARNING`);
+* with a new scheme, a learning-rate warning (retune: the best rate moves, up or down by model:
+  :data:`LEARNING_RATE_WARNING`);
 * what the configuration shows (:mod:`sigprop.analysis.config_checks`): a Post-LN scheme in a Pre-LN stack
   (DeepScaleLM instead), a subcritical or saturated DyT/Derf (a smaller α).
 
@@ -53,12 +54,12 @@ __all__ = ["DoctorReport", "Recommendation", "SavedModel", "GradientInterval", "
 
 #: What the recommendation says of the learning rate when it changes the scheme to DeepScaleLM.
 LEARNING_RATE_WARNING = (
-    "learning rate: retune it upwards with the new scheme. Its branches enter the stream scaled by β = {beta:.3g} "
-    "(β² = 2/N, N = {n}) and its embeddings are ~25× Xavier's, so under Adam one rate moves the function less (in "
-    "sigprop's `depth` experiment, docs/results/experiments/depth.md, at 8 × 64 Post-LN, where both optima lie "
-    "inside their "
-    "grids, DeepScaleLM's best rate is 2× Xavier's; Kedia et al. Sec. 4.2: deeper-thinner models needed higher "
-    "rates)")
+    "learning rate: retune it with the new scheme rather than keep the old one. Its branches enter the stream scaled "
+    "by β = {beta:.3g} (β² = {k:g}/N^{alpha:g}, N = {n}) and its embeddings start at unit variance, so under Adam one "
+    "rate moves the function by another amount. Which way the best rate moves was measured to depend on the model: "
+    "2× higher for DeepScaleLM than Xavier at 8 × 64 Post-LN (`depth`, docs/results/experiments/depth.md; Kedia et "
+    "al. Sec. 4.2: deeper-thinner models needed higher rates), the same at 32 × 32 Pre-LN and lower for a "
+    "Llama-style model under init='auto' (`doctor-fixes`)")
 
 #: The probability of the interval the doctor gives for one model's first-layer gradient ratio (``spread=True``).
 INTERVAL_LEVEL = 0.9
@@ -297,7 +298,8 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
     if "init" in changes:  # the scheme's own residual scales
         changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})
         beta = (config.beta_k / config.total_layers**config.beta_alpha) ** 0.5
-        reasons.append(LEARNING_RATE_WARNING.format(n=config.total_layers, beta=beta))
+        reasons.append(LEARNING_RATE_WARNING.format(n=config.total_layers, beta=beta, k=config.beta_k,
+                                                    alpha=config.beta_alpha))
     if "norm_alpha" in changes:
         changes.update({k: None for k in ("norm_alpha_attn", "norm_alpha_ffn") if getattr(config, k) is not None})
     if not changes:

@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 from ..core.atomic import atomic_path
+from ..core.outputs import check_output_folder
 from .fold import branch_scales
 
 __all__ = ["export_hf", "fold_run", "run_tokenizer", "EXPORT_TARGETS"]
@@ -342,6 +343,8 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     if to not in targets:
         raise ValueError(f"--to must be one of {', '.join(targets)} (got {to!r})")
     _check_not_a_run(Path(out_dir), Path(run_dir))
+    check_output_folder(Path(out_dir).absolute().parent, "OUT (its folder, where the checkpoint is written and "
+                        "renamed into place)")  # before the model is read and converted
     config, train_config, _ = newest_checkpoint(Path(run_dir), "fold")
     _check(config, targets[to])  # before the weights are read
     tokenizer, said = run_tokenizer(config, train_config.data)

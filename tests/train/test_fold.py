@@ -84,6 +84,9 @@ def test_fold_errors(trained, tmp_path):
     run = trained(TWO_LAYERS, 2)  # DeepScaleLM at N = 2: λ = 0, no skip connection to fold
     done = fold(str(run), str(tmp_path / "out"))
     assert done.exit_code == 2 and "λ = 0" in done.stderr and "Traceback" not in done.stderr
+    (tmp_path / "a-file").write_text("")  # OUT under a file: said before the model is read and converted
+    done = fold(str(trained(PRE, 2)), str(tmp_path / "a-file" / "out"))
+    assert done.exit_code == 2 and "OUT (its folder" in done.stderr and "is a file" in done.stderr
 
 
 def test_the_export_carries_the_runs_tokenizer(corpus, trained, tmp_path):

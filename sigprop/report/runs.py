@@ -51,6 +51,13 @@ def _path(value, what: str, file: bool = True) -> Path | None:
     return path
 
 
+def _once(source, request: Request) -> None:
+    """``ValueError`` where seeds are asked of a Hugging Face folder's saved weights, which are measured once."""
+    if source.weights is not None and not request.fresh:
+        _refuse(f"--hf {request.hf}: its saved weights are one model, measured once (--fresh measures fresh draws of "
+                "its config)", seeds=None if request.seeds == 1 else request.seeds, first_seed=request.first_seed)
+
+
 def _refuse(why: str, **options) -> None:
     """``ValueError`` naming the command-line flags among ``options`` (keyword = flag without its dashes) that
     were given, if any: ``why`` they do not apply."""
@@ -125,6 +132,9 @@ class Request:
             _refuse("--run measures the trained model as it is configured, on the CPU", preset=self.preset,
                     config=self.config_file, set=self.overrides, merge=self.merge, hf=self.hf,
                     device=None if self.fresh else self.device)
+            if not self.fresh:
+                _refuse("--run's trained weights are one model, measured once (--fresh measures fresh draws of its "
+                        "config)", seeds=None if self.seeds == 1 else self.seeds, first_seed=self.first_seed)
         if self.fresh and self.hf is None and self.run is None:
             raise ValueError("--fresh applies to --hf or --run (a model's saved weights)")
         if self.hf is not None:
@@ -316,6 +326,7 @@ def _measure_hf(request: Request, progress: Progress | None) -> tuple[Transforme
     from ..hf.measure import measure_hf, read_hf_source
 
     source = read_hf_source(request.hf)
+    _once(source, request)
     seeds = 1 if source.weights is not None and not request.fresh else request.seeds_for(None)
     batch_size = request.batch_size_for(None)
     try:
@@ -415,6 +426,7 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
             from ..hf.measure import measure_hf, read_hf_source
 
             source = read_hf_source(request.hf)
+            _once(source, request)
             config, batch, tokenised = _hf_batch(source, config, request, batch_size, progress)
             notes.append(f"tokenised by {tokenised}")
             plan = None if saved is None else _saved_plan(saved, saved.load(), config, notes)

@@ -297,3 +297,11 @@ def test_verify_approx_unknown_to_a_later_component(tmp_path):
     refused(["verify", "--approx", "kedia_table1", "--quick", "relu", "gelu", "--json", str(tmp_path / "v.json")],
             "--approx", "'gelu'", "'kedia'")
     assert time.perf_counter() - start < 30 and not (tmp_path / "v.json").exists()
+
+
+def test_seeds_of_a_trained_run(tmp_path):
+    """A run's trained weights are one model: --seeds 3 was silently measured once."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    refused(["measure", "--run", str(run), "--seeds", "3"], "--run", "measured once", "--seeds")

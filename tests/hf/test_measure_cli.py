@@ -29,10 +29,12 @@ def test_measure_a_config_over_seeds_and_a_saved_model_once(tmp_path):
     assert data["config"]["position"] == "rope" and data["meta"]["hf_config"]["model_type"] == "llama"
     assert len(data["per_layer"]) == 3  # the input and the two blocks' outputs
     transformers.LlamaForCausalLM(_llama()).save_pretrained(tmp_path / "model")
-    res = run_cli(["measure", "--hf", str(tmp_path / "model"), "--seeds", "3", "--synthetic", "--batch-size", "2",
+    res = run_cli(["measure", "--hf", str(tmp_path / "model"), "--synthetic", "--batch-size", "2",
                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["meta"]["seeds"] == [0]  # one set of saved weights: measured once
+    res = run_cli(["measure", "--hf", str(tmp_path / "model"), "--seeds", "3", "--synthetic"])
+    assert res.exit_code == 2 and "measured once" in res.stderr and "--seeds" in res.stderr  # not silently 1
 
 
 def test_a_saved_vit_is_measured_and_doctored_as_an_image_classifier(tmp_path):

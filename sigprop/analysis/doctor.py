@@ -414,6 +414,7 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
                 filled = cfg
                 tokenised_by.append(tokenised)
         if batch is None:
+            progress.task(f"build the {what} model's batch (a corpus is tokenised once, then cached)", None)
             filled, batch = config_batch(cfg, batch_size, None, 0, False)
         if own is not None:
             progress.task(f"load and measure {own.describe}", None)

@@ -294,6 +294,7 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     saved, plan = request.saved(config), None
     if saved is not None:
         plan = _saved_plan(saved, saved.load(), config, notes)
+    tasks(progress).task(f"build the theory's model of {config.total_layers} layers (no weights drawn)", None)
     prediction = batch_prediction(config, batch, batch_size, request.attention_heads, request.token_resolved,
                                   plan=plan)
     tick = tasks(progress).task(f"predict {config.total_layers} layers (forward, backward"

@@ -82,7 +82,9 @@ def evaluate_fp8(summary: dict, results, runs_dir, out, say=print) -> dict:
         fp32 = [e["e4m3"]["fp32"]["val_loss"] for e in evaluated]
         entry["fp32_mean"], entry["fp32_se"] = _mean_se(fp32)
         for fmt in _FORMATS:
-            entry[f"{fmt}_mean"], entry[f"{fmt}_se"] = _mean_se([e[fmt][f"fp8_{fmt}"]["val_loss"] for e in evaluated])
+            losses = [e[fmt][f"fp8_{fmt}"]["val_loss"] for e in evaluated]
+            entry[f"{fmt}_not_finite"] = sum(v is None or not math.isfinite(v) for v in losses)  # a cast that
+            entry[f"{fmt}_mean"], entry[f"{fmt}_se"] = _mean_se(losses)  # overflowed: said, not averaged away
             entry[f"{fmt}_delta_mean"], entry[f"{fmt}_delta_se"] = _mean_se([e[fmt]["delta"] for e in evaluated])
             entry[f"{fmt}_overflow"], _ = _mean_se([e[fmt]["activation_overflow_fraction"] for e in evaluated])
             entry[f"{fmt}_underflow"], _ = _mean_se([e[fmt]["underflow_fraction"] for e in evaluated])
@@ -104,10 +106,16 @@ def fp8_table(table: dict, title: str, intro: str) -> str:
 def _fp8_row(r: dict) -> str:
     if not r["seeds"]:
         return f"| {r['model']} | – | 0 | no run trained | | | | | | |"
+
+    def loss(fmt: str, key: str, signed: bool = False) -> str:
+        bad = r.get(f"{fmt}_not_finite", 0)
+        if bad:
+            return f"not finite ({bad} of {r['seeds']} seeds)"
+        return _cell(r[f"{fmt}_{key}mean"], r[f"{fmt}_{key}se"], signed=signed)
+
     return table_row(
         r["model"], format(r["best_lr"], "g"), r["seeds"], _cell(r["fp32_mean"], r["fp32_se"]),
-        _cell(r["e4m3_mean"], r["e4m3_se"]), _cell(r["e4m3_delta_mean"], r["e4m3_delta_se"], signed=True),
-        _cell(r["e5m2_mean"], r["e5m2_se"]), _cell(r["e5m2_delta_mean"], r["e5m2_delta_se"], signed=True),
+        loss("e4m3", ""), loss("e4m3", "delta_", signed=True), loss("e5m2", ""), loss("e5m2", "delta_", signed=True),
         _cell(r["e4m3_overflow"], None, ".2e"),
         f"{_cell(r['e4m3_underflow'], None, '.2e')} / {_cell(r['e5m2_underflow'], None, '.2e')}")
 

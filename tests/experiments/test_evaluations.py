@@ -102,3 +102,16 @@ def test_the_shaped_experiment_tabulates_every_run_s_attention_entropy(monkeypat
     rows = json.loads((tmp_path / "s" / "entropy.json").read_text())["rows"]
     assert [r["model"] for r in rows] == ["pre-LN", "shaped, fixed"]
     assert all(r["track_step"] == 8 and len(r["entropy"]) == 2 and 0.0 <= r["entropy_min"] <= 1.0 for r in rows)
+
+
+def test_a_cast_that_overflows_is_said_not_averaged_away():
+    """A seed whose FP8 cast gives a loss that is not finite left the mean of the others while `seeds` counted it."""
+    from sigprop.experiments.evaluations import _fp8_row
+
+    row = {"model": "m", "best_lr": 1e-3, "seeds": 2, "fp32_mean": 3.0, "fp32_se": 0.1, "e4m3_not_finite": 1,
+           "e4m3_mean": 3.1, "e4m3_se": None, "e4m3_delta_mean": 0.1, "e4m3_delta_se": None, "e5m2_not_finite": 0,
+           "e5m2_mean": 3.2, "e5m2_se": 0.1, "e5m2_delta_mean": 0.2, "e5m2_delta_se": 0.05, "e4m3_overflow": 0.0,
+           "e4m3_underflow": 0.0, "e5m2_underflow": 0.0}
+    cells = _fp8_row(row).split(" | ")
+    assert cells[4] == "not finite (1 of 2 seeds)" and cells[5] == "not finite (1 of 2 seeds)"
+    assert "3.2000" in cells[6]

@@ -91,7 +91,7 @@ def batch_to(batch: Batch | dict, device: torch.device | str | None) -> Batch:
 #: of the fingerprint while at the default, so that a stored measurement still matches its config.
 _FIELDS_SINCE_FINGERPRINT = {"embed_scale": 1.0, "qk_norm": False, "rotary_fraction": 1.0,
                              "parallel_block": False, "head_transform": False,
-                             "pool": "mean"}
+                             "pool": "mean", "embed_dropout": None}
 
 
 def config_fingerprint(config: TransformerConfig) -> str:

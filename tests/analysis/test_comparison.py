@@ -151,3 +151,15 @@ def test_rows_that_are_not_finite_are_counted_not_silently_dropped():
     s = summarise("fwd_var", [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, float("nan")], [0.1] * 4)
     assert s.n == 3 and s.not_finite == 1
     assert summarise("fwd_var", [float("inf")], [1.0]).not_finite == 1
+
+
+def test_a_stored_measurement_still_matches_its_config_when_fields_are_added():
+    """A field added since measurements began recording their config's fingerprint (at its default) must leave the
+    fingerprint unchanged, or every stored measurement is refused as edited (embed_dropout once did)."""
+    from pathlib import Path
+
+    from sigprop.analysis.comparison import check_measurement, read_measured
+
+    measured = read_measured(Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-llama-preln.json")
+    assert measured.meta.get("config_sha256") is not None
+    check_measurement(measured)

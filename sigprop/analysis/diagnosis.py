@@ -288,9 +288,14 @@ def _variance_finding(stack: str, quantity: Quantity, values: np.ndarray, limits
 def _not_carried(profile: Profile, quantity: Quantity) -> bool:
     """Whether a quantity that is NaN at every layer was never computed rather than computed as NaN: a prediction's
     (its walk refuses moments that are not finite, so NaN there is a quantity it did not compute, e.g. gradients
-    with ``gradients=False``), or a token correlation (one token has no pair; a NaN stream is the forward variance's
-    finding). A measurement computes every quantity: NaN there is what the model gave."""
-    return profile.kind == "predicted" or quantity == "fwd_corr"
+    with ``gradients=False``), a measurement's gradient where its loss required none (``meta["grad_source"]`` says
+    so: frozen weights, inference mode), or a token correlation (one token has no pair; a NaN stream is the forward
+    variance's finding). Otherwise a measurement computed it: NaN there is what the model gave."""
+    from ..measurement.hooks import NO_GRADIENT_MEASURED
+
+    if profile.kind == "predicted" or quantity == "fwd_corr":
+        return True
+    return quantity == "grad_var" and profile.meta.get("grad_source") == NO_GRADIENT_MEASURED
 
 
 def _correlation_finding(stack: str, values: np.ndarray, limits: DiagnosisLimits) -> Finding:
@@ -356,6 +361,16 @@ def _beyond_dslm(config: dict) -> str:
         return ""
 
 
+def _keeps_skip(config: dict) -> bool:
+    """DeepScaleLM's β² = k/N^α below 1 (a skip path left), from a configuration's dict."""
+    try:
+        layers = int(config.get("n_layers", 0)) + (int(config.get("n_decoder_layers") or config.get("n_layers", 0))
+                                                   if config.get("arch") == "encoder_decoder" else 0)
+        return float(config.get("beta_k", 2.0)) / layers ** float(config.get("beta_alpha", 1.0)) < 1.0
+    except (TypeError, ValueError, ZeroDivisionError):
+        return True
+
+
 def _hint(config: dict, findings: list[Finding]) -> str | None:
     if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
         return None
@@ -368,7 +383,8 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
                      "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
                      "compounds here")
     if variance and not (scheme is not None and scheme.bounds_depth) and config.get("norm_position", "pre") in (
-            "pre", "post"):  # the doctor's rule: DSLM where its forms hold, `auto` beyond them; no norm, no fix
+            "pre", "post") and _keeps_skip(config):  # the doctor's rule: DSLM where its forms hold, `auto`
+        # beyond them; no norm, or so few layers that β² = k/N^α reaches 1 (λ = 0): no scheme
         beyond = _beyond_dslm(config)
         hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
                      "App. E.3–E.4): " + (f"its closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
@@ -432,19 +448,18 @@ def diagnose(profile: Profile, limits: DiagnosisLimits | None = None) -> Diagnos
     return Diagnosis(profile.kind, tuple(findings), _hint(profile.config or {}, findings))
 
 
-def overflow_diagnosis(config: dict, where: str) -> Diagnosis:
-    """The diagnosis of a model whose theory overflowed float64 (a :class:`~sigprop.core.errors.NotFinite` from its
-    forward walk): its forward variance explodes, beyond any factor a profile could state.
+def overflow_diagnosis(config: dict) -> Diagnosis:
+    """The diagnosis of a model whose theory overflowed float64 (a :class:`~sigprop.core.errors.NotFinite` with
+    ``overflow`` from its walk): its forward variance explodes, beyond any factor a profile could state.
 
     Args:
         config: the model's configuration (as a dict), for the hint.
-        where: the walk's message (the layer at which it overflowed).
 
     Returns:
         A predicted :class:`Diagnosis` with one flagged finding.
 
     Example:
-        >>> overflow_diagnosis({}, "layer 118: Moments.var must be finite").lines()[0]
+        >>> overflow_diagnosis({}).lines()[0]
         "forward variance explodes: ×inf from the first layer to the last (past float64's range: the theory overflows)"
     """
     findings = [Finding("", "fwd_var", "explodes", True, math.inf, math.inf)]

@@ -437,7 +437,10 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
         try:
             predicted, measured, errors, noise = look(cfg, what, own)
         except NotFinite as err:
-            return None, None, {}, {}, overflow_diagnosis(cfg.to_dict(), str(err))
+            if not err.overflow:  # NaN given (weights, a measured boundary): no overflow to diagnose
+                raise ValueError(f"the {what} model's theory is NaN ({err}): NaN in its weights or in its measured "
+                                 "gradient; `sigprop measure` shows at which layers") from None
+            return None, None, {}, {}, overflow_diagnosis(cfg.to_dict())
         if measured is not None and predicted is not None and "plan" in predicted.meta:
             measured.meta.setdefault("plan", predicted.meta["plan"])  # β as read from the weights, not the config's
         return predicted, measured, errors, noise, diagnose(measured if measured is not None else predicted)

@@ -7,7 +7,12 @@ __all__ = ["DeviceError", "TrainingDiverged", "NotFinite"]
 
 class NotFinite(ValueError):
     """A value that must be finite is not: bad input, or, inside the theory's walk, moments that overflowed float64
-    (a variance that grows exponentially with depth passes 1e308 within a few hundred layers)."""
+    (a variance that grows exponentially with depth passes 1e308 within a few hundred layers). ``overflow``: the
+    value was infinite, not NaN (NaN comes from NaN given: weights, inputs, a measured boundary)."""
+
+    def __init__(self, message: str, overflow: bool = False):
+        super().__init__(message)
+        self.overflow = overflow
 
 
 class DeviceError(RuntimeError):

@@ -80,7 +80,7 @@ def as_float64(value: npt.ArrayLike, name: str) -> float | np.ndarray:
         raise ValueError(f"{name} must be a real number (got {value!r})")
     arr = raw.astype(np.float64)
     if not np.all(np.isfinite(arr)):
-        raise NotFinite(f"{name} must be finite (got {value!r})")
+        raise NotFinite(f"{name} must be finite (got {value!r})", overflow=not np.any(np.isnan(arr)))
     return float(arr) if arr.ndim == 0 else arr
 
 
@@ -114,7 +114,7 @@ def check_range(value: npt.ArrayLike, name: str, *, lo: float | None = None, hi:
     if type(value) in (float, int):  # the common case, without numpy's per-call overhead (same checks, same errors)
         v = float(cast(float, value))
         if not math.isfinite(v):
-            raise NotFinite(f"{name} must be finite (got {value!r})")
+            raise NotFinite(f"{name} must be finite (got {value!r})", overflow=not math.isnan(v))
         below = lo is not None and (v <= lo if lo_open else v < lo)
         if below or (hi is not None and (v >= hi if hi_open else v > hi)):
             raise ValueError(f"{name} must be in {_allowed(lo, hi, lo_open, hi_open, allowed)} (got {v!r})")

@@ -83,13 +83,14 @@ def apply_init(model: nn.Module, scheme: str, generator: torch.Generator | None 
     if scheme not in SCHEME_NAMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEME_NAMES)} (got {scheme!r})")
     if isinstance(model, Transformer):
-        plan = plan_for(model.config.replace(init=scheme))
+        config = model.config.replace(init=scheme, lam=None, beta=None)  # the scheme's own residual scales
+        plan = plan_for(config)
         for module in model.modules():  # SkipInit/ReZero/LayerScale learn β, the other schemes fix it
             if isinstance(module, Residual):
                 module.set_learnable_beta(plan.learnable_beta)
         with torch.no_grad():
             plan.apply(model, generator)
-        model.config, model.plan = model.config.replace(init=scheme), plan
+        model.config, model.plan = config, plan
         return model
     if not is_hf_model(model):
         raise ValueError(f"apply_init re-initialises sigprop models and Hugging Face models (got a "

@@ -43,6 +43,10 @@ counterpart in sigprop's model:
   does not, and no weight setting turns it off. The exported model computes sigprop's model with a LayerNorm
   (weight 1, bias 0, the model's ε) applied to the embedding output: exactly that with ε = 0 (tested), and the
   difference to sigprop's own logits is measured in the tests.
+
+Dropout acts in training only and is written as each family holds it: GPT-2's ``embd_pdrop`` is the model's
+embedding dropout (``embed_dropout``), BERT's ``hidden_dropout_prob`` serves its embeddings and blocks alike, and OPT
+and Llama drop out nothing after their embeddings, whatever the model's ``embed_dropout`` was.
 """
 
 from __future__ import annotations
@@ -231,7 +235,7 @@ def _gpt2_state(model) -> tuple[dict, dict]:
     state["lm_head.weight"] = f(model.head.weight)
     kwargs = dict(vocab_size=c.vocab_size, n_positions=c.max_len, n_embd=c.d_model, n_layer=c.n_layers,
                   n_head=c.n_heads, n_inner=c.ffn_width, activation_function=c.activation, resid_pdrop=c.dropout,
-                  embd_pdrop=c.dropout, attn_pdrop=c.p_attn, layer_norm_epsilon=c.norm_eps,
+                  embd_pdrop=c.p_embed, attn_pdrop=c.p_attn, layer_norm_epsilon=c.norm_eps,
                   tie_word_embeddings=bool(c.tie_head), scale_attn_weights=True, bos_token_id=None,
                   eos_token_id=None)
     return kwargs, state

@@ -79,4 +79,6 @@ def average_profiles(profiles: list[Profile], config: dict, meta: dict) -> Profi
             stderr[f"{key[0]}:{key[1]}"] = se
             sds = {q: log_sd(vals[q]) for q in SPREAD_QUANTITIES}
             spread[f"{key[0]}:{key[1]}"] = {q: (v if math.isfinite(v) else None) for q, v in sds.items()}
-    return Profile("measured", config, tuple(rows), {**meta, "stderr": stderr, "seed_log_sd": spread})
+    sources = {p.meta.get("grad_source") for p in profiles}  # every seed's gradients not computed: said once
+    carried = {"grad_source": sources.pop()} if len(sources) == 1 and None not in sources else {}
+    return Profile("measured", config, tuple(rows), {**meta, **carried, "stderr": stderr, "seed_log_sd": spread})

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "NO_GRADIENT_MEASURED",
     "TokenSums",
     "SiteSums",
     "masked_sums",
@@ -70,6 +71,10 @@ __all__ = [
     "Recorder",
     "measure",
 ]
+
+#: ``meta["grad_source"]`` of a measurement whose loss did not require grad (frozen weights, inference mode): its
+#: gradient statistics are NaN because none was computed.
+NO_GRADIENT_MEASURED = "not computed (the loss does not require grad: frozen weights or inference mode)"
 
 #: Layout of the packed float64 vector behind a :class:`TokenSums`.
 FIELDS = ("center", "n", "s1", "s2", "token_pairs", "n_token_pairs", "w1")
@@ -749,6 +754,7 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
         mask = adapter.masks(batch if the_batch is None else the_batch)
     token_shapes = _token_shapes(batch if the_batch is None else the_batch)
     calls = [0]  # the model's own forward calls: a loss may run it more than once (pairs, chosen and rejected)
+    no_gradient = False  # a loss that does not require grad (frozen weights, inference mode): no gradient statistics
     counting = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     rec = Recorder(site_list, mask=mask, grads=True, model=model, collect_outputs=True)
     with contextlib.ExitStack() as stack:
@@ -770,6 +776,8 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
                                      "of modules that return that")
             if loss.requires_grad and outs:
                 torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
+            else:
+                no_gradient = True
             del loss, outs
     if adapter.kind != "protocol":
         shared = {key: n for key, n in rec.forward_counts().items() if n > max(calls[0], n_repeats)}
@@ -780,6 +788,8 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
                              "layers, or re-runs them (activation checkpointing); pass sites= of modules that run "
                              "once per layer, and measure without checkpointing")
     info = {"n_repeats": n_repeats, "backward": "torch.autograd.grad w.r.t. the site tensors"}
+    if no_gradient:  # the diagnosis reads it: NaN gradients that were not computed, not a model gone NaN
+        info["grad_source"] = NO_GRADIENT_MEASURED
     if adapter.kind != "protocol":
         info["sites_from"] = list(adapter.stacks)
     info.update(meta or {})

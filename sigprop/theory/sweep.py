@@ -86,7 +86,9 @@ class BackwardWalk(Generic[Gradient]):
 def _at_layer(index: int, err: ValueError) -> ValueError:
     """``err`` naming the layer it came from, of the same kind (:class:`~sigprop.core.errors.NotFinite`: the
     moments overflowed, which a caller may diagnose rather than refuse)."""
-    return (NotFinite if isinstance(err, NotFinite) else ValueError)(f"layer {index}: {err}")
+    if isinstance(err, NotFinite):
+        return NotFinite(f"layer {index}: {err}", overflow=err.overflow)
+    return ValueError(f"layer {index}: {err}")
 
 
 def _walk_layer(walker: Walker[Forward, Gradient], layer: TransformerLayer,

@@ -213,3 +213,22 @@ def test_the_hint_proposes_what_the_doctor_does():
     assert diagnose(bare).hint is None
     plain = _profile(growing, FLAT[:16], CORR[:16], n_layers=16)
     assert "--set init=dslm" in diagnose(plain).hint
+    two = _profile(np.array([1.0, 30.0]), np.ones(2), np.array([0.5, 0.6]), n_layers=2)  # β² = 2/2: λ = 0
+    assert diagnose(two).findings[0].flagged and diagnose(two).hint is None
+
+
+def test_a_measurement_whose_loss_required_no_gradient_is_not_called_nan():
+    """A frozen model (or one measured under inference mode) has no gradient statistics, and says so; it is not a
+    model gone NaN."""
+    import torch
+
+    import sigprop
+
+    config = TransformerConfig(n_layers=4, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+    batch = sigprop.make_batch(config, torch.randint(5, 64, (2, 8), generator=torch.Generator().manual_seed(0)))
+    frozen = sigprop.measure(sigprop.Transformer(config).requires_grad_(False), batch)
+    assert not diagnose(frozen).flagged and not any(f.quantity == "grad_var" for f in diagnose(frozen).findings)
+    from sigprop.measurement.seeds import measure_seeds
+
+    averaged = measure_seeds(config, batch, 2)  # several seeds: the flag survives the average when every seed has it
+    assert "grad_source" not in averaged.meta and not diagnose(averaged).flagged

@@ -174,3 +174,20 @@ def test_two_layers_get_no_scheme_that_removes_every_skip_connection():
     report = doctor(config, seeds=0, batch_size=1)
     assert report.recommendation is not None and report.recommendation.changes == {"qk_gain": 1.0}
     assert not report.fixed_diagnosis.flagged
+
+
+def test_a_saved_model_with_nan_weights_is_not_called_an_overflow():
+    """NaN weights make the theory NaN, not infinite: no "explodes ×inf" diagnosis and no DSLM for it."""
+    import pytest
+    import torch
+
+    import sigprop
+    from sigprop.analysis.doctor import SavedModel
+
+    config = TransformerConfig(n_layers=4, d_model=32, n_heads=2, vocab_size=300, seq_len=16, max_len=16)
+    model = sigprop.Transformer(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    with pytest.raises(ValueError, match="theory is NaN"):
+        doctor(config, seeds=1, batch_size=2, saved=SavedModel.of(model, "a NaN model"))

@@ -128,9 +128,13 @@ def fp8_figure(table: dict, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
     x = np.arange(len(rows))
     for i, fmt in enumerate(_FORMATS):
-        means = [r[f"{fmt}_delta_mean"] if r[f"{fmt}_delta_mean"] is not None else np.nan for r in rows]
+        lost = [bool(r.get(f"{fmt}_not_finite")) for r in rows]  # a seed's cast overflowed: no bar, said
+        means = [np.nan if bad or r[f"{fmt}_delta_mean"] is None else r[f"{fmt}_delta_mean"]
+                 for r, bad in zip(rows, lost, strict=True)]
         errs = [r[f"{fmt}_delta_se"] or 0.0 for r in rows]
         ax.bar(x + (i - 0.5) * 0.38, means, 0.38, yerr=errs, capsize=2, label=fmt.upper(), color=f"C{i}")
+        for k in np.flatnonzero(lost):
+            ax.text(k + (i - 0.5) * 0.38, 0.0, "not finite", rotation=90, ha="center", va="bottom", fontsize=7)
     ax.axhline(0.0, color="0.3", lw=0.8)
     ax.set_xticks(x, [r["model"] for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set(ylabel="validation loss increase (nats)", title=title)

@@ -111,7 +111,7 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
     """
     decided = [r for r in rungs if _final(r.get("deep-thin"))]
     unread = [r for r in rungs if r.get("deep-thin") is not None and not _final(r["deep-thin"])]
-    why = "".join(f" d = {r['d']} ran but is not read ({r['deep-thin'].get('unread') or 'one paired seed'})."
+    why = "".join(f" d = {r['d']} ran but is not read ({r['deep-thin'].get('unread') or _no_interval(r)})."
                   for r in unread)
     if not decided:
         return ("No rung is finished yet (a rung decides once both models' rate searches and seeds are done); the "
@@ -147,6 +147,11 @@ def judge(rungs: list[dict], trend: Trend | None) -> str:
                        f"of P, so deep-thin would be ahead only below its zero, near {at}.")
     return text + (f" The trend does not locate a crossover: its slope, {trend.slope:+.3f} nats per decade of P, is "
                    f"not distinguishable from zero at 95% (Fieller's interval is {trend.kind.value}).")
+
+
+def _no_interval(rung: dict) -> str:
+    """Why a settled rung's gap has no interval: one paired seed, or differences with no spread."""
+    return "one paired seed" if len(rung["deep-thin"].get("differences", ())) < 2 else "its differences do not vary"
 
 
 def _power(log10_p: float) -> str:

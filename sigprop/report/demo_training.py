@@ -68,6 +68,22 @@ def _last_step(run_dir: Path) -> int:
     return 0
 
 
+def _failed(runs, folder: Path, results) -> list:
+    """The runs that crashed (their record in ``failed.json``, retried by the next demo): shown in the table with
+    their fate and why, not left out of it."""
+    from ..experiments.runner import FAILED_FILE, RunResult
+
+    done, out = {r.run_id for r in results}, []
+    for spec in runs:
+        path = folder / spec.run_id / FAILED_FILE
+        if spec.run_id not in done and path.is_file():
+            try:
+                out.append(RunResult.from_record(json.loads(path.read_text(encoding="utf-8"))))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
 def run_demo_training(out_dir, progress: Progress | None = None) -> dict:
     """Train :data:`DEMO_TRAINING_MODELS` with :data:`DEMO_TRAINING`, one single-thread process each (two at a time),
     into ``out_dir/training/``; finished runs found there are reused. Writes ``demo-training.png`` (loss against
@@ -95,6 +111,7 @@ def run_demo_training(out_dir, progress: Progress | None = None) -> dict:
                                0.1, say=lambda s: None, watch=watch)
     if stopped:
         raise KeyboardInterrupt
+    results = results + _failed(runs, folder, results)
     for spec in runs:  # complete the bars of runs that finished between two looks
         tick, seen = ticks[spec.run_id]
         tick(max(0, DEMO_TRAINING["steps"] - seen[0]))

@@ -79,6 +79,7 @@ def merge_measurements(measured: list[Profile]) -> Profile:
         devices += [d for d in m.meta.get("devices", []) if d not in devices]
     order = sorted(range(len(seeds)), key=seeds.__getitem__)
     seeds, profiles = [seeds[i] for i in order], [profiles[i] for i in order]
-    keep = {k: first.meta[k] for k in ("tokens", "sequences", "batch_sha256", "batch_source") if k in first.meta}
+    keep = {k: first.meta[k] for k in ("tokens", "sequences", "batch_sha256", "batch_source", "config_sha256")
+            if k in first.meta}  # the config's fingerprint too: a merged file keeps the check against edits
     meta = {"seeds": seeds, **keep, "devices": devices, "per_seed": per_seed_table(profiles, seeds)}
     return average_profiles(profiles, first.config, meta)

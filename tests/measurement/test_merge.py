@@ -26,7 +26,7 @@ def test_two_slices_merge_into_one_run(batch):
     rest = measure_seeds(SMALL, batch, seeds=3, seed0=2, per_seed=True)
     merged = merge_measurements([rest, first])  # any order
     assert merged.rows == whole.rows
-    for key in ("seeds", "stderr", "seed_log_sd", "per_seed", "batch_sha256", "tokens", "sequences"):
+    for key in ("seeds", "stderr", "seed_log_sd", "per_seed", "batch_sha256", "tokens", "sequences", "config_sha256"):
         assert merged.meta[key] == whole.meta[key], key
     again = merge_measurements([merged])  # a merge merges again
     assert again.rows == whole.rows

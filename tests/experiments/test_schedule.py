@@ -146,33 +146,37 @@ def test_group_is_not_part_of_a_run_id():
     assert [r.run_id for r in a] == [r.run_id for r in b]
 
 
-def test_a_run_stopped_from_outside_leaves_its_model_unsettled_and_says_so(tmp_path, monkeypatch):
+def _run_simulated(monkeypatch, tmp_path, experiment, judge, exit_code=lambda spec: 0, workers=1, out="out"):
+    """The runner over ``experiment``, each run a process that exits at once with ``exit_code(spec)`` (its folder made
+    as a run's would be, unless a signal stopped it) and is judged ``judge(spec)``: (results, stopped, what it said)."""
     import subprocess
     import sys
     import time
 
     from sigprop.experiments import runner
 
-    optima = {"a": 1e-3}
-    experiment = _experiment(optima)
-    killed = plan_runs(experiment, "cpu")[0]
-
-    def launch(spec, out, device, slot, gpus=1):  # the first run is stopped from outside (SIGTERM's exit 143)
+    def launch(spec, folder, device, slot, gpus=1):
+        code = exit_code(spec)
         log = open(tmp_path / f"{spec.run_id}.log", "w")  # noqa: SIM115 - the runner closes it
-        if spec.run_id != killed.run_id:  # the others finish at once, with their fate written as a run's would be
-            (out / spec.run_id).mkdir(parents=True)
-        code = 143 if spec.run_id == killed.run_id else 0
+        if code != 143:
+            (folder / spec.run_id).mkdir(parents=True, exist_ok=True)
         return runner._Launched(spec, subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]), log,
                                 time.perf_counter())
 
-    def judge(spec, run_dir, code, log, unigram, margin, wall):
-        return _loss(optima, spec)
-
     monkeypatch.setattr(runner, "_launch", launch)
-    monkeypatch.setattr(runner, "_judge", judge)
+    monkeypatch.setattr(runner, "_judge", lambda spec, *args: judge(spec))
     said: list[str] = []
-    results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 2,
+    results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / out, workers,
                                       "cpu", {"a": 5.0}, 0.1, say=said.append)
+    return results, stopped, said
+
+
+def test_a_run_stopped_from_outside_leaves_its_model_unsettled_and_says_so(tmp_path, monkeypatch):
+    optima = {"a": 1e-3}
+    experiment = _experiment(optima)
+    killed = plan_runs(experiment, "cpu")[0]  # stopped from outside (SIGTERM's exit 143); the others finish at once
+    results, stopped, said = _run_simulated(monkeypatch, tmp_path, experiment, lambda spec: _loss(optima, spec),
+                                            lambda spec: 143 if spec.run_id == killed.run_id else 0, workers=2)
     assert not stopped and len(results) == 5  # the grid's other five runs; no third seed without the sixth
     assert killed.run_id not in {r.run_id for r in results}
     assert any("a signal the runner did not send" in line and "; a wait(s) for them" in line for line in said)
@@ -219,10 +223,6 @@ def test_a_run_found_on_disk_with_another_role_is_given_this_experiment_s(tmp_pa
 def test_a_crashed_run_steers_nothing_and_is_tried_again_by_the_next_invocation(tmp_path, monkeypatch):
     """A crash (out of memory, a full disk) is not a result of the model and rate: a failed extension past the top
     edge must not end the search there and settle the model at the old edge rate."""
-    import subprocess
-    import sys
-    import time
-
     from sigprop.experiments import runner
 
     optima = {"a": 2e-3}  # best at the top edge: the grid extends up to 2e-3
@@ -230,22 +230,16 @@ def test_a_crashed_run_steers_nothing_and_is_tried_again_by_the_next_invocation(
     launched: list[str] = []
     crash = {"on": True}
 
-    def launch(spec, out, device, slot, gpus=1):
+    def started(spec):
         launched.append(spec.run_id)
-        (out / spec.run_id).mkdir(parents=True, exist_ok=True)
-        log = open(tmp_path / f"{spec.run_id}.log", "w")  # noqa: SIM115 - the runner closes it
-        return runner._Launched(spec, subprocess.Popen([sys.executable, "-c", "pass"]), log, time.perf_counter())
+        return 0
 
-    def judge(spec, run_dir, code, log, unigram, margin, wall):
+    def judge(spec):
         if crash["on"] and spec.lr > 1.5e-3:  # every run past the first grid's top crashes
             return dataclasses.replace(_loss(optima, spec), fate="failed", final_val=None, detail="exit status 1")
         return _loss(optima, spec)
 
-    monkeypatch.setattr(runner, "_launch", launch)
-    monkeypatch.setattr(runner, "_judge", judge)
-    said: list[str] = []
-    results, stopped = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 1,
-                                      "cpu", {"a": 5.0}, 0.1, say=said.append)
+    results, stopped, said = _run_simulated(monkeypatch, tmp_path, experiment, judge, started)
     crashed = [r for r in launched if "lr0.002-" in r]
     assert len(crashed) == 2 and not stopped
     assert not any(r.tuning is False for r in results)  # no third seed at the old edge rate 1.41e-3
@@ -254,7 +248,6 @@ def test_a_crashed_run_steers_nothing_and_is_tried_again_by_the_next_invocation(
     assert any("2 run(s) failed" in line and "a wait(s) for them" in line for line in said)
 
     crash["on"], launched[:] = False, []  # the next invocation: the crashed runs train, the search goes on
-    results, _ = runner.execute(Schedule(experiment, "cpu", None, say=said.append), tmp_path / "out", 1,
-                                "cpu", {"a": 5.0}, 0.1, say=said.append)
+    results, _, _ = _run_simulated(monkeypatch, tmp_path, experiment, judge, started)
     assert set(crashed) <= set(launched)
     assert best_learning_rates(results)["a"] == 2e-3

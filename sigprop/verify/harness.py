@@ -129,11 +129,15 @@ def _groups(spec: ComponentSpec, params: dict, max_group, budget: Budget):
 
 def run_component(spec: ComponentSpec, quick: bool = False, seed: int = 0, n_configs: int | None = None,
                   progress: Callable[[int], None] | None = None, max_group: int | None = None,
-                  replicates: int = 8, on_predicted: Callable[[], None] | None = None) -> ComponentResult:
+                  replicates: int | None = None, on_predicted: Callable[[], None] | None = None) -> ComponentResult:
     """Sweep one component. ``progress(k)`` is called after every batch with the number of configurations done;
     ``on_predicted()`` once the rules have predicted every configuration (one call, minutes for the sampled rules),
     before the Monte Carlo measurement starts; ``replicates`` independent replicates per configuration give each
-    standard error."""
+    standard error (default 8; a spec whose simulator draws a fixed number, ``spec.replicates``, refuses another)."""
+    if spec.replicates is not None and replicates not in (None, spec.replicates):
+        raise ValueError(f"{spec.name}'s simulator draws {spec.replicates} replicates per configuration (each a "
+                         f"long sequence): replicates={replicates} cannot be honoured")
+    replicates = replicates or spec.replicates or 8
     n = n_configs or (spec.quick_configs if quick else spec.n_configs)
     budget = Budget(scale=spec.quick_scale if quick else 1.0, replicates=replicates)
     params = sample_configs(spec, n, seed)

@@ -104,6 +104,7 @@ class ComponentSpec:
     quick_scale: float = 0.25
     max_group: int | Callable[[dict], int] = 64
     note: str = ""
+    replicates: int | None = None  # a simulator that draws a fixed number of replicates (None: the budget's)
 
     def param(self, name: str) -> Param:
         for p in self.params:

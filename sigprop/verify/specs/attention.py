@@ -357,6 +357,7 @@ def make_spec(approx: str = "exact") -> ComponentSpec:
         n_configs=1024,
         quick_configs=48,
         quick_scale=0.25,
+        replicates=REPLICATES,
         note=("Input μ = 0, σ² = 1 as in Table 22. Query-subsampled, two-pass, control-variate Monte Carlo "
               "(module docstring): unbiased for the full self-attention. The paper's Table 21 'corr' columns are "
               "covariance errors; here corr is judged in correlation units."),

@@ -151,6 +151,7 @@ def make_spec(approx: str = "exact") -> ComponentSpec:
         n_configs=1000,
         quick_configs=48,
         quick_scale=0.25,
+        replicates=REPLICATES,
         note=("No Table 21/22 row exists for multi-head attention; ranges reduced for cost as documented per "
               "parameter. Same unbiased variance-reduced estimator as the single-head sweep."),
     )

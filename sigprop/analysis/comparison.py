@@ -201,7 +201,8 @@ class Comparison:
         if self.diagnoses:
             meta["diagnosis"] = {kind: d.to_dict() for kind, d in self.diagnoses.items()}
         return {"kind": "comparison", "site": self.site, "config": self.predicted.config,
-                "predicted_meta": self.predicted.meta, "measured_meta": measured_meta, "meta": meta,
+                "predicted_meta": finite_or_null(self.predicted.meta), "measured_meta": finite_or_null(measured_meta),
+                "meta": finite_or_null(meta),
                 "summary": {q: s.to_dict() for q, s in self.summaries.items()}, "per_layer": rows}
 
     def write_json(self, path) -> None:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .jsonio import json_number, write_csv_atomic, write_json_atomic
+from .jsonio import finite_or_null, json_number, write_csv_atomic, write_json_atomic
 from .outputs import StrPath
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Profile:
         """The Profile JSON (ARCHITECTURE.md): ``per_layer`` holds the ``"layer"`` rows (and the input row as layer -1),
         ``per_site`` every row."""
         main = [r.to_dict() for r in self.rows if r.site in ("layer", "input")]
-        return {"kind": self.kind, "config": self.config, "meta": self.meta,
+        return {"kind": self.kind, "config": self.config, "meta": finite_or_null(self.meta),  # NaN SEs: null
                 "per_layer": sorted(main, key=lambda d: d["layer"]),
                 "per_site": [r.to_dict() for r in self.rows]}
 

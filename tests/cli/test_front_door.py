@@ -305,3 +305,13 @@ def test_seeds_of_a_trained_run(tmp_path):
     run.mkdir()
     (run / "run.json").write_text("{}")
     refused(["measure", "--run", str(run), "--seeds", "3"], "--run", "measured once", "--seeds")
+
+
+def test_measure_json_of_a_scheme_whose_branches_start_at_zero(tmp_path):
+    """SkipInit's β = 0 branch has no gradient correlation: its standard error over two seeds is NaN, which the JSON
+    writer refused after all the work."""
+    out = tmp_path / "m.json"
+    done = run_cli(["measure", *SMALL, "--set", "init=skipinit", "--seeds", "2", "--batch-size", "2", "--synthetic",
+                    "--json", str(out)])
+    assert done.exit_code == 0, done.stderr
+    assert run_cli(["compare", "--measured", str(out), "--json", str(tmp_path / "c.json")]).exit_code == 0

@@ -77,9 +77,18 @@ def atomic_path(path: StrPath, *, folder: bool = False, durable: bool = False, s
         if durable and not folder:
             _fsync_file(tmp)
         plain_mode(tmp, folder=folder)
-        if folder and path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        old = None
+        if folder and path.exists():  # the old folder aside first: an interruption leaves one whole folder in place
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, old / path.name)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:
+                os.replace(old / path.name, path)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         if folder:
             shutil.rmtree(tmp, ignore_errors=True)

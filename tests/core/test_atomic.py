@@ -49,3 +49,25 @@ def test_a_folder_replaces_the_old_one_whole(tmp_path):
         raise ValueError
     assert sorted(p.name for p in out.iterdir()) == ["config.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_an_interruption_while_the_old_folder_goes_leaves_a_whole_folder(tmp_path, monkeypatch):
+    """The old folder was deleted file by file before the new one was renamed in: a Ctrl-C during the delete left
+    it half gone and the new content lost."""
+    import shutil
+
+    out = tmp_path / "model"
+    out.mkdir()
+    for i in range(3):
+        (out / f"old-{i}.bin").write_text("x")
+    real = shutil.rmtree
+
+    def interrupted(path, *args, **kwargs):  # the delete of the old folder is where Ctrl-C lands
+        if os.path.basename(path) == "model" or ".model.old." in str(path):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted)
+    with pytest.raises(KeyboardInterrupt), atomic_path(out, folder=True) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]  # the new folder, whole

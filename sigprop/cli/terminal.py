@@ -40,15 +40,16 @@ class _Lines:
         self.t0 = time.perf_counter()
 
     def task(self, description: str, total: int | None = None) -> Callable[[int], None]:
-        state = {"done": 0, "last": time.perf_counter(), "quarter": 0}
+        state = {"done": 0, "last": time.perf_counter(), "quarter": 0, "ended": False}
         self._say(f"{description} ..." if total is None else f"{description}: 0/{total}")
 
         def advance(k: int) -> None:
             state["done"] += k
             now = time.perf_counter()
-            quarter = 4 * state["done"] // total if total else 0
-            if state["done"] >= (total or 0) or now - state["last"] >= LINE_EVERY_S or quarter > state["quarter"]:
-                state["last"], state["quarter"] = now, quarter
+            quarter = min(4, 4 * state["done"] // total) if total else 0
+            ends = bool(total) and state["done"] >= total and not state["ended"]  # once, not at every step after
+            if ends or now - state["last"] >= LINE_EVERY_S or quarter > state["quarter"]:
+                state["last"], state["quarter"], state["ended"] = now, quarter, state["ended"] or ends
                 self._say(f"{description}: {state['done']}/{total}" if total else f"{description}: {state['done']}")
 
         return advance
@@ -66,12 +67,12 @@ class Display:
         self._bar = None
 
     def __enter__(self):
-        if not sys.stdout.isatty():
+        if not sys.stderr.isatty():  # progress goes to standard error: a bar where that is a terminal
             return _Lines()
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), console=console, transient=True)
+                             TimeElapsedColumn(), console=Console(stderr=True), transient=True)
         self._bar.__enter__()
         self._open: list = []
         return self

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 
 import typer
 
@@ -30,7 +31,7 @@ from .fold import fold_command
 from .inits import inits_command
 from .profiles import compare_command, measure_command, predict_command
 from .sde import sde_command
-from .terminal import error
+from .terminal import error, note
 from .track import track_app
 from .train import train_app
 from .verify import verify_command
@@ -95,6 +96,9 @@ app.add_typer(train_app, name="train", short_help="Train a model into a run dire
 app.add_typer(track_app, name="track", short_help="Draw a monitored run's statistics over layers and steps "
               "(sigprop.Monitor, the Trainer and Lightning callbacks, `sigprop train --track-every`).")
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sigprop/: its warnings become notes
+_show_warning = warnings.showwarning
+
 #: What counts as bad input: a value out of range, a combination that does not apply, a missing, unreadable or
 #: unwritable file, a number that overflows, a device that failed or is missing.
 INPUT_ERRORS = (ValueError, NotImplementedError, OSError, OverflowError, DeviceError)
@@ -108,9 +112,19 @@ def _terminate(signum, frame):
     raise Terminated
 
 
+def _note_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """sigprop's own warnings (what a mapping leaves out, ...) as ``note:`` lines; any other library's as Python
+    prints them."""
+    if filename.startswith(_PACKAGE):
+        note(str(message))
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``) and exit with its status (module docstring)."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous, shown = signal.signal(signal.SIGTERM, _terminate), warnings.showwarning
+    warnings.showwarning = _note_warning
     try:
         code = app(args=argv, prog_name="sigprop", standalone_mode=False)
         if isinstance(code, int) and not isinstance(code, bool) and code:  # typer returns an Exit's status
@@ -151,4 +165,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        warnings.showwarning = shown
     sys.exit(0)

@@ -160,11 +160,11 @@ class Request:
     def model(self) -> tuple[TransformerConfig, Preset | None]:
         """The configuration asked for and its preset (or None): :func:`~sigprop.model.presets.resolve_config`, or
         for ``--hf`` the mapping of the Hugging Face model's configuration (:func:`sigprop.hf.config_map.from_hf`)."""
-        if self.hf is not None:
-            from ..hf.config_map import map_hf_config
+        if self.hf is not None:  # from_hf warns with what the mapping leaves out (a sliding window, biases, ...)
+            from ..hf.config_map import from_hf
             from ..hf.measure import read_hf_source
 
-            return map_hf_config(read_hf_source(self.hf).config).config, None
+            return from_hf(read_hf_source(self.hf).config), None
         if self.run is not None:
             from ..model.config import config_from_dict
             from ..train.run_dir import read_run

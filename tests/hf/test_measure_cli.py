@@ -184,3 +184,14 @@ def test_a_folders_own_tokenizer_encodes_the_batch(tmp_path):
         assert "," + ",".join(map(str, row)) + "," in text
     res = run_cli(["compare", "--measured", str(out)])  # the corpus and the tokenizer from the file
     assert res.exit_code == 0, res.output
+
+
+def test_what_the_mapping_leaves_out_is_said_by_the_command_line(tmp_path):
+    """predict --hf on a model with a sliding window shorter than the sequence: the command line once dropped the
+    mapping's notes and predicted full attention without a word."""
+    transformers.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                               intermediate_size=96, max_position_embeddings=256, vocab_size=300,
+                               sliding_window=16).save_pretrained(tmp_path / "mistral")
+    res = run_cli(["predict", "--hf", str(tmp_path / "mistral")])
+    assert res.exit_code == 0, res.output
+    assert "note: from_hf(mistral): sliding-window attention (16 tokens" in res.stderr

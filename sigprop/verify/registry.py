@@ -35,9 +35,9 @@ COMPONENTS = {
 }
 
 
-#: Components verified only when named (``sigprop verify glu rope_gqa``), each with a stored table of its own
-#: (docs/results/components.md): the gated units' sweep takes ~8 min and the rotary grouped-query attention's ~75 min
-#: (its sampled rule draws 512 heads per configuration whatever the sweep's size), against ~6 min for all the others.
+#: Components verified only when named (``sigprop verify glu rope_gqa``), each with a stored table of its own: their
+#: sweeps cost several times all the others together, the rotary grouped-query attention's most (its sampled rule
+#: draws 512 heads per configuration whatever the sweep's size); times: docs/results/components.md.
 ON_REQUEST = ("glu", "rope_gqa")
 
 

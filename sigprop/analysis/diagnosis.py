@@ -350,31 +350,23 @@ def _stacks(profile: Profile) -> list[tuple[str, list]]:
     return [("", rows)]
 
 
-def _beyond_dslm(config: dict) -> str:
-    """:func:`~sigprop.model.auto_init.beyond_dslm` of a configuration's dict ("" where it does not read as one)."""
-    from ..model.auto_init import beyond_dslm
+def _as_config(config: dict):
+    """The :class:`~sigprop.model.config.TransformerConfig` of a profile's config dict, or None where it does not
+    read as one (a foreign or partial config)."""
     from ..model.config import config_from_dict
 
     try:
-        return beyond_dslm(config_from_dict(config))
+        return config_from_dict(config)
     except (ValueError, KeyError, TypeError):
-        return ""
-
-
-def _keeps_skip(config: dict) -> bool:
-    """DeepScaleLM's β² = k/N^α below 1 (a skip path left), from a configuration's dict."""
-    try:
-        layers = int(config.get("n_layers", 0)) + (int(config.get("n_decoder_layers") or config.get("n_layers", 0))
-                                                   if config.get("arch") == "encoder_decoder" else 0)
-        return float(config.get("beta_k", 2.0)) / layers ** float(config.get("beta_alpha", 1.0)) < 1.0
-    except (TypeError, ValueError, ZeroDivisionError):
-        return True
+        return None
 
 
 def _hint(config: dict, findings: list[Finding]) -> str | None:
     if "init" not in config:  # not a sigprop configuration: its fixes are not `--set` options
         return None
-    scheme = INIT_SCHEMES.get(config.get("init"))
+    from ..model.auto_init import beyond_dslm
+
+    scheme, built = INIT_SCHEMES.get(config.get("init")), _as_config(config)
     variance = any(f.changes_with_depth for f in findings)
     collapse = any(f.flagged and f.quantity == "fwd_corr" for f in findings)
     hints = []
@@ -383,9 +375,9 @@ def _hint(config: dict, findings: list[Finding]) -> str | None:
                      "Pre-LN entry): its skip scale α = (2N)^(1/4) > 1 is renormalised after every layer there and "
                      "compounds here")
     if variance and not (scheme is not None and scheme.bounds_depth) and config.get("norm_position", "pre") in (
-            "pre", "post") and _keeps_skip(config):  # the doctor's rule: DSLM where its forms hold, `auto`
-        # beyond them; no norm, or so few layers that β² = k/N^α reaches 1 (λ = 0): no scheme
-        beyond = _beyond_dslm(config)
+            "pre", "post") and (built is None or built.dslm_beta2 < 1.0):  # the doctor's rule: DSLM where its
+        # forms hold, `auto` beyond them; no norm, or so few layers that β² = k/N^α reaches 1 (λ = 0): no scheme
+        beyond = "" if built is None else beyond_dslm(built)
         hints.append("DeepScaleLM keeps forward and gradient variance bounded at any depth (Kedia et al. Sec. 3.5, "
                      "App. E.3–E.4): " + (f"its closed forms assume ReLU/GELU and LayerNorm, not {beyond}, so "
                                           "--set init=auto calibrates its output projections with sigprop's rules"

@@ -297,7 +297,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
         reasons.append(check.message)
     if "init" in changes:  # the scheme's own residual scales
         changes.update({k: None for k in ("lam", "beta") if getattr(config, k) is not None})
-        beta = (config.beta_k / config.total_layers**config.beta_alpha) ** 0.5
+        beta = config.dslm_beta2 ** 0.5
         reasons.append(LEARNING_RATE_WARNING.format(n=config.total_layers, beta=beta, k=config.beta_k,
                                                     alpha=config.beta_alpha))
     if "norm_alpha" in changes:
@@ -319,7 +319,7 @@ def recommend(config: TransformerConfig, diagnosis: Diagnosis, source: Source = 
 def _keeps_skip(config: TransformerConfig) -> bool:
     """Whether DeepScaleLM's residual scales keep a skip path at this depth: β² = k/N^α < 1 (Sec. 3.5). At N ≤ k
     (two layers, k = 2) λ = 0 would remove every skip connection: no fix a doctor should propose."""
-    return config.beta_k / config.total_layers**config.beta_alpha < 1.0
+    return config.dslm_beta2 < 1.0
 
 
 def no_fix_reason(config: TransformerConfig, diagnosis: Diagnosis) -> str:

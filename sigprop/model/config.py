@@ -329,7 +329,7 @@ class TransformerConfig(DictConfig):
             raise ValueError(f"for patch input seq_len must equal the number of patches{cls} "
                              f"({self.n_image_tokens} = ({self.image_size}/{self.patch_size})²"
                              f"{' + 1' if cls else ''}); got {self.seq_len}")
-        beta2 = self.beta_k / self.total_layers**self.beta_alpha
+        beta2 = self.dslm_beta2
         if self.scheme.bounds_depth and beta2 > 1.0 and self.lam is None:
             raise ValueError(f"beta_k / N**beta_alpha = {beta2:.3g} > 1 gives λ² = 1 − β² < 0 "
                              f"(N = {self.total_layers} layers): lower beta_k or raise beta_alpha")
@@ -424,6 +424,12 @@ class TransformerConfig(DictConfig):
     @property
     def p_attn(self) -> float:
         return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    @property
+    def dslm_beta2(self) -> float:
+        """DeepScaleLM's residual branch scale β² = k/N^α (Kedia et al. Sec. 3.5, App. G; N: all layers); at 1 or
+        more its λ² = 1 − β² leaves no skip path."""
+        return self.beta_k / self.total_layers**self.beta_alpha
 
     @property
     def p_embed(self) -> float:

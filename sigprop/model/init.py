@@ -299,11 +299,6 @@ def _unit_scales(c: TransformerConfig, lam: float = 1.0, beta: float = 1.0) -> t
             {s: np.full(n, beta, dtype=np.float64) for s in SITES})
 
 
-def _dslm_beta2(c: TransformerConfig) -> float:
-    """β² = k/N^α (Sec. 3.5, App. G), N = all layers of the model."""
-    return c.beta_k / c.total_layers**c.beta_alpha
-
-
 def _dslm_common(c: TransformerConfig) -> tuple[dict, dict, dict, dict]:
     d, p, n = c.d_model, c.dropout, c.total_layers
     stds = _xavier_stds(c)
@@ -316,7 +311,7 @@ def _dslm_common(c: TransformerConfig) -> tuple[dict, dict, dict, dict]:
         stds[role] = np.full(n, math.sqrt(ffn_var))
     for role in ("q", "k"):
         stds[role] = np.full(n, math.sqrt(1.0 / d))
-    beta2 = _dslm_beta2(c)
+    beta2 = c.dslm_beta2
     lam, beta = _unit_scales(c, math.sqrt(1.0 - beta2), math.sqrt(beta2))
     notes = {"beta2": beta2, "ffn_var": ffn_var}
     return stds, lam, beta, notes

@@ -235,17 +235,15 @@ def _finished_runs(experiment, scale: str, seeds, out: Path, corpus=None, refuse
     experiment gives that model, rate and seed (a run of other configs, e.g. under ``--set``, is left out).
     ``corpus``: model name → (its data's fingerprint, whether one is required); a run whose record says it trained
     on other data is left out too, and why is appended to ``refused``."""
-    from .runner import FATE_FILE, RunResult
+    from .runner import FATE_FILE, RunResult, _fate_of
 
     names = {m.name for m in experiment.scale(scale).models}
     fates = []
     for fate_file in sorted(out.glob(f"*/{FATE_FILE}")):
-        with contextlib.suppress(OSError, ValueError):
-            fate = json.loads(fate_file.read_text(encoding="utf-8"))
-            # a run's own folder only: not an interrupted copy (".RUN_ID.copying") nor a run set aside
-            if (fate.get("model_name") in names and fate.get("run_id") == fate_file.parent.name
-                    and fate.get("fate") != "failed"):  # a crash recorded by an older version: not a result
-                fates.append(fate)
+        fate = _fate_of(fate_file.parent)  # None for a crash an older version recorded as a fate: not a result
+        # a run's own folder only: not an interrupted copy (".RUN_ID.copying") nor a run set aside
+        if fate is not None and fate.get("model_name") in names and fate.get("run_id") == fate_file.parent.name:
+            fates.append(fate)
     tuned: dict = {}
     for fate in fates:
         if fate["tuning"]:

@@ -36,9 +36,20 @@ def integer_value(v: object, name: str, lo: int) -> int:
     return int(v)
 
 
+def _plain(obj: object, name: str) -> object:
+    """``obj.name``, a NumPy integer or float first stored back as the Python ``int`` or ``float`` of the same value
+    (so that a field read from an array validates, serialises to JSON and hashes as the number it is; a NumPy
+    boolean stays refused, as ``bool`` is)."""
+    v = getattr(obj, name)
+    if isinstance(v, (np.integer, np.floating)):
+        v = v.item()
+        object.__setattr__(obj, name, v)  # the configs are frozen dataclasses: this is their own validation
+    return v
+
+
 def check_integer(obj: object, name: str, lo: int, optional: bool = False) -> None:
     """``obj.name`` must be an integer >= ``lo`` (or None when ``optional``); booleans are refused."""
-    v = getattr(obj, name)
+    v = _plain(obj, name)
     if v is None and optional:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -50,7 +61,7 @@ def check_number(obj: object, name: str, lo: float | None = None, hi: float | No
                  optional: bool = False) -> None:
     """``obj.name`` must be a finite number in the interval [lo, hi] (ends open with ``lo_open`` / ``hi_open``,
     unbounded where None), or None when ``optional``; booleans are refused."""
-    v = getattr(obj, name)
+    v = _plain(obj, name)
     if v is None and optional:
         return
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):

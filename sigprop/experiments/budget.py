@@ -17,7 +17,7 @@ the ladder's kept records). The rows:
 - (c) the paper's schedule: warmup over the first hundredth of the steps, linear decay to 0.
 
 Each model's grid is three rates of the lattice 10⁻³·√2^k around its best rate at the ladder's rung (extended past an
-edge, twice at most), two seeds at each rate, the best on their mean, then a third seed there.
+edge, four times at most), two seeds at each rate, the best on their mean, then a third seed there.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """TransformerConfig: validation (one ValueError per bad field, naming it), dict/override parsing, derived values."""
 
+import dataclasses
 import json
 
 import pytest
@@ -66,6 +67,20 @@ def test_other_integer_fields(field, value):
 def test_numbers_out_of_range(field, value):
     with pytest.raises(ValueError, match=field):
         cfg(**{field: value})
+
+
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_are():
+    """A size or rate read from an array validates, and is stored (so serialised and hashed) as a plain number."""
+    import numpy as np
+
+    c = cfg(n_layers=np.int64(4), d_model=np.int32(64), dropout=np.float32(0.25), lam=np.float64(0.5))
+    assert (c.n_layers, c.d_model, c.dropout, c.lam) == (4, 64, 0.25, 0.5)
+    assert [type(v) for v in (c.n_layers, c.d_model, c.dropout, c.lam)] == [int, int, float, float]
+    json.dumps(dataclasses.asdict(c))
+    for field, value in (("n_layers", np.bool_(True)), ("n_layers", np.int64(0)), ("dropout", np.float64("nan")),
+                         ("n_layers", np.float64(4.0))):
+        with pytest.raises(ValueError, match=field):
+            cfg(**{field: value})
 
 
 def test_range_edges_accepted():

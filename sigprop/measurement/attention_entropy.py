@@ -3,7 +3,8 @@ uniform row over the keys a query may see, 0 for a row on a single key (entropy 
 attention prevents: Noci et al. 2023 Sec. 4, App. D; Alekseev 2026 Sec. 1).
 
 For a query with m visible keys (causal and padding masks applied) and probabilities p = softmax(q·kᵀ/τ) over them,
-H = −Σ p log p and the normalised entropy is H / log m (queries with m = 1 are left out); the value per layer is its
+H = −Σ p log p and the normalised entropy is H / log m (queries with m = 1, and padded positions' queries, are left
+out); the value per layer is its
 mean over the batch, the heads and the queries. τ is √d_head for softmax attention (scaled dot-product attention)
 and shaped attention's own temperature τ = τ₀√(d·d_head) for its softmax part (Eq. 9). Value-SkipInit attention
 reports its softmax matrix A (what β multiplies).
@@ -44,6 +45,8 @@ def _normalised_entropy(q: torch.Tensor, k: torch.Tensor, tau: float, causal: bo
     entropy = -(torch.where(visible, p * logp, torch.zeros_like(p))).sum(-1)
     m = visible.sum(-1)
     keep = m >= 2
+    if key_mask is not None:  # self-attention: a padded position's query row is no query of the sequence
+        keep = keep & key_mask.bool()[:, None, :].expand(keep.shape)
     if not bool(keep.any()):
         return math.nan
     return float((entropy[keep] / torch.log(m[keep].double())).mean())

@@ -53,3 +53,14 @@ def test_shaped_attention_reports_its_softmax():
     values = attention_entropies(seeded_model(config, 0), batch)
     assert len(values) == 2 and all(0.9 < v <= 1.0 + 1e-12 for v in values)  # τ = τ₀√(d·d_head): near uniform
     assert not any(math.isnan(v) for v in values)
+
+
+def test_padded_positions_queries_are_left_out():
+    """A padded position is no query: its row (here collapsed onto one key) must not enter the mean of the real ones
+    (uniform)."""
+    q = torch.zeros(1, 1, 4, 8)
+    q[..., 3, 0] = 1.0  # only the padded position's query is not zero
+    k = torch.zeros(1, 1, 4, 8)
+    k[..., 0, 0] = 1e4
+    mask = torch.tensor([[True, True, True, False]])
+    assert _normalised_entropy(q, k, 1.0, False, mask) == pytest.approx(1.0)

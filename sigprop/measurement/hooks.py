@@ -175,10 +175,10 @@ def pool_sums(sums: Iterable[TokenSums]) -> TokenSums:
 class _Mask:
     """A padding mask (batch, tokens), True = real token, with the derived tensors cached per (device, dtype, hidden).
 
-    Cached: sequence 0's mask divided by its number of real elements (for the centre), the float mask (batch,
-    tokens, 1), n = D Σ_b T_b and n_pairs = D Σ_b T_b (T_b − 1) in float64, and the (2, batch) matrix [1; T_b − 1]
-    that turns per-sequence sums into (s1, w1) in one product. Computing them costs a few tiny ops once per mask,
-    never a host sync.
+    Cached: sequence 0's mask divided by its number of real elements (for the centre), the padding as a bool
+    (batch, tokens, 1) (True = padded), n = D Σ_b T_b and n_pairs = D Σ_b T_b (T_b − 1) in float64, and the
+    (2, batch) matrix [1; T_b − 1] that turns per-sequence sums into (s1, w1) in one product. Computing them costs
+    a few tiny ops once per mask, never a host sync.
     """
 
     def __init__(self, mask: torch.Tensor) -> None:
@@ -199,7 +199,7 @@ class _Mask:
             n = lengths.sum() * d
             weights = torch.stack([torch.ones_like(lengths), lengths - 1])
             centre_weights = mf[0] / (lengths[0] * d).clamp(min=1).to(dtype)  # mean of sequence 0's real tokens
-            self._cache[key] = (centre_weights, mf.unsqueeze(-1), n, (lengths * (lengths - 1)).sum() * d, weights)
+            self._cache[key] = (centre_weights, (~m).unsqueeze(-1), n, (lengths * (lengths - 1)).sum() * d, weights)
         return self._cache[key]
 
 
@@ -254,9 +254,11 @@ def _raw_sums(x: torch.Tensor, mask: _Mask | None, scratch: dict | None = None) 
     else:
         if mask.shape != (b, t):
             raise ValueError(f"mask has shape {mask.shape} but the site tensor has (batch, tokens) = {(b, t)}")
-        centre_weights, m3 = mask.get(x.device, x.dtype, d)[:2]
-        c = torch.dot(x[0].sum(-1), centre_weights)
-        y = torch.sub(x, c, out=buf1).mul_(m3)  # m·(x − c)
+        centre_weights, padded = mask.get(x.device, x.dtype, d)[:2]
+        # filled, not multiplied by the mask: a padded position's value may be anything, NaN included (a row whose
+        # keys are all masked), and enters no sum
+        c = torch.dot(x[0].sum(-1).masked_fill(padded[0, :, 0], 0.0), centre_weights)
+        y = torch.sub(x, c, out=buf1).masked_fill_(padded, 0.0)  # m·(x − c)
     return _Raw(c, y.sum(1), torch.mul(y, y, out=buf2).sum(), mask, t)
 
 

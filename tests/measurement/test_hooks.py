@@ -194,6 +194,21 @@ def test_masked_sums_large_mean_and_half_precision():
     assert abs(sb.corr() - corr) <= tol * (1 + abs(corr))
 
 
+def test_non_finite_values_at_padded_positions_enter_no_sum():
+    """A padded position may hold anything, NaN or inf included (a query whose keys are all masked): the statistics
+    are those of the real tokens, also when the first sequence (whose real tokens give the centre) is padded."""
+    x = torch.randn(3, 7, 8, dtype=torch.float64)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[2, 3:] = False
+    clean = masked_sums(x, mask)
+    x[0, 6] = float("nan")
+    x[2, 4] = float("inf")
+    dirty = masked_sums(x, mask)
+    for a, b in zip(dirty.statistics(), clean.statistics(), strict=True):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15)
+
+
 @pytest.mark.parametrize("flush_every_record", [False, True])
 def test_accumulation_over_batches_and_seeds_equals_pooled(flush_every_record, monkeypatch):
     """Two batches of different lengths (one padded) in one recorder, and two recorders / sums dicts of two model

@@ -276,7 +276,7 @@ def export_hf(model, out_dir, to: str = "gpt2", tokenizer=None) -> Path:
     ``tokenizer.json`` and ``tokenizer_config.json`` beside it
     (:func:`~sigprop.data.tokenizer.write_hf_tokenizer`). Returns the folder. ``ValueError`` naming what does not
     map, or for an ``out_dir`` it could not replace without deleting what is not an export (a training run or an
-    experiment's runs inside it, or any non-empty folder without a ``config.json``)."""
+    experiment's runs inside it, or a non-empty folder that holds anything but a checkpoint's own files)."""
     if to not in EXPORT_TARGETS:
         raise ValueError(f"to must be one of {', '.join(EXPORT_TARGETS)} (got {to!r})")
     _check_not_a_run(Path(out_dir))
@@ -315,7 +315,7 @@ def _check_not_a_run(out: Path, run_dir: Path | None = None) -> None:
     """``ValueError`` where writing the export folder ``out`` (which replaces it whole) could delete what is not an
     export: ``out`` is ``run_dir`` or a folder above it, holds a training run anywhere inside (``run.json``, an
     experiment's folder of runs), or is a non-empty folder that is not a Hugging Face checkpoint (no
-    ``config.json``)."""
+    ``config.json``, or any file or folder that is not a checkpoint's own: :data:`_CHECKPOINT_NAMES`)."""
     target = out.resolve()
     if run_dir is not None and (target == run_dir.resolve() or target in run_dir.resolve().parents):
         raise ValueError(f"{out} is the run folder {run_dir} or holds it; the export replaces its folder whole: "
@@ -330,6 +330,27 @@ def _check_not_a_run(out: Path, run_dir: Path | None = None) -> None:
     if not (target / "config.json").is_file():
         raise ValueError(f"{out} is a folder that is not a Hugging Face checkpoint (no config.json); the export "
                          "replaces its folder whole: write it to a new or empty folder")
+    other = sorted(p.name + ("/" if p.is_dir() else "") for p in target.iterdir() if not _checkpoint_file(p))
+    if other:
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise ValueError(f"{out} holds files that are not a Hugging Face checkpoint's ({shown}); the export "
+                         "replaces its folder whole: write it to a new or empty folder")
+
+
+#: The files of a Hugging Face checkpoint folder (weights, configs, tokenizer), which an export may replace.
+_CHECKPOINT_NAMES = frozenset({
+    "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+    "pytorch_model.bin", "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model"})
+
+
+def _checkpoint_file(path: Path) -> bool:
+    """Whether ``path`` is one of a Hugging Face checkpoint's own files (sharded weights included)."""
+    if not path.is_file():
+        return False
+    name = path.name
+    return name in _CHECKPOINT_NAMES or (name.startswith(("model-", "pytorch_model-"))
+                                         and name.endswith((".safetensors", ".bin")))
 
 
 def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
@@ -341,7 +362,7 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     (the folder, the checkpoint's step, what was written of the tokenizer). ``ValueError`` for a run without a
     checkpoint, a model the target cannot hold, or an ``out_dir`` that is the run's folder, holds it or holds another
     run, before anything is written."""
-    from ..train.run_dir import newest_checkpoint, trained_model
+    from ..train.run_dir import newest_checkpoint, read_run, trained_model
 
     targets = {f"hf-{t}": t for t in EXPORT_TARGETS}
     if to not in targets:
@@ -352,8 +373,33 @@ def fold_run(run_dir, out_dir, to: str = "hf-gpt2") -> tuple[Path, int, str]:
     config, train_config, _ = newest_checkpoint(Path(run_dir), "fold")
     _check(config, targets[to])  # before the weights are read
     tokenizer, said = run_tokenizer(config, train_config.data)
+    if tokenizer is not None:
+        changed = _corpus_changed(config, train_config, read_run(Path(run_dir)).get("data"))
+        if changed is not None:
+            tokenizer, said = None, f"no tokenizer: {changed}, so a tokenizer rebuilt from it would not be the run's"
     model, _, step = trained_model(Path(run_dir), "fold")
     return export_hf(model, out_dir, to=targets[to], tokenizer=tokenizer), step, said
+
+
+def _corpus_changed(config, train_config, recorded) -> str | None:
+    """Why the corpus as it reads today is not the one the run trained on (the data fingerprint its ``run.json``
+    records differs from the corpus's now), or None where it is the same or the run recorded no fingerprint. A pinned
+    corpus is its stored ids, the same by construction."""
+    from ..data.fingerprint import data_fingerprint, same_data
+    from ..data.pinned import is_pinned
+
+    if is_pinned(train_config.data) or data_fingerprint(recorded) is None:
+        return None
+    from ..train.data import make_data
+
+    try:
+        now = make_data(config, train_config, progress=True).meta()
+    except (ValueError, OSError) as err:
+        return f"the run's corpus cannot be read ({err})"
+    if same_data(recorded, now):
+        return None
+    return (f"the run's corpus {train_config.data!r} has changed since it trained (run.json's data fingerprint "
+            "differs from the corpus's now)")
 
 
 def run_tokenizer(config, data):

@@ -138,3 +138,27 @@ def test_fold_never_writes_over_a_run(trained, tmp_path):
     assert done.exit_code == 0, done.output
     done = fold(str(run), str(tmp_path / "export"), "--to", "hf-gpt2")  # an export is replaced by a new one
     assert done.exit_code == 0, done.output
+    (tmp_path / "project").mkdir()  # a folder with a config.json among other files is no checkpoint
+    for name in ("config.json", "notes.txt"):
+        (tmp_path / "project" / name).write_text("{}")
+    (tmp_path / "project" / "src").mkdir()
+    done = fold(str(run), str(tmp_path / "project"), "--to", "hf-gpt2")
+    assert done.exit_code == 2 and "notes.txt, src/" in done.stderr, done.output
+    assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["config.json", "notes.txt", "src"]
+
+
+def test_a_corpus_changed_since_the_run_gets_no_tokenizer(corpus, tmp_path):
+    """A run's tokenizer is rebuilt from its corpus: where the corpus changed after training (its data fingerprint
+    in run.json differs), the rebuilt tokenizer would give other ids, so the export carries none and says why."""
+    data = tmp_path / "corpus"
+    shutil.copytree(corpus, data)
+    run = tmp_path / "run"
+    done = run_cli(["train", *tiny_args(data, "steps=2", "checkpoint_every=2", model=PRE), "--out", str(run)])
+    assert done.exit_code == 0, done.stderr
+    extra = sorted(corpus.glob("*.py"))[0]
+    (data / "added.py").write_text(extra.read_text(encoding="utf-8") * 3, encoding="utf-8")
+    done = fold(str(run), str(tmp_path / "out"), "--to", "hf-gpt2")
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.stdout.split())  # the terminal wraps long lines
+    assert "has changed since it trained" in said and "no tokenizer" in said, done.stdout
+    assert not (tmp_path / "out" / "tokenizer.json").exists() and (tmp_path / "out" / "config.json").exists()

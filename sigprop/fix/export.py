@@ -36,8 +36,9 @@ counterpart in sigprop's model:
 * the MLM head's transform, LayerNorm(GELU(dense x)), is the model's own where it has one (``head_transform``);
   without, it becomes the identity up to the norm: the last layer's output is x = γ·n + b (n normalised, γ and b
   its norm's weight and bias, 1 and 0 only at initialisation), dense = diag(1/γ) with bias
-  :data:`BERT_HEAD_SHIFT` − b/γ gives n + 20 on every unit, so GELU's input is ≥ 20 − max|n| (GELU(z) = z to
-  e^{−z²/2}, below 1e-80 for a normalised stream), the LayerNorm's mean subtraction removes the shift and
+  s − b/γ gives n + s on every unit, s = :data:`BERT_HEAD_SHIFT` + √(d − 1); a LayerNorm's output has Σn = 0 and
+  Σn² ≤ d, so |n_i| ≤ √(d − 1) on every unit (an outlier feature of a trained model included) and GELU's input is
+  ≥ 20 (GELU(z) = z to e^{−z²/2}, below 1e-80), the LayerNorm's mean subtraction removes the shift and
   normalises n to itself up to ε, and its weight and bias, γ and b times the head's output scale, give back x;
 * the embedding LayerNorm (``bert.embeddings.LayerNorm``) normalises each token's embedding sum, which sigprop's model
   does not, and no weight setting turns it off. The exported model computes sigprop's model with a LayerNorm
@@ -51,6 +52,7 @@ and Llama drop out nothing after their embeddings, whatever the model's ``embed_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +66,8 @@ __all__ = ["export_hf", "fold_run", "run_tokenizer", "EXPORT_TARGETS"]
 
 EXPORT_TARGETS = ("gpt2", "opt", "bert", "llama")
 
-#: The bias that puts the BERT MLM head's GELU on its linear branch (module docstring, ``to="bert"``).
+#: The least input of the BERT MLM head's GELU where it stands for the identity: its bias puts every unit at least
+#: this far onto GELU's linear branch (module docstring, ``to="bert"``).
 BERT_HEAD_SHIFT = 20.0
 
 
@@ -149,7 +152,7 @@ def _opt_state(model) -> tuple[dict, dict]:
     f = _float
     table = f(model.embed.position.weight)
     state = {"model.decoder.embed_tokens.weight": f(model.embed.token.weight),
-             "model.decoder.embed_positions.weight": torch.cat([torch.zeros(2, c.d_model, dtype=table.dtype), table]),
+             "model.decoder.embed_positions.weight": torch.cat([table.new_zeros(2, c.d_model), table]),
              **_post_ln_layers(model, "model.decoder.layers.",
                                ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj",
                                 "fc1", "fc2", "self_attn_layer_norm", "final_layer_norm"), scaled_last_norm=True),
@@ -193,7 +196,8 @@ def _bert_state(model) -> tuple[dict, dict]:
             raise ValueError("--to bert: the last layer's norm has a weight of exactly 0, so BERT's head transform "
                              "cannot recover the normalised stream from its output; give the model a head_transform")
         state["cls.predictions.transform.dense.weight"] = torch.diag(1.0 / gamma)
-        state["cls.predictions.transform.dense.bias"] = BERT_HEAD_SHIFT - bias / gamma
+        shift = BERT_HEAD_SHIFT + math.sqrt(c.d_model - 1)  # |n_i| ≤ √(d − 1) for a LayerNorm's output
+        state["cls.predictions.transform.dense.bias"] = shift - bias / gamma
         state["cls.predictions.transform.LayerNorm.weight"] = gamma * float(model.head_scale)
         state["cls.predictions.transform.LayerNorm.bias"] = bias * float(model.head_scale)
     state["cls.predictions.bias"] = zeros(c.vocab_size)

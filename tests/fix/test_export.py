@@ -23,12 +23,13 @@ HF_CLASS = {"gpt2": "GPT2LMHeadModel", "opt": "OPTForCausalLM", "bert": "BertFor
 
 
 def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embedding_norm: bool = False,
-                  trained_norms: bool = False):
+                  trained_norms: bool = False, outlier: bool = False):
     """sigprop's model of ``fields`` and its ``to`` export (float64), and the relative difference of their logits.
     With ``eps_zero`` every LayerNorm of both models is set to ε = 0 after the export (OPT's ε is fixed at 1e-5); with
     ``embedding_norm`` sigprop's embedding output goes through a LayerNorm (weight 1, bias 0) first: the model a BERT
     export computes (``sigprop.fix.export``, ``to="bert"``); with ``trained_norms`` every norm's weight and bias
-    move off 1 and 0 (by 0.3·N(0, 1) each), as training moves them."""
+    move off 1 and 0 (by 0.3·N(0, 1) each), as training moves them; with ``outlier`` the last layer's output has
+    one outlier feature (its FFN's first output row × 1000), as trained BERTs have."""
     config = TransformerConfig(**fields)
     model = Transformer(config, generator=torch.Generator().manual_seed(0)).double().eval()
     if trained_norms:
@@ -39,6 +40,9 @@ def _export_error(tmp_path, to: str, fields: dict, eps_zero: bool = False, embed
                     for p in (getattr(m, "weight", None), getattr(m, "bias", None)):
                         if p is not None:
                             p.add_(0.3 * torch.randn(p.shape, generator=moved, dtype=p.dtype))
+    if outlier:
+        with torch.no_grad():
+            model.layers[-1].ffn.branch.fc2.weight[0].mul_(1000.0)
     out = export_hf(model, tmp_path / to, to=to)
     hf = getattr(transformers, HF_CLASS[to]).from_pretrained(out, dtype=torch.float64).eval()
     if eps_zero:
@@ -189,6 +193,14 @@ def test_a_trained_model_s_norms_survive_the_bert_export(tmp_path, init, fields)
         model.layers[-1].ffn_norm.weight[0] = 0.0
     with pytest.raises(ValueError, match="weight of exactly 0"):
         export_hf(model, tmp_path / "zero", to="bert")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_an_outlier_feature_stays_on_the_bert_heads_linear_branch(tmp_path, activation):
+    """One feature far from the rest (a normalised coordinate near −√(d − 1) ≈ −22.6 at d = 512, beyond a fixed shift
+    of 20): the head transform's shift grows with √d, so the export still computes sigprop's model exactly."""
+    fields = dict(ENCODER, n_layers=1, d_model=512, n_heads=8, d_ff=512, activation=activation)
+    assert _export_error(tmp_path, "bert", fields, True, True, outlier=True)[1] <= 1e-12
 
 
 def test_exported_bert_s_logits_against_sigprop_s_own(tmp_path):

@@ -22,7 +22,8 @@ ARCHS: tuple[Arch, ...] = get_args(Arch)
 #: The largest dropout probability: the rules are verified up to 0.9 (Kedia et al. Table 22's range), and near 1 a
 #: sampled rule keeps no signal to estimate.
 MAX_DROPOUT = 0.9
-#: Every real-valued field is below this: larger values only overflow the rules' float64 arithmetic.
+#: Every real-valued field that enters the rules' arithmetic is below this: larger values only overflow their float64
+#: arithmetic (the rotary base, which only sets frequencies, is not bounded).
 MAX_NUMBER = 1e6
 Input = Literal["tokens", "patches"]
 INPUTS: tuple[Input, ...] = get_args(Input)
@@ -272,7 +273,7 @@ class TransformerConfig(DictConfig):
         integer("d_ff", 1, optional=True)
         integer("n_kv_heads", 1, optional=True)
         integer("head_dim", 1, optional=True)
-        number("rope_theta", 1.0, lo_open=True)
+        number("rope_theta", 1.0, None, lo_open=True)  # a rotary base only sets frequencies (Qwen2.5-1M's is 1e7)
         number("initializer_range", 0.0, lo_open=True)
         number("dropout", 0.0, MAX_DROPOUT)
         number("attn_dropout", 0.0, MAX_DROPOUT, optional=True)

@@ -83,6 +83,13 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_are():
             cfg(**{field: value})
 
 
+def test_long_context_rotary_bases_are_accepted():
+    """Yi-200K's rotary base is 5e6 and Qwen2.5-1M's 1e7: a base only sets frequencies, so it has no upper bound."""
+    assert cfg(position="rope", rope_theta=1e7).rope_theta == 1e7
+    with pytest.raises(ValueError, match="rope_theta"):
+        cfg(position="rope", rope_theta=1.0)
+
+
 def test_range_edges_accepted():
     cfg(dropout=0.0, attn_dropout=0.0, norm_eps=0.0, beta_alpha=0.0, lam=0.0)
     cfg(beta=0.0)

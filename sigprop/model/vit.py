@@ -43,7 +43,8 @@ def vit_config(n_blocks: int, d_model: int, n_heads: int, norm: str = "layernorm
     "rmsnorm", or "dyt" / "derf" (φ_α replacing every norm, the final one included, App. A), with initial α
     ``alpha`` (None: the config default) and optional position-specific ``alpha_attn`` / ``alpha_ffn`` /
     ``alpha_final``. Weights follow ``init="alekseev"`` with ``sigma_ov`` / ``sigma_21`` (None: the config defaults
-    0.31 / 0.61, the paper's ViT values). ``overrides`` are further :class:`TransformerConfig` fields.
+    0.31 / 0.61, the paper's ViT values). ``overrides`` are further :class:`TransformerConfig` fields
+    (``pool="cls"`` adds the [CLS] token to the sequence).
     """
     kw: dict[str, Any] = dict(arch="encoder", input="patches", n_layers=n_blocks, d_model=d_model, n_heads=n_heads,
               d_ff=None if isinstance(d_model, bool) or not isinstance(d_model, int) else 4 * d_model,
@@ -58,6 +59,7 @@ def vit_config(n_blocks: int, d_model: int, n_heads: int, norm: str = "layernorm
         if value is not None:
             kw[key] = value
     if isinstance(image_size, int) and isinstance(patch_size, int) and patch_size > 0:
-        kw["seq_len"] = (image_size // patch_size) ** 2
+        # the patches, and a [CLS] token before them where the classifier reads it
+        kw["seq_len"] = (image_size // patch_size) ** 2 + (overrides.get("pool") == "cls")
     kw.update(overrides)
     return TransformerConfig(**kw)

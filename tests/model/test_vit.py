@@ -30,6 +30,9 @@ def test_defaults_and_overrides():
     assert c.image_size == 32 and c.patch_size == 4 and c.seq_len == 64
     c = vit_config(2, 16, 2, norm="dyt", alpha_final=0.1, n_classes=7)
     assert c.alpha_at("final") == 0.1 and c.alpha_at("attn") == c.norm_alpha and c.n_classes == 7
+    c = vit_config(2, 16, 2, pool="cls")  # the [CLS] token joins the 64 patches
+    assert c.pool == "cls" and c.seq_len == 65
+    assert Transformer(c)(torch.randn(2, 1, 32, 32)).shape == (2, c.n_classes)
 
 
 def test_timm_sigmas():

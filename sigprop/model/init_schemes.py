@@ -38,6 +38,8 @@ class InitScheme:
             (``config.input_corr``; a patch model's is measured on its images).
         calibrated_from: the scheme whose plan the component rules calibrate into this one's (``auto``: DSLM's),
             None for a scheme whose plan is its own.
+        learns_beta: its residual branches' scales β are parameters (LayerScale; SkipInit, ReZero: learnable
+            β = 0), whatever ``TransformerConfig.learnable_beta`` says.
     """
 
     name: str
@@ -45,6 +47,7 @@ class InitScheme:
     made_for: NormPlacement | None = None
     needs_input_corr: bool = False
     calibrated_from: str | None = None
+    learns_beta: bool = False
 
     @property
     def calibrated(self) -> bool:
@@ -78,9 +81,9 @@ INIT_SCHEMES: dict[str, InitScheme] = {s.name: s for s in (
     InitScheme("dslm_simple", "dslm"),
     InitScheme("deepnorm", "xavier", made_for="post"),
     InitScheme("dsinit", "xavier"),
-    InitScheme("layerscale", "xavier"),
-    InitScheme("skipinit", "xavier"),
-    InitScheme("rezero", "xavier", made_for="none"),
+    InitScheme("layerscale", "xavier", learns_beta=True),
+    InitScheme("skipinit", "xavier", learns_beta=True),
+    InitScheme("rezero", "xavier", made_for="none", learns_beta=True),
     InitScheme("noci2022", "xavier"),
     InitScheme("mup", "mup"),
     InitScheme("alekseev", "alekseev"),

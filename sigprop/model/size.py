@@ -41,9 +41,30 @@ THEORY_LAYER_BYTES = 40_000
 RESOLVED_DEFAULT_BYTES = 1_000_000_000
 
 
+#: Parameters of one norm of width d, by ``TransformerConfig.norm``: (per unit, per norm) (DyT's α; Derf's α and
+#: shift are scalars).
+_NORM_PARAMETERS = {"layernorm": (2, 0), "rmsnorm": (1, 0), "dyt": (2, 1), "derf": (2, 2), "none": (0, 0)}
+
+
 def parameter_count(config: TransformerConfig) -> int:
-    """The number of parameters of a :class:`~sigprop.model.Transformer` of ``config`` (embeddings, every layer's
-    attention, cross-attention, FFN and norms, the head when untied)."""
+    """The number of parameters of a :class:`~sigprop.model.Transformer` of ``config``, counted from the config alone
+    (nothing is built, whatever its size): embeddings, every layer's attention (with QK-norm gains), cross-attention,
+    FFN, norms and learnable residual scales, the final norms, BERT's head transform, the head when untied.
+
+    Args:
+        config: the model's configuration.
+
+    Returns:
+        Its number of parameters (a tied head's shared with the token table counted once).
+
+    Example:
+        >>> from sigprop import TransformerConfig
+        >>> parameter_count(TransformerConfig(n_layers=3, d_model=32, n_heads=2, vocab_size=50, seq_len=8,
+        ...                                   max_len=8))
+        39168
+    """
+    from .init_schemes import scheme_info
+
     d, n_layers = config.d_model, config.total_layers
     if config.input == "tokens":
         embed = (config.vocab_size + config.position_table + config.n_segments) * d
@@ -52,11 +73,20 @@ def parameter_count(config: TransformerConfig) -> int:
         embed = (config.channels * config.patch_size**2 + 1 + config.n_image_tokens
                  + (1 if config.pool == "cls" else 0)) * d
         head = config.n_classes * d
+    per_unit, per_norm = _NORM_PARAMETERS[config.norm]
+    norm = per_unit * d + per_norm
+    learns_beta = config.learnable_beta or scheme_info(config.init).learns_beta
     attention = 2 * d * config.d_head * (config.n_heads + config.kv_heads)
-    ffn_matrices = 3 if config.activation in GATED_ACTIVATIONS else 2
-    per_layer = attention + ffn_matrices * d * config.ffn_width + 6 * d
-    cross = (n_layers - config.n_layers) * (4 * d * d + 2 * d) if config.arch == "encoder_decoder" else 0
-    return int(embed + head + n_layers * per_layer + cross + 2 * d)
+    if config.qk_norm:
+        attention += 2 * config.d_head
+    ffn = (3 if config.activation in GATED_ACTIVATIONS else 2) * d * config.ffn_width
+    branch_norm = norm if config.norm_position != "none" else 0
+    per_layer = attention + ffn + 2 * (branch_norm + learns_beta)
+    n_decoder = n_layers - config.n_layers if config.arch == "encoder_decoder" else 0
+    cross = n_decoder * (4 * d * d + branch_norm + learns_beta)
+    finals = (2 if config.arch == "encoder_decoder" else 1) * norm if config.has_final_norm else 0
+    transform = d * d + d + 2 * d if config.head_transform else 0
+    return int(embed + head + n_layers * per_layer + cross + finals + transform)
 
 
 def measure_bytes(config: TransformerConfig, batch_size: int) -> int:

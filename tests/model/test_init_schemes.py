@@ -55,6 +55,11 @@ def test_bounds_depth_is_whether_the_residual_scales_follow_beta_k(name):
 
 
 @pytest.mark.parametrize("name", SCHEME_NAMES)
+def test_learns_beta_is_whether_the_plan_makes_beta_a_parameter(name):
+    assert plan_for(TransformerConfig(**SMALL, init=name)).learnable_beta == scheme_info(name).learns_beta
+
+
+@pytest.mark.parametrize("name", SCHEME_NAMES)
 def test_a_post_ln_scheme_is_one_whose_skip_scale_needs_a_norm_to_divide_it_out(name):
     lam, _ = make_plan(TransformerConfig(**SMALL, init=name)).scales("attn", 0)
     assert (lam > 1.0) == (scheme_info(name).made_for == "post")

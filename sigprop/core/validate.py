@@ -13,8 +13,8 @@ import numpy.typing as npt
 
 from .errors import NotFinite
 
-__all__ = ["check_choice", "check_integer", "check_number", "integer_value", "check_range", "check_approx",
-           "check_corr_hidden", "NormChecks", "as_float64", "clip_corr"]
+__all__ = ["check_choice", "check_boolean", "check_integer", "check_number", "integer_value", "check_range",
+           "check_approx", "check_corr_hidden", "NormChecks", "as_float64", "clip_corr"]
 
 _Checked = TypeVar("_Checked")
 
@@ -34,6 +34,16 @@ def integer_value(v: object, name: str, lo: int) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
         raise ValueError(f"{name} must be an integer >= {lo} (got {v!r})")
     return int(v)
+
+
+def check_boolean(obj: object, name: str, optional: bool = False) -> None:
+    """``obj.name`` must be true or false (or None when ``optional``); a NumPy boolean is stored back as ``bool``."""
+    v = getattr(obj, name)
+    if isinstance(v, np.bool_):
+        v = bool(v)
+        object.__setattr__(obj, name, v)
+    if not (isinstance(v, bool) or (optional and v is None)):
+        raise ValueError(f"{name} must be true or false{' (or None)' if optional else ''} (got {v!r})")
 
 
 def _plain(obj: object, name: str) -> object:

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 from ..components.factory import ACTIVATIONS, ATTENTIONS, NORMS
 from ..components.shaped_relu import SHAPED_MODES
 from ..core.overrides import DictConfig, apply_field_overrides, dataclass_from_dict
-from ..core.validate import check_choice, check_integer, check_number
+from ..core.validate import check_boolean, check_choice, check_integer, check_number
 from .init_schemes import SCHEME_NAMES, InitScheme, scheme_info
 
 __all__ = ["TransformerConfig", "ARCHS", "INPUTS", "POOLS", "NORM_POSITIONS", "POSITIONS", "V_INITS", "MAX_DROPOUT",
@@ -250,9 +250,7 @@ class TransformerConfig(DictConfig):
             check_number(self, name, lo, hi, lo_open, hi_open, optional)
 
         def boolean(name: str, optional: bool = False) -> None:
-            v = getattr(self, name)
-            if not (isinstance(v, bool) or (optional and v is None)):
-                raise ValueError(f"{name} must be true or false{' (or None)' if optional else ''} (got {v!r})")
+            check_boolean(self, name, optional)
 
         choice("arch", ARCHS)
         choice("input", INPUTS)

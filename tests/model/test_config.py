@@ -73,7 +73,9 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_are():
     """A size or rate read from an array validates, and is stored (so serialised and hashed) as a plain number."""
     import numpy as np
 
-    c = cfg(n_layers=np.int64(4), d_model=np.int32(64), dropout=np.float32(0.25), lam=np.float64(0.5))
+    c = cfg(n_layers=np.int64(4), d_model=np.int32(64), dropout=np.float32(0.25), lam=np.float64(0.5),
+            tie_head=np.False_)
+    assert c.tie_head is False
     assert (c.n_layers, c.d_model, c.dropout, c.lam) == (4, 64, 0.25, 0.5)
     assert [type(v) for v in (c.n_layers, c.d_model, c.dropout, c.lam)] == [int, int, float, float]
     json.dumps(dataclasses.asdict(c))

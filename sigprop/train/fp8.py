@@ -12,8 +12,9 @@ half the smallest subnormal (2⁻¹⁰ for E4M3, 2⁻¹⁷ for E5M2) **underflow
 applied: that is what "direct" means, and it is exact for every value the format represents (q(x) = x there).
 
 What is cast (:func:`fp8_direct_cast`): every linear layer, i.e. every ``torch.nn.Linear`` (sigprop's
-:class:`~sigprop.components.linear.Linear` and the head, the patch projection) and every attention module's
-projection matrices ``w_q``, ``w_k``, ``w_v``, gets q(weight) and q(input) (a forward pre-hook casts the input
+:class:`~sigprop.components.linear.Linear` and the head, the patch projection), every attention module's
+projection matrices ``w_q``, ``w_k``, ``w_v`` and every gated unit's ``w_gate``, ``w_up`` (SwiGLU, GeGLU), gets
+q(weight) and q(input) (a forward pre-hook casts the input
 activations: the attention input, and the encoder memory a cross-attention reads); every embedding table
 (``torch.nn.Embedding``: token, position, segment) gets q(table). Biases, norm gains, residual scales and everything
 computed inside a layer (the attention scores, softmax, the residual sums, the norms, the loss) stay float32: the
@@ -38,8 +39,9 @@ __all__ = ["FP8_FORMATS", "check_fp8_format", "fp8_round", "CastStats", "fp8_dir
 #: The FP8 formats by name: E4M3 (the "fn" variant: no infinities, max 448) and E5M2 (max 57344).
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
-#: Parameters of an attention module that are linear projections (x @ w), cast like a Linear's weight.
-_PROJECTIONS = ("w_q", "w_k", "w_v")
+#: The parameters of a module that are linear projections of its input (x @ w), cast like a Linear's weight: an
+#: attention module's queries, keys and values, a gated unit's (SwiGLU / GeGLU) gate and up projections.
+_PROJECTIONS = (("w_q", "w_k", "w_v"), ("w_gate", "w_up"))
 
 
 def check_fp8_format(fmt) -> str | None:
@@ -109,8 +111,8 @@ def _cast_tensors(value, fmt: str, stats: CastStats):
 
 
 def _linear_weights(model: nn.Module) -> tuple[list[nn.Module], list[nn.Parameter]]:
-    """The modules whose inputs are cast (linear layers, attention modules with projections) and the parameters
-    cast (their weights, the embedding tables), each once (a tied head shares the token table)."""
+    """The modules whose inputs are cast (linear layers, attention modules and gated units: :data:`_PROJECTIONS`) and
+    the parameters cast (their weights, the embedding tables), each once (a tied head shares the token table)."""
     modules, params, seen = [], [], set()
 
     def add(p):
@@ -126,10 +128,12 @@ def _linear_weights(model: nn.Module) -> tuple[list[nn.Module], list[nn.Paramete
             add(m.weight)
         else:
             direct = dict(m.named_parameters(recurse=False))
-            if all(name in direct for name in _PROJECTIONS):
-                modules.append(m)
-                for name in _PROJECTIONS:
-                    add(direct[name])
+            for names in _PROJECTIONS:
+                if all(name in direct for name in names):
+                    modules.append(m)
+                    for name in names:
+                        add(direct[name])
+                    break
     return modules, params
 
 

@@ -66,7 +66,9 @@ def _representable(t: torch.Tensor, fmt: str) -> bool:
          vocab_size=64),
     dict(input="patches", image_size=8, patch_size=4, channels=1, n_classes=3, n_layers=1, d_model=16, n_heads=2,
          seq_len=4),
-], ids=["encoder_decoder", "vit"])
+    dict(arch="decoder", n_layers=1, d_model=16, n_heads=2, seq_len=8, max_len=8, vocab_size=64, norm="rmsnorm",
+         activation="swiglu", position="rope", tie_head=False),
+], ids=["encoder_decoder", "vit", "swiglu"])
 def test_every_linear_input_and_weight_and_every_table_is_cast_and_restored(config):
     from sigprop.model.config import TransformerConfig
     from sigprop.model.transformer import seeded_model
@@ -90,15 +92,14 @@ def test_every_linear_input_and_weight_and_every_table_is_cast_and_restored(conf
         seen.append((type(module).__name__, sorted(kw), all(_representable(t, "e4m3") for t in tensors)))
 
     with fp8_direct_cast(model, "e4m3") as stats:
-        cast = [m for m in model.modules() if isinstance(m, nn.Linear) or hasattr(m, "w_q")]
+        cast = [m for m in model.modules() if isinstance(m, nn.Linear) or hasattr(m, "w_q") or hasattr(m, "w_gate")]
         handles = [m.register_forward_pre_hook(check, with_kwargs=True) for m in cast]
         low = model(*args, **kwargs)
         for h in handles:
             h.remove()
-        for m in model.modules():
-            for name, p in m.named_parameters(recurse=False):
-                if (isinstance(m, nn.Linear | nn.Embedding) and name == "weight") or name in ("w_q", "w_k", "w_v"):
-                    assert _representable(p.detach(), "e4m3"), (type(m).__name__, name)
+        for name, p in model.named_parameters():  # every matrix: the linear layers', projections', tables
+            if p.dim() >= 2:
+                assert _representable(p.detach(), "e4m3"), name
     assert len(seen) == len(cast) and all(ok for _, _, ok in seen), seen
     if cfg.arch == "encoder_decoder":
         assert any(name == "CrossAttention" and "memory" in kw for name, kw, _ in seen)  # the memory is cast too

@@ -220,6 +220,9 @@ class ImageData(TrainData):
         if len(x) < 2:
             raise ValueError(f"{source} holds {len(x)} image(s); training needs at least 2 (one is held out for "
                              "validation)")
+        if int(torch.unique(y).numel()) < 2:  # a constant label is learnt at once and reads as accuracy 1
+            raise ValueError(f"{source}: every image has the same label (a .npy array carries no labels; a folder "
+                             "gives one class per subfolder): training a classifier needs at least two classes")
         parts = [xi.numpy() for xi in x]
         held = torch.from_numpy(_by_hash(parts, train_config.val_fraction))
         return cls(cfg, train_config.seed, x[~held], y[~held], x[held], y[held], source)

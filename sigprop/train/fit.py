@@ -218,6 +218,9 @@ def _run(model_config, train_config: TrainConfig, run_dir: Path, device, progres
     try:
         if train_config.batch_size % world.size:
             raise ValueError(f"batch_size {train_config.batch_size} does not split over {world.size} processes")
+        if model_config.arch == "decoder" and model_config.seq_len < 2:  # before the corpus is read and encoded
+            raise ValueError("no position of a training batch has a target (a decoder predicts the next token: it "
+                             f"needs seq_len >= 2, got {model_config.seq_len})")
         _check_memory(model_config, train_config, world)
         if train_config.tensorboard:
             TensorBoardScalars.check_available()

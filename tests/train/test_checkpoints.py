@@ -196,7 +196,8 @@ def test_a_folder_with_another_run_s_checkpoints_is_refused_for_a_new_run(corpus
 
 
 def test_what_cannot_train_is_refused_before_the_run_folder_is_written(corpus, tmp_path):
-    """A decoder of one token has no next token to predict; one image leaves nothing to validate on."""
+    """A decoder of one token has no next token to predict; one image leaves nothing to validate on; images of one
+    class (a .npy array, which carries no labels) leave nothing to learn."""
     out = tmp_path / "one-token"
     _one_line_error(train(*tiny_args(corpus, "steps=2"), "--set", "seq_len=1", "--out", str(out)),
                     "needs seq_len >= 2")
@@ -209,6 +210,11 @@ def test_what_cannot_train_is_refused_before_the_run_folder_is_written(corpus, t
     out = tmp_path / "one-image"
     _one_line_error(train(*vit, "--train-set", "steps=2", "--data", str(tmp_path / "one.npy"), "--out", str(out)),
                     "at least 2")
+    assert not (out / "run.json").exists()
+    np.save(tmp_path / "noise.npy", np.random.default_rng(0).random((40, 8, 8)))  # no labels: one class
+    out = tmp_path / "one-class"
+    _one_line_error(train(*vit, "--train-set", "steps=2", "--data", str(tmp_path / "noise.npy"), "--out", str(out)),
+                    "at least two classes")
     assert not (out / "run.json").exists()
 
 

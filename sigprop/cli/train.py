@@ -4,6 +4,7 @@ curves (``sigprop train plot``). Parses, calls :func:`sigprop.train.fit` / :func
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import deque
@@ -141,7 +142,7 @@ def train_command(
                                              "checkpoint, exactly.")] = None,
     track_every: Annotated[int, typer.Option(help="Record every layer's statistics on a fixed probe batch every K "
                                              "steps, with the theory at step 0 (track.jsonl, track.png).")] = None,
-    data: Annotated[Path, typer.Option(help="Text file or folder to train on (default: the Python standard "
+    data: Annotated[str, typer.Option(help="Text file or folder to train on (default: the Python standard "
                                        "library's source, ~2.6 M tokens at a vocabulary of 2048; `python`: the "
                                        "standard library and the installed packages, 64 MB, ~22 M tokens); for a "
                                        "ViT a folder of images or a .npy array.")] = None,
@@ -173,9 +174,9 @@ def train_command(
         extra = list(train_overrides or ())
         if track_every is not None:
             extra.append(f"track_every={track_every}")
-        if data is not None:
-            extra.append(f"data={data}")
         model_config, train_config = resolve_train_configs(preset, config, overrides, extra)
+        if data is not None:  # as typed: `./python` is a folder, `python` the installed packages' corpus
+            train_config = dataclasses.replace(train_config, data=data)
         result = fit(model_config, train_config, out, device=device, progress=TrainDisplay(),
                      command=_command_line())
     _print_result(result)

@@ -95,3 +95,20 @@ def test_train_help_lists_the_interface():
     out = run_cli(["train", "--help"]).stdout
     for option in ("--preset", "--config", "--set", "--train-set", "--out", "--resume", "--track-every", "plot"):
         assert option in out
+
+
+@pytest.mark.parametrize("data", ["./python", "none", "my corpus/part=1"])
+def test_data_reaches_training_as_typed(data, monkeypatch, tmp_path):
+    """``--data`` is a path as typed: `./python` is a folder (not the corpus named `python`), `none` a folder named
+    so (not the default corpus), and a value with `=` or spaces is not parsed as an override."""
+    import sigprop.train
+
+    got = []
+
+    def fit(model_config, train_config, out, **kwargs):
+        got.append(train_config.data)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sigprop.train, "fit", fit)
+    run_cli(["train", *TINY, "--data", data, "--out", str(tmp_path / "run")])
+    assert got == [data]

@@ -46,8 +46,8 @@ def mask_tokens(ids, mask_id: int, prob: float = 0.15, generator: torch.Generato
     non-padding position chosen uniformly is selected, so that a loss always exists; this raises the selection rate
     by at most (1 − prob)^n / n. ``vocab_size`` defaults to max(ids.max(), mask_id) + 1. Randomness comes from
     ``generator`` (which must live on ``ids``' device) or torch's global generator.
-    Raises ``ValueError`` for non-integer or empty ids, prob ∉ (0, 1], a batch that is all padding, or ids outside
-    [0, vocab_size).
+    Raises ``ValueError`` for non-integer or empty ids, prob ∉ (0, 1], a batch that is all padding, or ids (or
+    ``mask_id``) outside [0, vocab_size).
     """
     ids = _check_ids(ids)
     mask_id = _check_id(mask_id, "mask_id")
@@ -62,6 +62,8 @@ def mask_tokens(ids, mask_id: int, prob: float = 0.15, generator: torch.Generato
     vocab_size = _check_id(vocab_size, "vocab_size", 1)
     if int(ids.max()) >= vocab_size:
         raise ValueError(f"ids must be < vocab_size = {vocab_size} (got max id {int(ids.max())})")
+    if mask_id >= vocab_size:  # it would be written into the inputs and fail only in the embedding lookup
+        raise ValueError(f"mask_id must be < vocab_size = {vocab_size} (got {mask_id})")
     random_low = _check_id(random_low, "random_low")
     if random_low >= vocab_size:
         raise ValueError(f"random_low must be < vocab_size = {vocab_size} (got {random_low})")

@@ -148,8 +148,9 @@ class TextData(TrainData):
 
     def val_batches(self, n_batches: int, batch_size: int, rank: int = 0, world: int = 1) -> list[Batch]:
         """``n_batches`` fixed batches of windows spread evenly over the held-out stream, their starts
-        ⌊(held-out tokens − window + 1)/(n_batches × batch_size)⌋ apart: non-overlapping where the stream holds all
-        the windows, overlapping where it does not (each token then scored about window × windows / stream times),
+        ⌊(held-out tokens − window + 1)/(n_batches × batch_size)⌋ apart: non-overlapping where that spacing is at
+        least a window (a stream of at least (windows + 1) × window − 1 tokens), overlapping where it is not (each
+        token then scored about window × windows / stream times),
         wrapping round when it is shorter than the windows' starts. The windows depend on ``n_batches ×
         batch_size`` only, not on the run's seed. A
         masked LM's masks are drawn per batch from the run's seed (stream 1), so two models at one seed are scored

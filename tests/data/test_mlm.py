@@ -101,6 +101,7 @@ def test_mask_errors():
         ({"vocab_size": 7}, "vocab_size"),
         ({"ids": torch.tensor([[-1, 3]])}, "non-negative"),
         ({"random_low": 100, "vocab_size": 10}, "random_low"),
+        ({"mask_id": 600, "vocab_size": 100}, "mask_id"),
     ]
     for kw, field in cases:
         args = {"ids": ids, "mask_id": MASK} | kw

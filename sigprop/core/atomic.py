@@ -50,7 +50,7 @@ def atomic_path(path: StrPath, *, folder: bool = False, durable: bool = False, s
     Args:
         path: the destination (its parent folders are created).
         folder: the destination is a folder (an existing one is replaced whole).
-        durable: flush the written file and the folder entry to disk.
+        durable: flush the written file (a folder: every file in it) and the folder entry to disk.
         suffix: the temporary name's ending (a writer that infers the format from it, e.g. ``".png"``).
 
     Returns:
@@ -76,6 +76,13 @@ def atomic_path(path: StrPath, *, folder: bool = False, durable: bool = False, s
         yield tmp
         if durable and not folder:
             _fsync_file(tmp)
+        elif durable:  # every file written into the folder, and the folder's own entries, before it is renamed
+            for written in sorted(tmp.rglob("*")):
+                if written.is_file():
+                    _fsync_file(written)
+                else:
+                    fsync_folder(written)
+            fsync_folder(tmp)
         plain_mode(tmp, folder=folder)
         old = None
         if folder and path.exists():  # the old folder aside first: an interruption leaves one whole folder in place

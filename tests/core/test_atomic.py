@@ -71,3 +71,18 @@ def test_an_interruption_while_the_old_folder_goes_leaves_a_whole_folder(tmp_pat
     with pytest.raises(KeyboardInterrupt), atomic_path(out, folder=True) as tmp:
         (tmp / "config.json").write_text("{}")
     assert sorted(p.name for p in out.iterdir()) == ["config.json"]  # the new folder, whole
+
+
+def test_a_durable_folder_flushes_every_file_in_it_before_the_rename(tmp_path, monkeypatch):
+    """``durable=True`` with a folder: each file written into it (nested ones too) is flushed to disk before the
+    folder is renamed into place."""
+    import sigprop.core.atomic as atomic
+
+    flushed = []
+    monkeypatch.setattr(atomic, "_fsync_file", lambda p: flushed.append(p.name))
+    out = tmp_path / "export"
+    with atomic_path(out, folder=True, durable=True) as tmp:
+        (tmp / "a.bin").write_bytes(b"1")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b.json").write_text("{}")
+    assert sorted(flushed) == ["a.bin", "b.json"] and (out / "sub" / "b.json").read_text() == "{}"

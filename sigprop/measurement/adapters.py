@@ -67,10 +67,25 @@ def head_of(model: nn.Module) -> Head:
     return head_of_class(type(model), bool(getattr(model.config, "is_encoder_decoder", False)))
 
 
+def _loss_of_a_batch(model: nn.Module) -> bool:
+    """Whether ``model`` has the protocol's ``loss(batch)``: a method taking the batch alone (not a loss module held as
+    an attribute, nor a ``loss(logits, targets)``)."""
+    import inspect
+
+    loss = getattr(model, "loss", None)
+    if not callable(loss) or isinstance(loss, nn.Module):
+        return False
+    try:
+        inspect.signature(loss).bind(None)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _logits(outputs: object) -> torch.Tensor | None:
     if isinstance(outputs, torch.Tensor):
         return outputs
-    logits = getattr(outputs, "logits", None)
+    logits = outputs.get("logits") if isinstance(outputs, Mapping) else getattr(outputs, "logits", None)
     if isinstance(logits, torch.Tensor):
         return logits
     if isinstance(outputs, tuple | list):
@@ -203,7 +218,7 @@ def adapt(model: nn.Module, sites: Sequence[tuple[int, str, nn.Module | InputOf]
         ('module', ('1',), 4)
     """
     hf = is_hf_model(model)
-    protocol = not hf and (callable(getattr(model, "sites", None)) or callable(getattr(model, "loss", None)))
+    protocol = not hf and (callable(getattr(model, "sites", None)) or _loss_of_a_batch(model))
     kind: ModelKind = "protocol" if protocol else "hf" if hf else "module"
     cfg: Any = getattr(model, "config", None)
     decoder_from = cfg.n_layers if kind == "protocol" and getattr(cfg, "arch", None) == "encoder_decoder" else None

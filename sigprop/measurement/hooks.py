@@ -539,6 +539,11 @@ class Recorder:
 
         def record(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             x = next((a for a in args if isinstance(a, torch.Tensor)), kwargs.get("hidden_states"))
+            if x is None:  # the stream passed by another keyword: the block's first (batch, tokens, hidden) tensor
+                x = next((v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.dim() == 3), None)
+            if x is None:
+                raise ValueError(f"site {key}: no (batch, tokens, hidden) tensor among the first block's arguments "
+                                 f"({', '.join(kwargs) or 'none'}); pass sites=")
             self._record(key, x, store_fwd, store_grad)
 
         return record
@@ -546,6 +551,10 @@ class Recorder:
     def _record(self, key: Site, out: Any, store_fwd: list[torch.Tensor], store_grad: list[torch.Tensor]) -> None:
         if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
             out = out[0]  # a block returning (hidden states, attention weights, …), as Hugging Face's did
+        if isinstance(out, torch.Tensor) and out.is_nested:  # torch's encoder fast path drops padded positions
+            raise ValueError(f"site {key}: the block returned a nested tensor (nn.TransformerEncoder's fast path on "
+                             "a padded batch without gradients); build it with enable_nested_tensor=False, or "
+                             "measure with gradients")
         if not isinstance(out, torch.Tensor) or out.dim() != 3:
             raise ValueError(f"site {key}: the module output must be a (batch, tokens, hidden) tensor "
                              f"(got {getattr(out, 'shape', type(out))})")
@@ -777,7 +786,13 @@ def measure(model: nn.Module, batch: Batch | Mapping[str, Any] | torch.Tensor,
                                      "; sigprop reads (batch, tokens, hidden): build it batch-first or pass sites= "
                                      "of modules that return that")
             if loss.requires_grad and outs:
-                torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
+                try:
+                    torch.autograd.grad(loss.reshape(()), outs, allow_unused=True)
+                except RuntimeError as err:
+                    if "use_reentrant" not in str(err):
+                        raise
+                    raise ValueError("the model runs its blocks under activation checkpointing, which re-runs them "
+                                     "in the backward pass; measure without checkpointing") from None
             else:
                 no_gradient = True
             del loss, outs

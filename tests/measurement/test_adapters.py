@@ -282,3 +282,73 @@ def test_gradients_are_measured_inside_no_grad_and_hugging_face_masks_are_read_w
 
     own = sigprop.measure(net, {"input_ids": ids, "attention_mask": attention, "scale": 1.0}, loss_fn=loss_fn)
     assert own.meta["padding_excluded"]
+
+
+class _DictGPT(NanoGPT):
+    """Returns a plain dict, and holds its loss function as an attribute (as many training scripts do)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, idx):
+        return {"logits": super().forward(idx)}
+
+
+class _KeywordGPT(NanoGPT):
+    """Calls its blocks with the stream as a keyword, ``block(x=x)``."""
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x=x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+class _CheckpointedGPT(NanoGPT):
+    def forward(self, idx):
+        from torch.utils.checkpoint import checkpoint
+
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = checkpoint(block, x, use_reentrant=True)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def test_a_dict_output_a_loss_attribute_and_a_keyword_stream_are_read():
+    """A model returning {"logits": ...} with a loss module as its `loss` attribute is a plain module (not sigprop's
+    protocol) scored on its logits; a first block called as block(x=x) has its stream read from the keyword. Both
+    give the plain nanoGPT's profile, the same weights."""
+    ids, _ = _ids_and_mask(6)
+    plain = NanoGPT(n_layer=3, vocab=V)
+    reference = sigprop.measure(plain, ids)
+    for cls in (_DictGPT, _KeywordGPT):
+        other = cls(n_layer=3, vocab=V)
+        other.load_state_dict(plain.state_dict())
+        assert adapt(other).kind == "module"
+        profile = sigprop.measure(other, ids)
+        for a, b in zip(profile.rows, reference.rows, strict=True):
+            assert (a.layer, a.site) == (b.layer, b.site)
+            assert _rel(a.fwd_var, b.fwd_var) <= 1e-6 and _rel(a.grad_var, b.grad_var) <= 1e-5
+
+
+def test_reentrant_checkpointing_is_refused_in_one_line():
+    ids, _ = _ids_and_mask(6)
+    with pytest.raises(ValueError, match="activation checkpointing"):
+        sigprop.measure(_CheckpointedGPT(n_layer=2, vocab=V), ids)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_nested_tensor_from_torchs_encoder_fast_path_is_refused_in_one_line():
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 6, 16)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    from sigprop.measurement.hooks import Recorder
+
+    with (pytest.raises(ValueError, match="enable_nested_tensor=False"), torch.no_grad(),
+          Recorder(encoder, mask=mask, grads=False)):
+        encoder(x, src_key_padding_mask=~mask)

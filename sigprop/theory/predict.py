@@ -323,9 +323,21 @@ class Prediction:
             meta["backward_state"] = "exchangeable tokens"
             if self.resolved_note is not None:
                 meta["token_resolved"] = self.resolved_note
-        if self.config.arch != "encoder":
-            meta["caveat"] = DECODER_CAVEAT
+        caveats = [DECODER_CAVEAT] if self.config.arch != "encoder" else []
+        if self._padded() and (gradients or not self.resolved):
+            swept = "backward" if self.resolved else "forward and backward"
+            caveats.append(f"the batch is padded: the exchangeable {swept} sweep reads every sequence at its padded "
+                           f"length (L = {self.L}, padded keys attended), so its variances are biased where lengths "
+                           "differ; the token-resolved sweeps keep padding out (token_resolved=True with labels "
+                           "resolves the backward too)")
+        if caveats:
+            meta["caveat"] = "; ".join(caveats)
         return _profile(self.config, fwd_rows, grad_rows, meta, self.model.plan)
+
+    def _padded(self) -> bool:
+        """Whether the batch's token ids hold padding (``pad_id`` given and present)."""
+        ids = self.token_ids
+        return ids is not None and self.pad_id is not None and bool((ids == self.pad_id).any())
 
     def _exchangeable_backward(self, walk: ForwardWalk[Moments, GradMoments], grad_top: GradMoments | None,
                                progress: Callable[[int], None] | None, meta: dict) -> dict:

@@ -259,3 +259,19 @@ def test_a_batch_whose_real_tokens_take_every_id_cannot_mark_its_padding():
     batch = sigprop.make_batch(config, ids, padding_mask=torch.tensor([[True] * 8 + [False] * 2]))
     with pytest.raises(ValueError, match="none is left to mark its padding"):
         batch_prediction(config, batch)
+
+
+def test_a_padded_batch_in_an_exchangeable_sweep_carries_a_caveat():
+    """The exchangeable sweeps read every sequence at its padded length: a padded batch predicted through one (an
+    encoder's default backward, or both sweeps with token_resolved=False) says so; an unpadded batch does not."""
+    import sigprop
+
+    config = TransformerConfig(arch="encoder", n_layers=2, d_model=32, n_heads=2, vocab_size=60, seq_len=12,
+                               max_len=12, dropout=0.0)
+    ids = torch.randint(5, 60, (4, 12), generator=torch.Generator().manual_seed(0))
+    padded = ids.clone()
+    padded[1, 6:] = 0
+    for token_resolved in (None, False):
+        caveat = sigprop.predict(config, token_ids=padded, pad_id=0, token_resolved=token_resolved).meta.get("caveat")
+        assert caveat is not None and "padded" in caveat
+        assert "caveat" not in sigprop.predict(config, token_ids=ids, pad_id=0, token_resolved=token_resolved).meta

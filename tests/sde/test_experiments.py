@@ -160,3 +160,13 @@ def test_figure3_reproduction_at_the_papers_settings():
     for row in r.data["rows"]:
         if any(abs(row["gamma"] - g) < 1e-9 for g in r.setup["ks_gammas"]):
             assert row["ks"]["statistic"] <= row["ks"]["critical"], row
+
+
+def test_figure3_judges_the_gammas_asked_for():
+    """γs asked for that are not the caption's acceptance γs are judged themselves (not "no" for want of overlap),
+    and the dt/2 check runs at the first of them; 0.7071 counts as the caption's 1/√2."""
+    r = figure3(width=40, depth=8, gammas=(0.3,), samples=256, seed=1)
+    assert r.data["dt_check"]["gamma"] == 0.3
+    assert r.checks["ks_le_0.05_at_ks_gammas"] == (r.data["rows"][0]["ks"]["statistic"] <= 0.05)
+    r = figure3(width=40, depth=8, gammas=(0.3, 0.7071), samples=256, seed=1, check_dt=False)
+    assert r.checks["ks_le_0.05_at_ks_gammas"] == (r.data["rows"][1]["ks"]["statistic"] <= 0.05)

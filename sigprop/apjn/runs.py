@@ -94,9 +94,11 @@ class PhaseRun:
 
 
 def run_phase(norm: str, alphas: list[float], grid: int = 60, max_sigma: float = 2.0,
-              progress: Progress | None = None, json_path=None, plot=None) -> PhaseRun:
+              progress: Progress | None = None, json_path=None, plot=None,
+              point: tuple[float, float] | None = None) -> PhaseRun:
     """The λ⁻¹ map of DyT/Derf (``norm``) at each α and the ζ map of pre-LN over a ``grid`` × ``grid`` of
-    (σ_21, σ_OV) ∈ (0, ``max_sigma``]² (Alekseev Fig. 3), with their values at the ViT's point (App. A)."""
+    (σ_21, σ_OV) ∈ (0, ``max_sigma``]² (Alekseev Fig. 3), with their values at ``point`` = (σ_21, σ_OV) (default:
+    the ViT's, App. A), marked on the figure."""
     from .asymptotics import phase_map
     from .plots import plot_phase
 
@@ -110,6 +112,9 @@ def run_phase(norm: str, alphas: list[float], grid: int = 60, max_sigma: float =
     axis = np.linspace(max_sigma / grid, max_sigma, grid)
     phi, name = {"derf": ("erf", "Derf"), "dyt": ("tanh", "DyT")}[norm]
     s21, sov = ApjnSetup.__dataclass_fields__["sigma_21"].default, ApjnSetup.__dataclass_fields__["sigma_ov"].default
+    if point is not None:
+        s21, sov = (check_range(v, name, lo=0.0, hi=100.0, lo_open=True)
+                    for v, name in zip(point, ("--sigma-ffn", "--sigma-attn"), strict=True))
     maps = []
     for alpha in alphas:
         tasks(progress).task(f"phase map {name} α={alpha:g}, {grid}×{grid}", None)

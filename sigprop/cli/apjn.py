@@ -88,14 +88,15 @@ def apjn_command(
         if first is None:
             raise ValueError(f"--phase maps λ⁻¹ of DyT or Derf: give --norm dyt or derf (got {norm!r})")
         with Display() as display:
-            run = run_phase(first, alphas, grid, max_sigma, display, json_path, plot)
+            run = run_phase(first, alphas, grid, max_sigma, display, json_path, plot,
+                            point=(sigma_ffn, sigma_attn))
         for label, ph, seconds, lam, c_star, _ in run.maps:
             lo, hi = np.nanmin(ph.lambda_inv), np.nanmax(ph.lambda_inv)
             console.print(f"{label}: λ⁻¹ over σ_21, σ_OV ∈ [{run.axis[0]:.3g}, {run.axis[-1]:.3g}] spans "
-                          f"[{lo:.3g}, {hi:.3g}] ({seconds:.2f} s); at the ViT's (σ_21, σ_OV) = {run.point}: "
+                          f"[{lo:.3g}, {hi:.3g}] ({seconds:.2f} s); at (σ_21, σ_OV) = {run.point}: "
                           f"λ⁻¹ = {lam:.4g}, c* = {c_star:.4g}")
         lo, hi = np.nanmin(run.zeta), np.nanmax(run.zeta)
-        console.print(f"pre-LN: ζ spans [{lo:.3g}, {hi:.3g}]; at the ViT's point ζ = {run.zeta_at:.4g}")
+        console.print(f"pre-LN: ζ spans [{lo:.3g}, {hi:.3g}]; at (σ_21, σ_OV) = {run.point} ζ = {run.zeta_at:.4g}")
         print_written(run.written)
         return
     setups = apjn_setups(norms, alphas, blocks=blocks, sigma_21=sigma_ffn, sigma_ov=sigma_attn, d_model=width,

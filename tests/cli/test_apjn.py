@@ -49,6 +49,19 @@ def test_apjn_phase_maps(tmp_path):
     assert fig.stat().st_size > 10_000
 
 
+def test_apjn_phase_reads_the_point_asked_for():
+    """--sigma-ffn / --sigma-attn move the point whose λ⁻¹ and ζ are printed (the ViT's by default)."""
+    from sigprop.apjn.runs import run_phase
+
+    default = run_phase("derf", [1.0], grid=4)
+    moved = run_phase("derf", [1.0], grid=4, point=(1.2, 0.9))
+    assert default.point == (0.61, 0.31) and moved.point == (1.2, 0.9)
+    assert moved.maps[0][3] != default.maps[0][3] and moved.zeta_at != default.zeta_at
+    result = run_cli(["apjn", "--phase", "--norm", "derf", "--alpha", "1", "--grid", "4", "--sigma-ffn", "1.2",
+                      "--sigma-attn", "0.9"])
+    assert result.exit_code == 0 and "(1.2, 0.9)" in result.output, result.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["--norm", "batchnorm"], "--norm must be"),
     (["--norm", "derf", "--alpha", "one"], "--alpha must be"),

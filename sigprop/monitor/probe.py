@@ -134,9 +134,10 @@ class Probe:
                 yield
 
     def check(self) -> None:
-        """One forward pass of the loss on the batch, without gradients, in the probe's isolation: ``ValueError``
-        saying what failed when the model cannot take the batch (a wrong key, shape or vocabulary, no labels its
-        head needs, a loss that is not a scalar), before any training."""
+        """One forward pass of the loss on the batch, without gradients, then one probe (forward and backward), in
+        the probe's isolation: ``ValueError`` saying what failed when the model cannot take the batch (a wrong key,
+        shape or vocabulary, no labels its head needs, a loss that is not a scalar) or cannot be measured (blocks
+        re-run by activation checkpointing), before any training."""
         from ..measurement.adapters import adapt
 
         name = type(self.model).__name__
@@ -155,6 +156,11 @@ class Probe:
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"the probe batch cannot be taken by {name}: the loss must be a scalar tensor (got "
                              f"{getattr(loss, 'shape', type(loss).__name__)})")
+        try:  # one probe now, gradients included: what only a backward finds (checkpointed blocks) stops no training
+            self.measure()
+        except (ValueError, RuntimeError) as err:
+            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"the monitor cannot measure {name}: {text}") from err
 
     def measure(self):
         """The measured :class:`~sigprop.core.profile.Profile` of the batch, now (module docstring)."""

@@ -332,3 +332,24 @@ def test_a_new_run_in_a_used_folder_does_not_inherit_the_last_run_s_theory(tmp_p
     (tmp_path / PREDICTION_FILE).write_text(json.dumps({"step": 0, "layers": [0, 1]}))
     TrackFile(tmp_path)  # a new run (no resume step)
     assert read_prediction(tmp_path) is None
+
+
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad")
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_model_under_activation_checkpointing_is_refused_when_the_monitor_is_made(reentrant):
+    """Checkpointed blocks re-run in the backward pass, which only a backward shows: the monitor probes once when it
+    is made, so the refusal comes before any training step, in one line (not inside the loop at the first point)."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(NanoGPT):
+        def forward(self, idx, targets=None):
+            x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device)))
+            for block in self.h:
+                x = checkpoint(block, x, use_reentrant=reentrant)
+            logits = self.lm_head(self.ln_f(x))
+            return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                             targets.reshape(-1))
+
+    with pytest.raises(ValueError, match="the monitor cannot measure Checkpointed.*checkpointing") as err:
+        sigprop.Monitor(Checkpointed(n_layer=2), nanogpt_batch(0), every=10, loss_fn=nanogpt_loss)
+    assert "\n" not in str(err.value)

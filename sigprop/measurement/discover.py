@@ -8,15 +8,17 @@ sigprop's own models (:mod:`sigprop.measurement.hooks`). The stack is found, in 
 1. a Hugging Face model: the ``nn.ModuleList``\\ s whose children are of a class in its ``_no_split_modules`` (the
    class Hugging Face never splits across devices: its block), all of them in module order, so that an
    encoder–decoder's encoder blocks are layers 0 … N − 1 and its decoder's follow, as in sigprop's models;
-2. any other module: the longest ``nn.ModuleList`` whose children share one class and hold modules of their own (a
-   list of norms or of bare linear maps is not a stack of blocks where a list of blocks exists), ignoring lists
-   nested inside another ``nn.ModuleList`` (a mixture of experts inside each block, the heads inside a block of a
-   list of mixed blocks). Of two lists of that longest length, the one of the larger blocks (by parameters); blocks
-   within 2× of each other's size (an encoder's and a decoder's, as in ``nn.Transformer``) are ambiguous:
-   ``ValueError``, naming them, asks for ``sites=``.
+2. any other module: the longest ``nn.ModuleList`` or ``nn.Sequential`` whose children share one class and hold
+   modules of their own (a list of norms or of bare linear maps is not a stack of blocks where a list of blocks
+   exists), ignoring lists nested inside another ``nn.ModuleList`` (a mixture of experts inside each block, the heads
+   inside a block of a list of mixed blocks) or inside a uniform ``nn.Sequential`` (the heads inside each block of a
+   GPT whose blocks are an ``nn.Sequential``). Of two lists of that longest length, the one of the larger blocks (by
+   parameters); blocks within 2× of each other's size (an encoder's and a decoder's, as in ``nn.Transformer``) are
+   ambiguous: ``ValueError``, naming them, asks for ``sites=``.
 
 ``sites=`` overrides both. The input site is :class:`InputOf` the first block (a forward pre-hook reads its first
-tensor argument, or its ``hidden_states`` keyword), so no embedding module needs to be named.
+tensor argument, or its ``hidden_states`` keyword, or its one (batch, tokens, hidden) keyword tensor), so no embedding
+module needs to be named.
 """
 
 from __future__ import annotations
@@ -51,26 +53,41 @@ class DiscoveredSites:
     decoder_from: int | None
 
 
-def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.ModuleList]]:
-    """(path, list) of the ``nn.ModuleList``\\ s whose children share one class (of ``classes`` when given), outermost
-    only: a list inside another ``nn.ModuleList``'s children (uniform or not) is left out."""
-    lists = [path for path, module in model.named_modules() if isinstance(module, nn.ModuleList)]
-    found: list[tuple[str, nn.ModuleList]] = []
+def _uniform(module: nn.Module) -> bool:
+    """Whether ``module`` is a non-empty ``nn.ModuleList`` whose children share one class, or an ``nn.Sequential``
+    of blocks of one class (modules of their own that are not containers: a chain of bare layers is no stack)."""
+    if not isinstance(module, nn.ModuleList | nn.Sequential) or len(module) == 0:
+        return False
+    kinds = {type(child) for child in module}
+    if len(kinds) != 1:
+        return False
+    if isinstance(module, nn.ModuleList):
+        return True
+    first = next(iter(module.children()))
+    return (not isinstance(first, nn.ModuleList | nn.Sequential | nn.ModuleDict)
+            and any(True for _ in first.children()))
+
+
+def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.Module]]:
+    """(path, list) of the ``nn.ModuleList``\\ s and ``nn.Sequential``\\ s whose children share one class (of
+    ``classes`` when given), outermost only: a list inside another ``nn.ModuleList``'s children (uniform or not), or
+    inside a uniform ``nn.Sequential``'s (a stack of blocks, as in a GPT whose blocks are an ``nn.Sequential`` and
+    whose attention heads a list in each block), is left out."""
+    outers = [path for path, module in model.named_modules()
+              if isinstance(module, nn.ModuleList) or (isinstance(module, nn.Sequential) and _uniform(module))]
+    found: list[tuple[str, nn.Module]] = []
     for path, module in model.named_modules():
-        if not isinstance(module, nn.ModuleList) or len(module) == 0:
+        if not _uniform(module):
             continue
-        if any(path.startswith(outer + ".") for outer in lists if outer != path):
+        if any(path.startswith(outer + ".") for outer in outers if outer != path):
             continue
-        kinds = {type(child) for child in module}
-        if len(kinds) != 1:
-            continue
-        if classes is not None and next(iter(kinds)).__name__ not in classes:
+        if classes is not None and type(next(iter(module.children()))).__name__ not in classes:
             continue
         found.append((path, module))
     return found
 
 
-def block_stacks(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+def block_stacks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The block stacks of ``model`` (module docstring): (module path, list) pairs, in module order.
 
     Args:

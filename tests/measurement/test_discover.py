@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from torch import nn
 
 from sigprop.measurement.discover import InputOf, block_stacks, discover_sites
@@ -87,3 +88,46 @@ def test_hugging_face_blocks_from_no_split_modules():
         patch_size=8))
     ((path, blocks),) = block_stacks(vit)
     assert len(blocks) == 4 and type(blocks[0]).__name__ == "ViTLayer"
+
+
+class _Head(torch.nn.Module):
+    def __init__(self, d: int, size: int):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(d, size, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        weights = (self.q(x) @ self.k(x).transpose(-1, -2)).softmax(-1)
+        return weights @ self.v(x)
+
+
+class _KarpathyBlock(torch.nn.Module):
+    """A block of Karpathy's gpt.py: its attention a list of heads, the blocks an ``nn.Sequential``."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = torch.nn.ModuleList(_Head(d, d // heads) for _ in range(heads))
+        self.proj = torch.nn.Linear(d, d)
+        self.ffwd = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.ReLU(), torch.nn.Linear(4 * d, d))
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        x = x + self.proj(torch.cat([h(self.ln1(x)) for h in self.heads], -1))
+        return x + self.ffwd(self.ln2(x))
+
+
+class _KarpathyGPT(torch.nn.Module):
+    def __init__(self, n_layer: int, d: int = 16, heads: int = 4, vocab: int = 40):
+        super().__init__()
+        self.token_embedding_table = torch.nn.Embedding(vocab, d)
+        self.blocks = torch.nn.Sequential(*[_KarpathyBlock(d, heads) for _ in range(n_layer)])
+        self.lm_head = torch.nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        return self.lm_head(self.blocks(self.token_embedding_table(idx)))
+
+
+@pytest.mark.parametrize("n_layer", [1, 3])
+def test_blocks_in_an_nn_sequential_are_the_stack_not_the_heads_inside_them(n_layer):
+    found = discover_sites(_KarpathyGPT(n_layer))
+    assert found.stacks == ("blocks",)
+    assert [layer for layer, site, _ in found.sites if site == "layer"] == list(range(n_layer))

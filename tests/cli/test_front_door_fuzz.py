@@ -45,7 +45,7 @@ FLOATS = {  # name: (lo, lo_open, hi, optional[, "hi_open"])
     "mask_prob": (0.0, True, 1.0, False, "hi_open"), "shaped_tau0": (0.0, True, MAX_NUMBER, False),
     "shaped_gamma1": (-MAX_NUMBER, False, MAX_NUMBER, False), "shaped_gamma2": (-MAX_NUMBER, False, MAX_NUMBER, False),
     "shaped_c_plus": (-MAX_NUMBER, False, MAX_NUMBER, False), "shaped_c_minus": (-MAX_NUMBER, False, MAX_NUMBER, False),
-    "shaped_gamma": (0.0, True, 1.0, False), "rope_theta": (1.0, True, MAX_NUMBER, False),
+    "shaped_gamma": (0.0, True, 1.0, False), "rope_theta": (1.0, True, None, False),
     "initializer_range": (0.0, True, MAX_NUMBER, False), "embed_scale": (0.0, True, MAX_NUMBER, False),
     "rotary_fraction": (0.0, True, 1.0, False),
 }
@@ -66,6 +66,13 @@ def _below(lo, lo_open):
     return st.floats(min_value=-1e12, max_value=top, allow_nan=False)
 
 
+def _above(hi, hi_open) -> list:
+    """The strategy of finite values above a field's upper bound, none for a field without one (``hi`` None)."""
+    if hi is None:
+        return []
+    return [st.floats(min_value=hi if hi_open else math.nextafter(hi, math.inf), max_value=1e300)]
+
+
 def invalid_values(name: str):
     """A strategy of values field ``name`` must refuse."""
     junk = st.sampled_from(["x", "", "1e", "[1]", object()])
@@ -77,8 +84,8 @@ def invalid_values(name: str):
         return st.one_of(*values, *([st.none()] if name in INTS else []))
     if name in FLOATS:
         lo, lo_open, hi, optional, *hi_open = FLOATS[name]
-        above = st.floats(min_value=hi if hi_open else math.nextafter(hi, math.inf), max_value=1e300)
-        values = [_below(lo, lo_open), above, st.sampled_from([math.nan, math.inf, -math.inf]), st.booleans(), junk]
+        values = [_below(lo, lo_open), *_above(hi, hi_open), st.sampled_from([math.nan, math.inf, -math.inf]),
+                  st.booleans(), junk]
         return st.one_of(*values, *([] if optional else [st.none()]))
     if name in CHOICES:
         return st.one_of(st.text(max_size=12).filter(lambda s: s not in CHOICES[name]), st.integers(), st.none())
@@ -107,9 +114,8 @@ def _set_text(name: str):
         lo = INTS.get(name, OPTIONAL_INTS.get(name))
         return st.one_of(st.integers(max_value=lo - 1).map(str), st.sampled_from(["1.5", "x", "1e3", "nan", "0x1"]))
     lo, lo_open, hi, _, *hi_open = FLOATS[name]
-    above = st.floats(min_value=hi if hi_open else math.nextafter(hi, math.inf), max_value=1e300)
     return st.one_of(st.sampled_from(["nan", "inf", "-inf", "x", "1e400", "1,5"]), _below(lo, lo_open).map(repr),
-                     above.map(repr))
+                     *(above.map(repr) for above in _above(hi, hi_open)))
 
 
 BAD_OPTIONS = [  # (command and the options it needs, option, invalid values)

@@ -24,7 +24,7 @@ module needs to be named.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from torch import nn
 
@@ -53,6 +53,10 @@ class DiscoveredSites:
     decoder_from: int | None
 
 
+#: A container of blocks that can be a stack.
+BlockList = nn.ModuleList | nn.Sequential
+
+
 def _uniform(module: nn.Module) -> bool:
     """Whether ``module`` is a non-empty ``nn.ModuleList`` whose children share one class, or an ``nn.Sequential``
     of blocks of one class (modules of their own that are not containers: a chain of bare layers is no stack)."""
@@ -68,14 +72,14 @@ def _uniform(module: nn.Module) -> bool:
             and any(True for _ in first.children()))
 
 
-def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, nn.Module]]:
+def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str, BlockList]]:
     """(path, list) of the ``nn.ModuleList``\\ s and ``nn.Sequential``\\ s whose children share one class (of
     ``classes`` when given), outermost only: a list inside another ``nn.ModuleList``'s children (uniform or not), or
     inside a uniform ``nn.Sequential``'s (a stack of blocks, as in a GPT whose blocks are an ``nn.Sequential`` and
     whose attention heads a list in each block), is left out."""
     outers = [path for path, module in model.named_modules()
               if isinstance(module, nn.ModuleList) or (isinstance(module, nn.Sequential) and _uniform(module))]
-    found: list[tuple[str, nn.Module]] = []
+    found: list[tuple[str, BlockList]] = []
     for path, module in model.named_modules():
         if not _uniform(module):
             continue
@@ -83,11 +87,11 @@ def _uniform_lists(model: nn.Module, classes: set[str] | None) -> list[tuple[str
             continue
         if classes is not None and type(next(iter(module.children()))).__name__ not in classes:
             continue
-        found.append((path, module))
+        found.append((path, cast(BlockList, module)))  # _uniform: a ModuleList or a Sequential
     return found
 
 
-def block_stacks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def block_stacks(model: nn.Module) -> list[tuple[str, BlockList]]:
     """The block stacks of ``model`` (module docstring): (module path, list) pairs, in module order.
 
     Args:
@@ -146,8 +150,8 @@ def discover_sites(model: nn.Module) -> DiscoveredSites:
     stacks = block_stacks(model)
     if not stacks:
         raise ValueError(f"no stack of blocks found in {type(model).__name__}: sigprop looks for the block class of a "
-                         "Hugging Face model's _no_split_modules, else an nn.ModuleList whose children share one "
-                         "class; pass sites=[(layer, site, module), ...]")
+                         "Hugging Face model's _no_split_modules, else an nn.ModuleList or nn.Sequential whose "
+                         "children share one class; pass sites=[(layer, site, module), ...]")
     blocks = [block for _, stack in stacks for block in stack]
     sites = [(-1, "input", InputOf(blocks[0]))] + [(i, "layer", block) for i, block in enumerate(blocks)]
     encoder_decoder = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))

@@ -151,16 +151,14 @@ class Probe:
                     as_batch = adapter.batch(batch)
                     loss = adapter.loss(batch if as_batch is None else as_batch)
         except (ValueError, TypeError, IndexError, KeyError, RuntimeError, AttributeError) as err:
-            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"the probe batch cannot be taken by {name}: {text}") from err
+            raise ValueError(f"the probe batch cannot be taken by {name}: {_first_line(err)}") from err
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise ValueError(f"the probe batch cannot be taken by {name}: the loss must be a scalar tensor (got "
                              f"{getattr(loss, 'shape', type(loss).__name__)})")
         try:  # one probe now, gradients included: what only a backward finds (checkpointed blocks) stops no training
             self.measure()
         except (ValueError, RuntimeError) as err:
-            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"the monitor cannot measure {name}: {text}") from err
+            raise ValueError(f"the monitor cannot measure {name}: {_first_line(err)}") from err
 
     def measure(self):
         """The measured :class:`~sigprop.core.profile.Profile` of the batch, now (module docstring)."""
@@ -169,3 +167,9 @@ class Probe:
         batch = self.batch()
         with self.isolated():
             return measure(self.model, batch, loss_fn=self.loss_fn)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message, or its class's name where it has none."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

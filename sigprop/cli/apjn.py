@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..apjn.setup import ApjnSetup
 from .profiles import print_written
-from .terminal import Display, console, parse_floats
+from .terminal import Display, console, parse_floats, refuse_unused
 
 __all__ = ["apjn_command"]
 
@@ -35,7 +35,14 @@ def _table(curves, kind: str) -> Table:
     return t
 
 
+#: The options only the measured curves use (not ``--phase``'s theory maps), and those only ``--phase`` uses.
+_CURVE_ONLY = ("blocks", "width", "heads", "tokens", "activation", "q0", "p0", "inputs", "samples", "probes", "seeds",
+               "stride", "kind", "device")
+_PHASE_ONLY = ("grid", "max_sigma")
+
+
 def apjn_command(
+    ctx: typer.Context,
     norm: str = typer.Option("layernorm,derf", help="Norms to compare, comma-separated: layernorm (pre-LN), dyt, "
                              "derf (DyT/Derf replace every norm, the final one included)."),
     alpha: str = typer.Option("0.5,1,1.5", help="DyT/Derf initial α, comma-separated (one curve each)."),
@@ -81,6 +88,11 @@ def apjn_command(
 
     from ..apjn.runs import apjn_setups, run_apjn, run_phase
 
+    if phase:
+        refuse_unused(ctx, _CURVE_ONLY, "not used with --phase (it maps the theory over (σ_21, σ_OV) and "
+                      "measures no model)")
+    else:
+        refuse_unused(ctx, _PHASE_ONLY, "used with --phase only")
     norms = [n.strip() for n in norm.split(",") if n.strip()]
     alphas = parse_floats(alpha, "--alpha")
     if phase:

@@ -84,13 +84,14 @@ def sde_command(
                               "for figures 3, 5, 8."),
     tau0: str = typer.Option(None, "--tau0", help="Temperature constant tau0 (tau = tau0 sqrt(n n_k)); a list for "
                              "figure 8."),
-    dt: float = typer.Option(None, help="SDE step (default 0.01; the largest step <= dt dividing T is used)."),
+    dt: float = typer.Option(None, help="SDE step (default 0.01; the largest step <= dt dividing T is used); "
+                             "figures 5 and 8 with --source sde only."),
     tokens: int = typer.Option(None, help="Tokens m (not stated in the paper: default 4, or 2 for figure 3); "
                                "for figure 2 the sequence length (default 128)."),
     source: str = typer.Option(None, help="Figures 5, 8: stopping times from the 'network' (default, as "
                               "the paper plots) or the 'sde'."),
-    check_dt: bool = typer.Option(True, "--check-dt/--no-check-dt", help="Figures 1, 3, 7: rerun the SDE at dt/2 "
-                                  "and compare its quantiles."),
+    check_dt: bool = typer.Option(None, "--check-dt/--no-check-dt", help="Figures 1, 3, 7: rerun the SDE at dt/2 "
+                                  "and compare its quantiles (default: on)."),
     seed: int = typer.Option(0, help="Seed of every draw."),
     json_path: Path = typer.Option(None, "--json", help="Write the result (curves, KS, quantiles, checks) as JSON."),
     plot: Path = typer.Option(None, help="Write the figure as PNG."),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-__all__ = ["console", "error", "note", "Display", "parse_floats", "parse_ints"]
+__all__ = ["console", "error", "note", "Display", "parse_floats", "parse_ints", "refuse_unused"]
 
 # Without a terminal (CI, pipes) rich would wrap tables at 80 columns; the tables need ~110.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -101,6 +101,26 @@ def parse_floats(text: str | None, name: str) -> list[float] | None:
 def parse_ints(text: str | None, name: str) -> list[int] | None:
     """Like :func:`parse_floats` for integers ("12,48,192")."""
     return _parse_list(text, name, int, "an integer or a comma-separated list of integers, e.g. 12,48,192")
+
+
+def refuse_unused(ctx, names: tuple[str, ...], reason: str) -> None:
+    """Refuse the options among ``names`` (their parameter names) that the command line set although this run does
+    not use them, so that none is silently ignored: ``ValueError`` "<flags> <reason>" (e.g. "--grid used with
+    --phase only"); the defaults of unused options pass.
+
+    Args:
+        ctx: the command's ``typer.Context`` (a ``click.Context``).
+        names: parameter names of the options this run leaves unused.
+        reason: the rest of the message, after the flags.
+
+    Example:
+        >>> # in a command: refuse_unused(ctx, ("grid", "max_sigma"), "used with --phase only")
+    """
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    # by the source's name: Typer carries its own copy of Click, whose enum is another class than click's
+    set_here = [flags[n] for n in names if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+    if set_here:
+        raise ValueError(f"{', '.join(set_here)} {reason}")
 
 
 def _parse_list(text, name, convert, what):

@@ -373,10 +373,12 @@ _LIST_OPTIONS = {3: "gammas", 5: "gammas", 8: "gammas"}
 
 
 def figure_options(figure: int, samples=None, width=None, depth=None, gammas=None, tau0s=None, dt=None, seed=0,
-                   tokens=None, source=None, check_dt=True) -> dict:
+                   tokens=None, source=None, check_dt=None) -> dict:
     """The keyword options of figure ``figure``'s function (:data:`FIGURES`) from the command line's values (None:
-    the caption's default; ``gammas`` / ``tau0s``: lists of γ and τ₀, one value where the figure takes one),
-    checked before anything runs: ``ValueError`` naming the option otherwise."""
+    the caption's default; ``gammas`` / ``tau0s``: lists of γ and τ₀, one value where the figure takes one;
+    ``check_dt``: the dt/2 rerun of figures 1, 3 and 7, on by default there), checked before anything runs:
+    ``ValueError`` naming the option otherwise, also for an option the figure would not use (``--dt`` for the
+    networks' stopping times of figures 5 and 8, ``--check-dt`` outside figures 1, 3 and 7)."""
     if figure not in FIGURES:
         raise ValueError(f"--figure must be one of {', '.join(map(str, FIGURES))} (got {figure})")
     for name, val, lo in (("--samples", samples, 2), ("--width", width, 2), ("--depth", depth, 1),
@@ -433,8 +435,14 @@ def figure_options(figure: int, samples=None, width=None, depth=None, gammas=Non
         if source not in ("sde", "network"):
             raise ValueError(f"--source must be sde or network (got {source!r})")
         opts["source"] = source
+    if figure in (5, 8) and source != "sde" and dt is not None:
+        raise ValueError(f"--dt applies to figure {figure} with --source sde only (the networks' stopping times "
+                         "have no SDE step)")
     if figure in (1, 3, 7):
         opts["check_dt"] = check_dt
+    elif check_dt is not None:
+        raise ValueError("--check-dt / --no-check-dt apply to figures 1, 3 and 7 only (the SDE's quantiles rerun "
+                         "at dt/2)")
     return opts
 
 

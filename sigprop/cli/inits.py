@@ -35,9 +35,10 @@ def inits_command(
     depths: str = typer.Option(None, help="Comma-separated depths N (default: the config's n_layers); with three or "
                                "more, each scheme's order of growth in N is fitted, as in Kedia et al. Table 3."),
     attention_heads: AttentionHeads = 32,
-    data: Path = typer.Option(None, help="Take the input (and the loss's labels) from a real batch: a text file or "
-                              "folder, or for a patch model a folder of images or a .npy array; default: theory "
-                              "(Zipf tokens, App. A.1), and for a patch model scikit-learn's digits."),
+    data: str = typer.Option(None, help="Take the input (and the loss's labels) from a real batch: a text file or "
+                             "folder ('python': the larger built-in corpus), or for a patch model a folder of images "
+                             "or a .npy array; default: theory (Zipf tokens, App. A.1), and for a patch model "
+                             "scikit-learn's digits."),
     real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
                               "library) for the input boundary."),
     batch_size: BatchSize = None,

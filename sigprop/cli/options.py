@@ -21,9 +21,10 @@ Overrides = Annotated[list[str], typer.Option("--set", help="Override one config
 Seeds = Annotated[int, typer.Option(help="Independently initialised models to average, >= 1 (default: the "
                                     "preset's, else 4).")]
 BatchSize = Annotated[int, typer.Option(help="Sequences (or images) per batch, >= 1 (default: the preset's, else 8).")]
-Data = Annotated[Path, typer.Option(help="Text file or folder to read (default: the Python standard library); for "
-                                   "a patch (ViT) model a folder of images (subfolders as classes) or a .npy array "
-                                   "(default: scikit-learn's bundled digits).")]
+Data = Annotated[str, typer.Option(help="Text file or folder to read (default: the Python standard library; "
+                                  "'python': the standard library and the installed packages, a folder of that "
+                                  "name is ./python); for a patch (ViT) model a folder of images (subfolders as "
+                                  "classes) or a .npy array (default: scikit-learn's bundled digits).")]
 Synthetic = Annotated[bool, typer.Option(help="Synthetic inputs instead of real data: i.i.d. Zipf(1) tokens, or for "
                                          "a patch model i.i.d. uniform pixels and random classes.")]
 FirstSeed = Annotated[int, typer.Option(help="The first seed: models FIRST … FIRST + seeds − 1 are measured (disjoint "

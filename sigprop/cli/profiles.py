@@ -161,8 +161,9 @@ def predict_command(
     preset: Preset = None,
     config_file: ConfigFile = None,
     overrides: Overrides = None,
-    data: Path = typer.Option(None, help="Take the input token correlation (and the loss's labels) from a real "
-                              "batch of this text file or folder; default: theory (Zipf tokens, App. A.1)."),
+    data: str = typer.Option(None, help="Take the input token correlation (and the loss's labels) from a real "
+                             "batch of this text file or folder ('python': the larger built-in corpus); default: "
+                             "theory (Zipf tokens, App. A.1)."),
     real: bool = typer.Option(False, "--real", help="Use a real batch of the default corpus (the Python standard "
                               "library) for the input boundary."),
     batch_size: BatchSize = None,

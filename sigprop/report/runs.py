@@ -51,6 +51,17 @@ def _path(value, what: str, file: bool = True) -> Path | None:
     return path
 
 
+def _data(value) -> Path | str | None:
+    """``--data``: the word ``python`` is the larger built-in corpus (:data:`~sigprop.data.corpus.PYTHON_CORPUS`,
+    as in ``sigprop train``; a folder of that name is ``./python``), anything else a file or folder that must
+    exist."""
+    from ..data.corpus import PYTHON_CORPUS
+
+    if isinstance(value, str) and value == PYTHON_CORPUS:
+        return PYTHON_CORPUS
+    return _path(value, "--data", file=False)
+
+
 def _once(source, request: Request) -> None:
     """``ValueError`` where seeds are asked of a Hugging Face folder's saved weights, which are measured once."""
     if source.weights is not None and not request.fresh:
@@ -81,7 +92,7 @@ class Request:
     overrides: tuple[str, ...] = ()
     seeds: int | None = None
     batch_size: int | None = None
-    data: Path | None = None
+    data: Path | str | None = None
     synthetic: bool = False
     real: bool = False
     device: str | None = None
@@ -117,7 +128,7 @@ class Request:
         if self.real and (self.data is not None or self.synthetic):
             raise ValueError("--real reads the default corpus: leave out --data and --synthetic")
         set_(self, "config_file", _path(self.config_file, "--config"))
-        set_(self, "data", _path(self.data, "--data", file=False))
+        set_(self, "data", _data(self.data))
         set_(self, "measured", _path(self.measured, "--measured"))
         set_(self, "merge", tuple(_path(p, "--merge") for p in self.merge))
         if self.hf is not None:

@@ -315,3 +315,29 @@ def test_measure_json_of_a_scheme_whose_branches_start_at_zero(tmp_path):
                     "--json", str(out)])
     assert done.exit_code == 0, done.stderr
     assert run_cli(["compare", "--measured", str(out), "--json", str(tmp_path / "c.json")]).exit_code == 0
+
+
+def test_data_python_is_the_larger_built_in_corpus_in_every_command(monkeypatch, tmp_path):
+    """``--data python`` names the built-in corpus in predict / measure / compare / inits as in train (it was read
+    as a missing folder); a folder of that name is ``./python``."""
+    import sigprop.data.batches as data_batches
+    from sigprop.data.corpus import PYTHON_CORPUS
+    from sigprop.report.runs import Request
+
+    asked = []
+
+    def fake_load_batch(batch_size, seq_len, path=None, vocab_size=8192, seed=0):
+        asked.append(path)
+        return torch.randint(5, vocab_size, (batch_size, seq_len))
+
+    monkeypatch.setattr(data_batches, "load_batch", fake_load_batch)
+    for command in ("predict", "measure", "inits"):
+        result = run_cli([command, *SMALL, "--data", "python", "--batch-size", "2",
+                          *(["--seeds", "1"] if command == "measure" else [])])
+        assert result.exit_code == 0, result.output
+    assert asked == [PYTHON_CORPUS] * 3
+    assert Request(data="python").data == PYTHON_CORPUS
+    monkeypatch.chdir(tmp_path)
+    refused(["predict", *SMALL, "--data", "./python"], "--data", "not found")
+    (tmp_path / "python").mkdir()
+    assert Request(data="./python").data == tmp_path.joinpath("python").relative_to(tmp_path)

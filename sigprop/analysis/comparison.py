@@ -209,6 +209,23 @@ class Comparison:
         write_json_atomic(path, self.to_json())
 
 
+#: The configuration fields that make two profiles of different models (a prediction of a 4-layer Post-LN
+#: model against a measurement of a 2-layer Pre-LN one); the others (``input_corr``, filled in by a batch) may differ.
+_SAME_MODEL_FIELDS = ("arch", "n_layers", "d_model", "n_heads", "norm_position")
+
+
+def _check_same_model(predicted: Profile, measured: Profile) -> None:
+    """``ValueError`` naming the fields where both profiles' configurations give a value and the values differ."""
+    differ = [f"{k} {predicted.config[k]!r} predicted, {measured.config[k]!r} measured" for k in _SAME_MODEL_FIELDS
+              if k in predicted.config and k in measured.config and predicted.config[k] != measured.config[k]]
+    if differ:
+        raise ValueError(f"the profiles are of different models: {'; '.join(differ)}")
+
+
+def _layer_list(layers: list[int]) -> str:
+    return ", ".join(map(str, layers[:6])) + (", …" if len(layers) > 6 else "") if layers else "none"
+
+
 def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=None,
             quantities=QUANTITIES) -> Comparison:
     """Join a predicted and a measured profile on (layer, site) and summarise their agreement per quantity.
@@ -235,7 +252,9 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
         The :class:`Comparison`.
 
     Raises:
-        ValueError: profiles of the wrong kinds (or in the wrong order), or profiles that share no row of ``site``.
+        ValueError: profiles of the wrong kinds (or in the wrong order), of different models (their configurations
+            differ in the architecture, depth, width, heads or norm placement), whose rows of ``site`` are of
+            different layers (unless ``layers`` picks some), or that share no row of ``site``.
 
     Example:
         >>> import torch, sigprop
@@ -253,8 +272,16 @@ def compare(predicted: Profile, measured: Profile, site: str = "layer", layers=N
     """
     if predicted.kind != "predicted" or measured.kind != "measured":
         raise ValueError(f"compare(predicted, measured): got kinds {predicted.kind!r}, {measured.kind!r}")
+    _check_same_model(predicted, measured)
     pred, meas = predicted.lookup(), measured.lookup()
     common = sorted(layer for (layer, s) in pred if s == site and (layer, site) in meas)
+    if layers is None:
+        only = {kind: sorted({layer for (layer, s) in rows if s == site} - set(common))
+                for kind, rows in (("predicted", pred), ("measured", meas))}
+        if common and any(only.values()):
+            raise ValueError(f"the profiles' {site!r} rows are of different layers (only predicted: "
+                             f"{_layer_list(only['predicted'])}; only measured: {_layer_list(only['measured'])}): "
+                             "pass layers= to compare the layers they share")
     if layers is not None:
         wanted = set(int(x) for x in layers)
         common = [layer for layer in common if layer in wanted]

@@ -163,3 +163,25 @@ def test_a_stored_measurement_still_matches_its_config_when_fields_are_added():
     measured = read_measured(Path(__file__).resolve().parents[2] / "docs" / "results" / "compare-llama-preln.json")
     assert measured.meta.get("config_sha256") is not None
     check_measurement(measured)
+
+
+def test_compare_refuses_profiles_of_different_models_or_layers():
+    """A prediction of a 4-layer Post-LN model against a measurement of a 2-layer Pre-LN one was compared on the
+    layers they share, without a word."""
+    import torch
+
+    import sigprop
+
+    pre = sigprop.TransformerConfig(n_layers=2, d_model=16, n_heads=2, vocab_size=64, seq_len=8)
+    post = pre.replace(n_layers=4, norm_position="post")
+    model = sigprop.Transformer(pre, generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(5, 64, (4, 8), generator=torch.Generator().manual_seed(0))
+    measured = sigprop.measure(model, sigprop.make_batch(pre, ids, torch.Generator().manual_seed(1)))
+    with pytest.raises(ValueError, match="different models: n_layers 4 predicted, 2 measured; norm_position"):
+        sigprop.compare(sigprop.predict(post, token_ids=ids), measured)
+    # the same model with rows missing: refused unless layers= picks the shared ones
+    predicted = sigprop.predict(model, token_ids=ids)
+    cut = sigprop.Profile("measured", measured.config, tuple(r for r in measured.rows if r.layer != 1), measured.meta)
+    with pytest.raises(ValueError, match="only predicted: 1; only measured: none"):
+        sigprop.compare(predicted, cut)
+    assert sigprop.compare(predicted, cut, layers=[0]).layers == (0,)

@@ -1,15 +1,16 @@
 """A user's own images as a patch (ViT) model's batch: a folder of image files, or a NumPy array file.
 
 Kedia et al. App. H take a ViT's input correlation from the images themselves; ``--data PATH`` lets that be your
-images. A folder is searched recursively for PNG, JPEG, BMP, GIF and WebP files; when they sit in two or more
+images. A folder is searched recursively for PNG, JPEG, BMP, GIF and WebP files (hidden files and folders, and the
+``__MACOSX`` folder of an archive made on a Mac, skipped); when they sit in two or more
 top-level subfolders, each top-level subfolder is a class, whatever folders it holds inside (sorted by name, as
 torchvision's ImageFolder does), else every image has class 0; images directly in the folder beside class folders
 are refused. A ``.npy`` file holds an array (N, H, W) or (N, C, H, W) with C = 1 or the model's channels (or 3 for a
 grey model), read without pickle; a channels-last (N, H, W, C) array is refused. Images are resized to the model's
 ``image_size`` (bilinear), converted to its ``channels`` (grey copied to every channel, or colour to grey; a folder's
-images to 1 or 3 channels), and
-scaled, over the images read, to unit mean square with pixels kept non-negative (as the digits are: App. H's
-unit-variance images without the shift that would make the patches' mean inner product negative).
+images to 1 or 3 channels; a 16-bit grey image read in full, on the 8-bit scale), and scaled, over the images read, to
+unit mean square with pixels kept non-negative (as the digits are: App. H's unit-variance images without the shift
+that would make the patches' mean inner product negative).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def image_files(path) -> tuple[list[Path], list[int], list[str]]:
         ([0, 0, 1], ['cat', 'dog'])
     """
     root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+                   and not any(_hidden(part) for part in p.relative_to(root).parts))
     if not files:
         raise ValueError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
     tops = [p.relative_to(root).parts[0] if len(p.relative_to(root).parts) > 1 else None for p in files]
@@ -64,13 +66,31 @@ def image_files(path) -> tuple[list[Path], list[int], list[str]]:
     return files, [index[t] for t in tops], names
 
 
+def _hidden(name: str) -> bool:
+    """A hidden file or folder (``.ipynb_checkpoints``, macOS's ``._x.png``) or the ``__MACOSX`` folder an archive
+    made on a Mac leaves: never an image or a class."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
+#: Pillow's modes of 16-bit grey images (a 16-bit PNG), whose conversion to 8-bit grey clips every value above 255.
+_WIDE_GREY = ("I;16", "I;16B", "I;16L", "I")
+
+
 def _load_file(path: Path, size: int, channels: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
-            im = im.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
-            x = np.asarray(im, dtype=np.float64)
+            if im.mode in _WIDE_GREY:  # onto the 8-bit scale (65535 -> 255), in floats, so that 8- and 16-bit mix
+                wide = np.asarray(im.convert("I"), dtype=np.float64)
+                if wide.min() < 0 or wide.max() > 65535:
+                    raise ValueError(f"image {path}: {im.mode} pixels outside the 16-bit range 0..65535")
+                grey = Image.fromarray((wide / 257.0).astype(np.float32), mode="F").resize((size, size),
+                                                                                         Image.BILINEAR)
+                x = np.asarray(grey, dtype=np.float64)
+            else:
+                im = im.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
+                x = np.asarray(im, dtype=np.float64)
     except (OSError, UnidentifiedImageError) as err:
         raise ValueError(f"cannot read image {path}: {err}") from None
     x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)  # (C, H, W)

@@ -107,3 +107,33 @@ def test_a_channels_last_array_and_odd_folder_channels_are_refused(tmp_path):
 def test_count_none_reads_every_image(tmp_path):
     np.save(tmp_path / "x.npy", np.ones((7, 4, 4)))
     assert read_images(tmp_path / "x.npy", None, size=4, channels=1, n_classes=1)[0].shape == (7, 1, 4, 4)
+
+
+def test_hidden_entries_and_a_mac_archive_s_folder_are_not_images_or_classes(tmp_path):
+    """An archive unzipped from a Mac leaves ``__MACOSX/cat/._1.png`` (AppleDouble bytes): it was a class, shifted
+    every label and stopped the read; a notebook's ``.ipynb_checkpoints`` was a class too."""
+    _png(tmp_path / "cat" / "1.png", 10)
+    _png(tmp_path / "dog" / "2.png", 20)
+    for junk in ("__MACOSX/cat/._1.png", "cat/._1.png", ".ipynb_checkpoints/x.png"):
+        (tmp_path / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / junk).write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    files, classes, names = image_files(tmp_path)
+    assert names == ["cat", "dog"] and classes == [0, 1] and [f.name for f in files] == ["1.png", "2.png"]
+    _, labels = read_images(tmp_path, None, size=4, channels=1, n_classes=2)
+    assert labels.tolist() == [0, 1]
+
+
+def test_a_16_bit_grey_image_is_read_in_full_on_the_8_bit_scale(tmp_path):
+    """Pillow's 8-bit conversion clipped a 16-bit PNG at 255: every non-zero pixel came out the same."""
+    wide = (np.arange(16, dtype=np.uint16) * 4000).reshape(4, 4)
+    Image.fromarray(wide).save(tmp_path / "wide.png")
+    Image.fromarray((wide / 257.0).round().astype(np.uint8)).save(tmp_path / "narrow.png")
+    images, _ = read_images(tmp_path, None, size=4, channels=1, n_classes=1)  # files in path order: narrow, wide
+    narrow, full = images[0, 0].double(), images[1, 0].double()
+    assert len(torch.unique(full)) == 16  # all distinct, none clipped
+    # one scale c for both (unit mean square over the images read): the same picture at both depths, apart from
+    # the 8-bit copy's rounding of at most half a level, 0.5 c (and float32's rounding)
+    c = float(full.max()) / (float(wide.max()) / 257.0)
+    assert float((full - narrow).abs().max()) <= 0.5 * c * (1 + 1e-5)
+    three, _ = read_images(tmp_path, None, size=4, channels=3, n_classes=1)
+    assert torch.equal(three[1, 0], three[1, 2])

@@ -95,14 +95,16 @@ class DepthOrder:
         return "β depends on N"
 
 
-def sweep_steps(config, inits: Sequence[str], depths: Sequence[int], batch: dict | None = None,
+def sweep_steps(config, inits: Sequence[str], depths: Sequence[int], batch=None,
                 token_resolved: bool | None = None) -> int:
     """The progress steps :func:`sweep_inits` reports: a layer per sweep per scheme and depth
-    (:func:`sigprop.theory.predict.prediction_steps`)."""
+    (:func:`sigprop.theory.predict.prediction_steps`); ``batch`` a :class:`~sigprop.model.batch.Batch` or anything
+    it reads (a dict of tensors, token ids)."""
+    from ..model.batch import Batch
     from ..theory.predict import prediction_steps
 
     given = batch is not None
-    size = len(batch.inputs) if given else 1
+    size = len(Batch.from_any(batch).inputs) if given else 1
     return len(inits) * sum(prediction_steps(config.replace(n_layers=n), given, token_resolved, labels_given=given,
                                              batch_size=size) for n in depths)
 

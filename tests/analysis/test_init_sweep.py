@@ -50,6 +50,22 @@ def test_a_refused_scheme_is_a_row_with_its_error():
                                    input_corr=0.2), ["xavier"], [4])
 
 
+def test_a_dict_batch_is_swept_with_progress():
+    """``sweep_steps`` read ``batch.inputs`` of a dict batch: a sweep with progress stopped on AttributeError."""
+    import torch
+
+    from sigprop import make_batch
+
+    config = TransformerConfig(n_layers=2, **SMALL)
+    ids = torch.randint(5, config.vocab_size, (3, config.seq_len), generator=torch.Generator().manual_seed(0))
+    batch = make_batch(config, ids, torch.Generator().manual_seed(1))
+    as_dict = {"input_ids": batch.inputs, "labels": batch.labels}
+    assert sweep_steps(config, ["xavier"], [2], as_dict) == sweep_steps(config, ["xavier"], [2], batch)
+    ticks = []
+    rows = sweep_inits(config, ["xavier", "no-such-init"], [2], batch=as_dict, progress=ticks.append)
+    assert rows[0].error is None and "no-such-init" in rows[1].error and ticks
+
+
 def test_a_patch_model_is_swept_on_its_images():
     """A ViT: the boundaries come from a batch of digits, both sweeps token-resolved; DeepScaleLM takes its input
     correlation from the images (App. H) although the swept config started from Xavier without one."""

@@ -518,8 +518,10 @@ def saved_plan(saved: SavedModel, model, config: TransformerConfig, notes: list[
 
 def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: Batch | dict):
     """``model`` (``saved``, loaded) measured once on ``batch`` in training mode (dropout on, as sigprop measures its
-    models), with the meta a stored measurement carries (its one seed, the batch's and the config's fingerprints,
-    what was measured)."""
+    models, its masks drawn under ``torch.manual_seed(0)``, the same on every run), with the meta a stored
+    measurement carries (its one seed, the batch's and the config's fingerprints, what was measured)."""
+    import torch
+
     from ..measurement.hooks import measure
     from ..model.batches import batch_fingerprint, config_fingerprint
 
@@ -527,4 +529,5 @@ def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: Ba
     meta = {"seeds": [0], "tokens": int(batch.inputs.numel()), "sequences": batch.sequences,
             "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
             "weights": saved.describe}
+    torch.manual_seed(0)
     return measure(model.train(), batch, config=config.to_dict(), meta=meta)

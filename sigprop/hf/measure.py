@@ -153,11 +153,14 @@ def build_hf_model(source: HFSource, seed: int):
     return hf_class(source.config)._from_config(source.config)
 
 
-def load_hf_model(source: HFSource):
+def load_hf_model(source: HFSource, seed: int = 0):
     """The model saved in ``source``'s folder (safetensors only, nothing downloaded), as the class of its
-    pre-training objective (:func:`hf_class`). ``ValueError`` for a source without weights."""
+    pre-training objective (:func:`hf_class`), under ``torch.manual_seed(seed)`` as :func:`build_hf_model`: the
+    dropout masks of the measurement that follows are the same on every run. ``ValueError`` for a source without
+    weights."""
     if source.weights is None:
         raise ValueError(f"{source.path} holds no safetensors weights")
+    torch.manual_seed(seed)
     return hf_class(source.config).from_pretrained(str(source.weights), local_files_only=True,
                                                    use_safetensors=True)
 
@@ -311,7 +314,7 @@ def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress
     seed_list = [seed0] if saved else list(range(seed0, seed0 + seeds))
     profiles = []
     for seed in seed_list:
-        model = load_hf_model(source) if saved else build_hf_model(source, seed)
+        model = load_hf_model(source, seed) if saved else build_hf_model(source, seed)
         model.train()  # dropout on, as sigprop measures its own models
         profiles.append(measure(model, batch))
         if progress is not None:

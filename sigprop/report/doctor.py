@@ -55,7 +55,7 @@ class DoctorTarget:
         batch, tokenised = hf_batch(source, None, 4)  # the folder's own tokenizer, where it holds one
         batch = hf_token_batch(source, 4) if batch is None else batch
         if saved:
-            return doctor_measured(lambda seed: load_hf_model(source), batch, [0],
+            return doctor_measured(lambda seed: load_hf_model(source, seed), batch, [0],
                                    f"{self.saved.describe}, on text tokenised by {tokenised}", self.theory,
                                    progress=progress)
         return doctor_measured(lambda seed: build_hf_model(source, seed), batch, list(range(seeds)), "fresh seeds",

@@ -37,6 +37,19 @@ def test_measure_a_config_over_seeds_and_a_saved_model_once(tmp_path):
     assert res.exit_code == 2 and "measured once" in res.stderr and "--seeds" in res.stderr  # not silently 1
 
 
+def test_a_saved_model_with_dropout_measures_the_same_on_every_run(tmp_path):
+    """A saved model was measured in training mode with unseeded dropout: its numbers changed from run to run."""
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=16, vocab_size=300)
+    assert config.resid_pdrop > 0
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "g2")
+    outs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for out in outs:
+        res = run_cli(["measure", "--hf", str(tmp_path / "g2"), "--synthetic", "--batch-size", "2", "--json", str(out)])
+        assert res.exit_code == 0, res.output
+    first, second = (json.loads(out.read_text()) for out in outs)
+    assert first["per_layer"] == second["per_layer"]
+
+
 def test_a_saved_vit_is_measured_and_doctored_as_an_image_classifier(tmp_path):
     """ViT is a mapped family, but not a language model: its class is the image classifier's."""
     config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

@@ -40,6 +40,10 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
     assert done.exit_code == 0, done.stderr
     assert json.loads(measured.read_text())["meta"]["seeds"] == [0]
     assert "newest checkpoint" in json.loads(measured.read_text())["meta"]["weights"]
+    again = tmp_path / "m2.json"  # its dropout masks seeded: the same numbers on every run
+    assert run_cli(["measure", "--run", str(run), "--batch-size", "2", "--json", str(again)]).exit_code == 0
+    assert json.loads(again.read_text())["config"]["dropout"] > 0
+    assert json.loads(again.read_text())["per_layer"] == json.loads(measured.read_text())["per_layer"]
     done = run_cli(["compare", "--run", str(run), "--batch-size", "2", "--json", str(compared)])
     assert done.exit_code == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())

@@ -502,8 +502,8 @@ def run_inits(request: Request, inits: list[str] | None = None, depths: list[int
                f"predicting {max(layer_counts)} layers")
     batched = request.data is not None or request.real or request.synthetic or config.input == "patches"
     if request.token_resolved and not batched:  # a request no scheme can meet, as predict says
-        raise ValueError("--token-resolved: not available without a batch (no token ids given): add --data, --real "
-                         "or --synthetic")
+        raise ValueError("--token-resolved: not available without a batch (no token ids given): add --data or "
+                         "--real")
     if batched:
         config, batch = _batch(config, request, batch_size, progress, [])
     tick = tasks(progress).task(f"predict {len(names)} schemes × {len(layer_counts)} depths",

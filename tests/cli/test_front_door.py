@@ -284,7 +284,8 @@ def test_compare_measured_with_another_model_s_flags(tmp_path):
 
 def test_inits_token_resolved_without_a_batch():
     """predict refuses it; inits once wrote a table of every scheme refused and exited 0."""
-    refused(["inits", *SMALL, "--token-resolved"], "--token-resolved", "--data")
+    refused(["inits", *SMALL, "--token-resolved"], "--token-resolved", "add --data or --real")
+    assert "--synthetic" not in run_cli(["inits", *SMALL, "--token-resolved"]).stderr  # an option inits lacks
 
 
 def test_sizes_no_memory_holds():

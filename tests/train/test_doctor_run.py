@@ -52,3 +52,9 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
     assert done.exit_code == 2 and "--run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     done = run_cli(["measure", "--run", str(tmp_path)])
     assert done.exit_code == 2 and "no run directory" in done.stderr
+    # a run before its first checkpoint: refused (it measured four fresh seeds as if they were the run), --fresh kept
+    for ckpt in run.glob("ckpt-*"):
+        ckpt.unlink()
+    done = run_cli(["measure", "--run", str(run), "--batch-size", "2"])
+    assert done.exit_code == 2 and "no checkpoint yet" in done.stderr and "--fresh" in done.stderr
+    assert run_cli(["measure", "--run", str(run), "--fresh", "--seeds", "1", "--batch-size", "2"]).exit_code == 0

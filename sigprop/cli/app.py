@@ -19,7 +19,7 @@ import warnings
 
 import typer
 
-from ..core.errors import DeviceError, TrainingDiverged
+from ..core.errors import DeviceError, Terminated, TrainingDiverged
 from ..core.versions import VERSION
 from .apjn import apjn_command
 from .demo import demo_command
@@ -102,10 +102,6 @@ _show_warning = warnings.showwarning
 #: What counts as bad input: a value out of range, a combination that does not apply, a missing, unreadable or
 #: unwritable file, a number that overflows, a device that failed or is missing.
 INPUT_ERRORS = (ValueError, NotImplementedError, OSError, OverflowError, DeviceError)
-
-
-class Terminated(Exception):
-    """Raised in the main thread when the process receives SIGTERM, so that ``finally`` blocks run."""
 
 
 def _terminate(signum, frame):

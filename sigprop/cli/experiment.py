@@ -4,6 +4,7 @@ Parses, calls :func:`sigprop.experiments.run.run_experiment`, prints."""
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -107,5 +108,5 @@ def experiment_command(
                             models=tuple(models or ()), train=not table_only, rungs=_parse_rungs(rungs))
     for path in result.files:
         console.print(f"{path.suffix[1:]}: {path}", highlight=False)
-    if result.stopped:
-        raise typer.Exit(143)
+    if result.stopped:  # 130 after Ctrl-C ("interrupted"), 143 after SIGTERM, as every command exits
+        raise typer.Exit(130 if result.stopped_by == signal.SIGINT else 143)

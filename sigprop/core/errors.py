@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DeviceError", "TrainingDiverged", "NotFinite"]
+__all__ = ["DeviceError", "TrainingDiverged", "NotFinite", "Terminated"]
 
 
 class NotFinite(ValueError):
@@ -22,3 +22,8 @@ class DeviceError(RuntimeError):
 class TrainingDiverged(RuntimeError):
     """A training run's loss or gradient stopped being finite; the run stopped with its last good checkpoint kept.
     The message says at which step, what, and what the theory says of the model at initialisation."""
+
+
+class Terminated(Exception):
+    """The process received SIGTERM (raised in the main thread, so that ``finally`` blocks run, or by a command whose
+    worker processes a SIGTERM stopped); the command line says "terminated" and exits with status 143."""

@@ -36,12 +36,14 @@ _H200_TOKENS_PER_S = 1.4e6
 
 @dataclass(frozen=True)
 class ExperimentResult:
-    """What an invocation leaves: the summary (``rows``), the files written, and whether a signal stopped it."""
+    """What an invocation leaves: the summary (``rows``), the files written, whether a signal stopped it, and which
+    (``stopped_by``: ``signal.SIGINT`` or ``signal.SIGTERM``)."""
 
     summary: dict
     files: tuple[Path, ...]
     stopped: bool
     runs: tuple = ()
+    stopped_by: int | None = None
 
 
 def _with_overrides(experiment, scale_name: str, overrides, train_overrides):
@@ -302,10 +304,11 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         corpus[run.model_name] = (cache[key][1], is_pinned(run.train_config["data"]))
     placement = replace(placement, corpus=corpus)
     margin = experiment.stall_margin
-    stopped = True  # a table without training counts as stopped: nothing more runs
+    stopped, stopped_by = True, None  # a table without training counts as stopped: nothing more runs
     if train:  # each model tuned, extended and given its other seeds as soon as its own runs allow
-        _, stopped = execute(Schedule(experiment, scale, seeds, say), out, workers, device, unigram, margin, say,
-                             placement=placement)
+        _, stopped_by = execute(Schedule(experiment, scale, seeds, say), out, workers, device, unigram, margin, say,
+                                placement=placement)
+        stopped = stopped_by is not None
     refused: list[str] = []
     results = _finished_runs(whole, scale, seeds, out, corpus, refused)
     for why in refused:
@@ -321,7 +324,7 @@ def _train(experiment, whole, name, scale, spec, seeds, out, workers, device, sa
         table = evaluate(summary, results, out, out, say)
         files += write(table, out, f"{name} ({scale} scale)", f"{experiment.question}\n\nReproduces: "
                        f"{experiment.reference}.\n\nCommand: `{command}`")
-    return ExperimentResult(summary, files, stopped and train, results)
+    return ExperimentResult(summary, files, stopped and train, results, stopped_by)
 
 
 def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, train_overrides, say, command,
@@ -351,7 +354,7 @@ def _run_evaluation(experiment, scale, seeds, out, workers, device, overrides, t
     trained = run_experiment(source, scale, seeds, runs_dir, workers, device, overrides, train_overrides, said,
                              " ".join(parts), train=train)
     if trained.stopped:
-        return ExperimentResult(trained.summary, trained.files, True)
+        return ExperimentResult(trained.summary, trained.files, True, stopped_by=trained.stopped_by)
     with _folder_lock(out):
         table = evaluate(trained.summary, trained.runs, runs_dir, out, say)
         table.update(question=experiment.question, reference=experiment.reference, command=command,

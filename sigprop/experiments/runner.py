@@ -331,14 +331,14 @@ class Placement:
 
 def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]], out, workers: int, device: str,
             unigram: dict, margin: float, say=print, watch=None,
-            placement: Placement = Placement()) -> tuple[list[RunResult], bool]:
+            placement: Placement = Placement()) -> tuple[list[RunResult], int | None]:
     """Run ``runs`` (those without a fate) on ``workers`` processes at once; returns (every run's result, including
-    those finished before, and whether a signal stopped it early). ``runs`` is a list, or a schedule: a callable
-    from the finished runs (run id → result) to every run needed so far, in the order to start them
-    (:class:`~sigprop.experiments.schedule.Schedule`), asked again whenever a run finishes. ``unigram``: model name
-    → its unigram loss. ``watch``, if given, is called about once a second with the specs of the runs in progress
-    (to show their progress from their run directories). ``placement``: the GPUs, the folders to reuse finished runs
-    from and the corpus they must match (:class:`Placement`)."""
+    those finished before, and the signal that stopped it early: ``signal.SIGINT``, ``signal.SIGTERM`` or None).
+    ``runs`` is a list, or a schedule: a callable from the finished runs (run id → result) to every run needed so
+    far, in the order to start them (:class:`~sigprop.experiments.schedule.Schedule`), asked again whenever a run
+    finishes. ``unigram``: model name → its unigram loss. ``watch``, if given, is called about once a second with the
+    specs of the runs in progress (to show their progress from their run directories). ``placement``: the GPUs, the
+    folders to reuse finished runs from and the corpus they must match (:class:`Placement`)."""
     gpus, reuse, corpus = placement.gpus, placement.reuse, placement.corpus
     out = Path(out)
     folders = [] if reuse is None else [Path(reuse)] if isinstance(reuse, str | Path) else [Path(f) for f in reuse]
@@ -484,4 +484,4 @@ def execute(runs: list[RunSpec] | Callable[[dict[str, RunResult]], list[RunSpec]
         say(f"{len(interrupted)} run(s) ended by a signal the runner did not send (killed from outside, or for "
             f"memory: see {out / 'logs'}); {', '.join(waiting)} wait(s) for them and is not settled. Rerun the same "
             "command to resume them from their last checkpoints")
-    return [results[s.run_id] for s in needed if s.run_id in results], stop["signal"] is not None
+    return [results[s.run_id] for s in needed if s.run_id in results], stop["signal"]

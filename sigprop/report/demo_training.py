@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import Terminated
 from ..core.figures import pyplot, save_figure
 from ..core.progress import Progress, tasks
 from ..model.config import TransformerConfig
@@ -109,8 +111,10 @@ def run_demo_training(out_dir, progress: Progress | None = None) -> dict:
 
     results, stopped = execute(runs, folder, min(2, os.cpu_count() or 1), "cpu", {r.model_name: unigram for r in runs},
                                0.1, say=lambda s: None, watch=watch)
-    if stopped:
+    if stopped == signal.SIGINT:
         raise KeyboardInterrupt
+    if stopped is not None:  # SIGTERM: "terminated", status 143
+        raise Terminated
     results = results + _failed(runs, folder, results)
     for spec in runs:  # complete the bars of runs that finished between two looks
         tick, seen = ticks[spec.run_id]

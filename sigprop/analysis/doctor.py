@@ -96,12 +96,16 @@ class SavedModel:
             model of the config, and the report says so).
         batch: ``batch(config, batch_size)``: (its batch, what tokenised it), e.g. text encoded by a Hugging Face
             folder's own tokenizer, or (None, …) for sigprop's batch of the config.
+        where: where its weights live, recorded in a measurement of them (``meta["saved"]``) so that a later
+            ``sigprop compare --measured`` reads their plan again: ``{"kind": "run", "path", "checkpoint"}`` or
+            ``{"kind": "hf", "path"}`` (absolute paths); None for a model in memory.
     """
 
     describe: str
     load: Callable
     read_plan: Callable
     batch: Callable | None = None
+    where: dict | None = None
 
     @classmethod
     def of(cls, model, describe: str = "the model object") -> SavedModel:
@@ -529,5 +533,7 @@ def measure_saved(saved: SavedModel, model, config: TransformerConfig, batch: Ba
     meta = {"seeds": [0], "tokens": int(batch.inputs.numel()), "sequences": batch.sequences,
             "batch_sha256": batch_fingerprint(batch), "config_sha256": config_fingerprint(config),
             "weights": saved.describe}
+    if saved.where is not None:
+        meta["saved"] = dict(saved.where)
     torch.manual_seed(0)
     return measure(model.train(), batch, config=config.to_dict(), meta=meta)

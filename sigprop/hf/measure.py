@@ -324,7 +324,7 @@ def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress
     read = Batch.from_any(batch)
     meta = {"seeds": seed_list, "tokens": int(read.inputs.numel()), "sequences": read.sequences,
             "batch_sha256": batch_fingerprint(read),
-            "hf_source": str(source.path), "hf_weights": "saved" if saved else "initialised",
+            "hf_source": str(Path(source.path).resolve()), "hf_weights": "saved" if saved else "initialised",
             "hf_config": source.config.to_dict(), "sites_from": profiles[0].meta.get("sites_from")}
     if theory is not None:
         meta["theory"] = theory

@@ -80,7 +80,8 @@ def saved_hf_model(folder: Path) -> SavedModel:
 
         return hf_batch(read_hf_source(folder), config, batch_size)
 
-    return SavedModel(f"the saved weights of {folder}", load, read_plan, batch)
+    return SavedModel(f"the saved weights of {folder}", load, read_plan, batch,
+                      where={"kind": "hf", "path": str(Path(folder).resolve())})
 
 
 def saved_run_model(run_dir: Path) -> SavedModel:
@@ -96,7 +97,12 @@ def saved_run_model(run_dir: Path) -> SavedModel:
 
         return InitPlan.from_model(model, strict=False)
 
-    return SavedModel(f"the newest checkpoint of {run_dir}", load, read_plan)
+    from ..train.checkpoint import latest_checkpoint
+
+    newest = latest_checkpoint(run_dir)
+    return SavedModel(f"the newest checkpoint of {run_dir}", load, read_plan,
+                      where={"kind": "run", "path": str(Path(run_dir).resolve()),
+                             "checkpoint": None if newest is None else newest.name})
 
 
 def _cached_hf_model(model: str, presets) -> Path:

@@ -282,6 +282,38 @@ def _saved_plan(saved, model, config: TransformerConfig, notes: list[str]):
     return saved_plan(saved, model, config, notes)
 
 
+def _stored_plan(path: Path, stored: Profile, config: TransformerConfig, notes: list[str]):
+    """The plan of the saved weights a stored measurement was made of (a run's checkpoint, a Hugging Face folder:
+    ``meta["saved"]``, or ``hf_source`` in files written before it), so that the theory describes the same model;
+    None for a measurement of fresh seeds. ``ValueError`` where the weights are no longer where the file says, or
+    the run has a newer checkpoint: a fresh model's theory would be compared with them without a word."""
+    from ..train.checkpoint import latest_checkpoint
+    from .doctor import saved_hf_model, saved_run_model
+
+    where = stored.meta.get("saved")
+    if where is None and stored.meta.get("hf_weights") == "saved":
+        where = {"kind": "hf", "path": stored.meta.get("hf_source", "")}
+    if where is None:
+        if "weights" in stored.meta:
+            raise ValueError(f"{path}: a measurement of {stored.meta['weights']} that does not say where they are: "
+                             "compare --run / --hf measures and predicts them together")
+        return None
+    folder = Path(str(where.get("path", "")))
+    again = f"compare --{'run' if where.get('kind') == 'run' else 'hf'} {folder} measures and predicts them again"
+    if not str(where.get("path", "")) or not folder.exists():
+        raise ValueError(f"{path}: measured on the saved weights in {folder}, not found from here (the theory reads "
+                         f"them): {again}")
+    if where.get("kind") == "run":
+        newest = latest_checkpoint(folder)
+        if newest is None or newest.name != where.get("checkpoint"):
+            raise ValueError(f"{path}: measured on {where.get('checkpoint')} of {folder}, whose newest checkpoint is "
+                             f"now {None if newest is None else newest.name}: {again}")
+        saved = saved_run_model(folder)
+    else:
+        saved = saved_hf_model(folder)
+    return _saved_plan(saved, saved.load(), config, notes)
+
+
 def _measure_saved(saved, model, config: TransformerConfig, batch: dict, progress) -> Profile:
     """:func:`~sigprop.analysis.doctor.measure_saved`, with its progress."""
     from ..analysis.doctor import measure_saved
@@ -419,11 +451,7 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
         if request.spread:
             check_spread(config)
         seeds, measure_tick = len(stored.meta.get("seeds", [])), None
-        if stored.meta.get("hf_weights") == "saved" and Path(stored.meta.get("hf_source", "")).exists():
-            from .doctor import saved_hf_model
-
-            saved = saved_hf_model(Path(stored.meta["hf_source"]))
-            plan = _saved_plan(saved, saved.load(), config, notes)
+        plan = _stored_plan(request.measured, stored, config, notes)
     else:
         config, preset = request.model()
         seeds, batch_size = request.seeds_for(preset), request.batch_size_for(preset)
@@ -462,6 +490,8 @@ def run_compare(request: Request, progress: Progress | None = None) -> CompareRu
         predict_progress=predict_tick, measured=stored, prediction=prediction, spread=request.spread)
     if request.measured is None:
         measured.meta["batch_source"] = batch_source(request)
+    if notes:  # what the theory reads and where it is approximate: in the JSON too, not only on the terminal
+        predicted.meta["notes"] = list(notes)
     run = CompareRun(config, predicted, measured, comparison, seeds, notes)
     name = request.title(request.measured.stem if request.measured else "model")
     _write(comparison, request, lambda path: plot_profiles(

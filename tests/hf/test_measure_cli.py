@@ -208,3 +208,34 @@ def test_what_the_mapping_leaves_out_is_said_by_the_command_line(tmp_path):
     res = run_cli(["predict", "--hf", str(tmp_path / "mistral")])
     assert res.exit_code == 0, res.output
     assert "note: from_hf(mistral): sliding-window attention (16 tokens" in res.stderr
+
+
+def test_a_stored_measurement_of_saved_weights_is_compared_with_their_theory_from_anywhere(tmp_path, monkeypatch):
+    """The folder was recorded as typed (relative): from another folder the comparison silently predicted a fresh
+    model; a folder that is gone is refused instead."""
+    import shutil
+
+    import torch
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=16, vocab_size=300)
+    model = transformers.GPT2LMHeadModel(config)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.mlp.c_fc.weight.mul_(4.0)  # weights no fresh draw has: only their own plan predicts them
+    model.save_pretrained(tmp_path / "g2")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m.json"
+    assert run_cli(["measure", "--hf", "g2", "--synthetic", "--batch-size", "2", "--json", str(out)]).exit_code == 0
+    (tmp_path / "sub").mkdir()
+    results = []
+    for where in (tmp_path, tmp_path / "sub"):
+        monkeypatch.chdir(where)
+        compared = where / "c.json"
+        res = run_cli(["compare", "--measured", str(out), "--json", str(compared)])
+        assert res.exit_code == 0, res.output
+        results.append(json.loads(compared.read_text()))
+    assert results[0]["predicted_meta"]["plan"] == results[1]["predicted_meta"]["plan"]
+    assert results[0]["summary"] == results[1]["summary"]
+    shutil.move(tmp_path / "g2", tmp_path / "moved")
+    res = run_cli(["compare", "--measured", str(out)])
+    assert res.exit_code == 2 and "not found from here" in res.stderr

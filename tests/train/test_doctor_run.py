@@ -14,7 +14,7 @@ from .conftest import tiny_args
 
 
 @pytest.mark.long
-def test_doctor_reads_a_trained_run(corpus, tmp_path):
+def test_doctor_reads_a_trained_run(corpus, tmp_path, monkeypatch):
     run = tmp_path / "run"
     done = run_cli(["train", *tiny_args(corpus, "steps=4", "checkpoint_every=4"), "--out", str(run)])
     assert done.exit_code == 0, done.stderr
@@ -48,6 +48,17 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
     assert done.exit_code == 0, done.stderr
     said = " ".join((done.stdout + done.stderr).split())
     assert "reads the standard deviations of the newest checkpoint" in said and "initial affine parameters" in said
+    # the stored measurement compared later, from another folder: the theory reads the same checkpoint's weights
+    # (it predicted a freshly initialised model without a word)
+    again_compared = tmp_path / "c2.json"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    done = run_cli(["compare", "--measured", str(measured), "--json", str(again_compared)])
+    assert done.exit_code == 0, done.stderr
+    by_run, by_file = (json.loads(f.read_text())["predicted_meta"] for f in (compared, again_compared))
+    assert by_file["plan"] == by_run["plan"] and "read" in by_run["plan"]["source"]
+    assert any("initial affine parameters" in n for n in by_file["notes"])  # the notes are in the JSON too
     done = run_cli(["compare", "--run", str(run), "--preset", "fig1-preln"])
     assert done.exit_code == 2 and "--run" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     done = run_cli(["measure", "--run", str(tmp_path)])
@@ -57,4 +68,6 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path):
         ckpt.unlink()
     done = run_cli(["measure", "--run", str(run), "--batch-size", "2"])
     assert done.exit_code == 2 and "no checkpoint yet" in done.stderr and "--fresh" in done.stderr
+    done = run_cli(["compare", "--measured", str(measured)])  # its checkpoint gone: refused, not a fresh theory
+    assert done.exit_code == 2 and "newest checkpoint is now None" in done.stderr
     assert run_cli(["measure", "--run", str(run), "--fresh", "--seeds", "1", "--batch-size", "2"]).exit_code == 0

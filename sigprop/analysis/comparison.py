@@ -368,7 +368,8 @@ def read_measured(path) -> Profile:
 
 def check_measurement(profile: Profile) -> None:
     """``ValueError`` unless ``profile`` is a measurement sigprop could have written: a configuration it builds (and,
-    where the file records it, the one it was measured with: ``config_sha256``), a "layer" row for every layer,
+    where the file records it, the one it was measured with: ``config_sha256``), a "layer" row for every layer (no
+    configuration at all for a Hugging Face family sigprop does not map),
     finite statistics where they are given, variances ≥ 0 and correlations in [−1, 1], and seeds a list of distinct
     integers. A file edited by hand (or by accident) is refused instead of compared."""
     import math
@@ -378,15 +379,16 @@ def check_measurement(profile: Profile) -> None:
 
     if not profile.rows:
         raise ValueError("the measurement has no rows")
-    config = config_from_dict(profile.config)
-    want = profile.meta.get("config_sha256")
-    if want is not None and want != config_fingerprint(config):
-        raise ValueError("its config is not the one it was measured with (config_sha256 differs): was it edited?")
-    layers = {r.layer for r in profile.rows if r.site == "layer"}
-    missing = sorted(set(range(config.total_layers)) - layers)
-    if missing:
-        raise ValueError(f"it has no row for layer(s) {', '.join(map(str, missing[:8]))} of its "
-                         f"{config.total_layers}")
+    if profile.config:  # else a Hugging Face family sigprop does not map: no config of ours, its layers its own
+        config = config_from_dict(profile.config)
+        want = profile.meta.get("config_sha256")
+        if want is not None and want != config_fingerprint(config):
+            raise ValueError("its config is not the one it was measured with (config_sha256 differs): was it edited?")
+        layers = {r.layer for r in profile.rows if r.site == "layer"}
+        missing = sorted(set(range(config.total_layers)) - layers)
+        if missing:
+            raise ValueError(f"it has no row for layer(s) {', '.join(map(str, missing[:8]))} of its "
+                             f"{config.total_layers}")
     for r in profile.rows:
         for q in ("fwd_mean", "fwd_var", "fwd_corr", "grad_var", "grad_corr"):
             v = getattr(r, q)

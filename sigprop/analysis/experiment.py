@@ -181,10 +181,14 @@ def stored_setup(path, batch_size: int | None = None, data=None, synthetic: bool
     ``sigprop measure --json`` or ``compare --json`` file): the file's configuration, and its batch rebuilt from the
     size and source the file records unless ``batch_size`` / ``data`` / ``synthetic`` say otherwise.
     ``ValueError`` for a file that is not a measurement sigprop wrote, or that does not say its batch size."""
+    from ..data.corpus import PYTHON_CORPUS
     from ..model.config import config_from_dict
     from .comparison import read_measured
 
     measured = read_measured(path)
+    if not measured.config:
+        raise ValueError(f"{path}: a measurement without a configuration sigprop maps, so without a theory"
+                         f"{': ' + str(measured.meta['theory']) if measured.meta.get('theory') else ''}")
     config = config_from_dict(measured.config)
     if batch_size is None:
         batch_size = measured.meta.get("sequences") or int(measured.meta.get("tokens", 0)) // config.seq_len or None
@@ -193,7 +197,8 @@ def stored_setup(path, batch_size: int | None = None, data=None, synthetic: bool
     source = measured.meta.get("batch_source", "default")
     if data is None and not synthetic:  # "stdlib": the default corpus, as files written before said
         builtin = source in ("default", "stdlib", "synthetic")
-        synthetic, data = source == "synthetic", (None if builtin else Path(source))
+        synthetic, data = source == "synthetic", (None if builtin else source if source == PYTHON_CORPUS else
+                                                  Path(source))
     if str(measured.meta.get("tokenizer", "")).startswith("the folder's tokenizer") and not synthetic:
         from ..hf.measure import hf_batch, read_hf_source  # a Hugging Face folder's own tokenizer made the batch
 

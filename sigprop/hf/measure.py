@@ -25,6 +25,7 @@ import torch
 from ..core.profile import Profile
 from ..measurement.average import average_profiles
 from ..measurement.hooks import measure
+from ..measurement.merge import per_seed_table
 from ..model.batch import Batch
 from .config_map import DEFAULT_SEQ_LEN, FAMILIES
 
@@ -328,4 +329,5 @@ def measure_hf(source: HFSource, batch, seeds: int = 1, seed0: int = 0, progress
             "hf_config": source.config.to_dict(), "sites_from": profiles[0].meta.get("sites_from")}
     if theory is not None:
         meta["theory"] = theory
+    meta["per_seed"] = per_seed_table(profiles, seed_list)  # slices of seeds measured apart merge exactly
     return average_profiles(profiles, {} if config is None else config.to_dict(), meta)

@@ -68,6 +68,8 @@ def merge_measurements(measured: list[Profile]) -> Profile:
         if m.config != first.config:
             changed = sorted(k for k in set(m.config) | set(first.config) if m.config.get(k) != first.config.get(k))
             raise ValueError(f"measurement {i + 1} is of another model (fields {', '.join(changed)} differ)")
+        if m.meta.get("hf_config") != first.meta.get("hf_config"):  # an unmapped family has no config of ours
+            raise ValueError(f"measurement {i + 1} is of another Hugging Face model (its hf_config differs)")
         if m.meta.get("batch_sha256") != first.meta.get("batch_sha256"):
             raise ValueError(f"measurement {i + 1} was measured on another batch (its SHA-256 differs)")
         table = m.meta["per_seed"]
@@ -79,7 +81,8 @@ def merge_measurements(measured: list[Profile]) -> Profile:
         devices += [d for d in m.meta.get("devices", []) if d not in devices]
     order = sorted(range(len(seeds)), key=seeds.__getitem__)
     seeds, profiles = [seeds[i] for i in order], [profiles[i] for i in order]
-    keep = {k: first.meta[k] for k in ("tokens", "sequences", "batch_sha256", "batch_source", "config_sha256")
+    keep = {k: first.meta[k] for k in ("tokens", "sequences", "batch_sha256", "batch_source", "config_sha256",
+                                       "hf_source", "hf_weights", "hf_config", "theory", "tokenizer", "sites_from")
             if k in first.meta}  # the config's fingerprint too: a merged file keeps the check against edits
     meta = {"seeds": seeds, **keep, "devices": devices, "per_seed": per_seed_table(profiles, seeds)}
     return average_profiles(profiles, first.config, meta)

@@ -137,6 +137,10 @@ def resolve_config(preset: str | None = None, config_file: StrPath | None = None
         path = Path(config_file)
         data = read_config_json(path)
         if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            if not data["config"]:  # a measurement of an unmapped Hugging Face family: no config, not the default
+                theory = (data.get("meta") or {}).get("theory") if isinstance(data.get("meta"), dict) else None
+                raise ValueError(f"{path} holds a profile without a model configuration"
+                                 f"{' (' + str(theory) + ')' if theory else ''}")
             data = data["config"]  # a profile or comparison JSON: reuse its config
         if not isinstance(data, dict):
             raise ValueError(f"{path} must hold a JSON object of TransformerConfig fields")

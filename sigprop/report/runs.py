@@ -146,11 +146,11 @@ class Request:
             if not self.fresh:
                 from ..train.checkpoint import latest_checkpoint
 
+                _refuse("--run's trained weights are one model, measured once (--fresh measures fresh draws of its "
+                        "config)", seeds=None if self.seeds == 1 else self.seeds, first_seed=self.first_seed)
                 if latest_checkpoint(self.run) is None:  # else fresh seeds, measured as if it were trained
                     raise ValueError(f"--run: {self.run} holds no checkpoint yet (its first comes after "
                                      "checkpoint_every steps): add --fresh for fresh draws of its config")
-                _refuse("--run's trained weights are one model, measured once (--fresh measures fresh draws of its "
-                        "config)", seeds=None if self.seeds == 1 else self.seeds, first_seed=self.first_seed)
         if self.fresh and self.hf is None and self.run is None:
             raise ValueError("--fresh applies to --hf or --run (a model's saved weights)")
         if self.hf is not None:

@@ -239,3 +239,30 @@ def test_a_stored_measurement_of_saved_weights_is_compared_with_their_theory_fro
     shutil.move(tmp_path / "g2", tmp_path / "moved")
     res = run_cli(["compare", "--measured", str(out)])
     assert res.exit_code == 2 and "not found from here" in res.stderr
+
+
+def test_measurements_of_hugging_face_models_merge_and_an_unmapped_family_is_never_the_default_model(tmp_path):
+    """``--first-seed`` slices of ``measure --hf`` could not be merged (no per-seed rows); a measurement of an
+    unmapped family (config {}) was read back as sigprop's default 12-layer encoder."""
+    bloom = transformers.BloomConfig(n_layer=2, hidden_size=32, n_head=2, vocab_size=300)
+    for family, config in (("llama", _llama()), ("bloom", bloom)):
+        config.save_pretrained(tmp_path / family)
+        parts = [tmp_path / f"{family}-{first}.json" for first in (0, 1)]
+        for first, out in enumerate(parts):
+            res = run_cli(["measure", "--hf", str(tmp_path / family), "--synthetic", "--seeds", "1", "--batch-size",
+                           "2", "--first-seed", str(first), "--json", str(out)])
+            assert res.exit_code == 0, res.output
+        merged = tmp_path / f"{family}-merged.json"
+        res = run_cli(["measure", *(a for p in parts for a in ("--merge", str(p))), "--json", str(merged)])
+        assert res.exit_code == 0, res.output
+        assert json.loads(merged.read_text())["meta"]["seeds"] == [0, 1]
+        both = tmp_path / f"{family}-both.json"
+        assert run_cli(["measure", "--hf", str(tmp_path / family), "--synthetic", "--seeds", "2", "--batch-size", "2",
+                        "--json", str(both)]).exit_code == 0
+        assert json.loads(both.read_text())["per_layer"] == json.loads(merged.read_text())["per_layer"]
+    res = run_cli(["measure", "--merge", str(tmp_path / "llama-0.json"), "--merge", str(tmp_path / "bloom-1.json")])
+    assert res.exit_code == 2 and "another" in res.stderr
+    for args in (["compare", "--measured", str(tmp_path / "bloom-0.json")],
+                 ["predict", "--config", str(tmp_path / "bloom-0.json")]):
+        res = run_cli(args)
+        assert res.exit_code == 2 and "bloom" in res.stderr.lower() and "configuration" in res.stderr, res.output

@@ -337,7 +337,12 @@ def run_predict(request: Request, progress: Progress | None = None) -> PredictRu
     check_fits(theory_bytes(config, batch_size if use_batch else 0, request.attention_heads, request.token_resolved),
                f"predicting {config.total_layers} layers")
     batch = None
-    if use_batch:
+    if use_batch and request.hf is not None:  # the batch measure and compare --hf take: the folder's tokenizer
+        from ..hf.measure import read_hf_source
+
+        config, batch, tokenised = _hf_batch(read_hf_source(request.hf), config, request, batch_size, progress)
+        notes.append(f"tokenised by {tokenised}")
+    elif use_batch:
         config, batch = _batch(config, request, batch_size, progress, notes)
     saved, plan = request.saved(config), None
     if saved is not None:

@@ -197,6 +197,17 @@ def test_a_folders_own_tokenizer_encodes_the_batch(tmp_path):
         assert "," + ",".join(map(str, row)) + "," in text
     res = run_cli(["compare", "--measured", str(out)])  # the corpus and the tokenizer from the file
     assert res.exit_code == 0, res.output
+    # predict takes the same batch (it tokenised with sigprop's BPE: another input boundary for the same model)
+    predicted, compared = tmp_path / "p.json", tmp_path / "c.json"
+    res = run_cli(["predict", "--hf", str(folder), "--batch-size", "3", "--data", str(corpus), "--json",
+                   str(predicted)])
+    assert res.exit_code == 0 and "the folder's tokenizer" in res.output, res.output
+    res = run_cli(["compare", "--hf", str(folder), "--batch-size", "3", "--data", str(corpus), "--json",
+                   str(compared)])
+    assert res.exit_code == 0, res.output
+    alone = {(r["layer"], r["site"]): r["fwd_corr"] for r in json.loads(predicted.read_text())["per_layer"]}
+    beside = {(r["layer"], r["site"]): r["pred_fwd_corr"] for r in json.loads(compared.read_text())["per_layer"]}
+    assert beside and all(alone[k] == v for k, v in beside.items())
 
 
 def test_what_the_mapping_leaves_out_is_said_by_the_command_line(tmp_path):

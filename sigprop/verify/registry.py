@@ -42,7 +42,16 @@ ON_REQUEST = ("glu", "rope_gqa")
 
 
 def default_sweep() -> list[str]:
-    """The components ``sigprop verify`` sweeps when none is named: every available one but :data:`ON_REQUEST`."""
+    """The components ``sigprop verify`` sweeps when none is named: every available one but :data:`ON_REQUEST`.
+
+    Returns:
+        Component names, in the order of :data:`COMPONENTS`.
+
+    Example:
+        >>> sweep = default_sweep()
+        >>> sweep[:3], any(name in sweep for name in ON_REQUEST)
+        (['embedding', 'linear', 'dropout'], False)
+    """
     return [name for name in available() if name not in ON_REQUEST]
 
 

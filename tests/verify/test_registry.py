@@ -26,3 +26,27 @@ def test_a_simulator_with_a_fixed_number_of_replicates_refuses_another():
 
     with pytest.raises(ValueError, match="draws 2 replicates"):
         run_component(load_spec("attention"), quick=True, n_configs=1, replicates=32)
+
+
+def test_quick_takes_fewer_samples_in_the_multi_head_spec(monkeypatch):
+    """``--quick`` promises fewer samples; the multi-head spec ignored its budget and drew the same rows."""
+    import numpy as np
+    import torch
+
+    from sigprop.verify.spec import Budget
+    from sigprop.verify.specs import mha
+
+    params = {k: np.array([v], dtype=float) for k, v in dict(q_scale=0.3, v_scale=1.0, corr=0.5, grad_var=1.0,
+                                                              grad_corr=0.3, p=0.0, n_heads=1, d_head=16, d_in=32,
+                                                              L=300).items()}
+    rows = []
+    original = mha.simulate_mha
+
+    def counting(prm, replicates, generator, nq_max=mha.N_QUERIES, **kwargs):
+        rows.append(nq_max)
+        return original(prm, replicates, generator, nq_max=nq_max, **kwargs)
+
+    monkeypatch.setattr(mha, "simulate_mha", counting)
+    for scale in (mha.SPEC.quick_scale, 1.0):
+        mha.SPEC.simulate(params, Budget(scale=scale), torch.Generator().manual_seed(0))
+    assert rows[0] < rows[1] == mha.N_QUERIES

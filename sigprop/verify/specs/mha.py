@@ -119,7 +119,8 @@ def _chunk(prm, L, d, dh, h, p, nq, no, k, gen):
 
 
 def _simulate(params, budget, generator):
-    return estimates_from_replicates(simulate_mha(params, REPLICATES, generator))
+    nq_max = max(32, int(round(N_QUERIES * min(1.0, budget.scale))))  # --quick: fewer query rows, as attention's
+    return estimates_from_replicates(simulate_mha(params, REPLICATES, generator, nq_max=nq_max))
 
 
 def _predict(params, approx="exact"):

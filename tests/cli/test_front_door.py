@@ -329,7 +329,7 @@ def test_data_python_is_the_larger_built_in_corpus_in_every_command(monkeypatch,
 
     def fake_load_batch(batch_size, seq_len, path=None, vocab_size=8192, seed=0):
         asked.append(path)
-        return torch.randint(5, vocab_size, (batch_size, seq_len))
+        return torch.randint(5, vocab_size, (batch_size, seq_len), generator=torch.Generator().manual_seed(seed))
 
     monkeypatch.setattr(data_batches, "load_batch", fake_load_batch)
     for command in ("predict", "measure", "inits"):
@@ -338,6 +338,11 @@ def test_data_python_is_the_larger_built_in_corpus_in_every_command(monkeypatch,
         assert result.exit_code == 0, result.output
     assert asked == [PYTHON_CORPUS] * 3
     assert Request(data="python").data == PYTHON_CORPUS
+    stored = tmp_path / "m.json"  # a measurement on it is compared later on the same corpus
+    assert run_cli(["measure", *SMALL, "--data", "python", "--batch-size", "2", "--seeds", "1", "--json",
+                    str(stored)]).exit_code == 0
+    result = run_cli(["compare", "--measured", str(stored)])
+    assert result.exit_code == 0 and asked[-1] == PYTHON_CORPUS, result.output
     monkeypatch.chdir(tmp_path)
     refused(["predict", *SMALL, "--data", "./python"], "--data", "not found")
     (tmp_path / "python").mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["render_table", "markdown_table", "meets_targets", "TARGET_P50", "TARGET_P99"]
@@ -38,7 +39,7 @@ def render_table(report, target_p50: float, target_p99: float) -> Table:
         first = True
         for q, s in summary.items():
             paper = "/".join(f"{v:g}" for v in s["paper"]) if "paper" in s else "—"
-            table.add_row(name if first else "", q, _fmt(s["p50"], target_p50), _fmt(s["p90"]),
+            table.add_row(escape(name) if first else "", q, _fmt(s["p50"], target_p50), _fmt(s["p90"]),
                           _fmt(s["p99"], target_p99), paper, f"{s['noise_p50']:.2f}/{s['noise_p99']:.2f}",
                           _configs(s))
             first = False

@@ -69,9 +69,10 @@ def _eps_factors(var_eff: Stat, d: Stat, eps: Stat) -> tuple[Stat, Stat]:
                = 1 − (k − 1) c E[1/(U (U + c))] + (k − 1) c² E[1/(U + c)³]/(d − 2),
     using tr(M²) = d − 1 − 2f + f² for M = I − 11ᵀ/d − y yᵀ/d and E[1/U] = 1/(k − 1). To first order both are
     1 − x with x = d·eps/(σ²_eff (d − 3)) and 1 − d·eps/(σ²_eff (d − 5)); those first-order forms are off by O(x²),
-    which an input of small variance (a token table of standard deviation ~0.01 at eps = 1e-5) makes visible. The expectations are a trapezoid rule in t = log U (:data:`EPS_NODES`) over a window of ±14/√k around
-    the mode log k (and 40/(k − 3) to the left, where E[1/(U + c)³] decays as e^{(k − 3)t} when c is small);
-    eps = 0 gives exactly 1 and 1.
+    which an input of small variance (a token table of standard deviation ~0.01 at eps = 1e-5) makes visible. The
+    expectations are a trapezoid rule in t = log U (:data:`EPS_NODES`) over a window of ±14/√k around the mode log k
+    (and 40/(k − 3) to the left, where E[1/(U + c)³] decays as e^{(k − 3)t} when c is small); eps = 0 gives exactly 1
+    and 1.
     """
     var_eff, d, eps = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (var_eff, d, eps)))
     if not np.any(eps > 0):

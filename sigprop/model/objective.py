@@ -105,13 +105,18 @@ def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch
     return Batch(masked, next_labels, padding_mask, segments, decoder_inputs=inputs, decoder_padding_mask=padding_mask)
 
 
-def _labelled(batch: Batch | dict) -> Batch:
-    """``batch`` (a :class:`Batch` or sigprop's dict) as a :class:`Batch` with labels; ``ValueError`` otherwise."""
+def _labelled(batch: Batch | dict | torch.Tensor, config: TransformerConfig) -> Batch:
+    """``batch`` (a :class:`Batch`, sigprop's dict, or a tensor of token ids, labelled here by :func:`make_batch`
+    for ``config``'s objective, its masks drawn from a generator seeded 0) as a :class:`Batch` with labels;
+    ``ValueError`` otherwise."""
+    if isinstance(batch, torch.Tensor) and not batch.is_floating_point() and config.input == "tokens":
+        return make_batch(config, batch, torch.Generator(device=batch.device).manual_seed(0))
     if isinstance(batch, Batch) or (isinstance(batch, dict) and "inputs" in batch):
         out = Batch.from_any(batch)
         if out.labels is not None:
             return out
-    raise ValueError("a batch is a dict with 'inputs' and 'labels' (build it with sigprop.model.make_batch)")
+    raise ValueError("a batch is a dict with 'inputs' and 'labels', or a tensor of token ids (build one with "
+                     "sigprop.model.make_batch)")
 
 
 def _logits(model: Transformer, batch: Batch) -> torch.Tensor:
@@ -122,7 +127,7 @@ def _logits(model: Transformer, batch: Batch) -> torch.Tensor:
 
 def objective_loss(model: Transformer, batch: Batch | dict) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
-    batch = _labelled(batch)
+    batch = _labelled(batch, model.config)
     labels = cast(torch.Tensor, batch.labels)  # _labelled: never None
     return F.cross_entropy(_logits(model, batch), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
@@ -154,7 +159,7 @@ def objective_sums(model: Transformer, batch: Batch | dict, *,
         >>> int(count), int(correct)  # 7 next-token labels; the top-1 count left out
         (7, 0)
     """
-    batch = _labelled(batch)
+    batch = _labelled(batch, model.config)
     logits = _logits(model, batch).float()
     labels = cast(torch.Tensor, batch.labels).reshape(-1)  # _labelled: never None
     keep = labels != IGNORE_INDEX

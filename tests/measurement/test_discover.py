@@ -131,3 +131,21 @@ def test_blocks_in_an_nn_sequential_are_the_stack_not_the_heads_inside_them(n_la
     found = discover_sites(_KarpathyGPT(n_layer))
     assert found.stacks == ("blocks",)
     assert [layer for layer, site, _ in found.sites if site == "layer"] == list(range(n_layer))
+
+
+def test_a_tensor_of_token_ids_is_a_batch_for_sigprop_s_own_models_too():
+    """The monitor and measure pages say a tensor of token ids is a batch; sigprop's own models refused it (a dict
+    with labels was required) while Hugging Face models and plain modules took it."""
+    import torch
+
+    import sigprop
+
+    for arch in ("decoder", "encoder"):
+        config = sigprop.TransformerConfig(n_layers=2, d_model=32, n_heads=2, arch=arch, vocab_size=64, seq_len=8)
+        model = sigprop.Transformer(config, generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(5, 64, (2, 8), generator=torch.Generator().manual_seed(1))
+        labelled = sigprop.make_batch(config, ids, torch.Generator().manual_seed(0))
+        model.eval()  # no dropout: the two losses read the same batch
+        assert torch.equal(model.loss(ids), model.loss(labelled))  # labelled as make_batch does, masks seeded 0
+        assert len(sigprop.measure(model.train(), ids).rows) == len(sigprop.measure(model, labelled).rows)
+        sigprop.Monitor(model, ids, theory=False)  # was refused: "a batch is a dict with 'inputs' and 'labels'"

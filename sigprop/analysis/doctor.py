@@ -454,7 +454,7 @@ def doctor(config: TransformerConfig, source: Source = "sigprop", seeds: int = 2
     report = DoctorReport(config, source, 1 if saved is not None else seeds, predicted, measured, diagnosis,
                           recommend(config, diagnosis, source, checks), agreement={"current": errors} if errors else {},
                           noise={"current": noise} if errors else {},
-                          checks=checks, measured_what=("theory only (nothing measured)" if measured is None else
+                          checks=checks, measured_what=("theory only" if measured is None else
                                                         "fresh seeds") if saved is None else saved.describe + "".join(
                               f", on text tokenised by {t}" for t in tokenised_by),
                           approximations=approximations)

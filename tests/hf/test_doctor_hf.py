@@ -93,7 +93,7 @@ def test_a_saved_model_is_diagnosed_as_it_is(tmp_path):
     first = lambda r, k: r["profiles"][k][0]["fwd_var"]  # noqa: E731
     assert first(report, "predicted") > 100 * first(ok, "predicted")
     fresh = _doctor_folder(tmp_path, scaled, "--fresh")
-    assert fresh["measured_what"] == "theory only (nothing measured)" and fresh["profiles"]["measured"] is None
+    assert fresh["measured_what"] == "theory only" and fresh["profiles"]["measured"] is None
     assert fresh["verdict"] == ok["verdict"]
 
 

@@ -105,12 +105,14 @@ def make_batch(config: TransformerConfig, inputs: torch.Tensor, generator: torch
     return Batch(masked, next_labels, padding_mask, segments, decoder_inputs=inputs, decoder_padding_mask=padding_mask)
 
 
-def _labelled(batch: Batch | dict | torch.Tensor, config: TransformerConfig) -> Batch:
+def _labelled(batch: Batch | dict | torch.Tensor, model: torch.nn.Module) -> Batch:
     """``batch`` (a :class:`Batch`, sigprop's dict, or a tensor of token ids, labelled here by :func:`make_batch`
-    for ``config``'s objective, its masks drawn from a generator seeded 0) as a :class:`Batch` with labels;
-    ``ValueError`` otherwise."""
-    if isinstance(batch, torch.Tensor) and not batch.is_floating_point() and config.input == "tokens":
-        return make_batch(config, batch, torch.Generator(device=batch.device).manual_seed(0))
+    for the objective of ``model``'s config (a wrapper's, e.g. DistributedDataParallel, read from its ``module``), its
+    masks drawn from a generator seeded 0) as a :class:`Batch` with labels; ``ValueError`` otherwise."""
+    if isinstance(batch, torch.Tensor) and not batch.is_floating_point():
+        config = cast("TransformerConfig", getattr(model, "module", model).config)
+        if config.input == "tokens":
+            return make_batch(config, batch, torch.Generator(device=batch.device).manual_seed(0))
     if isinstance(batch, Batch) or (isinstance(batch, dict) and "inputs" in batch):
         out = Batch.from_any(batch)
         if out.labels is not None:
@@ -127,7 +129,7 @@ def _logits(model: Transformer, batch: Batch) -> torch.Tensor:
 
 def objective_loss(model: Transformer, batch: Batch | dict) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not −100 (the class for a patch model)."""
-    batch = _labelled(batch, model.config)
+    batch = _labelled(batch, model)
     labels = cast(torch.Tensor, batch.labels)  # _labelled: never None
     return F.cross_entropy(_logits(model, batch), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
@@ -159,7 +161,7 @@ def objective_sums(model: Transformer, batch: Batch | dict, *,
         >>> int(count), int(correct)  # 7 next-token labels; the top-1 count left out
         (7, 0)
     """
-    batch = _labelled(batch, model.config)
+    batch = _labelled(batch, model)
     logits = _logits(model, batch).float()
     labels = cast(torch.Tensor, batch.labels).reshape(-1)  # _labelled: never None
     keep = labels != IGNORE_INDEX

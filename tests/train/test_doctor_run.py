@@ -30,7 +30,7 @@ def test_doctor_reads_a_trained_run(corpus, tmp_path, monkeypatch):
     fresh = tmp_path / "f.json"
     done = run_cli(["doctor", str(run), "--seeds", "0", "--fresh", "--json", str(fresh)])
     assert done.exit_code == 0, done.stderr
-    assert json.loads(fresh.read_text())["measured_what"] == "fresh seeds"
+    assert json.loads(fresh.read_text())["measured_what"] == "theory only"
     done = run_cli(["doctor", str(run), "--set", "n_layers=3"])
     assert done.exit_code == 2 and "--fresh" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     # measure and compare take the run's trained model the same way: its checkpoint measured once, the theory reading
